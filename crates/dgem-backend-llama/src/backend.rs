@@ -1,0 +1,236 @@
+//! [`LlamaBackend`]: the async face of the model thread.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use dgem_backend::{
+    Attention, Backend, BackendError, BackendInfo, ForwardOutput, ForwardStats, Health, LabelMode,
+    SequenceRead,
+};
+use dgem_core::tokenizer::Tokenizer;
+use llama_cpp_2::model::params::LlamaModelParams;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::tokenizer::{load_model, LlamaTokenizer};
+use crate::worker::{self, Job, WorkerConfig};
+use crate::{LlamaConfig, LlamaError};
+
+/// Gemma 3 GGUF (or any causal GGUF llama.cpp reads) run in-process on the CPU.
+///
+/// The model lives on a dedicated OS thread fed by a bounded queue; `forward`
+/// never blocks an async worker. Dropping the backend closes the queue and joins
+/// the thread (after the job in progress, if any).
+pub struct LlamaBackend {
+    info: BackendInfo,
+    tokenizer: Arc<LlamaTokenizer>,
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    timeout: Option<Duration>,
+    queue_capacity: usize,
+}
+
+impl std::fmt::Debug for LlamaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaBackend")
+            .field("info", &self.info)
+            .field("timeout", &self.timeout)
+            .field("queue_capacity", &self.queue_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check(ok: bool, field: &'static str, expected: &'static str, given: usize) -> Result<(), LlamaError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(LlamaError::InvalidConfig { field, expected, given: given.to_string() })
+    }
+}
+
+impl LlamaBackend {
+    /// Load the model, create its context on a new thread and return when it is
+    /// ready to serve.
+    ///
+    /// # Errors
+    /// [`LlamaError`] when the config is out of range, the file is missing or
+    /// unreadable, or the context cannot be created.
+    pub fn load(config: LlamaConfig) -> Result<Self, LlamaError> {
+        check(config.n_threads >= 1, "n_threads", "at least 1", config.n_threads)?;
+        check(config.queue_capacity >= 1, "queue_capacity", "at least 1", config.queue_capacity)?;
+        check(
+            (16..=i32::MAX as usize).contains(&config.context_size),
+            "context_size",
+            "between 16 and 2^31-1",
+            config.context_size,
+        )?;
+        let started = Instant::now();
+        let model = Arc::new(load_model(&config.model_path, &LlamaModelParams::default())?);
+        let tokenizer = LlamaTokenizer::from_model(Arc::clone(&model))?;
+        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let worker_cfg = WorkerConfig {
+            n_threads: config.n_threads,
+            context_size: config.context_size,
+            logits_all: config.logits_all,
+            batch_reads: config.batch_reads,
+        };
+        let thread = worker::spawn(tokenizer.model(), worker_cfg, rx)?;
+        tracing::info!(
+            model = %config.model_path.display(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            threads = config.n_threads,
+            context = config.context_size,
+            "llama.cpp model loaded"
+        );
+        Ok(Self {
+            info: BackendInfo {
+                engine: "llama.cpp".into(),
+                model_id: config.model_id,
+                model_sha256: config.sha256,
+                attention: Attention::Causal,
+                label_mode: LabelMode::Words,
+                max_tokens: config.context_size,
+                supports_images: false,
+            },
+            tokenizer: Arc::new(tokenizer),
+            tx: Some(tx),
+            thread: Some(thread),
+            timeout: config.timeout,
+            queue_capacity: config.queue_capacity,
+        })
+    }
+
+    /// The concrete tokenizer (same vocabulary as [`Backend::tokenizer`]).
+    pub fn llama_tokenizer(&self) -> &LlamaTokenizer {
+        &self.tokenizer
+    }
+}
+
+/// Check every read against the vocabulary and the context size.
+///
+/// # Errors
+/// [`BackendError::InvalidRequest`] naming the read, the slot and the bad value.
+pub(crate) fn validate(reads: &[SequenceRead], vocab: usize, max_tokens: usize) -> Result<(), BackendError> {
+    let bad = |msg: String| Err(BackendError::InvalidRequest(msg));
+    for (r, read) in reads.iter().enumerate() {
+        let n = read.tokens.len();
+        if n == 0 {
+            return bad(format!("read {r}: `tokens` must not be empty"));
+        }
+        if n > max_tokens {
+            return bad(format!("read {r}: `tokens` must hold at most {max_tokens} tokens (context size). Given: {n}"));
+        }
+        if let Some((i, t)) = read.tokens.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+            return bad(format!("read {r}: `tokens[{i}]` must be below the vocabulary size {vocab}. Given: {t}"));
+        }
+        for (s, slot) in read.slots.iter().enumerate() {
+            if slot.pos == 0 || slot.pos > n {
+                return bad(format!(
+                    "read {r} slot {s}: `pos` must be in 1..={n} (a causal model predicts position p from p-1). Given: {}",
+                    slot.pos
+                ));
+            }
+            for (l, ids) in slot.labels.iter().enumerate() {
+                if let Some(&t) = ids.iter().find(|&&t| t as usize >= vocab) {
+                    return bad(format!(
+                        "read {r} slot {s}: `labels[{l}]` ids must be below the vocabulary size {vocab}. Given: {t}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Backend for LlamaBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        Arc::clone(&self.tokenizer) as Arc<dyn Tokenizer>
+    }
+
+    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
+        validate(&reads, self.tokenizer.vocab_size(), self.info.max_tokens)?;
+        if reads.is_empty() {
+            return Ok(ForwardOutput { sequences: Vec::new(), stats: ForwardStats::default() });
+        }
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| BackendError::Unavailable("backend is shutting down".into()))?;
+        let (reply, rx) = oneshot::channel();
+        let job = Job { reads, enqueued: Instant::now(), span: tracing::Span::current(), reply };
+        tx.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                BackendError::Overloaded(format!("llama.cpp queue of {} jobs is full", self.queue_capacity))
+            }
+            mpsc::error::TrySendError::Closed(_) => BackendError::Unavailable("model thread has stopped".into()),
+        })?;
+        let answer = async {
+            rx.await
+                .map_err(|_| BackendError::Unavailable("model thread dropped the request".into()))?
+        };
+        match self.timeout {
+            Some(limit) => tokio::time::timeout(limit, answer)
+                .await
+                .map_err(|_| BackendError::Timeout(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)))?,
+            None => answer.await,
+        }
+    }
+
+    async fn health(&self) -> Health {
+        let alive = self.tx.as_ref().is_some_and(|tx| !tx.is_closed())
+            && self.thread.as_ref().is_some_and(|t| !t.is_finished());
+        if alive {
+            Health::Ready
+        } else {
+            Health::Failed { reason: "llama.cpp model thread has stopped".into() }
+        }
+    }
+}
+
+impl Drop for LlamaBackend {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's receive loop; then wait for it so the
+        // model and context are freed before we return.
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("llama.cpp model thread panicked");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dgem_backend::SlotQuery;
+
+    use super::*;
+
+    fn read(tokens: Vec<u32>, pos: usize, labels: Vec<Vec<u32>>) -> SequenceRead {
+        SequenceRead { tokens, slots: vec![SlotQuery { pos, labels }] }
+    }
+
+    #[test]
+    fn validation_rejects_bad_reads_with_clear_messages() {
+        let cases = [
+            (read(vec![], 1, vec![]), "must not be empty"),
+            (read(vec![2, 3], 0, vec![]), "`pos` must be in 1..=2"),
+            (read(vec![2, 3], 3, vec![]), "Given: 3"),
+            (read(vec![2, 300], 1, vec![]), "`tokens[1]`"),
+            (read(vec![2, 3], 2, vec![vec![1], vec![999]]), "`labels[1]`"),
+            (read(vec![1; 9], 2, vec![]), "at most 8 tokens"),
+        ];
+        for (r, needle) in cases {
+            let err = validate(&[r], 256, 8).expect_err("must be rejected");
+            assert!(matches!(err, BackendError::InvalidRequest(_)));
+            assert!(err.to_string().contains(needle), "{err} lacks {needle}");
+        }
+        validate(&[read(vec![2, 3], 2, vec![vec![5]])], 256, 8).expect("valid read");
+    }
+}

@@ -1,0 +1,96 @@
+//! Configuration and load errors of the llama.cpp backend.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Default context size (tokens) of a [`LlamaConfig`].
+pub const DEFAULT_CONTEXT_SIZE: usize = 2048;
+/// Default capacity of the bounded job queue.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How to load and run a GGUF model with llama.cpp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// Path of the GGUF file.
+    pub model_path: PathBuf,
+    /// Model id reported in [`dgem_backend::BackendInfo::model_id`].
+    pub model_id: String,
+    /// sha256 of the model file (hex), reported as is; this crate does not hash the file.
+    pub sha256: Option<String>,
+    /// CPU threads for llama.cpp (default: available parallelism).
+    pub n_threads: usize,
+    /// Context size in tokens: the longest sequence one read may hold.
+    pub context_size: usize,
+    /// Capacity of the bounded job queue; a full queue answers `Overloaded`.
+    pub queue_capacity: usize,
+    /// Per-call timeout (queue wait + model time); `None` waits forever.
+    pub timeout: Option<Duration>,
+    /// Benchmark hook: request output logits at **every** position instead of only
+    /// the rows that predict a slot. Slower (the 262k head runs per row); results
+    /// are identical. Leave `false` outside benchmarks.
+    pub logits_all: bool,
+    /// Read the sequences of one call that share a prefix in a single decode (one
+    /// llama sequence id per read, prefix KV shared) instead of one after another
+    /// through the prefix cache.
+    pub batch_reads: bool,
+}
+
+impl LlamaConfig {
+    /// A config with defaults: all available threads, 2048-token context, a
+    /// 64-deep queue and a 120 s timeout.
+    pub fn new(model_path: impl Into<PathBuf>, model_id: impl Into<String>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            model_id: model_id.into(),
+            sha256: None,
+            n_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            context_size: DEFAULT_CONTEXT_SIZE,
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            timeout: Some(DEFAULT_TIMEOUT),
+            logits_all: false,
+            batch_reads: true,
+        }
+    }
+}
+
+/// Why the llama.cpp backend or tokenizer could not be loaded.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LlamaError {
+    /// The model file does not exist.
+    #[error("`model_path` does not exist. Given: `{0}`")]
+    ModelNotFound(PathBuf),
+    /// A config value is out of range.
+    #[error("`{field}` must be {expected}. Given: `{given}`")]
+    InvalidConfig {
+        /// Offending field.
+        field: &'static str,
+        /// Allowed range.
+        expected: &'static str,
+        /// Value received.
+        given: String,
+    },
+    /// llama.cpp could not be initialised in this process.
+    #[error("llama.cpp backend init failed: {0}")]
+    Init(String),
+    /// llama.cpp could not read the model file.
+    #[error("cannot load model `{path}`: {reason}")]
+    Load {
+        /// Path of the GGUF file.
+        path: PathBuf,
+        /// What llama.cpp reported.
+        reason: String,
+    },
+    /// The model does not look like what this backend expects (vocabulary, BOS…).
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    /// The inference context could not be created (out of memory, bad sizes).
+    #[error("cannot create llama.cpp context: {0}")]
+    Context(String),
+    /// The model thread could not be started or died during load.
+    #[error("model thread failed: {0}")]
+    Thread(String),
+}

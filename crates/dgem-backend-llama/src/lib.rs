@@ -1,0 +1,40 @@
+//! # dgem-backend-llama
+//!
+//! The embedded CPU backend of dgem: runs Gemma 3 GGUF models in-process through
+//! llama.cpp's Rust bindings (`llama-cpp-2`) and implements [`dgem_backend::Backend`].
+//!
+//! Place in the dependency graph: `dgem-core` (tokenizer seam) ← `dgem-backend`
+//! (the `Backend` trait) ← **this crate** ← `dgem-engine` / `dgem-cli`.
+//!
+//! - [`LlamaTokenizer`] reads the vocabulary from the GGUF metadata only
+//!   (`vocab_only`), so slot resolution and prompt tests never load the weights.
+//! - [`LlamaBackend`] owns the model on a dedicated OS thread fed by a bounded
+//!   queue. It computes the output head only at the rows that predict a slot and
+//!   reuses the KV cache of the longest common prefix between consecutive reads.
+//!
+//! ```no_run
+//! use dgem_backend::{Backend, SequenceRead, SlotQuery};
+//! use dgem_backend_llama::{LlamaBackend, LlamaConfig};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let backend = LlamaBackend::load(LlamaConfig::new("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m"))?;
+//! let tok = backend.tokenizer();
+//! let mut tokens = vec![2];
+//! tokens.extend(tok.encode("The capital of France is")?);
+//! let slot = SlotQuery { pos: tokens.len(), labels: vec![tok.encode(" Paris")?, tok.encode(" Rome")?] };
+//! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot] }]).await?;
+//! println!("{:?}", out.sequences[0][0].label_logprobs);
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod config;
+mod engine;
+mod readout;
+mod runtime;
+mod tokenizer;
+mod worker;
+
+pub use backend::LlamaBackend;
+pub use config::{LlamaConfig, LlamaError};
+pub use readout::{read_slot, LOGPROB_FLOOR};
+pub use tokenizer::LlamaTokenizer;

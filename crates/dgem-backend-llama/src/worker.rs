@@ -1,0 +1,107 @@
+//! The model thread: owns the [`Engine`] and runs one job at a time from the
+//! bounded queue, replying on each job's oneshot.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use dgem_backend::{BackendError, ForwardOutput, ForwardStats, SequenceRead};
+use llama_cpp_2::model::LlamaModel;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::Engine;
+use crate::LlamaError;
+
+/// One `forward` call travelling to the model thread.
+pub(crate) struct Job {
+    /// The reads to run, already validated.
+    pub reads: Vec<SequenceRead>,
+    /// When the job entered the queue.
+    pub enqueued: Instant,
+    /// Span of the caller, entered while the job runs.
+    pub span: tracing::Span,
+    /// Where the result goes.
+    pub reply: oneshot::Sender<Result<ForwardOutput, BackendError>>,
+}
+
+/// What the thread needs to build its context.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkerConfig {
+    pub n_threads: usize,
+    pub context_size: usize,
+    pub logits_all: bool,
+    pub batch_reads: bool,
+}
+
+/// Start the model thread; returns once its context exists (or failed to).
+pub(crate) fn spawn(
+    model: Arc<LlamaModel>,
+    cfg: WorkerConfig,
+    rx: mpsc::Receiver<Job>,
+) -> Result<JoinHandle<()>, LlamaError> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), LlamaError>>(1);
+    let handle = std::thread::Builder::new()
+        .name("dgem-llama".into())
+        .spawn(move || run(&model, cfg, rx, &ready_tx))
+        .map_err(|e| LlamaError::Thread(e.to_string()))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err(LlamaError::Thread("model thread exited during start-up".into()))
+        }
+    }
+}
+
+fn run(
+    model: &LlamaModel,
+    cfg: WorkerConfig,
+    mut rx: mpsc::Receiver<Job>,
+    ready: &std::sync::mpsc::SyncSender<Result<(), LlamaError>>,
+) {
+    let mut engine = match Engine::new(model, cfg) {
+        Ok(engine) => {
+            let _ = ready.send(Ok(()));
+            engine
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    while let Some(job) = rx.blocking_recv() {
+        handle(&mut engine, job);
+    }
+    tracing::debug!("llama model thread stopping: queue closed");
+}
+
+fn handle(engine: &mut Engine<'_>, job: Job) {
+    if job.reply.is_closed() {
+        // The caller timed out or went away while the job waited.
+        return;
+    }
+    let _guard = job.span.enter();
+    let started = Instant::now();
+    let queue_ms = started.duration_since(job.enqueued).as_secs_f64() * 1e3;
+    let result = catch_unwind(AssertUnwindSafe(|| engine.run_reads(&job.reads))).unwrap_or_else(|_| {
+        engine.reset();
+        Err(BackendError::Model("llama.cpp call panicked".into()))
+    });
+    let forward_ms = started.elapsed().as_secs_f64() * 1e3;
+    let result = result.map(|(sequences, cached_tokens)| ForwardOutput {
+        sequences,
+        stats: ForwardStats {
+            queue_ms,
+            forward_ms,
+            prompt_tokens: job.reads.iter().map(|r| r.tokens.len()).sum(),
+            cached_tokens,
+        },
+    });
+    tracing::debug!(queue_ms, forward_ms, ok = result.is_ok(), "llama forward");
+    let _ = job.reply.send(result);
+}

@@ -1,0 +1,65 @@
+//! Shared helpers for the model tests: they run only when `DGEM_TEST_MODEL`
+//! points at a Gemma 3 GGUF.
+#![allow(dead_code, clippy::print_stderr)]
+
+use std::path::PathBuf;
+
+use dgem_backend::{SequenceRead, SlotLogits, SlotQuery};
+use dgem_backend_llama::{LlamaBackend, LlamaConfig};
+use dgem_core::tokenizer::Tokenizer;
+
+/// The GGUF named by `DGEM_TEST_MODEL`, or `None` (with a note) when unset.
+pub fn model_path(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("DGEM_TEST_MODEL") {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ => {
+            eprintln!("skipping {test}: set DGEM_TEST_MODEL to a Gemma 3 GGUF to run it");
+            None
+        }
+    }
+}
+
+/// A backend with a small context and two threads.
+pub fn backend(path: &PathBuf) -> LlamaBackend {
+    let mut cfg = LlamaConfig::new(path, "test-model");
+    cfg.context_size = 1024;
+    cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    LlamaBackend::load(cfg).expect("model loads")
+}
+
+/// BOS + `text` encoded.
+pub fn prompt(tok: &dyn Tokenizer, text: &str) -> Vec<u32> {
+    let mut ids = vec![tok.bos_id().expect("model has a BOS")];
+    ids.extend(tok.encode(text).expect("encodes"));
+    ids
+}
+
+/// First-token labels of `words`, each pooled with its `▁`-less form.
+pub fn labels(tok: &dyn Tokenizer, words: &[&str]) -> Vec<Vec<u32>> {
+    words
+        .iter()
+        .map(|w| {
+            let mut ids = vec![tok.encode(&format!(" {w}")).expect("encodes")[0]];
+            ids.push(tok.encode(w).expect("encodes")[0]);
+            ids
+        })
+        .collect()
+}
+
+/// One read with a single slot at the end of `tokens`.
+pub fn read_at_end(tokens: Vec<u32>, labels: Vec<Vec<u32>>) -> SequenceRead {
+    let pos = tokens.len();
+    SequenceRead { tokens, slots: vec![SlotQuery { pos, labels }] }
+}
+
+/// Assert two slot readings agree within `tol`.
+pub fn assert_close(a: &SlotLogits, b: &SlotLogits, tol: f64) {
+    assert_eq!(a.label_logprobs.len(), b.label_logprobs.len());
+    for (x, y) in a.label_logprobs.iter().zip(&b.label_logprobs) {
+        assert!((x - y).abs() <= tol, "label logprob {x} vs {y}");
+    }
+    assert!((a.vocab_entropy - b.vocab_entropy).abs() <= tol, "entropy {} vs {}", a.vocab_entropy, b.vocab_entropy);
+}
+
+/// A ~200-token policy-like prompt.
+pub const LONG_PROMPT: &str = include_str!("../prompt.txt");

@@ -1,0 +1,191 @@
+//! `LlamaBackend::forward` on the real model (needs `DGEM_TEST_MODEL`).
+#![allow(clippy::print_stderr)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_close, backend, labels, model_path, prompt, read_at_end, LONG_PROMPT};
+use dgem_backend::{Attention, Backend, BackendError, LabelMode, SequenceRead, SlotQuery};
+use dgem_backend_llama::{LlamaBackend, LlamaConfig};
+
+const ROUTES: [&str; 4] = ["billing", "technical", "account", "general"];
+
+fn question(tok: &dyn dgem_core::tokenizer::Tokenizer, q: &str) -> SequenceRead {
+    let text = format!("{LONG_PROMPT}Question: {q}\nAnswer:");
+    read_at_end(prompt(tok, &text), labels(tok, &ROUTES))
+}
+
+#[tokio::test]
+async fn info_and_finite_logprobs() {
+    let Some(path) = model_path("info_and_finite_logprobs") else { return };
+    let be = backend(&path);
+    let info = be.info();
+    assert_eq!(info.engine, "llama.cpp");
+    assert_eq!(info.attention, Attention::Causal);
+    assert_eq!(info.label_mode, LabelMode::Words);
+    assert_eq!(info.max_tokens, 1024);
+    assert!(!info.supports_images);
+    let tok = be.tokenizer();
+    let read = question(tok.as_ref(), "Which team should handle this message?");
+    let n = read.tokens.len();
+    let out = be.forward(vec![read]).await.expect("forward");
+    assert_eq!(out.sequences.len(), 1);
+    let slot = &out.sequences[0][0];
+    assert_eq!(slot.label_logprobs.len(), ROUTES.len());
+    assert!(slot.label_logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    let mass: f64 = slot.label_logprobs.iter().map(|l| l.exp()).sum();
+    assert!(mass <= 1.0 + 1e-9 && mass > 0.0, "label mass {mass}");
+    assert!(slot.vocab_entropy.is_finite() && slot.vocab_entropy >= 0.0);
+    assert!((slot.argmax_token as usize) < tok.vocab_size());
+    assert_eq!(out.stats.prompt_tokens, n);
+    assert_eq!(out.stats.cached_tokens, 0);
+    assert!(out.stats.forward_ms > 0.0);
+    // The label ids are pooled: billing should clearly beat the other routes here.
+    eprintln!("labels {:?} entropy {:.3}", slot.label_logprobs, slot.vocab_entropy);
+}
+
+#[tokio::test]
+async fn same_read_twice_is_identical_and_cached() {
+    let Some(path) = model_path("same_read_twice_is_identical_and_cached") else { return };
+    let be = backend(&path);
+    let tok = be.tokenizer();
+    let read = question(tok.as_ref(), "Which team?");
+    let a = be.forward(vec![read.clone()]).await.expect("first");
+    let b = be.forward(vec![read.clone()]).await.expect("second");
+    assert_eq!(a.sequences, b.sequences, "deterministic");
+    assert!(b.stats.cached_tokens > 0, "second call reuses the KV cache");
+    assert_eq!(b.stats.cached_tokens, read.tokens.len() - 1);
+}
+
+#[tokio::test]
+async fn prefix_reuse_matches_cold_read() {
+    let Some(path) = model_path("prefix_reuse_matches_cold_read") else { return };
+    let warm = backend(&path);
+    let tok = warm.tokenizer();
+    let q1 = question(tok.as_ref(), "Which team should handle this message?");
+    let q2 = question(tok.as_ref(), "How urgent is it?");
+    let q3 = question(tok.as_ref(), "Is the customer angry?");
+    warm.forward(vec![q1.clone()]).await.expect("warm-up");
+    // Several reads in one call share the prompt through the cache.
+    let hot = warm.forward(vec![q2.clone(), q3.clone()]).await.expect("warm reads");
+    assert!(hot.stats.cached_tokens > LONG_PROMPT.len() / 8, "{:?}", hot.stats);
+    let cold = backend(&path);
+    for (read, warm_slots) in [q2, q3].into_iter().zip(&hot.sequences) {
+        let fresh = cold.forward(vec![read]).await.expect("cold read");
+        // Different backend instance, so the cold read starts from an empty cache only for the first.
+        assert_close(&fresh.sequences[0][0], &warm_slots[0], 1e-3);
+    }
+    // A truly cold read of q3 on a fresh backend too.
+    let cold2 = backend(&path);
+    let q3 = question(tok.as_ref(), "Is the customer angry?");
+    let fresh = cold2.forward(vec![q3]).await.expect("cold read");
+    assert_eq!(fresh.stats.cached_tokens, 0);
+    assert_close(&fresh.sequences[0][0], &hot.sequences[1][0], 1e-3);
+}
+
+#[tokio::test]
+async fn later_tokens_do_not_change_an_earlier_slot() {
+    let Some(path) = model_path("later_tokens_do_not_change_an_earlier_slot") else { return };
+    let be = backend(&path);
+    let tok = be.tokenizer();
+    let head = prompt(tok.as_ref(), "Route: the customer was charged twice. Team:");
+    let pos = head.len();
+    let lab = labels(tok.as_ref(), &ROUTES);
+    let make = |tail: &str| {
+        let mut tokens = head.clone();
+        tokens.extend(tok.encode(tail).expect("encodes"));
+        let end = tokens.len();
+        SequenceRead {
+            tokens,
+            slots: vec![
+                SlotQuery { pos, labels: lab.clone() },
+                SlotQuery { pos: end, labels: lab.clone() },
+            ],
+        }
+    };
+    let a = be.forward(vec![make(" billing. Urgency is high and the tone angry. Next:")]).await.expect("a");
+    let cold = backend(&path);
+    let b = cold.forward(vec![make(" general? Something else entirely, with more words here:")]).await.expect("b");
+    assert_close(&a.sequences[0][0], &b.sequences[0][0], 1e-3);
+    assert_ne!(a.sequences[0][1], b.sequences[0][1], "the later slot does see its context");
+}
+
+#[tokio::test]
+async fn concurrent_callers_get_their_own_results() {
+    let Some(path) = model_path("concurrent_callers_get_their_own_results") else { return };
+    let be = Arc::new(backend(&path));
+    let tok = be.tokenizer();
+    let reads: Vec<SequenceRead> = [
+        "My invoice is wrong. Team:",
+        "The app crashes when I open settings. Team:",
+        "I want to change the email of my account. Team:",
+    ]
+    .iter()
+    .map(|t| read_at_end(prompt(tok.as_ref(), t), labels(tok.as_ref(), &ROUTES)))
+    .collect();
+    let mut sequential = Vec::new();
+    for r in &reads {
+        sequential.push(be.forward(vec![r.clone()]).await.expect("sequential").sequences);
+    }
+    let tasks: Vec<_> = reads
+        .iter()
+        .cloned()
+        .map(|r| {
+            let be = Arc::clone(&be);
+            tokio::spawn(async move { be.forward(vec![r]).await })
+        })
+        .collect();
+    for (task, expected) in tasks.into_iter().zip(&sequential) {
+        let got = task.await.expect("task joins").expect("forward");
+        assert_close(&got.sequences[0][0], &expected[0][0], 1e-3);
+    }
+    assert_ne!(sequential[0], sequential[1]);
+}
+
+#[tokio::test]
+async fn all_rows_hook_gives_the_same_numbers() {
+    let Some(path) = model_path("all_rows_hook_gives_the_same_numbers") else { return };
+    let be = backend(&path);
+    let mut cfg = LlamaConfig::new(&path, "all-rows");
+    cfg.context_size = 1024;
+    cfg.logits_all = true;
+    let all = LlamaBackend::load(cfg).expect("loads");
+    let tok = be.tokenizer();
+    let read = question(tok.as_ref(), "Which team?");
+    let a = be.forward(vec![read.clone()]).await.expect("slot rows");
+    let b = all.forward(vec![read]).await.expect("all rows");
+    assert_close(&a.sequences[0][0], &b.sequences[0][0], 1e-3);
+}
+
+#[tokio::test]
+async fn invalid_reads_and_timeouts_are_errors() {
+    let Some(path) = model_path("invalid_reads_and_timeouts_are_errors") else { return };
+    let be = backend(&path);
+    let tok = be.tokenizer();
+    let tokens = prompt(tok.as_ref(), "Hello there");
+    let n = tokens.len();
+    let bad = [
+        SequenceRead { tokens: vec![], slots: vec![] },
+        SequenceRead { tokens: tokens.clone(), slots: vec![SlotQuery { pos: 0, labels: vec![vec![5]] }] },
+        SequenceRead { tokens: tokens.clone(), slots: vec![SlotQuery { pos: n + 1, labels: vec![vec![5]] }] },
+        SequenceRead { tokens: vec![2, 262_144], slots: vec![SlotQuery { pos: 1, labels: vec![vec![5]] }] },
+        SequenceRead { tokens: vec![2; 1025], slots: vec![SlotQuery { pos: 1, labels: vec![vec![5]] }] },
+    ];
+    for read in bad {
+        let err = be.forward(vec![read]).await.expect_err("rejected");
+        assert!(matches!(err, BackendError::InvalidRequest(_)), "{err}");
+    }
+    // Still serving after the rejections.
+    be.forward(vec![read_at_end(tokens, vec![vec![5]])]).await.expect("valid read");
+
+    let mut cfg = LlamaConfig::new(&path, "tight");
+    cfg.context_size = 1024;
+    cfg.timeout = Some(Duration::from_millis(1));
+    let tight = LlamaBackend::load(cfg).expect("loads");
+    let read = question(tok.as_ref(), "Which team?");
+    let err = tight.forward(vec![read]).await.expect_err("times out");
+    assert!(matches!(err, BackendError::Timeout(1)), "{err}");
+    assert!(err.is_retryable());
+}

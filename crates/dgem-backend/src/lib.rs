@@ -1,0 +1,159 @@
+//! # dgem-backend
+//!
+//! The one seam between dgem and a model: [`Backend`]. A backend is handed
+//! token sequences with answer **slots** and returns, for each slot, the
+//! log-probability of every allowed label (the engine then applies the
+//! restricted softmax of serving.md §6.1).
+//!
+//! Depends on `dgem-core` only. Implementations: `dgem-backend-llama` (embedded
+//! Gemma 3 GGUF on CPU), and later vLLM/DiffusionGemma and remote dgem.
+//!
+//! ```
+//! use dgem_backend::{SlotQuery, SequenceRead};
+//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]] }] };
+//! assert_eq!(read.slots[0].labels.len(), 2);
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dgem_core::tokenizer::{TokenId, Tokenizer};
+use serde::Serialize;
+
+pub use dgem_core::labels::LabelMode;
+
+pub use error::BackendError;
+
+/// How the model sees a sequence, which decides how the engine lays slots out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Attention {
+    /// Every position sees every other (DiffusionGemma, masked LMs): all slots of
+    /// a canvas are read jointly in one pass.
+    Bidirectional,
+    /// Position `p` sees only `< p` (Gemma 3 base): a slot's distribution is the
+    /// next-token prediction from the position before it.
+    Causal,
+}
+
+/// Static facts about a backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendInfo {
+    /// Short engine name, e.g. `llama.cpp` or `vllm`.
+    pub engine: String,
+    /// Model id, e.g. `gemma-3-270m-q4_k_m`.
+    pub model_id: String,
+    /// sha256 of the model file, hex, when known.
+    pub model_sha256: Option<String>,
+    /// Attention pattern of the model.
+    pub attention: Attention,
+    /// Default label mode for this backend.
+    pub label_mode: LabelMode,
+    /// Longest sequence (tokens) one read may hold.
+    pub max_tokens: usize,
+    /// Whether image parts in a state can be read.
+    pub supports_images: bool,
+}
+
+/// One slot to read: the position whose token distribution we want, and the
+/// token ids that stand for each label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlotQuery {
+    /// Position in the sequence (0-based) of the answer token. For a causal model
+    /// the distribution comes from the logits at `pos - 1`; `pos` may equal the
+    /// sequence length (the token to be written next).
+    pub pos: usize,
+    /// For each label (in alternative order), one or more token ids whose
+    /// probabilities are pooled (summed) — e.g. `▁billing` and `billing`.
+    pub labels: Vec<Vec<TokenId>>,
+}
+
+/// One sequence to run through the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SequenceRead {
+    /// Full token sequence, BOS included when the model uses one.
+    pub tokens: Vec<TokenId>,
+    /// Slots to read in this sequence.
+    pub slots: Vec<SlotQuery>,
+}
+
+/// The model's reading of one slot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotLogits {
+    /// Per label: natural log of the pooled full-vocabulary softmax probability
+    /// (≤ 0). `-inf` is not allowed: a backend clamps to a finite floor.
+    pub label_logprobs: Vec<f64>,
+    /// Entropy of the full-vocabulary distribution at the slot, in nats.
+    pub vocab_entropy: f64,
+    /// The most probable token id over the full vocabulary.
+    pub argmax_token: TokenId,
+}
+
+/// Timing and token accounting of one [`Backend::forward`] call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ForwardStats {
+    /// Time spent waiting in the backend's queue, ms.
+    pub queue_ms: f64,
+    /// Time spent in the model, ms.
+    pub forward_ms: f64,
+    /// Tokens in all sequences of the call.
+    pub prompt_tokens: usize,
+    /// Tokens whose KV state was reused from a cache instead of recomputed.
+    pub cached_tokens: usize,
+}
+
+/// The result of one [`Backend::forward`] call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ForwardOutput {
+    /// One entry per input sequence, each with one [`SlotLogits`] per slot, in order.
+    pub sequences: Vec<Vec<SlotLogits>>,
+    /// Timing and token accounting.
+    pub stats: ForwardStats,
+}
+
+/// Health of a backend, for `/health` and readiness.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Loaded and serving.
+    Ready,
+    /// Still starting; the phase says what it is doing.
+    Starting {
+        /// Phase name, e.g. `loading_model`.
+        phase: String,
+    },
+    /// Broken; the reason says why.
+    Failed {
+        /// Human-readable reason.
+        reason: String,
+    },
+}
+
+/// A model that reads label probabilities at answer slots.
+///
+/// Implementations must be cheap to share (`Arc<dyn Backend>`), bounded (a full
+/// queue is [`BackendError::Overloaded`], not an unbounded wait) and must never
+/// run the model on an async worker thread.
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Static facts about this backend.
+    fn info(&self) -> &BackendInfo;
+
+    /// The tokenizer of the model's vocabulary (for prompt building and slot resolution).
+    fn tokenizer(&self) -> Arc<dyn Tokenizer>;
+
+    /// Read every slot of every sequence.
+    ///
+    /// # Errors
+    /// [`BackendError`] when the model fails, the queue is full, the sequence is
+    /// too long or a slot position is out of range.
+    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError>;
+
+    /// Current health. Defaults to [`Health::Ready`].
+    async fn health(&self) -> Health {
+        Health::Ready
+    }
+}

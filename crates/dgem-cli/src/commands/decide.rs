@@ -1,0 +1,168 @@
+//! `dgem decide`: one decision on the embedded model.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::Args;
+use dgem_core::payload::{parse_named_payload, Payload};
+use dgem_core::schema::{Layout, SamplePolicy, SchemaDefaults, ValidSchema};
+use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
+use dgem_engine::{DecideRequest, Decision};
+use serde_json::{Map, Value};
+
+use crate::commands::output;
+use crate::failure::{engine, internal, user, Failure};
+use crate::setup::{self, ModelArgs};
+
+/// Template variables.
+#[derive(Debug, Clone, Args)]
+pub struct VarArgs {
+    /// A template variable `key=value` (repeatable). `true`/`false` become booleans,
+    /// JSON arrays/objects are parsed, everything else stays a string.
+    #[arg(short = 'v', long = "var", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    /// A JSON file of variables; `-v` overrides its keys.
+    #[arg(short = 'd', long = "data", value_name = "FILE")]
+    pub data: Option<PathBuf>,
+}
+
+/// Arguments of `dgem decide`.
+#[derive(Debug, Args)]
+pub struct DecideArgs {
+    /// Policy template: a `.json.tmpl` path, or a name found under `templates/`
+    /// (e.g. `support_triage`).
+    #[arg(short = 't', long = "template")]
+    pub template: PathBuf,
+    #[command(flatten)]
+    pub vars: VarArgs,
+    /// Print the `{answers, diagnostics}` envelope as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print timing, token and per-question diagnostics after the table.
+    #[arg(short = 's', long)]
+    pub stats: bool,
+    /// Reads to average: a count (1–32) or `auto`. Overrides the template.
+    #[arg(long)]
+    pub samples: Option<String>,
+    /// Prompt layout: `document_first` or `schema_first`. Overrides the template.
+    #[arg(long)]
+    pub layout: Option<String>,
+    /// Base seed for the reads.
+    #[arg(long, default_value_t = 42)]
+    pub seed: i64,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Find a template by path or by name under `templates/`.
+pub fn resolve_template(t: &Path) -> Result<PathBuf, Failure> {
+    if t.is_file() {
+        return Ok(t.to_path_buf());
+    }
+    let name = t.to_string_lossy();
+    let candidates = [
+        PathBuf::from("templates").join(format!("{name}.json.tmpl")),
+        PathBuf::from("templates").join(name.as_ref()),
+    ];
+    candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| {
+        user(anyhow::anyhow!(
+            "`--template` must be a .json.tmpl file or a template name under templates/. Given: `{name}`"
+        ))
+    })
+}
+
+/// Render a template with variables and split it into schema and state.
+pub fn load_payload(template: &Path, args: &VarArgs) -> Result<(Payload, Map<String, Value>), Failure> {
+    let path = resolve_template(template)?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read template {}", path.display()))
+        .map_err(user)?;
+    let file_vars = match &args.data {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read variables file {}", p.display()))
+                .map_err(user)?;
+            Some(load_vars_file(&t, &p.display().to_string()).map_err(user)?)
+        }
+        None => None,
+    };
+    let cli: Vec<(String, Value)> = args
+        .vars
+        .iter()
+        .map(|v| parse_var(v))
+        .collect::<Result<_, _>>()
+        .map_err(user)?;
+    let vars = merge_vars(file_vars, cli);
+    let name = path.display().to_string();
+    let rendered = dgem_core::template::render(&name, &text, &vars).map_err(user)?;
+    let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
+    Ok((payload, vars))
+}
+
+/// Parse `--samples`.
+pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(SamplePolicy::Auto { max: 4, threshold: 0.1 });
+    }
+    match t.parse::<u32>() {
+        Ok(n) if (1..=dgem_core::schema::MAX_SAMPLES).contains(&n) => Ok(SamplePolicy::Fixed { n }),
+        _ => Err(user(anyhow::anyhow!(
+            "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
+        ))),
+    }
+}
+
+/// Parse `--layout`.
+pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
+    match s.trim() {
+        "document_first" => Ok(Layout::DocumentFirst),
+        "schema_first" => Ok(Layout::SchemaFirst),
+        other => Err(user(anyhow::anyhow!(
+            "`--layout` must be one of [document_first, schema_first]. Given: `{other}`"
+        ))),
+    }
+}
+
+/// Validate the schema of a payload and apply command-line overrides.
+pub fn valid_schema(
+    payload: &Payload,
+    samples: Option<&str>,
+    layout: Option<&str>,
+) -> Result<ValidSchema, Failure> {
+    let mut schema = ValidSchema::from_value(&payload.schema, &SchemaDefaults::default()).map_err(user)?;
+    if let Some(s) = samples {
+        schema = schema.with_samples(parse_samples(s)?);
+    }
+    if let Some(l) = layout {
+        schema = schema.with_layout(parse_layout(l)?);
+    }
+    Ok(schema)
+}
+
+/// Run `dgem decide`.
+pub fn run(args: DecideArgs) -> Result<(), Failure> {
+    let (payload, _) = load_payload(&args.template, &args.vars)?;
+    let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
+    let engine_ = setup::engine(&args.model)?;
+    let rt = setup::runtime()?;
+    let started = std::time::Instant::now();
+    let decision: Decision = rt
+        .block_on(engine_.decide(DecideRequest {
+            schema,
+            state: payload.state.clone(),
+            seed: args.seed,
+        }))
+        .map_err(engine)?;
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    if args.json {
+        let text = serde_json::to_string_pretty(&decision.envelope()).map_err(internal)?;
+        println!("{text}");
+    } else {
+        print!("{}", output::table(&decision));
+        if args.stats {
+            print!("{}", output::stats(&decision, wall_ms));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! `dgem`: a zero-shot decision engine.
+//!
+//! `main` parses arguments, sets up tracing (to stderr, so stdout stays clean for
+//! `--json`), runs one command and maps its outcome to an exit code:
+//! 0 ok, 1 user error (bad template, variable, schema), 2 internal or backend error.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod commands;
+mod failure;
+mod progress;
+mod setup;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::failure::Failure;
+
+/// dgem — read a probability for every allowed answer of every question of a
+/// policy, in one pass of a model.
+#[derive(Debug, Parser)]
+#[command(name = "dgem", version, about, long_about = None)]
+struct Cli {
+    /// Log filter for stderr (e.g. `info`, `dgem_engine=debug`).
+    #[arg(long, env = "DGEM_LOG", default_value = "warn", global = true)]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make one decision: render a policy with variables and read its answers.
+    Decide(commands::decide::DecideArgs),
+    /// Fetch, list and verify embedded models.
+    #[command(subcommand)]
+    Model(commands::model::ModelCommand),
+    /// Run a labelled dataset and report accuracy, ECE and hesitation.
+    Bench(commands::bench::BenchArgs),
+    /// Render a policy template and print the JSON (no model involved).
+    Render(commands::render::RenderArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = match cli.command {
+        Command::Decide(args) => commands::decide::run(args),
+        Command::Model(cmd) => commands::model::run(cmd),
+        Command::Bench(args) => commands::bench::run(args),
+        Command::Render(args) => commands::render::run(args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.report(),
+    }
+}

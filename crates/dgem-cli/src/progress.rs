@@ -1,0 +1,43 @@
+//! indicatif progress bars for model downloads (hidden when stderr is not a TTY).
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// A byte progress bar on stderr.
+#[derive(Debug)]
+pub struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    /// A new bar; draws only when stderr is a terminal.
+    pub fn new() -> Self {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template(
+            "{msg:40} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        bar.set_style(style);
+        Self { bar }
+    }
+}
+
+impl dgem_model::Progress for Bar {
+    fn stage(&self, msg: &str) {
+        self.bar.set_message(msg.to_owned());
+        if !self.bar.is_hidden() {
+            return;
+        }
+        eprintln!("{msg}");
+    }
+    fn set_len(&self, n: u64) {
+        self.bar.set_position(0);
+        self.bar.set_length(n);
+    }
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+    }
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,247 @@
+//! The `{answers, diagnostics}` envelope (serving.md §8).
+//!
+//! Answers keep the wire shapes of the chat route (§8.1): key order `type,
+//! label, confidence, probabilities, noul|choice|(score, level), [stderr,
+//! agreement]`, then dgem-rs's extra keys `entropy` (nats) and
+//! `normalized_entropy` (hesitation, H/ln K). Diagnostics carry the §8.2 keys plus
+//! the embedded engine's own (model, label mode, calibration, token counts).
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::readout::{score_expectation, Aggregate};
+use crate::schema::{Question, QuestionKind};
+
+/// One answered question, ready to be written out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnswerOut {
+    /// The question.
+    pub question: Question,
+    /// Labels in alternative order (letters or words).
+    pub labels: Vec<String>,
+    /// The averaged (and, if enabled, calibrated) distribution.
+    pub aggregate: Aggregate,
+}
+
+impl AnswerOut {
+    /// Name of the chosen alternative (`yes`/`no`, option or level name).
+    pub fn answer_name(&self) -> &str {
+        self.question
+            .alternatives
+            .get(self.aggregate.top)
+            .map_or("", |a| a.name.as_str())
+    }
+
+    /// The chat-route answer object (score 1-based).
+    pub fn to_chat_json(&self) -> Value {
+        let a = &self.aggregate;
+        let q = &self.question;
+        let mut m = Map::new();
+        m.insert("type".into(), json!(q.kind.wire_name()));
+        m.insert(
+            "label".into(),
+            json!(self.labels.get(a.top).cloned().unwrap_or_default()),
+        );
+        m.insert("confidence".into(), json!(a.confidence));
+        let probs: Map<String, Value> = q
+            .alternatives
+            .iter()
+            .zip(&a.mean)
+            .map(|(alt, p)| (alt.name.clone(), json!(p)))
+            .collect();
+        m.insert("probabilities".into(), Value::Object(probs));
+        match q.kind {
+            QuestionKind::Boolean => {
+                m.insert("noul".into(), json!(a.mean.first().copied().unwrap_or(0.0)));
+            }
+            QuestionKind::Choice => {
+                m.insert("choice".into(), json!(self.answer_name()));
+            }
+            QuestionKind::Score => {
+                m.insert("score".into(), json!(score_expectation(&a.mean)));
+                m.insert("level".into(), json!(self.answer_name()));
+            }
+        }
+        if let (Some(se), Some(ag)) = (a.stderr, a.agreement) {
+            m.insert("stderr".into(), json!(se));
+            m.insert("agreement".into(), json!(ag));
+        }
+        m.insert("entropy".into(), json!(a.entropy));
+        m.insert("normalized_entropy".into(), json!(a.normalized_entropy));
+        Value::Object(m)
+    }
+}
+
+/// Why a question was skipped by `ask_if` (serving.md §8.2 `skipped`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skip {
+    /// The dependency whose answer failed the condition.
+    pub because: String,
+    /// Its answer name, or `None` if it was itself skipped.
+    pub was: Option<String>,
+    /// The answer names that would have let the question run.
+    pub wanted: Vec<String>,
+}
+
+/// Per-question diagnostics (serving.md §8.2 `questions`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuestionDiagnostics {
+    /// Token position of the slot (in the read's sequence).
+    pub pos: usize,
+    /// Backend-side entropy per read, nats.
+    pub entropy: Vec<f64>,
+    /// Share of the model's distribution on this question's labels (read 0), in [0, 1].
+    pub label_mass: f64,
+    /// Whether the most likely token of read 0 was a label.
+    pub argmax_is_label: bool,
+    /// Distribution before contextual calibration (mean over reads), when calibrated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncalibrated: Option<Vec<f64>>,
+}
+
+/// The samples block (serving.md §8.2 `samples`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SamplesDiagnostics {
+    /// Reads averaged.
+    pub n: u32,
+    /// Per read: `{qid: [label, max prob, entropy]}`.
+    pub tops: Vec<IndexMap<String, (String, f64, f64)>>,
+    /// The policy and, for `"auto"`, whether it extended.
+    pub policy: Value,
+}
+
+/// Timing of a decision, all in ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timing {
+    /// Wall time of the whole decision.
+    pub total_ms: f64,
+    /// Reads run (Σ over stages and samples).
+    pub reads: u32,
+    /// Time waiting in the backend queue.
+    pub queue_ms: f64,
+    /// Time in the model.
+    pub forward_ms: f64,
+    /// Time spent reading content-free states for calibration (0 when cached).
+    pub calibration_ms: f64,
+}
+
+/// Decision-level diagnostics (serving.md §8.2 plus dgem-rs keys).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnostics {
+    /// Denoise steps.
+    pub steps: u32,
+    /// `document_first` or `schema_first`.
+    pub layout: String,
+    /// Questions read alone.
+    pub isolated: Vec<String>,
+    /// Asked ids per stage.
+    pub stages: Vec<Vec<String>>,
+    /// Questions skipped by `ask_if`.
+    pub skipped: IndexMap<String, Skip>,
+    /// Ids per group, in the order they were read.
+    pub chunks: Vec<Vec<String>>,
+    /// `full` when chained, else `own`/`shared`.
+    pub chunk_prompt: String,
+    /// Whether chunks ran in order.
+    pub sequential: bool,
+    /// `null`, `prefill` or `restated`.
+    pub conditioning: Option<String>,
+    /// Thought (not produced by the embedded engine).
+    pub thought: Option<Value>,
+    /// Samples block.
+    pub samples: SamplesDiagnostics,
+    /// Timing.
+    pub timing: Timing,
+    /// Prompt tokens of the longest read.
+    pub prompt_tokens: Option<usize>,
+    /// Tokens whose KV state came from the prefix cache (Σ over reads).
+    pub cached_tokens: usize,
+    /// Tokens of the state that were sent and read (the embedded engine refuses
+    /// rather than truncates, so the two are equal).
+    pub state_tokens: usize,
+    /// Per-question diagnostics.
+    pub questions: IndexMap<String, QuestionDiagnostics>,
+    /// Engine name (`llama.cpp`, `vllm`, …).
+    pub engine: String,
+    /// Whether backend entropy is over labels only (vLLM constrained reads).
+    pub constrained: bool,
+    /// Model id.
+    pub model: String,
+    /// Model file sha256, if known.
+    pub model_sha256: Option<String>,
+    /// `letters` or `words`.
+    pub label_mode: String,
+    /// How slots were read: `joint` (one canvas) or `cloze` (each slot after the prompt).
+    pub slot_reading: String,
+    /// Contextual calibration: `null` when off, else the content-free states used.
+    pub calibration: Option<Vec<String>>,
+    /// A plain-words note on how far these numbers can be trusted.
+    pub note: Option<String>,
+}
+
+/// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per
+/// asked question in schema order; `None` marks a skipped question (JSON `null`).
+pub fn envelope(answers: &IndexMap<String, Option<AnswerOut>>, diagnostics: &Diagnostics) -> Value {
+    let ans: Map<String, Value> = answers
+        .iter()
+        .map(|(id, a)| {
+            (
+                id.clone(),
+                a.as_ref().map_or(Value::Null, AnswerOut::to_chat_json),
+            )
+        })
+        .collect();
+    json!({
+        "answers": Value::Object(ans),
+        "diagnostics": serde_json::to_value(diagnostics).unwrap_or(Value::Null),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::readout::aggregate;
+    use crate::schema::{SchemaDefaults, ValidSchema};
+
+    #[test]
+    fn chat_answer_shapes_per_type() {
+        let s = ValidSchema::from_value(
+            &json!({"questions": [
+                {"id": "u", "type": "noul"},
+                {"id": "t", "type": "choice", "options": ["billing", "support"]},
+                {"id": "s", "type": "score", "levels": ["calm", "frustrated", "furious"]}
+            ]}),
+            &SchemaDefaults::default(),
+        )
+        .expect("valid");
+        let mk = |i: usize, labels: &[&str], dist: Vec<Vec<f64>>| AnswerOut {
+            question: s.questions[i].clone(),
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            aggregate: aggregate(&dist),
+        };
+        let u = mk(0, &["yes", "no"], vec![vec![0.25, 0.75]]).to_chat_json();
+        let keys: Vec<&String> = u.as_object().expect("obj").keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "type",
+                "label",
+                "confidence",
+                "probabilities",
+                "noul",
+                "entropy",
+                "normalized_entropy"
+            ]
+        );
+        assert_eq!(u["label"], "no");
+        assert_eq!(u["noul"], 0.25);
+        let t = mk(1, &["A", "B"], vec![vec![0.9, 0.1], vec![0.7, 0.3]]).to_chat_json();
+        assert_eq!(t["choice"], "billing");
+        assert_eq!(t["agreement"], 1.0);
+        let sc = mk(2, &["1", "2", "3"], vec![vec![0.0, 0.5, 0.5]]).to_chat_json();
+        assert_eq!(sc["level"], "frustrated");
+        assert!((sc["score"].as_f64().expect("num") - 2.5).abs() < 1e-12);
+        assert_eq!(sc["probabilities"]["furious"], 0.5);
+    }
+}

@@ -1,0 +1,239 @@
+//! Prompt text: the question block, the state text and the two layouts.
+//!
+//! The structure follows serving.md §4.2–4.3 (a lead paragraph, the global
+//! instructions, one block per question with its labelled alternatives, then a
+//! format line); the wording is dgem-rs's own. Under [`LabelMode::Words`] the
+//! alternatives are listed by name and the reply asks for the name itself.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::labels::{labels_for, LabelMode};
+use crate::schema::{AnswerFormat, Layout, Question, QuestionKind};
+
+/// Gemma's user-turn opener (special id 105 followed by `user\n`).
+pub const GEMMA_USER_TURN: &str = "<start_of_turn>user\n";
+/// Gemma's turn closer plus the model-turn opener.
+pub const GEMMA_MODEL_TURN: &str = "<end_of_turn>\n<start_of_turn>model\n";
+
+/// Inputs of [`system_text`].
+#[derive(Debug, Clone, Copy)]
+pub struct SystemTextSpec<'a> {
+    /// Questions of this read, in order.
+    pub questions: &'a [&'a Question],
+    /// Global rubric, if any.
+    pub instructions: Option<&'a str>,
+    /// Answer template format.
+    pub format: AnswerFormat,
+    /// Label mode (letters or option words).
+    pub mode: LabelMode,
+    /// Whether the read covers only part of the questions.
+    pub chunked: bool,
+}
+
+/// The question block for one read.
+pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
+    let mut out = String::from(
+        "Decide a fixed list of questions about the material supplied by the user. \
+         Every question names its permitted answers; give exactly one of them per question.\n",
+    );
+    if let Some(ins) = spec.instructions.map(str::trim).filter(|s| !s.is_empty()) {
+        let _ = write!(out, "\n{ins}\n");
+    }
+    for q in spec.questions {
+        let _ = write!(out, "\nQuestion {}: {}\n", q.id, q.instructions.trim());
+        let labels = labels_for(q, spec.mode);
+        for (alt, label) in q.alternatives.iter().zip(&labels) {
+            let desc = alt
+                .description
+                .as_deref()
+                .map(str::trim)
+                .filter(|d| !d.is_empty());
+            let named = q.kind != QuestionKind::Boolean && spec.mode == LabelMode::Letters;
+            match (named, desc) {
+                (true, Some(d)) => {
+                    let _ = writeln!(out, "  {label}: {} ({d})", alt.name);
+                }
+                (true, None) => {
+                    let _ = writeln!(out, "  {label}: {}", alt.name);
+                }
+                (false, Some(d)) => {
+                    let _ = writeln!(out, "  {label}: {d}");
+                }
+                (false, None) => {
+                    let _ = writeln!(out, "  {label}");
+                }
+            }
+        }
+    }
+    out.push('\n');
+    out.push_str(match (spec.format, spec.mode) {
+        (AnswerFormat::Lines, LabelMode::Letters) => {
+            "Answer with one line per question, in the order above, written as \"id: label\"."
+        }
+        (AnswerFormat::Lines, LabelMode::Words) => {
+            "Answer with one line per question, in the order above, written as \"id: answer\"."
+        }
+        (AnswerFormat::Indexed, _) => {
+            "Answer on a single line: each question id directly followed by its label, \
+             separated by single spaces."
+        }
+    });
+    if spec.chunked {
+        out.push_str(
+            " Some questions may be missing from the answer; fill every line that is there.",
+        );
+    }
+    out
+}
+
+/// The user-side content of a text read under `layout` (serving.md §4.3).
+///
+/// `document_first`: the state inside `<user_text>` tags, then the question block
+/// inside `<instructions>`. `schema_first`: the question block first, then the
+/// state, so the block is a prefix shared by every decision of a policy.
+pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
+    match layout {
+        Layout::DocumentFirst => format!(
+            "<user_text>\n{state}\n</user_text>\n\n<instructions>\n{system}\n</instructions>"
+        ),
+        Layout::SchemaFirst => format!(
+            "<instructions>\n{system}\n</instructions>\n\n<user_text>\n{state}\n</user_text>"
+        ),
+    }
+}
+
+/// A whole Gemma chat prompt ending where the model starts to answer.
+///
+/// Gemma 3 has no system role; both layouts put everything in one user turn.
+pub fn gemma_chat_prompt(layout: Layout, system: &str, state: &str) -> String {
+    format!(
+        "{GEMMA_USER_TURN}{}{GEMMA_MODEL_TURN}",
+        user_content(layout, system, state)
+    )
+}
+
+/// The state as prompt text: a string as is; any other JSON value encoded the way
+/// Python's `json.dumps(v, ensure_ascii=False)` does (separators `", "` and
+/// `": "`), so prompts stay byte-identical with the original server (serving.md §3.3).
+pub fn state_text(state: &Value) -> String {
+    match state {
+        Value::String(s) => s.clone(),
+        other => python_json(other),
+    }
+}
+
+/// Encode `v` as Python's `json.dumps(v, ensure_ascii=False)` would.
+pub fn python_json(v: &Value) -> String {
+    let mut buf = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, PythonFormatter);
+    // Serializing a Value into a Vec cannot fail.
+    if v.serialize(&mut ser).is_err() {
+        return v.to_string();
+    }
+    String::from_utf8(buf).unwrap_or_else(|_| v.to_string())
+}
+
+/// serde_json formatter with Python's default separators.
+struct PythonFormatter;
+
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{SchemaDefaults, ValidSchema};
+
+    fn triage() -> ValidSchema {
+        let v = serde_json::json!({
+            "instructions": "Route support tickets.",
+            "questions": [
+                {"id": "urgent", "type": "boolean", "instructions": "Same-day escalation?",
+                 "criteria": {"true": "needs action today", "false": "can wait"}},
+                {"id": "team", "type": "choice", "instructions": "Owning team?",
+                 "options": [{"name": "billing", "description": "charges"}, "support"]}
+            ]
+        });
+        ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid")
+    }
+
+    #[test]
+    fn python_json_uses_python_separators_and_keeps_unicode() {
+        let v = serde_json::json!({"ticket": "café", "n": [1, 2]});
+        assert_eq!(python_json(&v), r#"{"ticket": "café", "n": [1, 2]}"#);
+        assert_eq!(state_text(&serde_json::json!("plain")), "plain");
+    }
+
+    #[test]
+    fn system_text_letters_snapshot() {
+        let s = triage();
+        let qs: Vec<&Question> = s.questions.iter().collect();
+        let text = system_text(&SystemTextSpec {
+            questions: &qs,
+            instructions: s.instructions.as_deref(),
+            format: s.format,
+            mode: LabelMode::Letters,
+            chunked: false,
+        });
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn system_text_words_lists_names() {
+        let s = triage();
+        let qs: Vec<&Question> = s.questions.iter().collect();
+        let text = system_text(&SystemTextSpec {
+            questions: &qs,
+            instructions: None,
+            format: s.format,
+            mode: LabelMode::Words,
+            chunked: false,
+        });
+        assert!(text.contains("  billing: charges\n  support\n"));
+        assert!(text.ends_with("written as \"id: answer\"."));
+    }
+
+    #[test]
+    fn layouts_order_state_and_schema() {
+        let d = gemma_chat_prompt(Layout::DocumentFirst, "SYS", "STATE");
+        assert_eq!(
+            d,
+            "<start_of_turn>user\n<user_text>\nSTATE\n</user_text>\n\n<instructions>\nSYS\n</instructions><end_of_turn>\n<start_of_turn>model\n"
+        );
+        let s = gemma_chat_prompt(Layout::SchemaFirst, "SYS", "STATE");
+        assert!(s.starts_with("<start_of_turn>user\n<instructions>\nSYS"));
+    }
+}

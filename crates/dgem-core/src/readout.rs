@@ -1,0 +1,257 @@
+//! Readout math: from label log-probabilities to answer distributions.
+//!
+//! Formulas follow serving.md §6: the restricted softmax over a question's labels
+//! (§6.1), averaging over reads with agreement and standard error (§6.3), the
+//! `"auto"` sample policy (§6.4) and hesitation = normalized entropy H/ln K
+//! (§6.5). Contextual calibration divides by the distribution read on
+//! content-free states and renormalizes (Zhao et al. 2021, "Calibrate Before Use").
+//! Entropies are in nats; probabilities are in [0, 1] and sum to 1.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::schema::SamplePolicy;
+use crate::tokenizer::TokenId;
+
+/// Smallest probability kept when dividing by a calibration prior, so a label the
+/// prior never saw cannot blow up (a floor, not a tuning knob).
+pub const PROB_FLOOR: f64 = 1e-12;
+
+/// Hesitation below this is "clear" (serving.md §6.5; the EXP-05b cascade gate).
+pub const HESITATION_CLEAR: f64 = 0.16;
+/// Hesitation above this is "very unsure" (serving.md §6.5).
+pub const HESITATION_VERY_UNSURE: f64 = 0.50;
+
+/// Softmax of `logits` restricted to these entries (temperature 1).
+///
+/// Returns a distribution of the same length that sums to 1; an empty input gives
+/// an empty output. Non-finite inputs are treated as a very low logit.
+pub fn restricted_softmax(logits: &[f64]) -> Vec<f64> {
+    if logits.is_empty() {
+        return Vec::new();
+    }
+    let clean: Vec<f64> = logits
+        .iter()
+        .map(|&x| if x.is_finite() { x } else { -1e30 })
+        .collect();
+    let max = clean.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let exps: Vec<f64> = clean.iter().map(|&x| (x - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| e / sum).collect()
+}
+
+/// Shannon entropy of `p` in nats (terms with p ≤ 0 contribute 0).
+pub fn entropy(p: &[f64]) -> f64 {
+    p.iter()
+        .filter(|&&x| x > 0.0)
+        .map(|&x| -x * x.ln())
+        .sum::<f64>()
+        .max(0.0)
+}
+
+/// Normalized entropy ("hesitation") `H(p) / ln K`, clipped to [0, 1]; 0 when K < 2.
+pub fn normalized_entropy(p: &[f64]) -> f64 {
+    if p.len() < 2 {
+        return 0.0;
+    }
+    (entropy(p) / (p.len() as f64).ln()).clamp(0.0, 1.0)
+}
+
+/// Hesitation band of a normalized entropy (serving.md §6.5).
+pub fn hesitation_band(h: f64) -> &'static str {
+    if h < HESITATION_CLEAR {
+        "clear"
+    } else if h <= HESITATION_VERY_UNSURE {
+        "unsure"
+    } else {
+        "very_unsure"
+    }
+}
+
+/// The reading of one slot in one read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlotRead {
+    /// Restricted-softmax distribution over the question's labels.
+    pub probs: Vec<f64>,
+    /// Share of the model's distribution that fell on the labels, in [0, 1].
+    pub label_mass: f64,
+    /// Entropy in nats of the distribution the backend returned (full vocabulary
+    /// for the embedded model; the top-k set for vLLM).
+    pub entropy: f64,
+    /// Whether the single most likely token was one of the labels.
+    pub argmax_is_label: bool,
+}
+
+impl SlotRead {
+    /// Build a read from per-label log-probabilities over the full vocabulary.
+    pub fn from_label_logprobs(
+        label_logprobs: &[f64],
+        vocab_entropy: f64,
+        argmax_is_label: bool,
+    ) -> Self {
+        Self {
+            probs: restricted_softmax(label_logprobs),
+            label_mass: label_logprobs
+                .iter()
+                .map(|lp| lp.exp())
+                .sum::<f64>()
+                .clamp(0.0, 1.0),
+            entropy: vocab_entropy,
+            argmax_is_label,
+        }
+    }
+
+    /// Build a read from a returned top-logprob set (serving.md §6.1): a label
+    /// missing from `top` gets `min(top) - 5`; entropy is over the returned set.
+    pub fn from_top_logprobs(top: &HashMap<TokenId, f64>, label_ids: &[TokenId]) -> Self {
+        let floor = top.values().copied().fold(f64::INFINITY, f64::min) - 5.0;
+        let floor = if floor.is_finite() { floor } else { -1e4 };
+        let lp: Vec<f64> = label_ids
+            .iter()
+            .map(|id| *top.get(id).unwrap_or(&floor))
+            .collect();
+        let argmax = top
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(id, _)| *id);
+        Self {
+            probs: restricted_softmax(&lp),
+            label_mass: lp.iter().map(|v| v.exp()).sum::<f64>().clamp(0.0, 1.0),
+            entropy: top.values().map(|v| -v.exp() * v).sum::<f64>().max(0.0),
+            argmax_is_label: argmax.is_some_and(|a| label_ids.contains(&a)),
+        }
+    }
+}
+
+/// Divide `p` by a calibration `prior` element-wise and renormalize
+/// (contextual calibration, Zhao et al. 2021). Lengths must match; a prior entry
+/// below [`PROB_FLOOR`] is floored. Returns `p` unchanged if lengths differ.
+pub fn calibrate(p: &[f64], prior: &[f64]) -> Vec<f64> {
+    if p.len() != prior.len() || p.is_empty() {
+        return p.to_vec();
+    }
+    let raw: Vec<f64> = p
+        .iter()
+        .zip(prior)
+        .map(|(a, b)| a / b.max(PROB_FLOOR))
+        .collect();
+    let sum: f64 = raw.iter().sum();
+    if sum > 0.0 && sum.is_finite() {
+        raw.iter().map(|x| x / sum).collect()
+    } else {
+        p.to_vec()
+    }
+}
+
+/// Element-wise mean of several distributions of equal length, renormalized.
+pub fn mean_distribution(dists: &[Vec<f64>]) -> Vec<f64> {
+    let Some(first) = dists.first() else {
+        return Vec::new();
+    };
+    let n = dists.len() as f64;
+    let mut mean = vec![0.0; first.len()];
+    for d in dists {
+        for (m, x) in mean.iter_mut().zip(d) {
+            *m += x / n;
+        }
+    }
+    let sum: f64 = mean.iter().sum();
+    if sum > 0.0 {
+        mean.iter_mut().for_each(|m| *m /= sum);
+    }
+    mean
+}
+
+/// Index of the largest value (first one on ties).
+pub fn argmax(p: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in p.iter().enumerate() {
+        if x > p[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The averaged answer of one question over `n` reads (serving.md §6.3).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Aggregate {
+    /// Mean distribution over labels.
+    pub mean: Vec<f64>,
+    /// Index of the chosen label.
+    pub top: usize,
+    /// `mean[top]`.
+    pub confidence: f64,
+    /// Entropy of `mean`, nats.
+    pub entropy: f64,
+    /// `entropy / ln K` in [0, 1].
+    pub normalized_entropy: f64,
+    /// Standard error of `p[top]` over reads (`sqrt(var/n)`, sample variance); `None` when n = 1.
+    pub stderr: Option<f64>,
+    /// Share of reads whose own argmax equals `top`; `None` when n = 1.
+    pub agreement: Option<f64>,
+}
+
+/// Average the per-read distributions of one question.
+pub fn aggregate(reads: &[Vec<f64>]) -> Aggregate {
+    let mean = mean_distribution(reads);
+    let top = argmax(&mean);
+    let confidence = mean.get(top).copied().unwrap_or(0.0);
+    let n = reads.len();
+    let (stderr, agreement) = if n > 1 {
+        let var = reads
+            .iter()
+            .map(|r| (r.get(top).copied().unwrap_or(0.0) - confidence).powi(2))
+            .sum::<f64>()
+            / (n as f64 - 1.0);
+        let agree = reads.iter().filter(|r| argmax(r) == top).count() as f64 / n as f64;
+        (Some((var / n as f64).sqrt()), Some(agree))
+    } else {
+        (None, None)
+    };
+    Aggregate {
+        entropy: entropy(&mean),
+        normalized_entropy: normalized_entropy(&mean),
+        mean,
+        top,
+        confidence,
+        stderr,
+        agreement,
+    }
+}
+
+/// 1-based expected level `Σ (i+1)·p_i` of a score distribution (chat route).
+pub fn score_expectation(p: &[f64]) -> f64 {
+    p.iter()
+        .enumerate()
+        .map(|(i, x)| (i as f64 + 1.0) * x)
+        .sum()
+}
+
+/// Reads to run first and, given the first read's per-question entropies (nats),
+/// whether to extend (serving.md §6.4). Returns `(first_batch, extra_if_extended)`.
+pub fn sample_plan(policy: SamplePolicy) -> (u32, u32) {
+    match policy {
+        SamplePolicy::Fixed { n } => (n.max(1), 0),
+        SamplePolicy::Auto { max, .. } => (1, max.saturating_sub(1)),
+    }
+}
+
+/// Whether an `"auto"` policy extends after the first read: the largest
+/// first-read entropy (nats) exceeds the threshold and `max > 1`.
+pub fn auto_extends(policy: SamplePolicy, first_read_entropies: &[f64]) -> bool {
+    match policy {
+        SamplePolicy::Fixed { .. } => false,
+        SamplePolicy::Auto { max, threshold } => {
+            let worst = first_read_entropies
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max);
+            max > 1 && worst > threshold
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

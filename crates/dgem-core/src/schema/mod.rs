@@ -1,0 +1,217 @@
+//! Validated decision schemas.
+//!
+//! A [`ValidSchema`] is the only form of a policy that crosses a crate boundary.
+//! It is built by [`ValidSchema::from_value`] (in `validate.rs`), which applies
+//! the rules of serving.md §3.1 in order; every field is then known to be within
+//! its limits. Fields are public for reading; the `#[non_exhaustive]` attribute
+//! stops other crates from building one by hand.
+
+mod validate;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+/// Most questions one schema may hold (serving.md §3.6 `MAX_QUESTIONS`).
+pub const MAX_QUESTIONS: usize = 64;
+/// Fewest alternatives a question may have.
+pub const MIN_ALTERNATIVES: usize = 2;
+/// Most alternatives a question may have: labels `A`–`Z` (serving.md §3.6).
+pub const MAX_ALTERNATIVES: usize = 26;
+/// Most reads (noise draws) averaged for one decision (serving.md §3.6 `MAX_SAMPLES`).
+pub const MAX_SAMPLES: u32 = 32;
+/// Largest thought budget, in tokens (serving.md §3.6).
+pub const MAX_THINK: u32 = 4096;
+/// Questions at or below which the `lines` answer format is used (serving.md §3.1 rule 16).
+pub const LINES_FORMAT_MAX_QUESTIONS: usize = 10;
+
+/// The type of a question, after alias normalization (`bool`, `noul` → `Boolean`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuestionKind {
+    /// Yes/no question; wire name `noul` (serving.md §4.1).
+    Boolean,
+    /// One of 2–26 named options.
+    Choice,
+    /// Ordered levels; the answer carries an expectation over levels.
+    Score,
+}
+
+impl QuestionKind {
+    /// The type name written in answers on the chat route (`noul`, `choice`, `score`).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            Self::Boolean => "noul",
+            Self::Choice => "choice",
+            Self::Score => "score",
+        }
+    }
+}
+
+/// One allowed answer: a yes/no side, an option or a score level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Alternative {
+    /// Answer name: `yes`/`no`, the option name, or the level name (stringified).
+    pub name: String,
+    /// Optional description shown beside the label (criteria text for booleans).
+    pub description: Option<String>,
+}
+
+/// One validated question.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Question {
+    /// Unique, non-empty id without `:` or newline.
+    pub id: String,
+    /// Normalized type.
+    pub kind: QuestionKind,
+    /// Question text (may be empty).
+    pub instructions: String,
+    /// Allowed answers in template order (2..=26). Booleans are `[yes, no]`.
+    pub alternatives: Vec<Alternative>,
+    /// Ordered union of `depends_on` and the keys of `ask_if`.
+    pub depends_on: Vec<String>,
+    /// `{dep_id: [allowed answer names]}`: skip this question unless the dependency's
+    /// answer is one of these names.
+    pub ask_if: IndexMap<String, Vec<String>>,
+    /// `Some(true)` when the question must get a read of its own.
+    pub alone: Option<bool>,
+}
+
+/// How many reads (noise draws) a decision averages (serving.md §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum SamplePolicy {
+    /// Always `n` reads (1..=32).
+    Fixed {
+        /// Number of reads.
+        n: u32,
+    },
+    /// One read; if its largest per-question entropy (nats) exceeds `threshold`
+    /// and `max > 1`, run `max - 1` more.
+    Auto {
+        /// Total reads when extended (1..=32, default 4).
+        max: u32,
+        /// Entropy threshold in nats (default 0.1).
+        threshold: f64,
+    },
+}
+
+/// Where the state and the question block go in the prompt (reference.md §1.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// State first inside `<user_text>`, then the question block (default).
+    #[default]
+    DocumentFirst,
+    /// Question block first (system role), then the state; its prefix is shared
+    /// across decisions of one policy, so its KV cache can be reused.
+    SchemaFirst,
+}
+
+impl Layout {
+    /// The wire name (`document_first` / `schema_first`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DocumentFirst => "document_first",
+            Self::SchemaFirst => "schema_first",
+        }
+    }
+}
+
+/// Whether each chunk's prompt lists only its own questions or all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkPrompt {
+    /// Only the chunk's questions (default).
+    #[default]
+    Own,
+    /// Every question of the schema.
+    Shared,
+}
+
+/// Answer template format (serving.md §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerFormat {
+    /// `id: label` lines; used for ≤ 10 questions.
+    Lines,
+    /// `idlabel` joined by spaces; used for > 10 questions.
+    Indexed,
+}
+
+/// Defaults that come from the deployment, not the schema.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SchemaDefaults {
+    /// Sample policy when the schema has no `samples` (serving default: fixed 1).
+    pub samples: SamplePolicy,
+    /// Layout when the schema has no `layout`.
+    pub layout: Layout,
+}
+
+impl Default for SchemaDefaults {
+    fn default() -> Self {
+        Self {
+            samples: SamplePolicy::Fixed { n: 1 },
+            layout: Layout::DocumentFirst,
+        }
+    }
+}
+
+/// A schema that passed every rule of serving.md §3.1.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ValidSchema {
+    /// Questions in template order (1..=64).
+    pub questions: Vec<Question>,
+    /// Global rubric text, if any.
+    pub instructions: Option<String>,
+    /// Sample policy.
+    pub samples: SamplePolicy,
+    /// Denoise steps per read (1..=8).
+    pub steps: u32,
+    /// Thought budget in tokens (0..=4096).
+    pub think: u32,
+    /// Subset of question ids to answer (dependencies included), or `None` for all.
+    pub ask: Option<Vec<String>>,
+    /// Max canvas rows per chunk (≥ 8), if set.
+    pub chunk_rows: Option<usize>,
+    /// Chunk prompt mode.
+    pub chunk_prompt: ChunkPrompt,
+    /// Run chunks in order, prefilling earlier answers.
+    pub sequential: bool,
+    /// Prompt layout.
+    pub layout: Layout,
+    /// Answer template format, from the total question count.
+    pub format: AnswerFormat,
+}
+
+impl ValidSchema {
+    /// Look a question up by id.
+    pub fn question(&self, id: &str) -> Option<&Question> {
+        self.questions.iter().find(|q| q.id == id)
+    }
+
+    /// The questions to answer: those named by `ask`, else all, in template order.
+    pub fn asked(&self) -> Vec<&Question> {
+        match &self.ask {
+            Some(ids) => self
+                .questions
+                .iter()
+                .filter(|q| ids.iter().any(|a| a == &q.id))
+                .collect(),
+            None => self.questions.iter().collect(),
+        }
+    }
+
+    /// Override the layout (request > template > deployment, reference.md §1.6).
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Override the sample policy (e.g. from `dgem decide --samples`).
+    pub fn with_samples(mut self, samples: SamplePolicy) -> Self {
+        self.samples = samples;
+        self
+    }
+}

@@ -1,0 +1,408 @@
+//! Validation of a raw schema into a [`ValidSchema`] (serving.md §3.1).
+//!
+//! Rules are applied in the order of `parse_schema` so that the first error
+//! reported is the same one the Python server reports. Each message starts
+//! with the server wording and then adds the allowed values and the value
+//! given (house style rule 7). Per-question rules live here; the schema-level
+//! settings (rules 4 and 8–15) live in `settings.rs`.
+
+mod settings;
+mod text;
+
+use indexmap::IndexMap;
+use serde_json::{Map, Value};
+
+use super::{
+    Alternative, AnswerFormat, Question, QuestionKind, SchemaDefaults, ValidSchema,
+    LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_QUESTIONS, MIN_ALTERNATIVES,
+};
+use crate::error::SchemaError;
+use crate::stages::stage_levels;
+use text::{kind, py_list, py_repr, shown, text_of};
+
+/// `ask_if` as given: dependency id → raw answer values, checked by rule 6.
+type RawAskIf = Vec<(String, Vec<Value>)>;
+
+impl ValidSchema {
+    /// Validate a raw (normalized) schema object, applying serving.md §3.1
+    /// rules 1–16 in order. `defaults` supplies `samples` and `layout` when the
+    /// schema has none.
+    ///
+    /// ```
+    /// use dgem_core::schema::{SchemaDefaults, ValidSchema};
+    /// let raw = serde_json::json!({"questions": [{"id": "ok", "type": "noul"}]});
+    /// let schema = ValidSchema::from_value(&raw, &SchemaDefaults::default())?;
+    /// assert_eq!(schema.questions[0].alternatives[0].name, "yes");
+    /// # Ok::<(), dgem_core::SchemaError>(())
+    /// ```
+    pub fn from_value(v: &Value, defaults: &SchemaDefaults) -> Result<ValidSchema, SchemaError> {
+        let (obj, raw_questions) = questions_of(v)?;
+        let mut questions: Vec<Question> = Vec::with_capacity(raw_questions.len());
+        let mut raw_ask_if: Vec<RawAskIf> = Vec::with_capacity(raw_questions.len());
+        for (i, raw) in raw_questions.iter().enumerate() {
+            let (q, ask_if) = parse_question(i, raw, &questions)?;
+            questions.push(q);
+            raw_ask_if.push(ask_if);
+        }
+        settings::check_isolate(obj)?;
+        check_dependencies(&questions)?;
+        for (i, ask_if) in raw_ask_if.into_iter().enumerate() {
+            questions[i].ask_if = check_ask_if(i, &questions, ask_if)?;
+        }
+        let pairs: Vec<(&str, &[String])> = questions
+            .iter()
+            .map(|q| (q.id.as_str(), q.depends_on.as_slice()))
+            .collect();
+        stage_levels(&pairs)?;
+        let samples = settings::samples(obj, defaults)?;
+        let ask = settings::ask(obj, &questions)?;
+        let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
+            AnswerFormat::Lines
+        } else {
+            AnswerFormat::Indexed
+        };
+        Ok(ValidSchema {
+            instructions: obj.get("instructions").and_then(text_of),
+            samples,
+            ask,
+            chunk_rows: settings::chunk_rows(obj)?,
+            chunk_prompt: settings::chunk_prompt(obj)?,
+            sequential: settings::sequential(obj)?,
+            layout: settings::layout(obj, defaults)?,
+            think: settings::think(obj)?,
+            steps: settings::steps(obj)?,
+            format,
+            questions,
+        })
+    }
+}
+
+/// Rules 1–2: an object with a non-empty `questions` list of at most 64.
+fn questions_of(v: &Value) -> Result<(&Map<String, Value>, &Vec<Value>), SchemaError> {
+    const MSG: &str = "schema: needs a non-empty questions array";
+    let Value::Object(obj) = v else {
+        let got = format!("{MSG} (the schema is {}, not an object)", kind(v));
+        return Err(SchemaError::new("questions", got));
+    };
+    let list = match obj.get("questions") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        Some(Value::Array(_)) => {
+            return Err(SchemaError::new(
+                "questions",
+                format!("{MSG} (got an empty list)"),
+            ))
+        }
+        None => {
+            return Err(SchemaError::new(
+                "questions",
+                format!("{MSG} (`questions` is missing)"),
+            ))
+        }
+        Some(other) => {
+            return Err(SchemaError::new(
+                "questions",
+                format!("{MSG} (got {})", kind(other)),
+            ))
+        }
+    };
+    if list.len() > MAX_QUESTIONS {
+        let msg = format!(
+            "schema: at most {MAX_QUESTIONS} questions (got {})",
+            list.len()
+        );
+        return Err(SchemaError::new("questions", msg));
+    }
+    Ok((obj, list))
+}
+
+/// Rule 3 for question `i`; `earlier` are the questions already parsed.
+/// Returns the question (with `ask_if` still empty) and its raw `ask_if`.
+fn parse_question(
+    i: usize,
+    raw: &Value,
+    earlier: &[Question],
+) -> Result<(Question, RawAskIf), SchemaError> {
+    let at = |f: &str| format!("questions[{i}]{f}");
+    let Value::Object(q) = raw else {
+        let msg = format!(
+            "schema: questions[{i}] must be an object with an id and a type (got {})",
+            kind(raw)
+        );
+        return Err(SchemaError::new(at(""), msg));
+    };
+    let id = match q.get("id") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.trim().to_string(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(other) => {
+            let msg = format!("question id must be a string (got {})", shown(other));
+            return Err(SchemaError::new(at(".id"), msg));
+        }
+    };
+    if id.is_empty() || id.contains(':') || id.contains('\n') {
+        let msg = format!(
+            "question id {} must be non-empty, no ':' or newline",
+            py_repr(&id)
+        );
+        return Err(SchemaError::new(at(".id"), msg));
+    }
+    if let Some(j) = earlier.iter().position(|e| e.id == id) {
+        let msg = format!(
+            "duplicate question id {} (questions[{j}] and questions[{i}])",
+            py_repr(&id)
+        );
+        return Err(SchemaError::new(at(".id"), msg));
+    }
+    let name = py_repr(&id);
+    let (kind, alternatives, alt_field) = alternatives_of(q, &name, &at)?;
+    if alternatives.len() < MIN_ALTERNATIVES {
+        let msg = format!(
+            "question {name}: needs at least two alternatives (got {})",
+            alternatives.len()
+        );
+        return Err(SchemaError::new(at(alt_field), msg));
+    }
+    if alternatives.len() > MAX_ALTERNATIVES {
+        let msg = format!(
+            "question {name}: at most {MAX_ALTERNATIVES} alternatives (got {})",
+            alternatives.len()
+        );
+        return Err(SchemaError::new(at(alt_field), msg));
+    }
+    let mut depends_on: Vec<String> = match q.get("depends_on") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(|d| d.as_str().map(str::to_string))
+            .collect(),
+        Some(other) => {
+            let msg = format!(
+                "question {name}: depends_on must be a list of question ids (got {})",
+                shown(other)
+            );
+            return Err(SchemaError::new(at(".depends_on"), msg));
+        }
+    };
+    let ask_if: RawAskIf = match q.get("ask_if") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(m))
+            if m.values()
+                .all(|v| v.as_array().is_some_and(|a| !a.is_empty())) =>
+        {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_array().cloned().unwrap_or_default()))
+                .collect()
+        }
+        Some(other) => {
+            let msg = format!(
+                "question {name}: ask_if must map a question id to a non-empty list of its answers (got {})",
+                shown(other)
+            );
+            return Err(SchemaError::new(at(".ask_if"), msg));
+        }
+    };
+    for (dep, _) in &ask_if {
+        if !depends_on.contains(dep) {
+            depends_on.push(dep.clone());
+        }
+    }
+    let mut unique: Vec<String> = Vec::with_capacity(depends_on.len());
+    for d in depends_on {
+        if !unique.contains(&d) {
+            unique.push(d);
+        }
+    }
+    let alone = match q.get("alone") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::Number(n)) => Some(n.as_f64().is_some_and(|f| f != 0.0)),
+        Some(other) => {
+            let msg = format!(
+                "question {name}: alone must be true or false (got {})",
+                shown(other)
+            );
+            return Err(SchemaError::new(at(".alone"), msg));
+        }
+    };
+    let question = Question {
+        id,
+        kind,
+        instructions: q.get("instructions").and_then(text_of).unwrap_or_default(),
+        alternatives,
+        depends_on: unique,
+        ask_if: IndexMap::new(),
+        alone,
+    };
+    Ok((question, ask_if))
+}
+
+/// The type and the alternatives of a question, and the field that holds them.
+fn alternatives_of(
+    q: &Map<String, Value>,
+    name: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(QuestionKind, Vec<Alternative>, &'static str), SchemaError> {
+    let type_name = match q.get("type") {
+        None | Some(Value::Null) => "None".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    match type_name.as_str() {
+        "noul" | "bool" | "boolean" => {
+            let (yes, no) = match q.get("criteria") {
+                None | Some(Value::Null) => (None, None),
+                Some(Value::Object(c)) => (
+                    c.get("true").and_then(text_of),
+                    c.get("false").and_then(text_of),
+                ),
+                Some(other) => {
+                    let msg = format!(
+                        "question {name}: criteria must be an object {{\"true\": …, \"false\": …}} (got {})",
+                        shown(other)
+                    );
+                    return Err(SchemaError::new(at(".criteria"), msg));
+                }
+            };
+            let alts = vec![
+                Alternative {
+                    name: "yes".into(),
+                    description: yes,
+                },
+                Alternative {
+                    name: "no".into(),
+                    description: no,
+                },
+            ];
+            Ok((QuestionKind::Boolean, alts, ".type"))
+        }
+        "choice" => {
+            let items = list_field(q, "options", name, at)?;
+            let mut alts = Vec::with_capacity(items.len());
+            for (j, o) in items.iter().enumerate() {
+                alts.push(match o {
+                    Value::Object(m) => {
+                        let Some(n) = m.get("name").filter(|n| !n.is_null()) else {
+                            let msg = format!(
+                                "question {name}: options[{j}] needs a `name` (got {})",
+                                shown(o)
+                            );
+                            return Err(SchemaError::new(at(&format!(".options[{j}].name")), msg));
+                        };
+                        Alternative {
+                            name: text_of(n).unwrap_or_default(),
+                            description: m.get("description").and_then(text_of),
+                        }
+                    }
+                    other => Alternative {
+                        name: text_of(other).unwrap_or_else(|| "None".into()),
+                        description: None,
+                    },
+                });
+            }
+            Ok((QuestionKind::Choice, alts, ".options"))
+        }
+        "score" => {
+            let items = list_field(q, "levels", name, at)?;
+            let alts = items
+                .iter()
+                .map(|l| Alternative {
+                    name: text_of(l).unwrap_or_else(|| "None".into()),
+                    description: None,
+                })
+                .collect();
+            Ok((QuestionKind::Score, alts, ".levels"))
+        }
+        _ => {
+            let msg = format!(
+                "question {name}: unknown type {} (`type` must be one of boolean, bool, noul, choice, score)",
+                py_repr(&type_name)
+            );
+            Err(SchemaError::new(at(".type"), msg))
+        }
+    }
+}
+
+/// A list-valued question field; absent or `null` is an empty list.
+fn list_field<'a>(
+    q: &'a Map<String, Value>,
+    key: &str,
+    name: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<&'a [Value], SchemaError> {
+    match q.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => {
+            let msg = format!(
+                "question {name}: {key} must be a list (got {})",
+                shown(other)
+            );
+            Err(SchemaError::new(at(&format!(".{key}")), msg))
+        }
+    }
+}
+
+/// Rule 5: every dependency is a known id other than the question itself.
+fn check_dependencies(questions: &[Question]) -> Result<(), SchemaError> {
+    for (i, q) in questions.iter().enumerate() {
+        for dep in &q.depends_on {
+            let known = questions.iter().any(|o| &o.id == dep);
+            if known && dep != &q.id {
+                continue;
+            }
+            let why = if dep == &q.id {
+                "a question cannot depend on itself".to_string()
+            } else {
+                let ids: Vec<&str> = questions.iter().map(|o| o.id.as_str()).collect();
+                format!("known ids: {}", ids.join(", "))
+            };
+            let msg = format!(
+                "question {}: depends on unknown question {} ({why})",
+                py_repr(&q.id),
+                py_repr(dep)
+            );
+            return Err(SchemaError::new(format!("questions[{i}].depends_on"), msg));
+        }
+    }
+    Ok(())
+}
+
+/// Rule 6: every `ask_if` value is an answer name of its dependency.
+fn check_ask_if(
+    i: usize,
+    questions: &[Question],
+    raw: RawAskIf,
+) -> Result<IndexMap<String, Vec<String>>, SchemaError> {
+    let mut out = IndexMap::new();
+    for (dep, values) in raw {
+        let names: Vec<String> = questions
+            .iter()
+            .find(|o| o.id == dep)
+            .map(|o| o.alternatives.iter().map(|a| a.name.clone()).collect())
+            .unwrap_or_default();
+        let mut kept = Vec::with_capacity(values.len());
+        for v in &values {
+            match v.as_str() {
+                Some(s) if names.iter().any(|n| n == s) => kept.push(s.to_string()),
+                _ => {
+                    let msg = format!(
+                        "question {}: ask_if values for {} must be among {} (got {})",
+                        py_repr(&questions[i].id),
+                        py_repr(&dep),
+                        py_list(&names),
+                        shown(v)
+                    );
+                    return Err(SchemaError::new(
+                        format!("questions[{i}].ask_if.{dep}"),
+                        msg,
+                    ));
+                }
+            }
+        }
+        out.insert(dep, kept);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

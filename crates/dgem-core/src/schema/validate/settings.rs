@@ -1,0 +1,281 @@
+//! Schema-level settings: serving.md §3.1 rules 4 and 8–15.
+//!
+//! An absent key or an explicit `null` takes the default. Where Python would
+//! raise a non-schema `ValueError`/`TypeError` (a non-numeric `steps`,
+//! `auto_max` or `auto_threshold`), we return a [`SchemaError`] naming the field.
+
+use serde_json::{Map, Value};
+
+use super::text::{py_repr, shown};
+use crate::error::SchemaError;
+use crate::schema::{
+    ChunkPrompt, Layout, Question, SamplePolicy, SchemaDefaults, MAX_SAMPLES, MAX_THINK,
+};
+
+/// Default `auto_max` (total reads when `samples: "auto"` extends).
+const DEFAULT_AUTO_MAX: i64 = 4;
+/// Default `auto_threshold` in nats.
+const DEFAULT_AUTO_THRESHOLD: f64 = 0.1;
+/// Most denoise steps per read.
+const MAX_STEPS: i64 = 8;
+/// Fewest canvas rows per chunk.
+const MIN_CHUNK_ROWS: u64 = 8;
+
+/// The value of `key`, treating an explicit `null` as absent.
+fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+/// Python `int(v)`: integers, floats truncated, and integer strings.
+fn python_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_u64().map(|u| i64::try_from(u).unwrap_or(i64::MAX)))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.is_finite())
+                    .map(|f| f.trunc() as i64)
+            }),
+        Value::String(s) => s.trim().parse().ok(),
+        Value::Bool(b) => Some(i64::from(*b)),
+        _ => None,
+    }
+}
+
+/// Rule 4: `isolate` must be one of `auto`, `noul`, `none`, `all`.
+pub(super) fn check_isolate(obj: &Map<String, Value>) -> Result<(), SchemaError> {
+    match get(obj, "isolate") {
+        None => Ok(()),
+        Some(Value::String(s)) if matches!(s.as_str(), "auto" | "noul" | "none" | "all") => Ok(()),
+        Some(other) => Err(SchemaError::new(
+            "isolate",
+            format!(
+                "schema: isolate must be \"auto\", \"noul\", \"none\" or \"all\" (got {})",
+                shown(other)
+            ),
+        )),
+    }
+}
+
+/// Rule 8: the sample policy.
+pub(super) fn samples(
+    obj: &Map<String, Value>,
+    defaults: &SchemaDefaults,
+) -> Result<SamplePolicy, SchemaError> {
+    let Some(raw) = get(obj, "samples") else {
+        return Ok(defaults.samples);
+    };
+    let bad = || {
+        SchemaError::new(
+            "samples",
+            format!(
+                "schema: samples must be a positive count or \"auto\" (got {})",
+                shown(raw)
+            ),
+        )
+    };
+    let count = match raw {
+        Value::String(s) if s.trim() == "auto" => return auto_policy(obj),
+        Value::String(s)
+            if !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            // A long digit string saturates; it is clamped to 32 anyway.
+            s.trim().parse::<u64>().unwrap_or(u64::MAX)
+        }
+        Value::Number(n) => n.as_u64().ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if count == 0 {
+        return Err(bad());
+    }
+    let n = u32::try_from(count.min(u64::from(MAX_SAMPLES))).unwrap_or(MAX_SAMPLES);
+    Ok(SamplePolicy::Fixed { n })
+}
+
+/// `samples: "auto"`: read `auto_max` and `auto_threshold`.
+fn auto_policy(obj: &Map<String, Value>) -> Result<SamplePolicy, SchemaError> {
+    let max = match obj.get("auto_max") {
+        None => DEFAULT_AUTO_MAX,
+        Some(v) => python_int(v).ok_or_else(|| {
+            SchemaError::new(
+                "auto_max",
+                format!(
+                    "schema: auto_max must be a whole number of reads, 1 to {MAX_SAMPLES} (got {})",
+                    shown(v)
+                ),
+            )
+        })?,
+    };
+    let threshold = match obj.get("auto_threshold") {
+        None => DEFAULT_AUTO_THRESHOLD,
+        Some(v) => {
+            let t = match v {
+                Value::Number(n) => n.as_f64(),
+                Value::String(s) => s.trim().parse::<f64>().ok(),
+                _ => None,
+            };
+            t.filter(|t| t.is_finite()).ok_or_else(|| {
+                SchemaError::new(
+                    "auto_threshold",
+                    format!(
+                        "schema: auto_threshold must be an entropy in nats, a number (got {})",
+                        shown(v)
+                    ),
+                )
+            })?
+        }
+    };
+    let max = u32::try_from(max.clamp(1, i64::from(MAX_SAMPLES))).unwrap_or(1);
+    Ok(SamplePolicy::Auto { max, threshold })
+}
+
+/// Rule 9: `ask` lists known ids and includes every dependency. Duplicates
+/// are dropped; the given order is kept.
+pub(super) fn ask(
+    obj: &Map<String, Value>,
+    questions: &[Question],
+) -> Result<Option<Vec<String>>, SchemaError> {
+    let Some(raw) = get(obj, "ask") else {
+        return Ok(None);
+    };
+    let err = |why: String| {
+        SchemaError::new(
+            "ask",
+            format!("schema: ask must list question ids from this schema ({why})"),
+        )
+    };
+    let items = match raw {
+        Value::Array(items) if !items.is_empty() => items,
+        Value::Array(_) => return Err(err("got an empty list".into())),
+        other => return Err(err(format!("got {}", shown(other)))),
+    };
+    let mut ids: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(id) = item
+            .as_str()
+            .filter(|s| questions.iter().any(|q| q.id == *s))
+        else {
+            return Err(err(format!("unknown id {}", shown(item))));
+        };
+        if !ids.iter().any(|i| i == id) {
+            ids.push(id.to_string());
+        }
+    }
+    for q in questions.iter().filter(|q| ids.contains(&q.id)) {
+        if let Some(missing) = q.depends_on.iter().find(|d| !ids.contains(d)) {
+            return Err(SchemaError::new(
+                "ask",
+                format!(
+                    "schema: ask names {} but not everything it depends on (missing {})",
+                    py_repr(&q.id),
+                    py_repr(missing)
+                ),
+            ));
+        }
+    }
+    Ok(Some(ids))
+}
+
+/// Rule 10: `chunk_rows` is an integer of at least 8.
+pub(super) fn chunk_rows(obj: &Map<String, Value>) -> Result<Option<usize>, SchemaError> {
+    let Some(raw) = get(obj, "chunk_rows") else {
+        return Ok(None);
+    };
+    match raw.as_u64() {
+        Some(n) if n >= MIN_CHUNK_ROWS => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+        _ => Err(SchemaError::new(
+            "chunk_rows",
+            format!(
+                "schema: chunk_rows must be an integer of at least {MIN_CHUNK_ROWS} (got {})",
+                shown(raw)
+            ),
+        )),
+    }
+}
+
+/// Rule 11: `chunk_prompt` is `shared` or `own` (default `own`).
+pub(super) fn chunk_prompt(obj: &Map<String, Value>) -> Result<ChunkPrompt, SchemaError> {
+    match get(obj, "chunk_prompt") {
+        None => Ok(ChunkPrompt::Own),
+        Some(Value::String(s)) if s == "own" => Ok(ChunkPrompt::Own),
+        Some(Value::String(s)) if s == "shared" => Ok(ChunkPrompt::Shared),
+        Some(other) => Err(SchemaError::new(
+            "chunk_prompt",
+            format!(
+                "schema: chunk_prompt must be \"shared\" or \"own\" (got {})",
+                shown(other)
+            ),
+        )),
+    }
+}
+
+/// Rule 12: `sequential` is a boolean (numbers count by truthiness, as in
+/// Python; strings are refused because `"false"` would be true there).
+pub(super) fn sequential(obj: &Map<String, Value>) -> Result<bool, SchemaError> {
+    match get(obj, "sequential") {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::Number(n)) => Ok(n.as_f64().is_some_and(|f| f != 0.0)),
+        Some(other) => Err(SchemaError::new(
+            "sequential",
+            format!(
+                "schema: sequential must be true or false (got {})",
+                shown(other)
+            ),
+        )),
+    }
+}
+
+/// Rule 13: `layout` is `schema_first` or `document_first`.
+pub(super) fn layout(
+    obj: &Map<String, Value>,
+    defaults: &SchemaDefaults,
+) -> Result<Layout, SchemaError> {
+    match get(obj, "layout") {
+        None => Ok(defaults.layout),
+        Some(Value::String(s)) if s == "schema_first" => Ok(Layout::SchemaFirst),
+        Some(Value::String(s)) if s == "document_first" => Ok(Layout::DocumentFirst),
+        Some(other) => Err(SchemaError::new(
+            "layout",
+            format!(
+                "schema: layout must be \"schema_first\" or \"document_first\" (got {})",
+                shown(other)
+            ),
+        )),
+    }
+}
+
+/// Rule 14: `think` is an integer (not a boolean) in 0..=4096.
+pub(super) fn think(obj: &Map<String, Value>) -> Result<u32, SchemaError> {
+    let Some(raw) = get(obj, "think") else {
+        return Ok(0);
+    };
+    match raw.as_u64() {
+        Some(n) if n <= u64::from(MAX_THINK) => Ok(u32::try_from(n).unwrap_or(MAX_THINK)),
+        _ => Err(SchemaError::new(
+            "think",
+            format!(
+                "schema: think must be a thought budget in tokens, 0 to {MAX_THINK} (got {})",
+                shown(raw)
+            ),
+        )),
+    }
+}
+
+/// Rule 15: `steps = clamp(int(steps), 1, 8)`; non-numeric values are an error.
+pub(super) fn steps(obj: &Map<String, Value>) -> Result<u32, SchemaError> {
+    let Some(raw) = obj.get("steps") else {
+        return Ok(1);
+    };
+    let n = python_int(raw).ok_or_else(|| {
+        SchemaError::new(
+            "steps",
+            format!(
+                "schema: steps must be a whole number of denoise steps, 1 to {MAX_STEPS} (got {})",
+                shown(raw)
+            ),
+        )
+    })?;
+    Ok(u32::try_from(n.clamp(1, MAX_STEPS)).unwrap_or(1))
+}

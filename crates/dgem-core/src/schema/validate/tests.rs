@@ -1,0 +1,485 @@
+//! Tests of schema validation: every message, asserted exactly.
+
+use serde_json::{json, Value};
+
+use crate::schema::*;
+
+fn ok(v: Value) -> ValidSchema {
+    ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid schema")
+}
+
+/// Validate and return `(field, message)` of the error.
+fn err(v: Value) -> (String, String) {
+    let e = ValidSchema::from_value(&v, &SchemaDefaults::default()).expect_err("invalid schema");
+    (e.field, e.message)
+}
+
+fn noul(id: &str) -> Value {
+    json!({"id": id, "type": "noul"})
+}
+
+/// A valid two-question schema with `extra` top-level keys.
+fn with(extra: Value) -> Value {
+    let mut v = json!({"questions": [noul("a"), noul("b")]});
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+        m.extend(e);
+    }
+    v
+}
+
+fn assert_err(v: Value, field: &str, message: &str) {
+    assert_eq!(err(v), (field.to_string(), message.to_string()));
+}
+
+#[test]
+fn full_schema_reads_every_field() {
+    let s = ok(json!({
+        "instructions": "Triage.",
+        "questions": [
+            {"id": " urgent ", "type": "bool", "instructions": "Same day?", "criteria": {"true": "now", "false": null}},
+            {"id": "team", "type": "choice", "options": [{"name": "billing", "description": "Charges"}, "support", 7]},
+            {"id": "tone", "type": "score", "levels": ["calm", "mad"], "alone": true,
+             "depends_on": ["urgent"], "ask_if": {"team": ["support"], "urgent": ["yes"]}}
+        ],
+        "samples": "4", "steps": 20, "think": 16, "ask": ["urgent", "team", "tone", "team"],
+        "chunk_rows": 8, "chunk_prompt": "shared", "sequential": true, "layout": "schema_first",
+        "isolate": "noul", "temperature": 0.5, "labels": "az", "seed_token": "fixed"
+    }));
+    assert_eq!(s.instructions.as_deref(), Some("Triage."));
+    let q = &s.questions[0];
+    assert_eq!(
+        (q.id.as_str(), q.kind, q.instructions.as_str()),
+        ("urgent", QuestionKind::Boolean, "Same day?")
+    );
+    assert_eq!(
+        q.alternatives[0],
+        Alternative {
+            name: "yes".into(),
+            description: Some("now".into())
+        }
+    );
+    assert_eq!(
+        q.alternatives[1],
+        Alternative {
+            name: "no".into(),
+            description: None
+        }
+    );
+    let names: Vec<&str> = s.questions[1]
+        .alternatives
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(names, ["billing", "support", "7"]);
+    assert_eq!(
+        s.questions[1].alternatives[0].description.as_deref(),
+        Some("Charges")
+    );
+    let tone = &s.questions[2];
+    assert_eq!(tone.depends_on, ["urgent", "team"]);
+    assert_eq!(tone.ask_if.keys().collect::<Vec<_>>(), ["team", "urgent"]);
+    assert_eq!(tone.alone, Some(true));
+    assert_eq!(s.samples, SamplePolicy::Fixed { n: 4 });
+    assert_eq!((s.steps, s.think, s.chunk_rows), (8, 16, Some(8)));
+    assert_eq!(
+        s.ask,
+        Some(vec!["urgent".into(), "team".into(), "tone".into()])
+    );
+    assert_eq!(
+        (s.chunk_prompt, s.sequential, s.layout),
+        (ChunkPrompt::Shared, true, Layout::SchemaFirst)
+    );
+    assert_eq!(s.format, AnswerFormat::Lines);
+}
+
+#[test]
+fn defaults() {
+    let d = SchemaDefaults {
+        samples: SamplePolicy::Auto {
+            max: 4,
+            threshold: 0.1,
+        },
+        layout: Layout::SchemaFirst,
+    };
+    let s =
+        ValidSchema::from_value(&with(json!({"samples": null, "steps": 0})), &d).expect("valid");
+    assert_eq!(
+        (s.samples, s.layout, s.steps, s.think),
+        (d.samples, Layout::SchemaFirst, 1, 0)
+    );
+    assert_eq!(
+        (s.ask.clone(), s.chunk_rows, s.chunk_prompt, s.sequential),
+        (None, None, ChunkPrompt::Own, false)
+    );
+    assert_eq!(s.instructions, None);
+    let s = ok(with(json!({})));
+    assert_eq!(
+        (s.samples, s.layout),
+        (SamplePolicy::Fixed { n: 1 }, Layout::DocumentFirst)
+    );
+}
+
+#[test]
+fn samples_policies() {
+    let samples = |v: Value| ok(with(v)).samples;
+    assert_eq!(
+        samples(json!({"samples": "auto"})),
+        SamplePolicy::Auto {
+            max: 4,
+            threshold: 0.1
+        }
+    );
+    assert_eq!(
+        samples(json!({"samples": "auto", "auto_max": 99, "auto_threshold": "0.3"})),
+        SamplePolicy::Auto {
+            max: 32,
+            threshold: 0.3
+        }
+    );
+    assert_eq!(
+        samples(json!({"samples": "auto", "auto_max": "0"})),
+        SamplePolicy::Auto {
+            max: 1,
+            threshold: 0.1
+        }
+    );
+    assert_eq!(
+        samples(json!({"samples": 100})),
+        SamplePolicy::Fixed { n: 32 }
+    );
+    assert_eq!(
+        samples(json!({"samples": " 2 "})),
+        SamplePolicy::Fixed { n: 2 }
+    );
+    // auto_max is only read for "auto".
+    assert_eq!(
+        samples(json!({"samples": 3, "auto_max": "x"})),
+        SamplePolicy::Fixed { n: 3 }
+    );
+}
+
+#[test]
+fn format_counts_all_questions() {
+    let qs: Vec<Value> = (0..11).map(|i| noul(&format!("q{i}"))).collect();
+    let s = ok(json!({"questions": qs, "ask": ["q0"]}));
+    assert_eq!(s.format, AnswerFormat::Indexed);
+}
+
+#[test]
+fn rule_1_and_2_question_list() {
+    let m = "schema: needs a non-empty questions array";
+    assert_err(
+        json!([]),
+        "questions",
+        &format!("{m} (the schema is a list, not an object)"),
+    );
+    assert_err(
+        json!({}),
+        "questions",
+        &format!("{m} (`questions` is missing)"),
+    );
+    assert_err(
+        json!({"questions": []}),
+        "questions",
+        &format!("{m} (got an empty list)"),
+    );
+    assert_err(
+        json!({"questions": "a"}),
+        "questions",
+        &format!("{m} (got a string)"),
+    );
+    let qs: Vec<Value> = (0..65).map(|i| noul(&format!("q{i}"))).collect();
+    assert_err(
+        json!({"questions": qs}),
+        "questions",
+        "schema: at most 64 questions (got 65)",
+    );
+}
+
+#[test]
+fn rule_3_ids() {
+    assert_err(
+        json!({"questions": ["a"]}),
+        "questions[0]",
+        "schema: questions[0] must be an object with an id and a type (got a string)",
+    );
+    assert_err(
+        json!({"questions": [{"type": "noul"}]}),
+        "questions[0].id",
+        "question id '' must be non-empty, no ':' or newline",
+    );
+    assert_err(
+        json!({"questions": [noul("a:b")]}),
+        "questions[0].id",
+        "question id 'a:b' must be non-empty, no ':' or newline",
+    );
+    assert_err(
+        json!({"questions": [noul("a\nb")]}),
+        "questions[0].id",
+        "question id 'a\\nb' must be non-empty, no ':' or newline",
+    );
+    assert_err(
+        json!({"questions": [{"id": ["x"], "type": "noul"}]}),
+        "questions[0].id",
+        "question id must be a string (got [\"x\"])",
+    );
+    assert_err(
+        json!({"questions": [noul("a"), noul("b"), noul(" a")]}),
+        "questions[2].id",
+        "duplicate question id 'a' (questions[0] and questions[2])",
+    );
+    assert_eq!(
+        ok(json!({"questions": [{"id": 5, "type": "noul"}, noul("b")]})).questions[0].id,
+        "5"
+    );
+}
+
+#[test]
+fn rule_3_types_and_alternatives() {
+    assert_err(json!({"questions": [{"id": "a", "type": "banana"}]}), "questions[0].type",
+        "question 'a': unknown type 'banana' (`type` must be one of boolean, bool, noul, choice, score)");
+    assert_err(json!({"questions": [{"id": "a"}]}), "questions[0].type",
+        "question 'a': unknown type 'None' (`type` must be one of boolean, bool, noul, choice, score)");
+    assert_err(
+        json!({"questions": [{"id": "c", "type": "choice", "options": ["x"]}]}),
+        "questions[0].options",
+        "question 'c': needs at least two alternatives (got 1)",
+    );
+    assert_err(
+        json!({"questions": [{"id": "s", "type": "score"}]}),
+        "questions[0].levels",
+        "question 's': needs at least two alternatives (got 0)",
+    );
+    let many: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
+    assert_err(
+        json!({"questions": [{"id": "pick", "type": "choice", "options": many}]}),
+        "questions[0].options",
+        "question 'pick': at most 26 alternatives (got 30)",
+    );
+    assert_err(
+        json!({"questions": [{"id": "c", "type": "choice", "options": ["x", {"description": "d"}]}]}),
+        "questions[0].options[1].name",
+        "question 'c': options[1] needs a `name` (got {\"description\":\"d\"})",
+    );
+    assert_err(
+        json!({"questions": [{"id": "c", "type": "choice", "options": "xy"}]}),
+        "questions[0].options",
+        "question 'c': options must be a list (got \"xy\")",
+    );
+    assert_err(
+        json!({"questions": [{"id": "s", "type": "score", "levels": {"a": 1}}]}),
+        "questions[0].levels",
+        "question 's': levels must be a list (got {\"a\":1})",
+    );
+    assert_err(
+        json!({"questions": [{"id": "b", "type": "noul", "criteria": ["x"]}]}),
+        "questions[0].criteria",
+        "question 'b': criteria must be an object {\"true\": …, \"false\": …} (got [\"x\"])",
+    );
+}
+
+#[test]
+fn rule_3_dependency_shapes() {
+    let q = |extra: Value| {
+        let mut q = noul("b");
+        if let (Value::Object(m), Value::Object(e)) = (&mut q, extra) {
+            m.extend(e);
+        }
+        json!({"questions": [noul("a"), q]})
+    };
+    assert_err(
+        q(json!({"depends_on": "a"})),
+        "questions[1].depends_on",
+        "question 'b': depends_on must be a list of question ids (got \"a\")",
+    );
+    assert_err(
+        q(json!({"depends_on": [1]})),
+        "questions[1].depends_on",
+        "question 'b': depends_on must be a list of question ids (got [1])",
+    );
+    assert_err(q(json!({"ask_if": {"a": []}})), "questions[1].ask_if",
+        "question 'b': ask_if must map a question id to a non-empty list of its answers (got {\"a\":[]})");
+    assert_err(q(json!({"ask_if": ["a"]})), "questions[1].ask_if",
+        "question 'b': ask_if must map a question id to a non-empty list of its answers (got [\"a\"])");
+    assert_err(
+        q(json!({"alone": "yes"})),
+        "questions[1].alone",
+        "question 'b': alone must be true or false (got \"yes\")",
+    );
+}
+
+#[test]
+fn rule_4_isolate() {
+    assert_eq!(ok(with(json!({"isolate": "all"}))).questions.len(), 2);
+    assert_err(
+        with(json!({"isolate": "some"})),
+        "isolate",
+        "schema: isolate must be \"auto\", \"noul\", \"none\" or \"all\" (got \"some\")",
+    );
+}
+
+#[test]
+fn rule_5_to_7_dependencies() {
+    let qs = |b: Value| json!({"questions": [noul("a"), b, {"id": "c", "type": "score", "levels": ["lo", "hi"]}]});
+    assert_err(
+        qs(json!({"id": "b", "type": "noul", "depends_on": ["zz"]})),
+        "questions[1].depends_on",
+        "question 'b': depends on unknown question 'zz' (known ids: a, b, c)",
+    );
+    assert_err(
+        qs(json!({"id": "b", "type": "noul", "depends_on": ["b"]})),
+        "questions[1].depends_on",
+        "question 'b': depends on unknown question 'b' (a question cannot depend on itself)",
+    );
+    assert_err(
+        qs(json!({"id": "b", "type": "noul", "ask_if": {"a": [true]}})),
+        "questions[1].ask_if.a",
+        "question 'b': ask_if values for 'a' must be among ['yes', 'no'] (got true)",
+    );
+    assert_err(
+        qs(json!({"id": "b", "type": "noul", "ask_if": {"c": ["lo", "mid"]}})),
+        "questions[1].ask_if.c",
+        "question 'b': ask_if values for 'c' must be among ['lo', 'hi'] (got \"mid\")",
+    );
+    let cyc = json!({"questions": [
+        {"id": "a", "type": "noul", "depends_on": ["c"]}, noul("free"),
+        {"id": "b", "type": "noul", "ask_if": {"a": ["no"]}},
+        {"id": "c", "type": "noul", "depends_on": ["b"]}]});
+    assert_err(cyc, "questions", "schema: dependency cycle among a, b, c");
+}
+
+#[test]
+fn rule_8_samples_errors() {
+    let m = "schema: samples must be a positive count or \"auto\"";
+    for (given, shown) in [
+        (json!(-1), "-1"),
+        (json!(0), "0"),
+        (json!(true), "true"),
+        (json!("many"), "\"many\""),
+        (json!(2.5), "2.5"),
+        (json!("0"), "\"0\""),
+    ] {
+        assert_err(
+            with(json!({"samples": given})),
+            "samples",
+            &format!("{m} (got {shown})"),
+        );
+    }
+    assert_err(
+        with(json!({"samples": "auto", "auto_max": "lots"})),
+        "auto_max",
+        "schema: auto_max must be a whole number of reads, 1 to 32 (got \"lots\")",
+    );
+    assert_err(
+        with(json!({"samples": "auto", "auto_max": null})),
+        "auto_max",
+        "schema: auto_max must be a whole number of reads, 1 to 32 (got null)",
+    );
+    assert_err(
+        with(json!({"samples": "auto", "auto_threshold": "high"})),
+        "auto_threshold",
+        "schema: auto_threshold must be an entropy in nats, a number (got \"high\")",
+    );
+}
+
+#[test]
+fn rule_9_ask() {
+    let dep = json!({"questions": [noul("a"), {"id": "b", "type": "noul", "depends_on": ["a"]}]});
+    let ask = |a: Value| {
+        let mut v = dep.clone();
+        v["ask"] = a;
+        v
+    };
+    let m = "schema: ask must list question ids from this schema";
+    assert_err(ask(json!([])), "ask", &format!("{m} (got an empty list)"));
+    assert_err(ask(json!("a")), "ask", &format!("{m} (got \"a\")"));
+    assert_err(
+        ask(json!(["a", "zz"])),
+        "ask",
+        &format!("{m} (unknown id \"zz\")"),
+    );
+    assert_err(
+        ask(json!(["b"])),
+        "ask",
+        "schema: ask names 'b' but not everything it depends on (missing 'a')",
+    );
+    assert_eq!(
+        ok(ask(json!(["b", "a"]))).ask,
+        Some(vec!["b".to_string(), "a".to_string()])
+    );
+}
+
+#[test]
+fn rules_10_to_15_settings() {
+    assert_err(
+        with(json!({"chunk_rows": 4})),
+        "chunk_rows",
+        "schema: chunk_rows must be an integer of at least 8 (got 4)",
+    );
+    assert_err(
+        with(json!({"chunk_rows": "16"})),
+        "chunk_rows",
+        "schema: chunk_rows must be an integer of at least 8 (got \"16\")",
+    );
+    assert_err(
+        with(json!({"chunk_prompt": "all"})),
+        "chunk_prompt",
+        "schema: chunk_prompt must be \"shared\" or \"own\" (got \"all\")",
+    );
+    assert_err(
+        with(json!({"sequential": "false"})),
+        "sequential",
+        "schema: sequential must be true or false (got \"false\")",
+    );
+    assert_err(
+        with(json!({"layout": "sideways"})),
+        "layout",
+        "schema: layout must be \"schema_first\" or \"document_first\" (got \"sideways\")",
+    );
+    for (given, shown) in [
+        (json!(5000), "5000"),
+        (json!(-1), "-1"),
+        (json!(true), "true"),
+        (json!("8"), "\"8\""),
+    ] {
+        assert_err(
+            with(json!({"think": given})),
+            "think",
+            &format!("schema: think must be a thought budget in tokens, 0 to 4096 (got {shown})"),
+        );
+    }
+    assert_err(
+        with(json!({"steps": "fast"})),
+        "steps",
+        "schema: steps must be a whole number of denoise steps, 1 to 8 (got \"fast\")",
+    );
+    assert_err(
+        with(json!({"steps": null})),
+        "steps",
+        "schema: steps must be a whole number of denoise steps, 1 to 8 (got null)",
+    );
+    assert_eq!(ok(with(json!({"steps": "3"}))).steps, 3);
+    assert_eq!(ok(with(json!({"steps": 2.9}))).steps, 2);
+    assert!(ok(with(json!({"sequential": 1}))).sequential);
+}
+
+#[test]
+fn first_error_wins_in_rule_order() {
+    // A bad question comes before a bad top-level setting.
+    assert_err(
+        json!({"questions": [{"id": "a", "type": "x"}], "samples": -1}),
+        "questions[0].type",
+        "question 'a': unknown type 'x' (`type` must be one of boolean, bool, noul, choice, score)",
+    );
+    // isolate (rule 4) comes before unknown dependencies (rule 5).
+    let v = json!({"questions": [{"id": "a", "type": "noul", "depends_on": ["z"]}], "isolate": 1});
+    assert_eq!(err(v).0, "isolate");
+}
+
+#[test]
+fn python_repr_quotes() {
+    use super::text::{py_list, py_repr};
+    assert_eq!(py_repr("it's"), "\"it's\"");
+    assert_eq!(py_repr("a'\"b"), "'a\\'\"b'");
+    assert_eq!(py_list(&["yes".into(), "no".into()]), "['yes', 'no']");
+}

@@ -1,0 +1,341 @@
+//! Slot resolution: where each question's answer token sits and which token ids
+//! stand for its labels.
+//!
+//! Two readings exist:
+//!
+//! * **Canvas** (bidirectional models, serving.md §4.6–4.7): the whole answer
+//!   template (`id: label` lines) is tokenized once per label variant; each
+//!   question's labels must change exactly one token, at one shared position.
+//!   [`resolve_template`] finds those positions; [`seed_canvas`] writes a random
+//!   token into every slot (the "noise draw").
+//! * **Cloze** (causal models): each question is read as the next token after
+//!   `id:` at the end of the prompt. [`resolve_cloze`] finds, for each label, the
+//!   first token of the label written with and without a leading space, and
+//!   pools them (engine-notes.md §4: Gemma has no `▁5` tokens, so digits come
+//!   bare while words come `▁`-prefixed).
+
+use rand_mt::Mt;
+use serde::Serialize;
+
+use crate::error::{CoreError, SchemaError};
+use crate::schema::{AnswerFormat, Question};
+use crate::tokenizer::{TokenId, Tokenizer};
+
+/// One resolved canvas slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CanvasSlot {
+    /// Question id.
+    pub id: String,
+    /// Token position of the answer in the template.
+    pub pos: usize,
+    /// One token id per label, in label order; all distinct.
+    pub label_ids: Vec<TokenId>,
+}
+
+/// An answer template with its slots (serving.md §4.6 `resolve_template`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResolvedTemplate {
+    /// `head + enc(lead + answer_text(all labels at index 0))`.
+    pub tokens: Vec<TokenId>,
+    /// One slot per question, in question order.
+    pub slots: Vec<CanvasSlot>,
+}
+
+/// The answer text `id: label` lines (or `idlabel` words) for the chosen label
+/// indices (serving.md §4.4).
+pub fn answer_text(
+    questions: &[&Question],
+    labels: &[Vec<String>],
+    chosen: &[usize],
+    format: AnswerFormat,
+) -> String {
+    let parts = questions
+        .iter()
+        .zip(labels)
+        .zip(chosen)
+        .map(|((q, ls), &i)| {
+            let label = ls.get(i).map_or("", String::as_str);
+            match format {
+                AnswerFormat::Lines => format!("{}: {label}", q.id),
+                AnswerFormat::Indexed => format!("{}{label}", q.id),
+            }
+        });
+    let join = match format {
+        AnswerFormat::Lines => "\n",
+        AnswerFormat::Indexed => " ",
+    };
+    parts.collect::<Vec<_>>().join(join)
+}
+
+/// Inputs of [`resolve_template`].
+#[derive(Debug, Clone, Copy)]
+pub struct TemplateSpec<'a> {
+    /// Questions of the read, in order.
+    pub questions: &'a [&'a Question],
+    /// Labels per question (see [`crate::labels::labels_for`]).
+    pub labels: &'a [Vec<String>],
+    /// Tokens that precede the answer (e.g. the thought scaffold).
+    pub head: &'a [TokenId],
+    /// Text that precedes the first answer (a join string when continuing).
+    pub lead: &'a str,
+    /// Answer format.
+    pub format: AnswerFormat,
+    /// Canvas length; the template plus one end-of-turn token must fit.
+    pub canvas_len: usize,
+}
+
+/// Resolve every question's slot in the answer template (serving.md §4.6).
+///
+/// # Errors
+/// [`CoreError::Schema`] with the serving.md messages: the template does not fit
+/// the canvas, a label is not a single token, labels do not share one position,
+/// or two labels tokenize to the same id. [`CoreError::Tokenize`] if encoding fails.
+pub fn resolve_template(
+    tok: &dyn Tokenizer,
+    spec: &TemplateSpec<'_>,
+) -> Result<ResolvedTemplate, CoreError> {
+    let n = spec.questions.len();
+    let encode = |chosen: &[usize]| -> Result<Vec<TokenId>, CoreError> {
+        let text = format!(
+            "{}{}",
+            spec.lead,
+            answer_text(spec.questions, spec.labels, chosen, spec.format)
+        );
+        let mut ids = spec.head.to_vec();
+        ids.extend(tok.encode(&text)?);
+        Ok(ids)
+    };
+    let zeros = vec![0usize; n];
+    let base = encode(&zeros)?;
+    if base.len() + 1 > spec.canvas_len {
+        return Err(SchemaError::new(
+            "questions",
+            format!(
+                "answer template is {} tokens; the canvas holds {}",
+                base.len(),
+                spec.canvas_len.saturating_sub(1)
+            ),
+        )
+        .into());
+    }
+    let mut slots = Vec::with_capacity(n);
+    for (qi, q) in spec.questions.iter().enumerate() {
+        let labels = &spec.labels[qi];
+        let mut pos: Option<usize> = None;
+        let mut ids = vec![0; labels.len()];
+        for li in 1..labels.len() {
+            let mut chosen = zeros.clone();
+            chosen[qi] = li;
+            let e = encode(&chosen)?;
+            if e.len() != base.len() {
+                return Err(SchemaError::new(
+                    format!("questions[{qi}]"),
+                    format!(
+                        "question '{}': label '{}' is not a single token (every label must be one token at the answer slot)",
+                        q.id, labels[li]
+                    ),
+                )
+                .into());
+            }
+            let diffs: Vec<usize> = (0..e.len()).filter(|&i| e[i] != base[i]).collect();
+            if diffs.len() != 1 || pos.is_some_and(|p| p != diffs[0]) {
+                return Err(SchemaError::new(
+                    format!("questions[{qi}]"),
+                    format!(
+                        "question '{}': labels do not share one template slot (label '{}' changes {} positions)",
+                        q.id,
+                        labels[li],
+                        diffs.len()
+                    ),
+                )
+                .into());
+            }
+            pos = Some(diffs[0]);
+            ids[li] = e[diffs[0]];
+        }
+        let p = pos.ok_or_else(|| {
+            SchemaError::new(
+                format!("questions[{qi}]"),
+                format!("question '{}': needs at least two alternatives", q.id),
+            )
+        })?;
+        ids[0] = base[p];
+        ensure_distinct(q, qi, labels, &ids)?;
+        slots.push(CanvasSlot {
+            id: q.id.clone(),
+            pos: p,
+            label_ids: ids,
+        });
+    }
+    Ok(ResolvedTemplate {
+        tokens: base,
+        slots,
+    })
+}
+
+fn ensure_distinct(
+    q: &Question,
+    qi: usize,
+    labels: &[String],
+    ids: &[TokenId],
+) -> Result<(), SchemaError> {
+    for i in 0..ids.len() {
+        for j in i + 1..ids.len() {
+            if ids[i] == ids[j] {
+                return Err(SchemaError::new(
+                    format!("questions[{qi}]"),
+                    format!(
+                        "question '{}': two labels tokenize to the same id ('{}' and '{}' both read as token {})",
+                        q.id, labels[i], labels[j], ids[i]
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Canvas width for a template of `template_len` tokens: the template plus the
+/// end-of-turn token, rounded up to a multiple of `step`, capped at `canvas_len`
+/// (serving.md §4.7).
+pub fn canvas_width(template_len: usize, canvas_len: usize, step: usize) -> usize {
+    let step = step.max(1);
+    canvas_len.min((template_len + 1).div_ceil(step) * step)
+}
+
+/// Token ids used to build a seeded canvas.
+#[derive(Debug, Clone, Copy)]
+pub struct CanvasTokens {
+    /// End-of-turn id written after the template (Gemma: 106).
+    pub turn_close: TokenId,
+    /// Padding id (Gemma: 0).
+    pub pad: TokenId,
+    /// Vocabulary size random slot tokens are drawn from (Gemma: 262,144).
+    pub vocab: u32,
+}
+
+/// Build the seeded canvas of one read (serving.md §4.7): the template, the
+/// end-of-turn token, padding to `width`, and at each slot (in question order) a
+/// token drawn with Python's `random.Random(seed).randrange(vocab)`.
+pub fn seed_canvas(
+    template: &ResolvedTemplate,
+    width: usize,
+    seed: i64,
+    ids: CanvasTokens,
+) -> Vec<TokenId> {
+    let mut canvas = template.tokens.clone();
+    canvas.push(ids.turn_close);
+    canvas.resize(width.max(canvas.len()), ids.pad);
+    let mut rng = python_random(seed);
+    for slot in &template.slots {
+        if let Some(cell) = canvas.get_mut(slot.pos) {
+            *cell = python_randrange(&mut rng, ids.vocab);
+        }
+    }
+    canvas
+}
+
+/// An MT19937 seeded like Python's `random.Random(seed)` (`init_by_array` over the
+/// 32-bit little-endian words of `|seed|`).
+pub fn python_random(seed: i64) -> Mt {
+    let mut n = seed.unsigned_abs();
+    let mut key = Vec::new();
+    while n > 0 {
+        key.push((n & 0xffff_ffff) as u32);
+        n >>= 32;
+    }
+    if key.is_empty() {
+        key.push(0);
+    }
+    Mt::new_with_key(key)
+}
+
+/// Python's `randrange(n)` for `0 < n ≤ 2^32`: `getrandbits(k)` with rejection,
+/// where `k = n.bit_length()`.
+pub fn python_randrange(rng: &mut Mt, n: u32) -> u32 {
+    if n <= 1 {
+        return 0;
+    }
+    // Python: k = n.bit_length(); r = getrandbits(k) until r < n.
+    let k = 32 - n.leading_zeros();
+    loop {
+        let r = rng.next_u32() >> (32 - k);
+        if r < n {
+            return r;
+        }
+    }
+}
+
+/// A question read as the next token after `id:` (causal reading).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClozeSlot {
+    /// Question id.
+    pub id: String,
+    /// Tokens appended after the prompt: the encoding of `"<id>:"`.
+    pub cue: Vec<TokenId>,
+    /// Per label, the pooled candidate token ids (first token of `" label"` and
+    /// of `"label"`), with ids shared between labels removed.
+    pub labels: Vec<Vec<TokenId>>,
+}
+
+/// Resolve the cloze slot of `q` with `labels`.
+///
+/// # Errors
+/// [`CoreError::Schema`] when a label has no token of its own (two labels start
+/// with the same token in both spellings), naming both labels.
+pub fn resolve_cloze(
+    tok: &dyn Tokenizer,
+    q: &Question,
+    qi: usize,
+    labels: &[String],
+) -> Result<ClozeSlot, CoreError> {
+    let mut candidates: Vec<Vec<TokenId>> = Vec::with_capacity(labels.len());
+    for label in labels {
+        let mut c = Vec::new();
+        for text in [format!(" {label}"), label.clone()] {
+            if let Some(&first) = tok.encode(&text)?.first() {
+                if !c.contains(&first) {
+                    c.push(first);
+                }
+            }
+        }
+        candidates.push(c);
+    }
+    let mut pooled = Vec::with_capacity(labels.len());
+    for (i, c) in candidates.iter().enumerate() {
+        let own: Vec<TokenId> = c
+            .iter()
+            .copied()
+            .filter(|id| {
+                !candidates
+                    .iter()
+                    .enumerate()
+                    .any(|(j, other)| j != i && other.contains(id))
+            })
+            .collect();
+        if own.is_empty() {
+            let clash = candidates
+                .iter()
+                .enumerate()
+                .find(|(j, other)| *j != i && other.iter().any(|id| c.contains(id)))
+                .map_or("another label", |(j, _)| labels[j].as_str());
+            return Err(SchemaError::new(
+                format!("questions[{qi}]"),
+                format!(
+                    "question '{}': labels '{}' and '{}' begin with the same token, so the model cannot tell them apart; rename one option or read letters (--labels letters)",
+                    q.id, labels[i], clash
+                ),
+            )
+            .into());
+        }
+        pooled.push(own);
+    }
+    Ok(ClozeSlot {
+        id: q.id.clone(),
+        cue: tok.encode(&format!("{}:", q.id))?,
+        labels: pooled,
+    })
+}
+
+#[cfg(test)]
+mod tests;

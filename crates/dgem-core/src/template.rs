@@ -1,0 +1,384 @@
+//! Rendering of `.json.tmpl` policies (reference.md §1.1–1.2).
+//!
+//! Policies are Go `text/template` files. The engine is the `gtmpl` crate; this
+//! module only converts variables into gtmpl values and registers the helper
+//! functions of the Go engine (`toJson`, `toPrettyJson`, `default`, `indent`,
+//! `upper`, `lower`, `trim`) plus a Go-faithful `printf` (see `gofmt.rs`).
+//!
+//! ```
+//! use dgem_core::template::render;
+//! let mut vars = serde_json::Map::new();
+//! vars.insert("ticket".into(), "Card \"declined\"".into());
+//! let out = render("t", r#"{"t": {{ .ticket | toJson }}, "s": {{ default 1 .samples }}}"#, &vars)?;
+//! assert_eq!(out, r#"{"t": "Card \"declined\"", "s": 1}"#);
+//! # Ok::<(), dgem_core::TemplateError>(())
+//! ```
+
+mod gofmt;
+
+use std::collections::HashMap;
+
+use gtmpl::{Context, Func, FuncError, Template, Value};
+use serde_json::Value as Json;
+
+use crate::error::TemplateError;
+
+/// Render template `text` (named `name` in errors) with `vars` as the data map.
+///
+/// A variable that is missing renders as Go's `<no value>`; guard it with
+/// `default`. JSON `null` variables behave the same way (as a nil interface
+/// does in Go).
+pub fn render(
+    name: &str,
+    text: &str,
+    vars: &serde_json::Map<String, Json>,
+) -> Result<String, TemplateError> {
+    let mut tmpl = Template::with_name(name);
+    tmpl.add_funcs(&helpers());
+    tmpl.parse(text).map_err(|e| TemplateError::Parse {
+        name: name.to_string(),
+        detail: e.to_string(),
+    })?;
+    let data = Value::Map(vars.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect());
+    tmpl.render(&Context::from(data))
+        .map_err(|e| TemplateError::Render {
+            name: name.to_string(),
+            detail: e.to_string(),
+        })
+}
+
+/// The helper functions registered on every template.
+fn helpers() -> Vec<(&'static str, Func)> {
+    vec![
+        ("toJson", to_json as Func),
+        ("toPrettyJson", to_pretty_json as Func),
+        ("default", default as Func),
+        ("indent", indent as Func),
+        ("upper", upper as Func),
+        ("lower", lower as Func),
+        ("trim", trim as Func),
+        ("printf", gofmt::printf as Func),
+    ]
+}
+
+/// Convert a JSON value to a gtmpl value. `null` becomes `NoValue`, which
+/// prints as `<no value>` like a nil interface in Go.
+pub(crate) fn to_gtmpl(v: &Json) -> Value {
+    match v {
+        Json::Null => Value::NoValue,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Json::String(s) => Value::String(s.clone()),
+        Json::Array(a) => Value::Array(a.iter().map(to_gtmpl).collect()),
+        Json::Object(o) => Value::Map(
+            o.iter()
+                .map(|(k, v)| (k.clone(), to_gtmpl(v)))
+                .collect::<HashMap<_, _>>(),
+        ),
+    }
+}
+
+/// Convert a gtmpl value back to JSON. Map keys are sorted, as Go's
+/// `json.Marshal` sorts map keys; integral floats print without `.0`.
+pub(crate) fn to_json_value(v: &Value) -> Result<Json, FuncError> {
+    Ok(match v {
+        Value::NoValue | Value::Nil => Json::Null,
+        Value::Bool(b) => Json::Bool(*b),
+        Value::String(s) => Json::String(s.clone()),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Json::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Json::from(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                    Json::from(f as i64)
+                } else {
+                    serde_json::Number::from_f64(f)
+                        .map(Json::Number)
+                        .ok_or_else(|| {
+                            FuncError::Generic(format!("toJson: {f} is not representable in JSON"))
+                        })?
+                }
+            }
+        }
+        Value::Array(a) => Json::Array(a.iter().map(to_json_value).collect::<Result<_, _>>()?),
+        Value::Map(m) | Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::new();
+            for k in keys {
+                if let Some(item) = m.get(k) {
+                    out.insert(k.clone(), to_json_value(item)?);
+                }
+            }
+            Json::Object(out)
+        }
+        Value::Function(_) => {
+            return Err(FuncError::Generic(
+                "toJson: a function cannot be encoded".into(),
+            ))
+        }
+    })
+}
+
+fn one_arg<'a>(name: &str, args: &'a [Value]) -> Result<&'a Value, FuncError> {
+    match args {
+        [v] => Ok(v),
+        _ => Err(FuncError::ExactlyXArgs(name.into(), 1)),
+    }
+}
+
+fn encode(v: &Value, pretty: bool) -> Result<Value, FuncError> {
+    let json = to_json_value(v)?;
+    let text = if pretty {
+        serde_json::to_string_pretty(&json)
+    } else {
+        serde_json::to_string(&json)
+    };
+    text.map(Value::String)
+        .map_err(|e| FuncError::Generic(format!("toJson: {e}")))
+}
+
+/// `toJson v`: compact JSON of any value.
+fn to_json(args: &[Value]) -> Result<Value, FuncError> {
+    encode(one_arg("toJson", args)?, false)
+}
+
+/// `toPrettyJson v`: JSON with a 2-space indent.
+fn to_pretty_json(args: &[Value]) -> Result<Value, FuncError> {
+    encode(one_arg("toPrettyJson", args)?, true)
+}
+
+/// `default def val`: `def` when `val` is nil, missing or a whitespace-only
+/// string; otherwise `val` (a `false` stays `false`).
+fn default(args: &[Value]) -> Result<Value, FuncError> {
+    match args {
+        [def] => Ok(def.clone()),
+        [def, val] => Ok(match val {
+            Value::NoValue | Value::Nil => def.clone(),
+            Value::String(s) if s.trim().is_empty() => def.clone(),
+            other => other.clone(),
+        }),
+        _ => Err(FuncError::Generic(format!(
+            "default takes 2 arguments (default, value); got {}",
+            args.len()
+        ))),
+    }
+}
+
+/// Text of a string-like argument; nil and collections are an error, as a Go
+/// `func(string)` would refuse them.
+fn text_arg(name: &str, v: &Value) -> Result<String, FuncError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(_) | Value::Bool(_) => Ok(gofmt::go_text(v)),
+        other => Err(FuncError::Generic(format!(
+            "{name} expects a string; got {}",
+            match other {
+                Value::NoValue | Value::Nil => "no value".to_string(),
+                Value::Array(_) => "a list".to_string(),
+                _ => "a map".to_string(),
+            }
+        ))),
+    }
+}
+
+/// `indent n s`: prefix every non-empty line of `s` with `n` spaces.
+fn indent(args: &[Value]) -> Result<Value, FuncError> {
+    let [n, s] = args else {
+        return Err(FuncError::ExactlyXArgs("indent".into(), 2));
+    };
+    let n = match n {
+        Value::Number(num) => num.as_u64().or_else(|| num.as_f64().map(|f| f as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        FuncError::Generic(format!(
+            "indent: the first argument must be a count of spaces; got {}",
+            gofmt::go_text(n)
+        ))
+    })?;
+    let pad = " ".repeat(n as usize);
+    let text = text_arg("indent", s)?;
+    let out: Vec<String> = text
+        .split('\n')
+        .map(|line| {
+            if line.is_empty() {
+                String::new()
+            } else {
+                format!("{pad}{line}")
+            }
+        })
+        .collect();
+    Ok(Value::String(out.join("\n")))
+}
+
+fn upper(args: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::String(
+        text_arg("upper", one_arg("upper", args)?)?.to_uppercase(),
+    ))
+}
+
+fn lower(args: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::String(
+        text_arg("lower", one_arg("lower", args)?)?.to_lowercase(),
+    ))
+}
+
+fn trim(args: &[Value]) -> Result<Value, FuncError> {
+    Ok(Value::String(
+        text_arg("trim", one_arg("trim", args)?)?.trim().to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn vars(v: Json) -> serde_json::Map<String, Json> {
+        match v {
+            Json::Object(m) => m,
+            _ => panic!("vars must be an object"),
+        }
+    }
+
+    fn r(text: &str, v: Json) -> String {
+        render("t", text, &vars(v)).expect("renders")
+    }
+
+    #[test]
+    fn to_json_quotes_and_encodes() {
+        assert_eq!(
+            r("{{ .s | toJson }}", json!({"s": "a \"b\"\n"})),
+            r#""a \"b\"\n""#
+        );
+        assert_eq!(
+            r("{{ toJson .n }}|{{ toJson .f }}", json!({"n": 4, "f": 0.5})),
+            "4|0.5"
+        );
+        assert_eq!(
+            r("{{ toJson .m }}", json!({"m": {"b": [1, true], "a": null}})),
+            r#"{"a":null,"b":[1,true]}"#
+        );
+        assert_eq!(r("{{ toJson .missing }}", json!({})), "null");
+        assert_eq!(
+            r("{{ toPrettyJson .m }}", json!({"m": {"a": [1]}})),
+            "{\n  \"a\": [\n    1\n  ]\n}"
+        );
+    }
+
+    #[test]
+    fn default_rules() {
+        assert_eq!(r("{{ default \"d\" .x }}", json!({})), "d");
+        assert_eq!(r("{{ default \"d\" .x }}", json!({"x": null})), "d");
+        assert_eq!(r("{{ default \"d\" .x }}", json!({"x": "  "})), "d");
+        assert_eq!(r("{{ default \"d\" .x }}", json!({"x": " v "})), " v ");
+        assert_eq!(r("{{ default true .x }}", json!({"x": false})), "false");
+        assert_eq!(r("{{ default 4 .x }}", json!({"x": 0})), "0");
+        assert_eq!(r("{{ .x | default \"d\" }}", json!({})), "d");
+        assert_eq!(
+            r(
+                "{{ default \"auto\" .samples | toJson }}",
+                json!({"samples": "4"})
+            ),
+            "\"4\""
+        );
+    }
+
+    #[test]
+    fn string_helpers() {
+        assert_eq!(
+            r(
+                "{{ upper .s }}|{{ lower .s }}|[{{ trim .s }}]",
+                json!({"s": " Ab "})
+            ),
+            " AB | ab |[Ab]"
+        );
+        assert_eq!(r("{{ indent 2 .s }}", json!({"s": "a\n\nb"})), "  a\n\n  b");
+        assert_eq!(r("{{ .s | indent 4 }}", json!({"s": "x"})), "    x");
+        let err = render("t", "{{ upper .missing }}", &vars(json!({}))).expect_err("must fail");
+        assert!(
+            err.to_string()
+                .contains("upper expects a string; got no value"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn go_builtins() {
+        assert_eq!(
+            r("{{ printf \"%q\" .s }}", json!({"s": "say \"hi\""})),
+            r#""say \"hi\"""#
+        );
+        assert_eq!(r("{{ printf \"%s=%d\" .k 3 }}", json!({"k": "n"})), "n=3");
+        assert_eq!(r("{{ or .a .b \"c\" }}", json!({"b": "B"})), "B");
+        assert_eq!(r("a  {{- .x -}}  b", json!({"x": 1})), "a1b");
+        assert_eq!(
+            r("{{ if .f }}y{{ else }}n{{ end }}", json!({"f": false})),
+            "n"
+        );
+        assert_eq!(
+            r("[{{ .missing }}][{{ .nil }}]", json!({"nil": null})),
+            "[<no value>][<no value>]"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_template() {
+        let err = render("p.json.tmpl", "{{ if }}", &vars(json!({}))).expect_err("must fail");
+        assert!(
+            matches!(&err, TemplateError::Parse { name, .. } if name == "p.json.tmpl"),
+            "{err:?}"
+        );
+        let err = render("p.json.tmpl", "{{ nope 1 }}", &vars(json!({}))).expect_err("must fail");
+        assert!(
+            err.to_string().starts_with("template `p.json.tmpl`"),
+            "{err}"
+        );
+        let err = render("p", "{{ toJson }}", &vars(json!({}))).expect_err("must fail");
+        assert!(matches!(err, TemplateError::Render { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn envelope_template_a() {
+        let text = r#"{"schema": {"questions": [{"id": "urgent", "type": "boolean"}],
+  "samples": {{ default "auto" .samples | toJson }}},
+ "state": {"ticket": {{ default "No ticket text provided" .ticket | toJson }}}}"#;
+        let out: Json = serde_json::from_str(&r(text, json!({}))).expect("json");
+        assert_eq!(out["schema"]["samples"], "auto");
+        assert_eq!(out["state"]["ticket"], "No ticket text provided");
+        let out: Json = serde_json::from_str(&r(text, json!({"samples": "4", "ticket": "x\"y"})))
+            .expect("json");
+        assert_eq!(out["schema"]["samples"], "4");
+        assert_eq!(out["state"]["ticket"], "x\"y");
+    }
+
+    #[test]
+    fn range_template_c() {
+        let text = r#"{"options": [ {{ range $i, $opt := .options }}{{ if $i }},{{ end }}{"name": {{ $opt | toJson }}}{{ end }} ],
+"samples": {{ default 1 .samples | toJson }},
+"state": {"customer_utterance": {{ .text | toJson }}}}"#;
+        let out = r(
+            text,
+            json!({"options": ["card_lost", "top_up"], "text": "hi"}),
+        );
+        let v: Json = serde_json::from_str(&out).expect("json");
+        assert_eq!(
+            v,
+            json!({"options": [{"name": "card_lost"}, {"name": "top_up"}], "samples": 1, "state": {"customer_utterance": "hi"}})
+        );
+    }
+}

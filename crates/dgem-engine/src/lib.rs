@@ -1,0 +1,168 @@
+//! # dgem-engine
+//!
+//! Orchestration of one decision: a [`ValidSchema`] and a state go in; every
+//! asked question comes out with a probability per allowed answer, its entropy
+//! (nats) and hesitation (normalized entropy), plus the diagnostics of serving.md §8.2.
+//!
+//! The engine sees only `Arc<dyn Backend>`. For a **causal** backend (the
+//! embedded Gemma 3) each question is read as a cloze after the shared prompt
+//! (`slot_reading = "cloze"`): one sequence per question, all sharing the prompt
+//! prefix, sent together so the backend reuses the prefix KV cache. Later stages
+//! (`depends_on`) see earlier answers prefilled in the model's turn. Because a
+//! causal read is deterministic, extra samples permute the order in which
+//! alternatives are listed (seeded), so `agreement` and `stderr` measure
+//! option-order sensitivity rather than repeating one number. Contextual
+//! calibration (Zhao et al. 2021) divides each read by the distribution the same
+//! read gives on content-free states; those priors are cached by token sequence.
+//!
+//! ```no_run
+//! # async fn demo(backend: std::sync::Arc<dyn dgem_backend::Backend>, schema: dgem_core::schema::ValidSchema) {
+//! use dgem_engine::{Engine, EngineConfig, DecideRequest};
+//! let engine = Engine::new(backend, EngineConfig::default());
+//! let decision = engine.decide(DecideRequest { schema, state: serde_json::json!({"ticket": "help"}), seed: 42 }).await;
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod calibration;
+mod cloze;
+mod error;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dgem_backend::{Attention, Backend};
+use dgem_core::envelope::{AnswerOut, Diagnostics};
+use dgem_core::labels::LabelMode;
+use dgem_core::schema::ValidSchema;
+use indexmap::IndexMap;
+use serde_json::Value;
+
+pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
+pub use error::EngineError;
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Label mode; `None` uses the backend's default.
+    pub label_mode: Option<LabelMode>,
+    /// Contextual calibration; `Auto` turns it on for word labels on a causal backend.
+    pub calibration: CalibrationMode,
+    /// A plain-words note copied into every decision's diagnostics (e.g. that the
+    /// embedded model is near chance).
+    pub note: Option<String>,
+    /// Calibration priors kept in the cache (entries).
+    pub calibration_cache_entries: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            label_mode: None,
+            calibration: CalibrationMode::Auto,
+            note: None,
+            calibration_cache_entries: 512,
+        }
+    }
+}
+
+/// One decision to make.
+#[derive(Debug, Clone)]
+pub struct DecideRequest {
+    /// The validated policy.
+    pub schema: ValidSchema,
+    /// The state: a string, or any JSON value (written Python-style into the prompt).
+    pub state: Value,
+    /// Base seed (serving default 42); read `r` uses `seed + 7919·r`.
+    pub seed: i64,
+}
+
+/// A finished decision.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// One entry per asked question in schema order; `None` = skipped by `ask_if`.
+    pub answers: IndexMap<String, Option<AnswerOut>>,
+    /// Decision-level diagnostics.
+    pub diagnostics: Diagnostics,
+}
+
+impl Decision {
+    /// The `{answers, diagnostics}` envelope JSON (serving.md §8.1–8.2).
+    pub fn envelope(&self) -> Value {
+        dgem_core::envelope::envelope(&self.answers, &self.diagnostics)
+    }
+}
+
+/// The decision engine: a backend plus caches. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Engine {
+    backend: Arc<dyn Backend>,
+    config: EngineConfig,
+    priors: Mutex<calibration::PriorCache>,
+}
+
+impl Engine {
+    /// Build an engine over `backend`.
+    pub fn new(backend: Arc<dyn Backend>, config: EngineConfig) -> Self {
+        let priors = Mutex::new(calibration::PriorCache::new(config.calibration_cache_entries));
+        Self {
+            backend,
+            config,
+            priors,
+        }
+    }
+
+    /// The backend this engine reads.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Label mode in effect.
+    pub fn label_mode(&self) -> LabelMode {
+        self.config
+            .label_mode
+            .unwrap_or(self.backend.info().label_mode)
+    }
+
+    /// Whether contextual calibration is applied.
+    pub fn calibrates(&self) -> bool {
+        match self.config.calibration {
+            CalibrationMode::On => true,
+            CalibrationMode::Off => false,
+            CalibrationMode::Auto => {
+                self.label_mode() == LabelMode::Words
+                    && self.backend.info().attention == Attention::Causal
+            }
+        }
+    }
+
+    /// Make one decision.
+    ///
+    /// # Errors
+    /// [`EngineError::Schema`] for problems the user must fix (a label that is not
+    /// one token, a state longer than the model's context), [`EngineError::Backend`]
+    /// when the model fails, [`EngineError::Unsupported`] for a backend this engine
+    /// cannot drive.
+    #[tracing::instrument(skip_all, fields(questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
+    pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        let started = Instant::now();
+        let out = match self.backend.info().attention {
+            Attention::Causal => cloze::decide(self, &req).await?,
+            Attention::Bidirectional => {
+                return Err(EngineError::Unsupported(
+                    "joint canvas reads for bidirectional backends go through the vLLM backend's own reader"
+                        .into(),
+                ))
+            }
+        };
+        let mut decision = out;
+        decision.diagnostics.timing.total_ms = started.elapsed().as_secs_f64() * 1e3;
+        decision.diagnostics.note = self.config.note.clone();
+        tracing::info!(
+            total_ms = decision.diagnostics.timing.total_ms,
+            reads = decision.diagnostics.timing.reads,
+            "decision done"
+        );
+        Ok(decision)
+    }
+}

