@@ -26,7 +26,10 @@ fn load(path: &Path, logits_all: bool, batch_reads: bool) -> anyhow::Result<Llam
     let mut cfg = LlamaConfig::new(path, "bench");
     cfg.logits_all = logits_all;
     cfg.batch_reads = batch_reads;
-    if let Some(n) = std::env::var("DGEM_BENCH_THREADS").ok().and_then(|s| s.parse().ok()) {
+    if let Some(n) = std::env::var("DGEM_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
         cfg.n_threads = n;
     }
     Ok(LlamaBackend::load(cfg)?)
@@ -41,7 +44,13 @@ fn read(tok: &dyn Tokenizer, head: &str, suffix: &str) -> anyhow::Result<Sequenc
         .iter()
         .map(|w| tok.encode(&format!(" {w}")).map(|ids| ids[..1].to_vec()))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(SequenceRead { slots: vec![SlotQuery { pos: tokens.len(), labels }], tokens })
+    Ok(SequenceRead {
+        slots: vec![SlotQuery {
+            pos: tokens.len(),
+            labels,
+        }],
+        tokens,
+    })
 }
 
 /// Median ms of `iters` calls; `make(i)` builds the reads of call `i`.
@@ -68,7 +77,10 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     };
     let path = Path::new(&path);
-    let iters: usize = std::env::var("DGEM_BENCH_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let iters: usize = std::env::var("DGEM_BENCH_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
     let slot_only = load(path, false, true)?;
     let all_rows = load(path, true, true)?;
     let one_by_one = load(path, false, false)?;
@@ -76,12 +88,27 @@ async fn main() -> anyhow::Result<()> {
     let tok = tok.as_ref();
     // Alternate the first word so every call misses the cache after position 1.
     let heads = ["Ticket:", "Message:"];
-    let cold = |i: usize| Ok(vec![read(tok, heads[i % 2], "Question: Which team?\nAnswer:")?]);
-    let n = read(tok, heads[0], "Question: Which team?\nAnswer:")?.tokens.len();
+    let cold = |i: usize| {
+        Ok(vec![read(
+            tok,
+            heads[i % 2],
+            "Question: Which team?\nAnswer:",
+        )?])
+    };
+    let n = read(tok, heads[0], "Question: Which team?\nAnswer:")?
+        .tokens
+        .len();
     let a = time(&slot_only, iters, cold).await?;
     let b = time(&all_rows, iters, cold).await?;
-    let suffixes = ["Question: Which team?\nAnswer:", "Question: How urgent?\nAnswer:", "Question: Angry?\nAnswer:"];
-    let cached = time(&slot_only, iters, |i| Ok(vec![read(tok, heads[0], suffixes[i % 3])?])).await?;
+    let suffixes = [
+        "Question: Which team?\nAnswer:",
+        "Question: How urgent?\nAnswer:",
+        "Question: Angry?\nAnswer:",
+    ];
+    let cached = time(&slot_only, iters, |i| {
+        Ok(vec![read(tok, heads[0], suffixes[i % 3])?])
+    })
+    .await?;
     let three = |i: usize| -> anyhow::Result<Vec<SequenceRead>> {
         let head = heads[i % 2];
         suffixes.iter().map(|s| read(tok, head, s)).collect()
@@ -89,11 +116,20 @@ async fn main() -> anyhow::Result<()> {
     let seq3 = time(&one_by_one, iters, three).await?;
     let batch3 = time(&slot_only, iters, three).await?;
     println!("prompt tokens: {n}, iterations: {iters}");
-    println!("(a) slot rows only : {a:8.1} ms  ({:.2} ms/prompt token)", a / n as f64);
-    println!("(b) all {n} rows    : {b:8.1} ms  ({:.2} ms/prompt token)", b / n as f64);
+    println!(
+        "(a) slot rows only : {a:8.1} ms  ({:.2} ms/prompt token)",
+        a / n as f64
+    );
+    println!(
+        "(b) all {n} rows    : {b:8.1} ms  ({:.2} ms/prompt token)",
+        b / n as f64
+    );
     println!("    all-rows / slot-only = {:.2}x", b / a);
     println!("(c) prefix cached, new suffix : {cached:8.1} ms");
     println!("(d) 3 suffixes, one by one    : {seq3:8.1} ms");
-    println!("    3 suffixes, one batch     : {batch3:8.1} ms  (one-by-one / batch = {:.2}x)", seq3 / batch3);
+    println!(
+        "    3 suffixes, one batch     : {batch3:8.1} ms  (one-by-one / batch = {:.2}x)",
+        seq3 / batch3
+    );
     Ok(())
 }

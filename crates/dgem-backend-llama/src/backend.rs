@@ -41,11 +41,20 @@ impl std::fmt::Debug for LlamaBackend {
     }
 }
 
-fn check(ok: bool, field: &'static str, expected: &'static str, given: usize) -> Result<(), LlamaError> {
+fn check(
+    ok: bool,
+    field: &'static str,
+    expected: &'static str,
+    given: usize,
+) -> Result<(), LlamaError> {
     if ok {
         Ok(())
     } else {
-        Err(LlamaError::InvalidConfig { field, expected, given: given.to_string() })
+        Err(LlamaError::InvalidConfig {
+            field,
+            expected,
+            given: given.to_string(),
+        })
     }
 }
 
@@ -57,8 +66,18 @@ impl LlamaBackend {
     /// [`LlamaError`] when the config is out of range, the file is missing or
     /// unreadable, or the context cannot be created.
     pub fn load(config: LlamaConfig) -> Result<Self, LlamaError> {
-        check(config.n_threads >= 1, "n_threads", "at least 1", config.n_threads)?;
-        check(config.queue_capacity >= 1, "queue_capacity", "at least 1", config.queue_capacity)?;
+        check(
+            config.n_threads >= 1,
+            "n_threads",
+            "at least 1",
+            config.n_threads,
+        )?;
+        check(
+            config.queue_capacity >= 1,
+            "queue_capacity",
+            "at least 1",
+            config.queue_capacity,
+        )?;
         check(
             (16..=i32::MAX as usize).contains(&config.context_size),
             "context_size",
@@ -66,7 +85,10 @@ impl LlamaBackend {
             config.context_size,
         )?;
         let started = Instant::now();
-        let model = Arc::new(load_model(&config.model_path, &LlamaModelParams::default())?);
+        let model = Arc::new(load_model(
+            &config.model_path,
+            &LlamaModelParams::default(),
+        )?);
         let tokenizer = LlamaTokenizer::from_model(Arc::clone(&model))?;
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let worker_cfg = WorkerConfig {
@@ -111,7 +133,11 @@ impl LlamaBackend {
 ///
 /// # Errors
 /// [`BackendError::InvalidRequest`] naming the read, the slot and the bad value.
-pub(crate) fn validate(reads: &[SequenceRead], vocab: usize, max_tokens: usize) -> Result<(), BackendError> {
+pub(crate) fn validate(
+    reads: &[SequenceRead],
+    vocab: usize,
+    max_tokens: usize,
+) -> Result<(), BackendError> {
     let bad = |msg: String| Err(BackendError::InvalidRequest(msg));
     for (r, read) in reads.iter().enumerate() {
         let n = read.tokens.len();
@@ -121,8 +147,15 @@ pub(crate) fn validate(reads: &[SequenceRead], vocab: usize, max_tokens: usize) 
         if n > max_tokens {
             return bad(format!("read {r}: `tokens` must hold at most {max_tokens} tokens (context size). Given: {n}"));
         }
-        if let Some((i, t)) = read.tokens.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
-            return bad(format!("read {r}: `tokens[{i}]` must be below the vocabulary size {vocab}. Given: {t}"));
+        if let Some((i, t)) = read
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= vocab)
+        {
+            return bad(format!(
+                "read {r}: `tokens[{i}]` must be below the vocabulary size {vocab}. Given: {t}"
+            ));
         }
         for (s, slot) in read.slots.iter().enumerate() {
             if slot.pos == 0 || slot.pos > n {
@@ -156,28 +189,39 @@ impl Backend for LlamaBackend {
     async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
         validate(&reads, self.tokenizer.vocab_size(), self.info.max_tokens)?;
         if reads.is_empty() {
-            return Ok(ForwardOutput { sequences: Vec::new(), stats: ForwardStats::default() });
+            return Ok(ForwardOutput {
+                sequences: Vec::new(),
+                stats: ForwardStats::default(),
+            });
         }
         let tx = self
             .tx
             .as_ref()
             .ok_or_else(|| BackendError::Unavailable("backend is shutting down".into()))?;
         let (reply, rx) = oneshot::channel();
-        let job = Job { reads, enqueued: Instant::now(), span: tracing::Span::current(), reply };
+        let job = Job {
+            reads,
+            enqueued: Instant::now(),
+            span: tracing::Span::current(),
+            reply,
+        };
         tx.try_send(job).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                BackendError::Overloaded(format!("llama.cpp queue of {} jobs is full", self.queue_capacity))
+            mpsc::error::TrySendError::Full(_) => BackendError::Overloaded(format!(
+                "llama.cpp queue of {} jobs is full",
+                self.queue_capacity
+            )),
+            mpsc::error::TrySendError::Closed(_) => {
+                BackendError::Unavailable("model thread has stopped".into())
             }
-            mpsc::error::TrySendError::Closed(_) => BackendError::Unavailable("model thread has stopped".into()),
         })?;
         let answer = async {
             rx.await
                 .map_err(|_| BackendError::Unavailable("model thread dropped the request".into()))?
         };
         match self.timeout {
-            Some(limit) => tokio::time::timeout(limit, answer)
-                .await
-                .map_err(|_| BackendError::Timeout(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)))?,
+            Some(limit) => tokio::time::timeout(limit, answer).await.map_err(|_| {
+                BackendError::Timeout(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX))
+            })?,
             None => answer.await,
         }
     }
@@ -188,7 +232,9 @@ impl Backend for LlamaBackend {
         if alive {
             Health::Ready
         } else {
-            Health::Failed { reason: "llama.cpp model thread has stopped".into() }
+            Health::Failed {
+                reason: "llama.cpp model thread has stopped".into(),
+            }
         }
     }
 }
@@ -213,7 +259,10 @@ mod tests {
     use super::*;
 
     fn read(tokens: Vec<u32>, pos: usize, labels: Vec<Vec<u32>>) -> SequenceRead {
-        SequenceRead { tokens, slots: vec![SlotQuery { pos, labels }] }
+        SequenceRead {
+            tokens,
+            slots: vec![SlotQuery { pos, labels }],
+        }
     }
 
     #[test]

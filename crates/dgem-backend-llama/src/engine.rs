@@ -24,6 +24,12 @@ use crate::LlamaError;
 
 /// Largest physical batch llama.cpp computes at once (its default).
 const MAX_UBATCH: usize = 512;
+/// llama.cpp's `LLAMA_FLASH_ATTN_TYPE_DISABLED`.
+const FLASH_ATTN_DISABLED: i32 = 0;
+/// Row-tile size of ggml's CPU matrix kernels: a row's numbers depend on whether it
+/// sat in a full tile of its batch. Reused KV prefixes and decode chunks start at
+/// multiples of this, so a warm read gives bit-identical numbers to a cold one.
+const TILE: usize = 8;
 /// llama sequence ids available: 0 holds the cached prefix, 1.. the batched reads.
 const MAX_SEQS: usize = 8;
 
@@ -84,15 +90,18 @@ impl<'m> Engine<'m> {
             .with_n_threads_batch(threads)
             // A full-size sliding-window cache keeps every position, so a prefix can
             // be reused after a longer sequence was cached.
-            .with_swa_full(true);
+            .with_swa_full(true)
+            // Flash attention on the CPU computes a query differently depending on how
+            // many share its batch, so a re-decoded row would not match a cold read.
+            .with_flash_attention_policy(FLASH_ATTN_DISABLED);
         let ctx = model
             .new_context(runtime()?, params)
             .map_err(|e| LlamaError::Context(e.to_string()))?;
         Ok(Self {
             ctx,
-            batch: LlamaBatch::new(cfg.context_size, MAX_SEQS as i32),
+            batch: LlamaBatch::new(cfg.context_size.max(TILE), MAX_SEQS as i32),
             cached: Vec::new(),
-            n_batch: cfg.context_size,
+            n_batch: (cfg.context_size / TILE * TILE).max(TILE),
             logits_all: cfg.logits_all,
             batch_reads: cfg.batch_reads,
         })
@@ -113,7 +122,11 @@ impl<'m> Engine<'m> {
         let mut cached = 0;
         let mut rest = reads;
         while !rest.is_empty() {
-            let take = if self.batch_reads { rest.len().min(MAX_SEQS - 1) } else { 1 };
+            let take = if self.batch_reads {
+                rest.len().min(MAX_SEQS - 1)
+            } else {
+                1
+            };
             let (group, tail) = rest.split_at(take);
             rest = tail;
             if group.len() > 1 {
@@ -135,7 +148,7 @@ impl<'m> Engine<'m> {
     /// Make sequence 0 hold `tokens[..start]` for the largest `start <= want`
     /// already cached; returns that `start`.
     fn keep_prefix(&mut self, tokens: &[TokenId], want: usize) -> Result<usize, BackendError> {
-        let start = common_prefix(&self.cached, tokens).min(want);
+        let start = common_prefix(&self.cached, tokens).min(want) / TILE * TILE;
         let removed = self
             .ctx
             .clear_kv_cache_seq(Some(0), u32::try_from(start).ok(), None)
@@ -151,7 +164,9 @@ impl<'m> Engine<'m> {
 
     /// One read through the longest-common-prefix cache of sequence 0.
     fn read_one(&mut self, read: &SequenceRead) -> Result<(Vec<SlotLogits>, usize), BackendError> {
-        let Some((first, end)) = span(read) else { return Ok((Vec::new(), 0)) };
+        let Some((first, end)) = span(read) else {
+            return Ok((Vec::new(), 0));
+        };
         let tokens = read.tokens.get(..end).ok_or_else(|| {
             BackendError::InvalidRequest(format!("slot `pos` {end} is past the sequence"))
         })?;
@@ -167,7 +182,9 @@ impl<'m> Engine<'m> {
             self.batch.clear();
             for (p, &t) in tokens.iter().enumerate().take(to).skip(from) {
                 let want = self.logits_all || rows.binary_search(&p).is_ok();
-                self.batch.add(token(t)?, pos_i32(p)?, &[0], want).map_err(|e| model_err("batch", e))?;
+                self.batch
+                    .add(token(t)?, pos_i32(p)?, &[0], want)
+                    .map_err(|e| model_err("batch", e))?;
             }
             self.decode()?;
             self.cached.extend_from_slice(&tokens[from..to]);
@@ -181,7 +198,11 @@ impl<'m> Engine<'m> {
         }
         let slots = results
             .into_iter()
-            .map(|r| r.ok_or_else(|| BackendError::Model("a slot row was not decoded — this is a bug".into())))
+            .map(|r| {
+                r.ok_or_else(|| {
+                    BackendError::Model("a slot row was not decoded — this is a bug".into())
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok((slots, start))
     }
@@ -196,7 +217,9 @@ impl<'m> Engine<'m> {
         let Some(spans) = group.iter().map(span).collect::<Option<Vec<_>>>() else {
             return Ok(None);
         };
-        let Some(base) = group.first() else { return Ok(None) };
+        let Some(base) = group.first() else {
+            return Ok(None);
+        };
         let first_row = spans.iter().map(|s| s.0).min().unwrap_or(0);
         let shared = group
             .iter()
@@ -213,7 +236,9 @@ impl<'m> Engine<'m> {
         let result = self.decode_group(group, &spans, start, shared);
         // Sequences 1.. are scratch: drop them whatever happened.
         for seq in 1..=group.len() {
-            let _ = self.ctx.clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+            let _ = self
+                .ctx
+                .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
         }
         match result {
             Ok(slots) => {
@@ -246,7 +271,9 @@ impl<'m> Engine<'m> {
         self.batch.clear();
         let prefix = &group[0].tokens[..shared];
         for (p, &t) in prefix.iter().enumerate().skip(start) {
-            self.batch.add(token(t)?, pos_i32(p)?, &seqs, self.logits_all).map_err(|e| model_err("batch", e))?;
+            self.batch
+                .add(token(t)?, pos_i32(p)?, &seqs, self.logits_all)
+                .map_err(|e| model_err("batch", e))?;
         }
         // Batch index of each read's slot rows.
         let mut index: Vec<Vec<(usize, usize)>> = Vec::with_capacity(group.len());
@@ -276,7 +303,9 @@ impl<'m> Engine<'m> {
                     .iter()
                     .find(|(p, _)| *p == row)
                     .map(|&(_, i)| i)
-                    .ok_or_else(|| BackendError::Model("slot row missing from batch — this is a bug".into()))?;
+                    .ok_or_else(|| {
+                        BackendError::Model("slot row missing from batch — this is a bug".into())
+                    })?;
                 slots.push(self.read_row(idx, &slot.labels)?);
             }
             out.push(slots);
@@ -285,12 +314,15 @@ impl<'m> Engine<'m> {
     }
 
     fn decode(&mut self) -> Result<(), BackendError> {
-        self.ctx.decode(&mut self.batch).map_err(|e| model_err("llama_decode", e))
+        self.ctx
+            .decode(&mut self.batch)
+            .map_err(|e| model_err("llama_decode", e))
     }
 
     /// Read a slot from the logits of batch entry `idx` (which requested output).
     fn read_row(&self, idx: usize, labels: &[Vec<TokenId>]) -> Result<SlotLogits, BackendError> {
-        let idx = i32::try_from(idx).map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
+        let idx =
+            i32::try_from(idx).map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
         Ok(read_slot(self.ctx.get_logits_ith(idx), labels))
     }
 }

@@ -82,7 +82,10 @@ mod tests {
         assert!((s.vocab_entropy - 4f64.ln()).abs() < 1e-12);
         assert!((s.label_logprobs[0] - 0.25f64.ln()).abs() < 1e-12);
         assert!((s.label_logprobs[1] - 0.5f64.ln()).abs() < 1e-12);
-        assert!((s.label_logprobs[2] - 0.25f64.ln()).abs() < 1e-12, "duplicate ids pool once");
+        assert!(
+            (s.label_logprobs[2] - 0.25f64.ln()).abs() < 1e-12,
+            "duplicate ids pool once"
+        );
         assert_eq!(s.label_logprobs[3], LOGPROB_FLOOR);
     }
 

@@ -57,7 +57,11 @@ impl LlamaTokenizer {
         } else {
             None
         };
-        Ok(Self { model, vocab_size, bos })
+        Ok(Self {
+            model,
+            vocab_size,
+            bos,
+        })
     }
 
     /// The shared model handle (used by the backend's worker thread).
@@ -84,7 +88,10 @@ impl Tokenizer for LlamaTokenizer {
             return Ok(Vec::new());
         }
         if text.len() > i32::MAX as usize / 2 {
-            return Err(TokenizeError(format!("text too long: {} bytes", text.len())));
+            return Err(TokenizeError(format!(
+                "text too long: {} bytes",
+                text.len()
+            )));
         }
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
         tokens

@@ -53,7 +53,9 @@ pub(crate) fn spawn(
         }
         Err(_) => {
             let _ = handle.join();
-            Err(LlamaError::Thread("model thread exited during start-up".into()))
+            Err(LlamaError::Thread(
+                "model thread exited during start-up".into(),
+            ))
         }
     }
 }
@@ -88,10 +90,11 @@ fn handle(engine: &mut Engine<'_>, job: Job) {
     let _guard = job.span.enter();
     let started = Instant::now();
     let queue_ms = started.duration_since(job.enqueued).as_secs_f64() * 1e3;
-    let result = catch_unwind(AssertUnwindSafe(|| engine.run_reads(&job.reads))).unwrap_or_else(|_| {
-        engine.reset();
-        Err(BackendError::Model("llama.cpp call panicked".into()))
-    });
+    let result =
+        catch_unwind(AssertUnwindSafe(|| engine.run_reads(&job.reads))).unwrap_or_else(|_| {
+            engine.reset();
+            Err(BackendError::Model("llama.cpp call panicked".into()))
+        });
     let forward_ms = started.elapsed().as_secs_f64() * 1e3;
     let result = result.map(|(sequences, cached_tokens)| ForwardOutput {
         sequences,

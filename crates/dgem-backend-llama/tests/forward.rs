@@ -19,7 +19,9 @@ fn question(tok: &dyn dgem_core::tokenizer::Tokenizer, q: &str) -> SequenceRead 
 
 #[tokio::test]
 async fn info_and_finite_logprobs() {
-    let Some(path) = model_path("info_and_finite_logprobs") else { return };
+    let Some(path) = model_path("info_and_finite_logprobs") else {
+        return;
+    };
     let be = backend(&path);
     let info = be.info();
     assert_eq!(info.engine, "llama.cpp");
@@ -34,7 +36,10 @@ async fn info_and_finite_logprobs() {
     assert_eq!(out.sequences.len(), 1);
     let slot = &out.sequences[0][0];
     assert_eq!(slot.label_logprobs.len(), ROUTES.len());
-    assert!(slot.label_logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    assert!(slot
+        .label_logprobs
+        .iter()
+        .all(|l| l.is_finite() && *l <= 0.0));
     let mass: f64 = slot.label_logprobs.iter().map(|l| l.exp()).sum();
     assert!(mass <= 1.0 + 1e-9 && mass > 0.0, "label mass {mass}");
     assert!(slot.vocab_entropy.is_finite() && slot.vocab_entropy >= 0.0);
@@ -43,12 +48,17 @@ async fn info_and_finite_logprobs() {
     assert_eq!(out.stats.cached_tokens, 0);
     assert!(out.stats.forward_ms > 0.0);
     // The label ids are pooled: billing should clearly beat the other routes here.
-    eprintln!("labels {:?} entropy {:.3}", slot.label_logprobs, slot.vocab_entropy);
+    eprintln!(
+        "labels {:?} entropy {:.3}",
+        slot.label_logprobs, slot.vocab_entropy
+    );
 }
 
 #[tokio::test]
 async fn same_read_twice_is_identical_and_cached() {
-    let Some(path) = model_path("same_read_twice_is_identical_and_cached") else { return };
+    let Some(path) = model_path("same_read_twice_is_identical_and_cached") else {
+        return;
+    };
     let be = backend(&path);
     let tok = be.tokenizer();
     let read = question(tok.as_ref(), "Which team?");
@@ -56,12 +66,19 @@ async fn same_read_twice_is_identical_and_cached() {
     let b = be.forward(vec![read.clone()]).await.expect("second");
     assert_eq!(a.sequences, b.sequences, "deterministic");
     assert!(b.stats.cached_tokens > 0, "second call reuses the KV cache");
-    assert_eq!(b.stats.cached_tokens, read.tokens.len() - 1);
+    // Reuse is aligned down to the 8-row kernel tile (bit-identical to a cold read).
+    assert!(
+        b.stats.cached_tokens + 8 >= read.tokens.len(),
+        "{:?}",
+        b.stats
+    );
 }
 
 #[tokio::test]
 async fn prefix_reuse_matches_cold_read() {
-    let Some(path) = model_path("prefix_reuse_matches_cold_read") else { return };
+    let Some(path) = model_path("prefix_reuse_matches_cold_read") else {
+        return;
+    };
     let warm = backend(&path);
     let tok = warm.tokenizer();
     let q1 = question(tok.as_ref(), "Which team should handle this message?");
@@ -69,8 +86,15 @@ async fn prefix_reuse_matches_cold_read() {
     let q3 = question(tok.as_ref(), "Is the customer angry?");
     warm.forward(vec![q1.clone()]).await.expect("warm-up");
     // Several reads in one call share the prompt through the cache.
-    let hot = warm.forward(vec![q2.clone(), q3.clone()]).await.expect("warm reads");
-    assert!(hot.stats.cached_tokens > LONG_PROMPT.len() / 8, "{:?}", hot.stats);
+    let hot = warm
+        .forward(vec![q2.clone(), q3.clone()])
+        .await
+        .expect("warm reads");
+    assert!(
+        hot.stats.cached_tokens > LONG_PROMPT.len() / 8,
+        "{:?}",
+        hot.stats
+    );
     let cold = backend(&path);
     for (read, warm_slots) in [q2, q3].into_iter().zip(&hot.sequences) {
         let fresh = cold.forward(vec![read]).await.expect("cold read");
@@ -87,7 +111,9 @@ async fn prefix_reuse_matches_cold_read() {
 
 #[tokio::test]
 async fn later_tokens_do_not_change_an_earlier_slot() {
-    let Some(path) = model_path("later_tokens_do_not_change_an_earlier_slot") else { return };
+    let Some(path) = model_path("later_tokens_do_not_change_an_earlier_slot") else {
+        return;
+    };
     let be = backend(&path);
     let tok = be.tokenizer();
     let head = prompt(tok.as_ref(), "Route: the customer was charged twice. Team:");
@@ -100,21 +126,42 @@ async fn later_tokens_do_not_change_an_earlier_slot() {
         SequenceRead {
             tokens,
             slots: vec![
-                SlotQuery { pos, labels: lab.clone() },
-                SlotQuery { pos: end, labels: lab.clone() },
+                SlotQuery {
+                    pos,
+                    labels: lab.clone(),
+                },
+                SlotQuery {
+                    pos: end,
+                    labels: lab.clone(),
+                },
             ],
         }
     };
-    let a = be.forward(vec![make(" billing. Urgency is high and the tone angry. Next:")]).await.expect("a");
+    let a = be
+        .forward(vec![make(
+            " billing. Urgency is high and the tone angry. Next:",
+        )])
+        .await
+        .expect("a");
     let cold = backend(&path);
-    let b = cold.forward(vec![make(" general? Something else entirely, with more words here:")]).await.expect("b");
+    let b = cold
+        .forward(vec![make(
+            " general? Something else entirely, with more words here:",
+        )])
+        .await
+        .expect("b");
     assert_close(&a.sequences[0][0], &b.sequences[0][0], 1e-3);
-    assert_ne!(a.sequences[0][1], b.sequences[0][1], "the later slot does see its context");
+    assert_ne!(
+        a.sequences[0][1], b.sequences[0][1],
+        "the later slot does see its context"
+    );
 }
 
 #[tokio::test]
 async fn concurrent_callers_get_their_own_results() {
-    let Some(path) = model_path("concurrent_callers_get_their_own_results") else { return };
+    let Some(path) = model_path("concurrent_callers_get_their_own_results") else {
+        return;
+    };
     let be = Arc::new(backend(&path));
     let tok = be.tokenizer();
     let reads: Vec<SequenceRead> = [
@@ -127,7 +174,12 @@ async fn concurrent_callers_get_their_own_results() {
     .collect();
     let mut sequential = Vec::new();
     for r in &reads {
-        sequential.push(be.forward(vec![r.clone()]).await.expect("sequential").sequences);
+        sequential.push(
+            be.forward(vec![r.clone()])
+                .await
+                .expect("sequential")
+                .sequences,
+        );
     }
     let tasks: Vec<_> = reads
         .iter()
@@ -146,7 +198,9 @@ async fn concurrent_callers_get_their_own_results() {
 
 #[tokio::test]
 async fn all_rows_hook_gives_the_same_numbers() {
-    let Some(path) = model_path("all_rows_hook_gives_the_same_numbers") else { return };
+    let Some(path) = model_path("all_rows_hook_gives_the_same_numbers") else {
+        return;
+    };
     let be = backend(&path);
     let mut cfg = LlamaConfig::new(&path, "all-rows");
     cfg.context_size = 1024;
@@ -161,24 +215,55 @@ async fn all_rows_hook_gives_the_same_numbers() {
 
 #[tokio::test]
 async fn invalid_reads_and_timeouts_are_errors() {
-    let Some(path) = model_path("invalid_reads_and_timeouts_are_errors") else { return };
+    let Some(path) = model_path("invalid_reads_and_timeouts_are_errors") else {
+        return;
+    };
     let be = backend(&path);
     let tok = be.tokenizer();
     let tokens = prompt(tok.as_ref(), "Hello there");
     let n = tokens.len();
     let bad = [
-        SequenceRead { tokens: vec![], slots: vec![] },
-        SequenceRead { tokens: tokens.clone(), slots: vec![SlotQuery { pos: 0, labels: vec![vec![5]] }] },
-        SequenceRead { tokens: tokens.clone(), slots: vec![SlotQuery { pos: n + 1, labels: vec![vec![5]] }] },
-        SequenceRead { tokens: vec![2, 262_144], slots: vec![SlotQuery { pos: 1, labels: vec![vec![5]] }] },
-        SequenceRead { tokens: vec![2; 1025], slots: vec![SlotQuery { pos: 1, labels: vec![vec![5]] }] },
+        SequenceRead {
+            tokens: vec![],
+            slots: vec![],
+        },
+        SequenceRead {
+            tokens: tokens.clone(),
+            slots: vec![SlotQuery {
+                pos: 0,
+                labels: vec![vec![5]],
+            }],
+        },
+        SequenceRead {
+            tokens: tokens.clone(),
+            slots: vec![SlotQuery {
+                pos: n + 1,
+                labels: vec![vec![5]],
+            }],
+        },
+        SequenceRead {
+            tokens: vec![2, 262_144],
+            slots: vec![SlotQuery {
+                pos: 1,
+                labels: vec![vec![5]],
+            }],
+        },
+        SequenceRead {
+            tokens: vec![2; 1025],
+            slots: vec![SlotQuery {
+                pos: 1,
+                labels: vec![vec![5]],
+            }],
+        },
     ];
     for read in bad {
         let err = be.forward(vec![read]).await.expect_err("rejected");
         assert!(matches!(err, BackendError::InvalidRequest(_)), "{err}");
     }
     // Still serving after the rejections.
-    be.forward(vec![read_at_end(tokens, vec![vec![5]])]).await.expect("valid read");
+    be.forward(vec![read_at_end(tokens, vec![vec![5]])])
+        .await
+        .expect("valid read");
 
     let mut cfg = LlamaConfig::new(&path, "tight");
     cfg.context_size = 1024;

@@ -8,14 +8,18 @@ use dgem_core::tokenizer::Tokenizer;
 
 #[test]
 fn gemma_special_and_word_ids() {
-    let Some(path) = common::model_path("gemma_special_and_word_ids") else { return };
+    let Some(path) = common::model_path("gemma_special_and_word_ids") else {
+        return;
+    };
     let tok = LlamaTokenizer::load(&path).expect("vocab loads");
     assert_eq!(tok.bos_id(), Some(2));
     assert_eq!(tok.vocab_size(), 262_144);
     assert_eq!(tok.encode("<start_of_turn>").expect("encodes"), vec![105]);
     assert_eq!(tok.encode("<end_of_turn>").expect("encodes"), vec![106]);
     assert_eq!(tok.encode("").expect("encodes"), Vec::<u32>::new());
-    let turn = tok.encode("<start_of_turn>user\nHello<end_of_turn>\n").expect("encodes");
+    let turn = tok
+        .encode("<start_of_turn>user\nHello<end_of_turn>\n")
+        .expect("encodes");
     assert_eq!(turn.first(), Some(&105));
     assert!(turn.contains(&106), "{turn:?}");
     assert!(!turn.contains(&2), "encode adds no BOS: {turn:?}");
@@ -27,12 +31,17 @@ fn gemma_special_and_word_ids() {
     assert_eq!(tok.encode(" yes").expect("encodes"), vec![11262]);
     let spaced = tok.encode(" billing").expect("encodes");
     let bare = tok.encode("billing").expect("encodes");
-    assert_ne!(spaced[0], bare[0], "`▁billing` and `billing` are different ids");
+    assert_ne!(
+        spaced[0], bare[0],
+        "`▁billing` and `billing` are different ids"
+    );
 }
 
 #[test]
 fn encode_decode_round_trips() {
-    let Some(path) = common::model_path("encode_decode_round_trips") else { return };
+    let Some(path) = common::model_path("encode_decode_round_trips") else {
+        return;
+    };
     let tok = LlamaTokenizer::load(&path).expect("vocab loads");
     for text in [
         "Hello world, this is a billing question.",

@@ -57,9 +57,21 @@ mod tests {
     #[test]
     fn retryable_classification_follows_status() {
         assert!(BackendError::Timeout(5).is_retryable());
-        assert!(BackendError::Upstream { status: 503, body: String::new() }.is_retryable());
-        assert!(BackendError::Upstream { status: 429, body: String::new() }.is_retryable());
-        assert!(!BackendError::Upstream { status: 400, body: String::new() }.is_retryable());
+        assert!(BackendError::Upstream {
+            status: 503,
+            body: String::new()
+        }
+        .is_retryable());
+        assert!(BackendError::Upstream {
+            status: 429,
+            body: String::new()
+        }
+        .is_retryable());
+        assert!(!BackendError::Upstream {
+            status: 400,
+            body: String::new()
+        }
+        .is_retryable());
         assert!(!BackendError::Model("x".into()).is_retryable());
     }
 }

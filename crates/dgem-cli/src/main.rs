@@ -14,15 +14,18 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::failure::Failure;
-
 /// dgem — read a probability for every allowed answer of every question of a
 /// policy, in one pass of a model.
 #[derive(Debug, Parser)]
 #[command(name = "dgem", version, about, long_about = None)]
 struct Cli {
     /// Log filter for stderr (e.g. `info`, `dgem_engine=debug`).
-    #[arg(long, env = "DGEM_LOG", default_value = "warn", global = true)]
+    #[arg(
+        long,
+        env = "DGEM_LOG",
+        default_value = "warn,llama-cpp-2=off",
+        global = true
+    )]
     log: String,
     #[command(subcommand)]
     command: Command,

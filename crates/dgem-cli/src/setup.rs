@@ -41,7 +41,9 @@ fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "words" => Ok(LabelMode::Words),
         "letters" => Ok(LabelMode::Letters),
-        other => Err(format!("`labels` must be one of [words, letters]. Given: `{other}`")),
+        other => Err(format!(
+            "`labels` must be one of [words, letters]. Given: `{other}`"
+        )),
     }
 }
 
@@ -63,9 +65,15 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
         }
         None => {
             let spec = dgem_model::default_model();
-            let path = dgem_model::ensure(&spec, &Bar::new())
-                .map_err(|e| internal(anyhow::Error::new(e).context("could not fetch the embedded model")))?;
-            (path, spec.id, Some(spec.sha256), Some(SMALL_MODEL_NOTE.to_owned()))
+            let path = dgem_model::ensure(&spec, &Bar::new()).map_err(|e| {
+                internal(anyhow::Error::new(e).context("could not fetch the embedded model"))
+            })?;
+            (
+                path,
+                spec.id,
+                Some(spec.sha256),
+                Some(SMALL_MODEL_NOTE.to_owned()),
+            )
         }
     };
     let mut cfg = LlamaConfig::new(&path, id);

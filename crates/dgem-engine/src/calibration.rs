@@ -76,7 +76,10 @@ mod tests {
         assert_eq!("ON".parse::<CalibrationMode>(), Ok(CalibrationMode::On));
         assert_eq!("off".parse::<CalibrationMode>(), Ok(CalibrationMode::Off));
         let err = "maybe".parse::<CalibrationMode>().expect_err("bad");
-        assert_eq!(err, "`calibration` must be one of [auto, on, off]. Given: `maybe`");
+        assert_eq!(
+            err,
+            "`calibration` must be one of [auto, on, off]. Given: `maybe`"
+        );
     }
 
     #[test]

@@ -10,9 +10,11 @@ use dgem_core::envelope::{
 };
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
-use dgem_core::readout::{aggregate, auto_extends, calibrate, mean_distribution, sample_plan, SlotRead};
+use dgem_core::readout::{
+    aggregate, auto_extends, calibrate, mean_distribution, sample_plan, SlotRead,
+};
 use dgem_core::schema::{Question, SamplePolicy, ValidSchema};
-use dgem_core::slots::{python_randrange, python_random, resolve_cloze, ClozeSlot};
+use dgem_core::slots::{python_random, python_randrange, resolve_cloze, ClozeSlot};
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::SchemaError;
 use indexmap::IndexMap;
@@ -98,12 +100,21 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Questions of read `r`, with permutation and cloze slot.
-    fn read_questions(&self, r: u32, stage: &[&Question]) -> Result<Vec<ReadQuestion>, EngineError> {
+    fn read_questions(
+        &self,
+        r: u32,
+        stage: &[&Question],
+    ) -> Result<Vec<ReadQuestion>, EngineError> {
         let mode = self.engine.label_mode();
         stage
             .iter()
             .map(|q| {
-                let qi = self.schema.questions.iter().position(|x| x.id == q.id).unwrap_or(0);
+                let qi = self
+                    .schema
+                    .questions
+                    .iter()
+                    .position(|x| x.id == q.id)
+                    .unwrap_or(0);
                 let perm = permutation(q.alternatives.len(), self.seed, r, qi);
                 let question = permuted(q, &perm);
                 let slot = resolve_cloze(self.tok, &question, qi, &labels_for(&question, mode))?;
@@ -121,7 +132,12 @@ impl Ctx<'_> {
             .into_iter()
             .enumerate()
             .map(|(i, q)| {
-                let qi = self.schema.questions.iter().position(|x| x.id == q.id).unwrap_or(i);
+                let qi = self
+                    .schema
+                    .questions
+                    .iter()
+                    .position(|x| x.id == q.id)
+                    .unwrap_or(i);
                 permuted(q, &permutation(q.alternatives.len(), self.seed, r, qi))
             })
             .collect();
@@ -136,11 +152,19 @@ impl Ctx<'_> {
         let text = gemma_chat_prompt(self.schema.layout, &sys, state);
         let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         ids.extend(self.tok.encode(&text).map_err(dgem_core::CoreError::from)?);
-        ids.extend(self.tok.encode(prefill).map_err(dgem_core::CoreError::from)?);
+        ids.extend(
+            self.tok
+                .encode(prefill)
+                .map_err(dgem_core::CoreError::from)?,
+        );
         Ok(ids)
     }
 
-    fn sequences(&self, prompt: &[TokenId], qs: &[ReadQuestion]) -> Result<Vec<SequenceRead>, EngineError> {
+    fn sequences(
+        &self,
+        prompt: &[TokenId],
+        qs: &[ReadQuestion],
+    ) -> Result<Vec<SequenceRead>, EngineError> {
         qs.iter()
             .map(|rq| {
                 let mut tokens = prompt.to_vec();
@@ -175,7 +199,10 @@ impl Ctx<'_> {
             per_state.push(self.sequences(&prompt, qs)?);
         }
         let key = |qi: usize| -> PriorKey {
-            let toks = per_state.iter().flat_map(|s| s[qi].tokens.iter().copied()).collect();
+            let toks = per_state
+                .iter()
+                .flat_map(|s| s[qi].tokens.iter().copied())
+                .collect();
             (toks, qs[qi].slot.labels.clone())
         };
         let mut priors: Vec<Option<Vec<f64>>> = {
@@ -198,7 +225,10 @@ impl Ctx<'_> {
                 let dists: Vec<Vec<f64>> = (0..CONTENT_FREE_STATES.len())
                     .filter_map(|si| out.sequences.get(si * missing.len() + mi))
                     .filter_map(|slots| slots.first())
-                    .map(|s| SlotRead::from_label_logprobs(&s.label_logprobs, s.vocab_entropy, false).probs)
+                    .map(|s| {
+                        SlotRead::from_label_logprobs(&s.label_logprobs, s.vocab_entropy, false)
+                            .probs
+                    })
                     .collect();
                 let prior = mean_distribution(&dists);
                 if let Ok(mut cache) = self.engine.priors.lock() {
@@ -225,8 +255,10 @@ impl Ctx<'_> {
         for r in reads.clone() {
             let qs = self.read_questions(r, stage)?;
             let prompt = self.prompt(r, state, prefill)?;
-            counters.prompt_tokens = counters.prompt_tokens.max(prompt.len() + 8);
-            batch.extend(self.sequences(&prompt, &qs)?);
+            let seqs = self.sequences(&prompt, &qs)?;
+            let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+            counters.prompt_tokens = counters.prompt_tokens.max(longest);
+            batch.extend(seqs);
             plans.push((r, qs));
         }
         let out = self.engine.backend.forward(batch.clone()).await?;
@@ -245,13 +277,23 @@ impl Ctx<'_> {
                     .sequences
                     .get(idx)
                     .and_then(|s| s.first())
-                    .ok_or_else(|| EngineError::Backend(dgem_backend::BackendError::Model(
-                        "backend returned fewer slot readings than requested".into(),
-                    )))?;
+                    .ok_or_else(|| {
+                        EngineError::Backend(dgem_backend::BackendError::Model(
+                            "backend returned fewer slot readings than requested".into(),
+                        ))
+                    })?;
                 let pos = batch[idx].slots[0].pos;
                 idx += 1;
-                let is_label = rq.slot.labels.iter().any(|l| l.contains(&slot.argmax_token));
-                let mut read = SlotRead::from_label_logprobs(&slot.label_logprobs, slot.vocab_entropy, is_label);
+                let is_label = rq
+                    .slot
+                    .labels
+                    .iter()
+                    .any(|l| l.contains(&slot.argmax_token));
+                let mut read = SlotRead::from_label_logprobs(
+                    &slot.label_logprobs,
+                    slot.vocab_entropy,
+                    is_label,
+                );
                 let raw = unpermute(&read.probs, &rq.perm);
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
@@ -281,7 +323,11 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let mode = engine.label_mode();
     let stages = dgem_core::stages::schedule(schema)?;
     let state = state_text(&req.state);
-    let state_tokens = ctx.tok.encode(&state).map_err(dgem_core::CoreError::from)?.len();
+    let state_tokens = ctx
+        .tok
+        .encode(&state)
+        .map_err(dgem_core::CoreError::from)?
+        .len();
     let (first, extra) = sample_plan(schema.samples);
 
     let mut counters = Counters::default();
@@ -299,7 +345,9 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     for stage in &stages {
         let mut asked: Vec<&Question> = Vec::new();
         for id in stage {
-            let Some(q) = schema.question(id) else { continue };
+            let Some(q) = schema.question(id) else {
+                continue;
+            };
             let failed = q.ask_if.iter().find(|(dep, vals)| {
                 let was = names.get(*dep).cloned().flatten();
                 !was.as_ref().is_some_and(|w| vals.contains(w))
@@ -307,7 +355,11 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             if let Some((dep, vals)) = failed {
                 skipped.insert(
                     q.id.clone(),
-                    Skip { because: dep.clone(), was: names.get(dep).cloned().flatten(), wanted: vals.clone() },
+                    Skip {
+                        because: dep.clone(),
+                        was: names.get(dep).cloned().flatten(),
+                        wanted: vals.clone(),
+                    },
                 );
                 answers.insert(q.id.clone(), None);
                 names.insert(q.id.clone(), None);
@@ -319,16 +371,29 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             continue;
         }
         stage_ids.push(asked.iter().map(|q| q.id.clone()).collect::<Vec<_>>());
-        let mut reads = ctx.run_reads(0..first, &asked, &state, &prefill, &mut counters).await?;
+        let mut reads = ctx
+            .run_reads(0..first, &asked, &state, &prefill, &mut counters)
+            .await?;
         if let SamplePolicy::Auto { .. } = schema.samples {
-            let ents: Vec<f64> = reads[0].iter().map(|r| dgem_core::readout::entropy(&r.read.probs)).collect();
+            let ents: Vec<f64> = reads[0]
+                .iter()
+                .map(|r| dgem_core::readout::entropy(&r.read.probs))
+                .collect();
             for (q, h) in asked.iter().zip(&ents) {
                 first_entropy.insert(q.id.clone(), json!(h));
             }
             let ext = auto_extends(schema.samples, &ents);
             extended = Some(extended.unwrap_or(false) || ext);
             if ext {
-                let more = ctx.run_reads(first..first + extra, &asked, &state, &prefill, &mut counters).await?;
+                let more = ctx
+                    .run_reads(
+                        first..first + extra,
+                        &asked,
+                        &state,
+                        &prefill,
+                        &mut counters,
+                    )
+                    .await?;
                 reads.extend(more);
                 n_reads = n_reads.max(first + extra);
             }
@@ -339,7 +404,10 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             }
             for (q, qr) in asked.iter().zip(per_q) {
                 let a = aggregate(std::slice::from_ref(&qr.read.probs));
-                let name = q.alternatives.get(a.top).map_or(String::new(), |x| x.name.clone());
+                let name = q
+                    .alternatives
+                    .get(a.top)
+                    .map_or(String::new(), |x| x.name.clone());
                 tops[r].insert(q.id.clone(), (name, a.confidence, a.entropy));
             }
         }
@@ -355,11 +423,17 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
                     label_mass: r0.read.label_mass,
                     argmax_is_label: r0.read.argmax_is_label,
                     uncalibrated: ctx.calibrate.then(|| {
-                        mean_distribution(&reads.iter().map(|r| r[qi].raw.clone()).collect::<Vec<_>>())
+                        mean_distribution(
+                            &reads.iter().map(|r| r[qi].raw.clone()).collect::<Vec<_>>(),
+                        )
                     }),
                 },
             );
-            let out = AnswerOut { question: (*q).clone(), labels: labels_for(q, mode), aggregate: agg };
+            let out = AnswerOut {
+                question: (*q).clone(),
+                labels: labels_for(q, mode),
+                aggregate: agg,
+            };
             let name = out.answer_name().to_owned();
             prefill.push_str(&format!("{}: {}\n", q.id, name));
             names.insert(q.id.clone(), Some(name));
@@ -373,7 +447,9 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         .filter_map(|q| answers.shift_remove(&q.id).map(|a| (q.id.clone(), a)))
         .collect();
     let policy = match schema.samples {
-        SamplePolicy::Fixed { n } => json!({"mode": "fixed", "n": n, "extended": null, "first_read_entropy": null}),
+        SamplePolicy::Fixed { n } => {
+            json!({"mode": "fixed", "n": n, "extended": null, "first_read_entropy": null})
+        }
         SamplePolicy::Auto { max, threshold } => json!({
             "mode": "auto", "max": max, "threshold": threshold,
             "extended": extended.unwrap_or(false), "first_read_entropy": first_entropy,
@@ -391,7 +467,11 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         sequential: schema.sequential,
         conditioning: chained.then(|| "prefill".to_owned()),
         thought: None,
-        samples: SamplesDiagnostics { n: n_reads, tops, policy },
+        samples: SamplesDiagnostics {
+            n: n_reads,
+            tops,
+            policy,
+        },
         timing: counters.timing,
         prompt_tokens: Some(counters.prompt_tokens).filter(|&n| n > 0),
         cached_tokens: counters.cached_tokens,
@@ -403,8 +483,16 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         model_sha256: info.model_sha256.clone(),
         label_mode: mode.as_str().to_owned(),
         slot_reading: "cloze".into(),
-        calibration: ctx.calibrate.then(|| CONTENT_FREE_STATES.iter().map(|s| (*s).to_owned()).collect()),
+        calibration: ctx.calibrate.then(|| {
+            CONTENT_FREE_STATES
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect()
+        }),
         note: None,
     };
-    Ok(Decision { answers: ordered, diagnostics })
+    Ok(Decision {
+        answers: ordered,
+        diagnostics,
+    })
 }

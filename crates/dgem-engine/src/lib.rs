@@ -104,7 +104,9 @@ pub struct Engine {
 impl Engine {
     /// Build an engine over `backend`.
     pub fn new(backend: Arc<dyn Backend>, config: EngineConfig) -> Self {
-        let priors = Mutex::new(calibration::PriorCache::new(config.calibration_cache_entries));
+        let priors = Mutex::new(calibration::PriorCache::new(
+            config.calibration_cache_entries,
+        ));
         Self {
             backend,
             config,

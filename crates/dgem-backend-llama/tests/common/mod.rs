@@ -49,7 +49,10 @@ pub fn labels(tok: &dyn Tokenizer, words: &[&str]) -> Vec<Vec<u32>> {
 /// One read with a single slot at the end of `tokens`.
 pub fn read_at_end(tokens: Vec<u32>, labels: Vec<Vec<u32>>) -> SequenceRead {
     let pos = tokens.len();
-    SequenceRead { tokens, slots: vec![SlotQuery { pos, labels }] }
+    SequenceRead {
+        tokens,
+        slots: vec![SlotQuery { pos, labels }],
+    }
 }
 
 /// Assert two slot readings agree within `tol`.
@@ -58,7 +61,12 @@ pub fn assert_close(a: &SlotLogits, b: &SlotLogits, tol: f64) {
     for (x, y) in a.label_logprobs.iter().zip(&b.label_logprobs) {
         assert!((x - y).abs() <= tol, "label logprob {x} vs {y}");
     }
-    assert!((a.vocab_entropy - b.vocab_entropy).abs() <= tol, "entropy {} vs {}", a.vocab_entropy, b.vocab_entropy);
+    assert!(
+        (a.vocab_entropy - b.vocab_entropy).abs() <= tol,
+        "entropy {} vs {}",
+        a.vocab_entropy,
+        b.vocab_entropy
+    );
 }
 
 /// A ~200-token policy-like prompt.

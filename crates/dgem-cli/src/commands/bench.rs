@@ -62,8 +62,12 @@ struct Row {
 
 /// Run `dgem bench`.
 pub fn run(args: BenchArgs) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(&args.dataset)
-        .map_err(|e| user(anyhow::anyhow!("cannot read dataset {}: {e}", args.dataset.display())))?;
+    let text = std::fs::read_to_string(&args.dataset).map_err(|e| {
+        user(anyhow::anyhow!(
+            "cannot read dataset {}: {e}",
+            args.dataset.display()
+        ))
+    })?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -72,9 +76,17 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
         match serde_json::from_str::<Row>(line) {
             Ok(r) => rows.push(r),
             Err(e) if args.strict => {
-                return Err(user(anyhow::anyhow!("{}:{}: malformed row: {e}", args.dataset.display(), i + 1)))
+                return Err(user(anyhow::anyhow!(
+                    "{}:{}: malformed row: {e}",
+                    args.dataset.display(),
+                    i + 1
+                )))
             }
-            Err(e) => eprintln!("warning: {}:{}: malformed row skipped: {e}", args.dataset.display(), i + 1),
+            Err(e) => eprintln!(
+                "warning: {}:{}: malformed row skipped: {e}",
+                args.dataset.display(),
+                i + 1
+            ),
         }
     }
     if let Some(n) = args.limit {
@@ -87,20 +99,32 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
     let mut items = Vec::new();
     for row in &rows {
         let path = resolve_template(&row.template)?;
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| user(anyhow::anyhow!("row `{}`: cannot read {}: {e}", row.id, path.display())))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            user(anyhow::anyhow!(
+                "row `{}`: cannot read {}: {e}",
+                row.id,
+                path.display()
+            ))
+        })?;
         let name = path.display().to_string();
         let rendered = dgem_core::template::render(&name, &text, &row.variables).map_err(user)?;
-        let payload = dgem_core::payload::parse_named_payload(&name, &rendered, &row.variables).map_err(user)?;
+        let payload = dgem_core::payload::parse_named_payload(&name, &rendered, &row.variables)
+            .map_err(user)?;
         let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
         let started = std::time::Instant::now();
         let d = rt
-            .block_on(engine_.decide(DecideRequest { schema, state: payload.state.clone(), seed: args.seed }))
+            .block_on(engine_.decide(DecideRequest {
+                schema,
+                state: payload.state.clone(),
+                seed: args.seed,
+            }))
             .map_err(engine)?;
         latencies.push(started.elapsed().as_secs_f64() * 1e3);
         let mut item_answers = Map::new();
         for (qid, want) in &row.expected {
-            let Some(Some(a)) = d.answers.get(qid) else { continue };
+            let Some(Some(a)) = d.answers.get(qid) else {
+                continue;
+            };
             let got = a.answer_name();
             let s = Scored {
                 confidence: a.aggregate.confidence,
@@ -114,23 +138,48 @@ pub fn run(args: BenchArgs) -> Result<(), Failure> {
             };
             scored.entry(kind).or_default().push(s);
             scored.entry("all").or_default().push(s);
-            item_answers.insert(qid.clone(), json!({"expected": want, "got": got, "confidence": s.confidence,
-                "hesitation": s.hesitation, "probabilities": a.to_chat_json()["probabilities"]}));
+            item_answers.insert(
+                qid.clone(),
+                json!({"expected": want, "got": got, "confidence": s.confidence,
+                "hesitation": s.hesitation, "probabilities": a.to_chat_json()["probabilities"]}),
+            );
         }
-        items.push(json!({"id": row.id, "domain": row.domain, "tier": row.tier, "answers": item_answers,
-            "ms": latencies.last()}));
-        eprintln!("{} done ({:.0} ms)", row.id, latencies.last().copied().unwrap_or(0.0));
+        items.push(
+            json!({"id": row.id, "domain": row.domain, "tier": row.tier, "answers": item_answers,
+            "ms": latencies.last()}),
+        );
+        eprintln!(
+            "{} done ({:.0} ms)",
+            row.id,
+            latencies.last().copied().unwrap_or(0.0)
+        );
     }
     let mut summary = Map::new();
-    println!("{:<8} | {:>5} | {:>8} | {:>6} | {:>15}", "SLOTS", "N", "ACCURACY", "ECE", "MEAN HESITATION");
+    println!(
+        "{:<8} | {:>5} | {:>8} | {:>6} | {:>15}",
+        "SLOTS", "N", "ACCURACY", "ECE", "MEAN HESITATION"
+    );
     println!("{}", "-".repeat(56));
     for (kind, s) in &scored {
-        println!("{kind:<8} | {:>5} | {:>7.1}% | {:>6.3} | {:>15.3}", s.len(), accuracy(s) * 100.0, ece(s, 10), mean_hesitation(s));
+        println!(
+            "{kind:<8} | {:>5} | {:>7.1}% | {:>6.3} | {:>15.3}",
+            s.len(),
+            accuracy(s) * 100.0,
+            ece(s, 10),
+            mean_hesitation(s)
+        );
         summary.insert((*kind).to_owned(), json!({"n": s.len(), "accuracy": accuracy(s), "ece": ece(s, 10), "mean_hesitation": mean_hesitation(s)}));
     }
-    println!("latency per decision: p50 {:.0} ms, p90 {:.0} ms", quantile(&latencies, 0.5), quantile(&latencies, 0.9));
+    println!(
+        "latency per decision: p50 {:.0} ms, p90 {:.0} ms",
+        quantile(&latencies, 0.5),
+        quantile(&latencies, 0.9)
+    );
     let info = engine_.backend().info();
-    println!("model: {} ({}) — the small embedded model, not DiffusionGemma", info.model_id, info.engine);
+    println!(
+        "model: {} ({}) — the small embedded model, not DiffusionGemma",
+        info.model_id, info.engine
+    );
     if let Some(out) = &args.out {
         let receipt = json!({
             "dataset": args.dataset, "model": info.model_id, "model_sha256": info.model_sha256,

@@ -72,7 +72,10 @@ pub fn resolve_template(t: &Path) -> Result<PathBuf, Failure> {
 }
 
 /// Render a template with variables and split it into schema and state.
-pub fn load_payload(template: &Path, args: &VarArgs) -> Result<(Payload, Map<String, Value>), Failure> {
+pub fn load_payload(
+    template: &Path,
+    args: &VarArgs,
+) -> Result<(Payload, Map<String, Value>), Failure> {
     let path = resolve_template(template)?;
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read template {}", path.display()))
@@ -103,7 +106,10 @@ pub fn load_payload(template: &Path, args: &VarArgs) -> Result<(Payload, Map<Str
 pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
     let t = s.trim();
     if t.eq_ignore_ascii_case("auto") {
-        return Ok(SamplePolicy::Auto { max: 4, threshold: 0.1 });
+        return Ok(SamplePolicy::Auto {
+            max: 4,
+            threshold: 0.1,
+        });
     }
     match t.parse::<u32>() {
         Ok(n) if (1..=dgem_core::schema::MAX_SAMPLES).contains(&n) => Ok(SamplePolicy::Fixed { n }),
@@ -130,7 +136,8 @@ pub fn valid_schema(
     samples: Option<&str>,
     layout: Option<&str>,
 ) -> Result<ValidSchema, Failure> {
-    let mut schema = ValidSchema::from_value(&payload.schema, &SchemaDefaults::default()).map_err(user)?;
+    let mut schema =
+        ValidSchema::from_value(&payload.schema, &SchemaDefaults::default()).map_err(user)?;
     if let Some(s) = samples {
         schema = schema.with_samples(parse_samples(s)?);
     }

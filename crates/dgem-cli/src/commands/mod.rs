@@ -2,6 +2,6 @@
 
 pub mod bench;
 pub mod decide;
-pub mod output;
 pub mod model;
+pub mod output;
 pub mod render;

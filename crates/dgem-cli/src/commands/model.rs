@@ -18,6 +18,8 @@ pub enum ModelCommand {
     },
     /// List known and cached models.
     List,
+    /// Print where the default model is (or will be) cached.
+    Path,
     /// Check a model file's size and sha256 (default: the cached default model).
     Verify {
         /// File to check instead of the cached default model.
@@ -39,8 +41,17 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
             println!("cache: {}", dgem_model::model_dir().display());
             for e in dgem_model::list() {
                 let state = if e.present { "present" } else { "not pulled" };
-                println!("{:<28} {:>12} bytes  {:<10} {}", e.id, e.size, state, e.path.display());
+                println!(
+                    "{:<28} {:>12} bytes  {:<10} {}",
+                    e.id,
+                    e.size,
+                    state,
+                    e.path.display()
+                );
             }
+        }
+        ModelCommand::Path => {
+            println!("{}", dgem_model::cached_path(&spec).display());
         }
         ModelCommand::Verify { path } => {
             let path = path.unwrap_or_else(|| dgem_model::cached_path(&spec));

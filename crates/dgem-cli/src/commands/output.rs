@@ -17,7 +17,11 @@ pub fn table(d: &Decision) -> String {
     for (id, a) in &d.answers {
         match a {
             None => {
-                let _ = writeln!(out, "{id:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9}", "-", "(skipped)", "-", "-", "-");
+                let _ = writeln!(
+                    out,
+                    "{id:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9}",
+                    "-", "(skipped)", "-", "-", "-"
+                );
             }
             Some(a) => {
                 let kind = match a.question.kind {
@@ -31,7 +35,9 @@ pub fn table(d: &Decision) -> String {
                     g.normalized_entropy,
                     hesitation_band(g.normalized_entropy).replace('_', " ")
                 );
-                let agree = g.agreement.map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
+                let agree = g
+                    .agreement
+                    .map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
                 let _ = writeln!(
                     out,
                     "{id:<18} | {kind:<8} | {:<20} | {:>9.1}% | {hes:<22} | {agree:>9}",
@@ -57,17 +63,32 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     if let Some(sha) = &g.model_sha256 {
         let _ = writeln!(out, "  model sha256: {sha}");
     }
-    let _ = writeln!(out, "  reading:      {} slots, {} labels, layout {}", g.slot_reading, g.label_mode, g.layout);
+    let _ = writeln!(
+        out,
+        "  reading:      {} slots, {} labels, layout {}",
+        g.slot_reading, g.label_mode, g.layout
+    );
     let _ = writeln!(
         out,
         "  calibration:  {}",
-        g.calibration.as_ref().map_or_else(|| "off".to_owned(), |s| format!("on, content-free states {s:?}"))
+        g.calibration.as_ref().map_or_else(
+            || "off".to_owned(),
+            |s| format!("on, content-free states {s:?}")
+        )
     );
     let _ = writeln!(out, "  timing:       wall {wall_ms:.0} ms, decision {:.0} ms (queue {:.1} ms, model {:.0} ms, calibration {:.0} ms)",
         g.timing.total_ms, g.timing.queue_ms, g.timing.forward_ms, g.timing.calibration_ms);
     let prompt = g.prompt_tokens.unwrap_or(0);
-    let _ = writeln!(out, "  tokens:       prompt {prompt}, state {}, reused from KV cache {}", g.state_tokens, g.cached_tokens);
-    let _ = writeln!(out, "  reads:        {} (samples n={}, policy {})", g.timing.reads, g.samples.n, g.samples.policy);
+    let _ = writeln!(
+        out,
+        "  tokens:       prompt {prompt}, state {}, reused from KV cache {}",
+        g.state_tokens, g.cached_tokens
+    );
+    let _ = writeln!(
+        out,
+        "  reads:        {} (samples n={}, policy {})",
+        g.timing.reads, g.samples.n, g.samples.policy
+    );
     let _ = writeln!(out, "  questions:");
     for (id, q) in &g.questions {
         let h = q.entropy.first().copied().unwrap_or(0.0);

@@ -1,0 +1,220 @@
+//! End-to-end tests of the `dgem` binary.
+//!
+//! Tests marked "real model" run the embedded Gemma 3 270M; they need
+//! `DGEM_TEST_MODEL` (set by `scripts/test`). Under CI a missing model fails
+//! the test instead of skipping it, so a green CI always means they ran.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model() -> Option<String> {
+    match std::env::var("DGEM_TEST_MODEL") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "CI must set DGEM_TEST_MODEL (scripts/test does)"
+            );
+            eprintln!("skipping: DGEM_TEST_MODEL is not set");
+            None
+        }
+    }
+}
+
+fn dgem(args: &[&str], model: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
+    cmd.current_dir(root())
+        .args(args)
+        .env_remove("DGEM_MODEL_PATH");
+    if let Some(m) = model {
+        // Point the cache at the model's folder so the default-model path is exercised.
+        let p = PathBuf::from(m);
+        cmd.env("DGEM_MODEL_DIR", p.parent().expect("model has a folder"));
+    } else {
+        cmd.env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache");
+    }
+    cmd.output().expect("run dgem")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn bad_template_exits_1_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("bad.json.tmpl");
+    std::fs::write(
+        &t,
+        r#"{"schema": {"questions": [{"id": "q", "type": "banana"}]}, "state": {"x": 1}}"#,
+    )
+    .expect("write");
+    let o = dgem(&["decide", "-t", t.to_str().expect("utf8")], None);
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("unknown type 'banana'"), "{e}");
+    assert!(e.contains("boolean"), "allowed values listed: {e}");
+}
+
+#[test]
+fn malformed_variable_exits_1() {
+    let o = dgem(&["decide", "-t", "support_triage", "-v", "ticket"], None);
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains("ticket"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_samples_flag_exits_1() {
+    let o = dgem(&["decide", "-t", "support_triage", "--samples", "0"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("`--samples` must be a count from 1 to 32 or `auto`. Given: `0`"));
+}
+
+#[test]
+fn missing_template_exits_1() {
+    let o = dgem(&["decide", "-t", "no_such_policy"], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no_such_policy"));
+}
+
+#[test]
+fn render_shows_schema_and_state() {
+    let o = dgem(
+        &[
+            "render",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=printer on fire",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["schema"]["questions"][1]["id"], "team");
+    assert!(v["state"].to_string().contains("printer on fire"));
+}
+
+fn check_envelope(v: &Value, expect_ids: &[&str]) {
+    let answers = v["answers"].as_object().expect("answers");
+    let ids: Vec<&str> = answers.keys().map(String::as_str).collect();
+    assert_eq!(ids, expect_ids);
+    for (id, a) in answers {
+        let probs = a["probabilities"].as_object().expect("probabilities");
+        let sum: f64 = probs.values().map(|p| p.as_f64().expect("number")).sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{id}: probabilities sum to {sum}");
+        let k = probs.len() as f64;
+        let h = a["entropy"].as_f64().expect("entropy");
+        assert!((0.0..=k.ln() + 1e-9).contains(&h), "{id}: entropy {h}");
+        let hn = a["normalized_entropy"].as_f64().expect("hesitation");
+        assert!((0.0..=1.0).contains(&hn));
+        let c = a["confidence"].as_f64().expect("confidence");
+        let maxp = probs.values().filter_map(Value::as_f64).fold(0.0, f64::max);
+        assert!(
+            (c - maxp).abs() < 1e-9,
+            "{id}: confidence is the top probability"
+        );
+    }
+    let d = &v["diagnostics"];
+    assert_eq!(d["engine"], "llama.cpp");
+    assert_eq!(d["model"], "gemma-3-270m-q4_k_m");
+    assert!(d["note"].as_str().expect("note").contains("near chance"));
+    assert!(d["timing"]["total_ms"].as_f64().expect("ms") > 0.0);
+    assert!(d["prompt_tokens"].as_u64().expect("tokens") > 20);
+}
+
+#[test]
+fn real_model_three_policies_answer() {
+    let Some(m) = model() else { return };
+    let cases: [(&str, &str, &[&str]); 3] = [
+        (
+            "support_triage",
+            "ticket=I was charged twice this month, please refund",
+            &["urgent", "team", "sentiment"],
+        ),
+        (
+            "code_review",
+            "diff=- if x > 0:\n+ if x >= 0:",
+            &["approved", "category"],
+        ),
+        (
+            "security_incident",
+            "alert=AWS key used from an unknown IP to list all S3 buckets",
+            &["data_compromise", "action", "severity"],
+        ),
+    ];
+    for (t, var, ids) in cases {
+        let o = dgem(&["decide", "-t", t, "-v", var, "--json"], Some(&m));
+        assert!(o.status.success(), "{t}: {}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json envelope");
+        check_envelope(&v, ids);
+    }
+}
+
+#[test]
+fn real_model_decision_is_deterministic_and_table_prints() {
+    let Some(m) = model() else { return };
+    let args = [
+        "decide",
+        "-t",
+        "support_triage",
+        "-v",
+        "ticket=The API returns 500 for all users",
+        "--json",
+    ];
+    let a = dgem(&args, Some(&m));
+    let b = dgem(&args, Some(&m));
+    let va: Value = serde_json::from_slice(&a.stdout).expect("json");
+    let vb: Value = serde_json::from_slice(&b.stdout).expect("json");
+    assert_eq!(va["answers"], vb["answers"], "same input, same answers");
+    let t = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=hello",
+            "--stats",
+        ],
+        Some(&m),
+    );
+    assert!(t.status.success(), "{}", stderr(&t));
+    let out = String::from_utf8_lossy(&t.stdout);
+    assert!(
+        out.contains("QUESTION") && out.contains("team") && out.contains("HESITATION"),
+        "{out}"
+    );
+    assert!(out.contains("label_mass"), "{out}");
+    assert!(out.contains("note: embedded Gemma 3 270M"), "{out}");
+}
+
+#[test]
+fn real_model_samples_report_agreement() {
+    let Some(m) = model() else { return };
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=Refund please",
+            "--samples",
+            "3",
+            "--json",
+        ],
+        Some(&m),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["diagnostics"]["samples"]["n"], 3);
+    let ag = v["answers"]["team"]["agreement"]
+        .as_f64()
+        .expect("agreement when n > 1");
+    assert!((0.0..=1.0).contains(&ag));
+}

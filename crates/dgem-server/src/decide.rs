@@ -1,0 +1,160 @@
+//! Running one validated decision behind the concurrency gate (serving.md §9.2):
+//! validate → acquire a slot (at most `INFLIGHT_WAIT_S`) → decide → record.
+
+use std::time::Instant;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use dgem_engine::{DecideRequest, Decision};
+use serde_json::Value;
+
+use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::state::AppState;
+use crate::telemetry;
+
+/// A finished decision and the time it waited for a slot.
+#[derive(Debug)]
+pub struct Timed {
+    /// The decision.
+    pub decision: Decision,
+    /// Milliseconds spent waiting for a `MAX_INFLIGHT` slot.
+    pub gate_ms: f64,
+}
+
+/// Whether a state holds image parts (a list with an `image_url` or `image` part).
+pub fn has_images(state: &Value) -> bool {
+    state.as_array().is_some_and(|parts| {
+        parts.iter().any(|p| {
+            matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("image_url" | "image")
+            )
+        })
+    })
+}
+
+/// Refuse image states on a backend that cannot read images (rather than
+/// silently dropping the images).
+///
+/// # Errors
+/// A user error of the route's flavor naming the backend.
+pub fn check_images(state: &AppState, flavor: Flavor, images: bool) -> Result<(), ApiError> {
+    let info = state.engine().backend().info();
+    if images && !info.supports_images {
+        return Err(ApiError::user(
+            flavor,
+            format!(
+                "images: this server's backend ({}, model {}) cannot read images; send the state as text or JSON, or use an image-capable backend",
+                info.engine, info.model_id
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Run `req` behind the gate.
+///
+/// # Errors
+/// 503 `overloaded` (with `Retry-After`) when no slot frees up in time; the
+/// engine's failures classified by [`ApiError::from_engine`].
+pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result<Timed, ApiError> {
+    let span = tracing::Span::current();
+    span.record("questions", req.schema.asked().len());
+    let waited = Instant::now();
+    let _permit = match state.gate() {
+        Some(gate) => {
+            let wait = state.config().inflight_wait;
+            match tokio::time::timeout(wait, gate.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => Some(permit),
+                Ok(Err(_closed)) => {
+                    return Err(ApiError::new(ErrorKind::Internal, "decision gate closed"))
+                }
+                Err(_elapsed) => {
+                    telemetry::record_gate_wait(waited.elapsed().as_secs_f64());
+                    telemetry::record_failed_decision(flavor.name(), "overloaded");
+                    let secs = wait.as_secs().clamp(1, 60);
+                    return Err(ApiError::new(
+                        ErrorKind::Overloaded,
+                        format!(
+                            "server busy: {} decisions in flight",
+                            state.config().max_inflight
+                        ),
+                    )
+                    .with_retry_after(secs));
+                }
+            }
+        }
+        None => None,
+    };
+    let gate_ms = waited.elapsed().as_secs_f64() * 1e3;
+    telemetry::record_gate_wait(gate_ms / 1e3);
+    let _inflight = state.enter();
+    match state.engine().decide(req).await {
+        Ok(decision) => {
+            let t = &decision.diagnostics.timing;
+            span.record("queue_ms", gate_ms + t.queue_ms);
+            span.record("forward_ms", t.forward_ms);
+            span.record("decide_ms", t.total_ms);
+            span.record("reads", t.reads);
+            telemetry::record_decision(flavor.name(), &decision);
+            tracing::info!(
+                route = flavor.name(),
+                answers = %summary(&decision),
+                reads = t.reads,
+                ms = t.total_ms,
+                "decision"
+            );
+            Ok(Timed { decision, gate_ms })
+        }
+        Err(e) => {
+            let err = ApiError::from_engine(&e, flavor);
+            telemetry::record_failed_decision(
+                flavor.name(),
+                err.kind.error_type().unwrap_or("error"),
+            );
+            tracing::warn!(route = flavor.name(), error = %e, "decision failed");
+            Err(err)
+        }
+    }
+}
+
+/// `id=label id=skipped …`, the per-decision log line of serving.md §8.5.
+fn summary(d: &Decision) -> String {
+    d.answers
+        .iter()
+        .map(|(id, a)| match a {
+            Some(a) => format!("{id}={}", a.answer_name()),
+            None => format!("{id}=skipped"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Slots read (one output token per asked question per read): `completion_tokens`
+/// on chat, `output_tokens` on systemone.
+pub fn output_tokens(d: &Decision) -> usize {
+    d.diagnostics
+        .questions
+        .values()
+        .map(|q| q.entropy.len())
+        .sum()
+}
+
+/// `Server-Timing` (decide, queue, forward; ms with 2 decimals) and
+/// `X-Inference-Time-Ms` headers of a success (serving.md §8.5).
+pub fn timing_headers(t: &Timed) -> HeaderMap {
+    let timing = &t.decision.diagnostics.timing;
+    let mut h = HeaderMap::new();
+    let server_timing = format!(
+        "decide;dur={:.2}, queue;dur={:.2}, forward;dur={:.2}",
+        timing.total_ms,
+        t.gate_ms + timing.queue_ms,
+        timing.forward_ms
+    );
+    if let Ok(v) = HeaderValue::from_str(&server_timing) {
+        h.insert(HeaderName::from_static("server-timing"), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("{:.2}", timing.total_ms)) {
+        h.insert(HeaderName::from_static("x-inference-time-ms"), v);
+    }
+    h
+}

@@ -1,0 +1,234 @@
+//! The one error → HTTP table (house style rule 9).
+//!
+//! Every failure of a request becomes an [`ApiError`]: an [`ErrorKind`] (which
+//! alone decides the status code and the error `type`) and a message. The body
+//! is always `{"error": {"message": …, "type": …}}` (serving.md §3.5); the 404
+//! body has only `message`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use dgem_backend::BackendError;
+use dgem_engine::EngineError;
+use serde_json::{json, Map, Value};
+use thiserror::Error;
+
+/// What went wrong, as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Unreadable body or a malformed chat request (400 `invalid_request_error`).
+    InvalidRequest,
+    /// A systemone schema or state the server cannot accept (422 `validation_error`).
+    Validation,
+    /// Missing or wrong key (401 `authentication_error`).
+    Authentication,
+    /// No such route (404, message only).
+    NotFound,
+    /// The free-form generation route (410 `route_removed`).
+    RouteRemoved,
+    /// Body over the size limit (413 `invalid_request_error`).
+    PayloadTooLarge,
+    /// No decision slot in time, or the backend queue is full (503 `overloaded`).
+    Overloaded,
+    /// The request ran past its time limit (504 `timeout_error`).
+    Timeout,
+    /// The backend failed (502 `server_error`).
+    Upstream,
+    /// Anything else (500 `server_error`).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status of this kind: the single mapping table.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::InvalidRequest => StatusCode::BAD_REQUEST,
+            Self::Validation => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Authentication => StatusCode::UNAUTHORIZED,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::RouteRemoved => StatusCode::GONE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Upstream => StatusCode::BAD_GATEWAY,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error `type` string (also the stable metrics label); `None` for 404.
+    pub fn error_type(self) -> Option<&'static str> {
+        match self {
+            Self::InvalidRequest | Self::PayloadTooLarge => Some("invalid_request_error"),
+            Self::Validation => Some("validation_error"),
+            Self::Authentication => Some("authentication_error"),
+            Self::NotFound => None,
+            Self::RouteRemoved => Some("route_removed"),
+            Self::Overloaded => Some("overloaded"),
+            Self::Timeout => Some("timeout_error"),
+            Self::Upstream | Self::Internal => Some("server_error"),
+        }
+    }
+}
+
+/// Which route's conventions apply to user errors: 400 on chat, 422 on systemone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `/v1/chat/completions` and its aliases.
+    Chat,
+    /// `/v1/systemone`.
+    SystemOne,
+}
+
+impl Flavor {
+    /// The kind of a user (validation) error on this route.
+    pub fn user_kind(self) -> ErrorKind {
+        match self {
+            Self::Chat => ErrorKind::InvalidRequest,
+            Self::SystemOne => ErrorKind::Validation,
+        }
+    }
+
+    /// Short name for logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::SystemOne => "systemone",
+        }
+    }
+}
+
+/// A failed request: kind, message and, for `overloaded`, a `Retry-After`.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("{message}")]
+pub struct ApiError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Human-readable message (the serving.md wording where it has one).
+    pub message: String,
+    /// Seconds for the `Retry-After` header.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A user error on `flavor`'s route (400 chat, 422 systemone).
+    pub fn user(flavor: Flavor, message: impl Into<String>) -> Self {
+        Self::new(flavor.user_kind(), message)
+    }
+
+    /// The 404 of an unknown route.
+    pub fn not_found() -> Self {
+        Self::new(ErrorKind::NotFound, "unknown route")
+    }
+
+    /// Add a `Retry-After` (seconds).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// Classify an engine failure: user errors follow the route's flavor, a full
+    /// backend queue is `overloaded`, other backend failures are 502.
+    pub fn from_engine(e: &EngineError, flavor: Flavor) -> Self {
+        if e.is_user_error() {
+            return Self::user(flavor, e.to_string());
+        }
+        match e {
+            EngineError::Backend(BackendError::Overloaded(_) | BackendError::NotReady(_)) => {
+                Self::new(ErrorKind::Overloaded, e.to_string()).with_retry_after(1)
+            }
+            EngineError::Backend(BackendError::Timeout(_)) => {
+                Self::new(ErrorKind::Timeout, e.to_string())
+            }
+            EngineError::Backend(_) => Self::new(ErrorKind::Upstream, e.to_string()),
+            _ => Self::new(ErrorKind::Internal, e.to_string()),
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut inner = Map::new();
+        inner.insert("message".into(), json!(self.message));
+        if let Some(t) = self.kind.error_type() {
+            inner.insert("type".into(), json!(t));
+        }
+        json!({ "error": Value::Object(inner) })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.kind.status(), Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if self.kind == ErrorKind::Authentication {
+            // The body was left unread: close rather than risk a desynced keep-alive.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp.extensions_mut().insert(self.kind);
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let all = [
+            (ErrorKind::InvalidRequest, 400),
+            (ErrorKind::Validation, 422),
+            (ErrorKind::Authentication, 401),
+            (ErrorKind::NotFound, 404),
+            (ErrorKind::RouteRemoved, 410),
+            (ErrorKind::PayloadTooLarge, 413),
+            (ErrorKind::Overloaded, 503),
+            (ErrorKind::Timeout, 504),
+            (ErrorKind::Upstream, 502),
+            (ErrorKind::Internal, 500),
+        ];
+        for (k, code) in all {
+            assert_eq!(k.status().as_u16(), code, "{k:?}");
+        }
+        assert_eq!(
+            ApiError::not_found().body(),
+            json!({"error": {"message": "unknown route"}})
+        );
+    }
+
+    #[test]
+    fn engine_errors_follow_the_route() {
+        let schema = EngineError::Schema(dgem_core::SchemaError::new("state", "too long"));
+        assert_eq!(
+            ApiError::from_engine(&schema, Flavor::Chat).kind.status(),
+            400
+        );
+        assert_eq!(
+            ApiError::from_engine(&schema, Flavor::SystemOne)
+                .kind
+                .status(),
+            422
+        );
+        let down = EngineError::Backend(BackendError::Model("boom".into()));
+        let e = ApiError::from_engine(&down, Flavor::Chat);
+        assert_eq!(e.kind.status(), 502);
+        assert_eq!(e.kind.error_type(), Some("server_error"));
+        let full = EngineError::Backend(BackendError::Overloaded("queue".into()));
+        assert_eq!(
+            ApiError::from_engine(&full, Flavor::Chat).retry_after,
+            Some(1)
+        );
+    }
+}

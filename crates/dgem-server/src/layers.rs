@@ -1,0 +1,113 @@
+//! Cross-cutting middleware: auth, the per-request timeout, JSON for errors
+//! produced outside our handlers, and the panic fallback.
+
+use std::any::Any;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use crate::error::{ApiError, ErrorKind};
+use crate::state::{key_digest, AppState};
+
+/// The header that carries the key when `Authorization` holds a platform token.
+pub const KEY_HEADER: &str = "x-dgem-key";
+
+/// Middleware: with keys configured, every POST needs `Authorization: Bearer
+/// <key>` or `X-DGem-Key: <key>` (serving.md §9.3). Keys are compared as
+/// sha256 digests in constant time and never logged. GETs stay open.
+pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || state.key_digests().is_empty() {
+        return next.run(req).await;
+    }
+    if presented_keys(req.headers()).any(|k| accepted(&state, k.as_bytes())) {
+        return next.run(req).await;
+    }
+    tracing::info!(path = %req.uri().path(), "rejected: missing or wrong key");
+    ApiError::new(ErrorKind::Authentication, "missing or wrong bearer token").into_response()
+}
+
+fn presented_keys(h: &HeaderMap) -> impl Iterator<Item = &str> {
+    let bearer = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let own = h
+        .get(KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    bearer.into_iter().chain(own).filter(|k| !k.is_empty())
+}
+
+fn accepted(state: &AppState, key: &[u8]) -> bool {
+    let d = key_digest(key);
+    // Check every configured key so the time does not depend on which one matched.
+    state
+        .key_digests()
+        .iter()
+        .fold(subtle::Choice::from(0), |acc, k| acc | k.ct_eq(&d))
+        .into()
+}
+
+/// Middleware: a whole request gets `request_timeout`, then 504 JSON.
+pub async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.config().request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            ErrorKind::Timeout,
+            format!("request timed out after {:.1} s", limit.as_secs_f64()),
+        )
+        .into_response(),
+    }
+}
+
+/// Middleware: an error response that is not our JSON (the body-limit layer's
+/// 413, an extractor rejection) is rewritten into `{"error": {…}}`.
+pub async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || resp.extensions().get::<ErrorKind>().is_some()
+    {
+        return resp;
+    }
+    let kind = match status.as_u16() {
+        413 => ErrorKind::PayloadTooLarge,
+        404 | 405 => ErrorKind::NotFound,
+        401 => ErrorKind::Authentication,
+        504 | 408 => ErrorKind::Timeout,
+        503 => ErrorKind::Overloaded,
+        s if s < 500 => ErrorKind::InvalidRequest,
+        _ => ErrorKind::Internal,
+    };
+    let message = match kind {
+        ErrorKind::PayloadTooLarge => "request body is over the size limit".to_string(),
+        ErrorKind::NotFound => "unknown route".to_string(),
+        _ => status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_lowercase(),
+    };
+    let mut fixed = ApiError::new(kind, message).into_response();
+    *fixed.status_mut() = status;
+    fixed
+}
+
+/// The last resort: a handler panic becomes 500 JSON instead of a dropped connection.
+pub fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "handler panicked");
+    ApiError::new(
+        ErrorKind::Internal,
+        "internal error: the request handler failed",
+    )
+    .into_response()
+}

@@ -1,0 +1,196 @@
+//! # dgem-server
+//!
+//! The HTTP face of dgem (`dgem serve`), wire-compatible with the original
+//! structured server (serving.md §2–3, §8–9):
+//!
+//! * `POST /v1/chat/completions`, `/predict`, `/rawPredict` (and the same under
+//!   `/invoke`): system message = schema JSON, user message = state; the reply is
+//!   an OpenAI `chat.completion` whose content is the `{answers, diagnostics}` envelope.
+//! * `POST /v1/systemone` (and `/invoke/v1/systemone`): the Jev shape, JSON or multipart.
+//! * `POST /v1/raw/chat/completions`: 410 `route_removed`.
+//! * `GET /health`, `/invoke/health`, `/`: always 200; `GET /ready`: 200 after a
+//!   real warm-up decision; `GET /metrics`: Prometheus text.
+//!
+//! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine` ← `dgem-server`
+//! ← `dgem-cli`. The server sees only `Arc<dyn Backend>` through the engine; it
+//! never knows which model runs.
+//!
+//! ```no_run
+//! # async fn demo(engine: dgem_engine::Engine) -> Result<(), dgem_server::ServeError> {
+//! use std::sync::Arc;
+//! use dgem_server::{AppState, ServeConfig};
+//! let config = ServeConfig::from_env().expect("valid environment");
+//! let listener = dgem_server::bind(config.addr()).await?;
+//! let state = AppState::new(Arc::new(engine), config);
+//! dgem_server::serve(listener, state, dgem_server::shutdown_signal()).await
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+pub mod body;
+pub mod chat;
+pub mod config;
+pub mod decide;
+pub mod error;
+pub mod health;
+pub mod layers;
+pub mod state;
+pub mod systemone;
+pub mod telemetry;
+pub mod warmup;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, MethodRouter};
+use axum::{middleware, Router};
+use thiserror::Error;
+use tokio::net::{TcpListener, TcpSocket};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+
+pub use config::{ConfigError, ServeConfig};
+pub use error::{ApiError, ErrorKind, Flavor};
+pub use state::{AppState, Readiness};
+
+/// Listen backlog (serving.md §9.1: the default of a few reset connections under load).
+pub const LISTEN_BACKLOG: u32 = 256;
+
+/// Paths of the chat route and its Vertex aliases (each also under `/invoke`).
+pub const CHAT_PATHS: &[&str] = &["/v1/chat/completions", "/predict", "/rawPredict"];
+
+/// Why serving stopped with an error.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// Binding or accepting failed.
+    #[error("server i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn post_only(r: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    r.fallback(health::fallback)
+}
+
+/// The full router over `state`: routes, auth, limits, timeout, metrics, spans
+/// and the panic fallback.
+pub fn router(state: AppState) -> Router {
+    let mut r: Router<AppState> = Router::new();
+    for prefix in ["", "/invoke"] {
+        for path in CHAT_PATHS {
+            r = r.route(&format!("{prefix}{path}"), post_only(post(chat::handle)));
+        }
+        r = r
+            .route(
+                &format!("{prefix}/v1/systemone"),
+                post_only(post(systemone::handle)),
+            )
+            .route(
+                &format!("{prefix}/v1/raw/chat/completions"),
+                post_only(post(health::raw_removed)),
+            );
+    }
+    let max_body = state.config().max_body_bytes;
+    r.route("/", get(health::health).fallback(health::fallback))
+        .route("/health", get(health::health).fallback(health::fallback))
+        .route(
+            "/invoke/health",
+            get(health::health).fallback(health::fallback),
+        )
+        .route("/ready", get(health::ready).fallback(health::fallback))
+        .route("/metrics", get(health::metrics).fallback(health::fallback))
+        .fallback(health::fallback)
+        // Innermost first; auth runs before the body limit reads anything.
+        .layer(DefaultBodyLimit::disable())
+        .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(middleware::from_fn(layers::json_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), layers::auth))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            layers::timeout,
+        ))
+        .layer(middleware::from_fn(telemetry::track))
+        .layer(CatchPanicLayer::custom(layers::panic_response))
+        .with_state(state)
+}
+
+/// Bind `addr` with `SO_REUSEADDR` and a backlog of [`LISTEN_BACKLOG`].
+///
+/// # Errors
+/// The socket error.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Serve `state` on `listener` until `shutdown` resolves, then stop accepting
+/// and let in-flight requests finish. Starts the warm-up decision (when
+/// `config.warmup`) and the metrics upkeep.
+///
+/// # Errors
+/// [`ServeError::Io`] when the listener fails.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, config = ?state.config(), "dgem serve listening");
+    }
+    let mut tasks = Vec::new();
+    if state.config().warmup {
+        let s = state.clone();
+        tasks.push(tokio::spawn(async move {
+            // Readiness records the failure; nothing else to do with it here.
+            let _ = warmup::run(&s).await;
+        }));
+    }
+    let upkeep = state.metrics().clone();
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    }));
+    let app = router(state);
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    for t in tasks {
+        t.abort();
+    }
+    tracing::info!("dgem serve stopped");
+    result.map_err(ServeError::from)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("ctrl-c: shutting down"),
+        () = term => tracing::info!("SIGTERM: shutting down"),
+    }
+}

@@ -1,0 +1,176 @@
+//! Shared application state: the engine, the settings, the concurrency gate and
+//! readiness. Cheap to clone (one `Arc`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dgem_engine::Engine;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::config::ServeConfig;
+use crate::telemetry;
+
+/// Readiness as `/health` and `/ready` report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// `warming_up`, `ready` or `warmup_failed`.
+    pub phase: String,
+    /// Whether a real warm-up decision succeeded.
+    pub ready: bool,
+    /// Seconds the warm-up took, once it finished.
+    pub warmup_s: Option<f64>,
+    /// Unix time at which the server became ready.
+    pub ready_ts: Option<f64>,
+    /// Why the warm-up failed, if it did.
+    pub error: Option<String>,
+}
+
+/// The state every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    engine: Arc<Engine>,
+    config: ServeConfig,
+    gate: Option<Arc<Semaphore>>,
+    key_digests: Vec<[u8; 32]>,
+    readiness: Mutex<Readiness>,
+    inflight: AtomicUsize,
+    boot_ts: f64,
+    metrics: PrometheusHandle,
+}
+
+/// Seconds since the Unix epoch, as a float.
+pub(crate) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// sha256 of a key: keys are compared as digests, in constant time, so neither
+/// their bytes nor their lengths leak through timing.
+pub(crate) fn key_digest(key: &[u8]) -> [u8; 32] {
+    Sha256::digest(key).into()
+}
+
+impl AppState {
+    /// State over `engine` with `config`. Installs the Prometheus recorder on
+    /// first use (process-wide).
+    pub fn new(engine: Arc<Engine>, config: ServeConfig) -> Self {
+        let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
+        let key_digests = config
+            .api_keys
+            .iter()
+            .map(|k| key_digest(k.as_bytes()))
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                engine,
+                gate,
+                key_digests,
+                readiness: Mutex::new(Readiness {
+                    phase: "warming_up".into(),
+                    ready: false,
+                    warmup_s: None,
+                    ready_ts: None,
+                    error: None,
+                }),
+                inflight: AtomicUsize::new(0),
+                boot_ts: unix_now(),
+                metrics: telemetry::handle(),
+                config,
+            }),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.inner.engine
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ServeConfig {
+        &self.inner.config
+    }
+
+    /// The decision gate, when `MAX_INFLIGHT > 0`.
+    pub(crate) fn gate(&self) -> Option<&Arc<Semaphore>> {
+        self.inner.gate.as_ref()
+    }
+
+    /// Digests of the accepted keys (empty = open).
+    pub(crate) fn key_digests(&self) -> &[[u8; 32]] {
+        &self.inner.key_digests
+    }
+
+    /// A snapshot of readiness.
+    pub fn readiness(&self) -> Readiness {
+        self.inner
+            .readiness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Whether a warm-up decision has succeeded.
+    pub fn is_ready(&self) -> bool {
+        self.readiness().ready
+    }
+
+    /// Replace readiness.
+    pub(crate) fn set_readiness(&self, r: Readiness) {
+        *self
+            .inner
+            .readiness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = r;
+    }
+
+    /// Decisions running now.
+    pub fn inflight(&self) -> usize {
+        self.inner.inflight.load(Ordering::SeqCst)
+    }
+
+    /// Count one decision in flight until the guard drops (also on cancellation).
+    pub(crate) fn enter(&self) -> InflightGuard {
+        let n = self.inner.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        telemetry::set_inflight(n);
+        InflightGuard {
+            state: self.clone(),
+        }
+    }
+
+    /// Unix time the state was created.
+    pub fn boot_ts(&self) -> f64 {
+        self.inner.boot_ts
+    }
+
+    /// The Prometheus handle for `/metrics`.
+    pub(crate) fn metrics(&self) -> &PrometheusHandle {
+        &self.inner.metrics
+    }
+}
+
+/// Decrements the in-flight count when dropped.
+#[derive(Debug)]
+pub(crate) struct InflightGuard {
+    state: AppState,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let n = self
+            .state
+            .inner
+            .inflight
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
+        telemetry::set_inflight(n);
+    }
+}

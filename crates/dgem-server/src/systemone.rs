@@ -1,0 +1,280 @@
+//! `POST /v1/systemone`: a Jev/TypeSafe "System One" decision (serving.md §3.3,
+//! §8.4). Validation errors are 422 `validation_error`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use dgem_core::envelope::AnswerOut;
+use dgem_core::prompt::{python_json, state_text};
+use dgem_core::readout::score_expectation;
+use dgem_core::schema::{QuestionKind, ValidSchema};
+use dgem_engine::DecideRequest;
+use serde_json::{json, Map, Value};
+
+use crate::body;
+use crate::chat::seed_of;
+use crate::decide::{self, Timed};
+use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::state::AppState;
+
+/// Body keys copied into the schema as they are.
+pub const EXTENSION_KEYS: &[&str] = &[
+    "instructions",
+    "samples",
+    "auto_max",
+    "auto_threshold",
+    "steps",
+    "think",
+    "ask",
+    "chunk_rows",
+    "chunk_prompt",
+    "sequential",
+    "layout",
+    "isolate",
+];
+
+fn unprocessable(message: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::Validation, message)
+}
+
+/// `jev_schema`: the Jev body → a serving.md §3.1 raw schema.
+///
+/// # Errors
+/// 422 with the exact serving.md §3.3 messages.
+pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
+    let questions = body
+        .get("questions")
+        .and_then(Value::as_object)
+        .filter(|q| !q.is_empty())
+        .ok_or_else(|| unprocessable("questions: needs a non-empty map of id -> question"))?;
+    let mut list = Vec::with_capacity(questions.len());
+    for (id, q) in questions {
+        let Value::Object(q) = q else {
+            return Err(unprocessable(format!("question '{id}': must be an object")));
+        };
+        let mut out = Map::new();
+        out.insert("id".into(), json!(id));
+        let t = match q.get("type") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => "None".into(),
+            Some(other) => python_json(other),
+        };
+        out.insert("type".into(), json!(t));
+        if let Some(i) = q.get("instructions") {
+            let text = i.as_str().map_or_else(|| python_json(i), str::to_string);
+            out.insert("instructions".into(), json!(text));
+        }
+        let criteria = q.get("criteria").unwrap_or(&Value::Null);
+        match t.as_str() {
+            "noul" => {
+                if !(criteria.is_null() || criteria.is_object()) {
+                    return Err(unprocessable(format!(
+                        "question '{id}': noul criteria must be an object with true and false"
+                    )));
+                }
+                out.insert("criteria".into(), criteria.clone());
+            }
+            "choice" => {
+                let options = criteria
+                    .as_object()
+                    .filter(|c| !c.is_empty())
+                    .ok_or_else(|| {
+                        unprocessable(format!(
+                            "question '{id}': choice criteria must map option names to descriptions"
+                        ))
+                    })?
+                    .iter()
+                    .map(|(k, v)| json!({"name": k, "description": v}))
+                    .collect();
+                out.insert("options".into(), Value::Array(options));
+            }
+            "score" => {
+                let levels = criteria.as_array().ok_or_else(|| {
+                    unprocessable(format!(
+                        "question '{id}': score criteria must be an ordered list of levels"
+                    ))
+                })?;
+                out.insert("levels".into(), Value::Array(levels.clone()));
+            }
+            _ => {
+                return Err(unprocessable(format!(
+                    "question '{id}': unknown type '{t}'"
+                )))
+            }
+        }
+        for key in ["depends_on", "ask_if", "alone"] {
+            if let Some(v) = q.get(key) {
+                out.insert(key.into(), v.clone());
+            }
+        }
+        list.push(Value::Object(out));
+    }
+    let mut schema = Map::new();
+    schema.insert("questions".into(), Value::Array(list));
+    for key in EXTENSION_KEYS {
+        if let Some(v) = body.get(*key) {
+            schema.insert((*key).into(), v.clone());
+        }
+    }
+    Ok(Value::Object(schema))
+}
+
+/// JSON `images` entries → image parts (after any multipart images).
+fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), ApiError> {
+    let items = match body.get("images") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(unprocessable(
+                "images: a list of data:image/... URLs or objects with content_type and base64",
+            ))
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let url = match item {
+            Value::String(s) if s.starts_with("data:image/") => s.clone(),
+            Value::Object(o) => match (
+                o.get("content_type").and_then(Value::as_str),
+                o.get("base64").and_then(Value::as_str),
+            ) {
+                (Some(ct), Some(b64)) if ct.starts_with("image/") => {
+                    format!("data:{ct};base64,{b64}")
+                }
+                _ => return Err(bad_image(i)),
+            },
+            _ => return Err(bad_image(i)),
+        };
+        parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+    }
+    Ok(())
+}
+
+fn bad_image(i: usize) -> ApiError {
+    unprocessable(format!(
+        "images[{i}]: a data:image/... URL or an object with content_type and base64"
+    ))
+}
+
+/// One answer in the Jev shape: 0-based score with `legend`; noul probabilities
+/// keyed `true`/`false`. dgem-rs adds `entropy` and `normalized_entropy`.
+pub fn jev_answer(a: &AnswerOut) -> Value {
+    let agg = &a.aggregate;
+    let names = a.question.alternatives.iter().map(|x| x.name.as_str());
+    let mut m = Map::new();
+    m.insert("type".into(), json!(a.question.kind.wire_name()));
+    match a.question.kind {
+        QuestionKind::Boolean => {
+            let p = agg.mean.first().copied().unwrap_or(0.0);
+            m.insert("noul".into(), json!(p));
+            m.insert(
+                "probabilities".into(),
+                json!({"true": p, "false": agg.mean.get(1).copied().unwrap_or(1.0 - p)}),
+            );
+        }
+        QuestionKind::Choice => {
+            m.insert("choice".into(), json!(a.answer_name()));
+            let probs: Map<String, Value> = names
+                .zip(&agg.mean)
+                .map(|(n, p)| (n.to_string(), json!(p)))
+                .collect();
+            m.insert("probabilities".into(), Value::Object(probs));
+        }
+        QuestionKind::Score => {
+            m.insert("score".into(), json!(score_expectation(&agg.mean) - 1.0));
+            let legend: Map<String, Value> = names
+                .enumerate()
+                .map(|(i, n)| (i.to_string(), json!(n)))
+                .collect();
+            m.insert("legend".into(), Value::Object(legend));
+            let probs: Map<String, Value> = agg
+                .mean
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i.to_string(), json!(p)))
+                .collect();
+            m.insert("probabilities".into(), Value::Object(probs));
+        }
+    }
+    m.insert("confidence".into(), json!(agg.confidence));
+    m.insert("entropy".into(), json!(agg.entropy));
+    m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
+    Value::Object(m)
+}
+
+/// The Jev response body.
+pub fn response_body(model: &str, t: &Timed) -> Value {
+    let d = &t.decision;
+    let answers: Map<String, Value> = d
+        .answers
+        .iter()
+        .map(|(id, a)| (id.clone(), a.as_ref().map_or(Value::Null, jev_answer)))
+        .collect();
+    json!({
+        "model": model,
+        "answers": answers,
+        "usage": {
+            "input_tokens": d.diagnostics.prompt_tokens.unwrap_or(0),
+            "output_tokens": decide::output_tokens(d),
+        },
+        "diagnostics": serde_json::to_value(&d.diagnostics).unwrap_or(Value::Null),
+    })
+}
+
+/// The handler.
+pub async fn handle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    match respond(&state, &headers, bytes).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn respond(
+    state: &AppState,
+    headers: &HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = bytes.map_err(|r| body::rejection(&r))?;
+    let parsed = body::parse(headers, bytes).await?;
+    let Value::Object(req) = &parsed.json else {
+        return Err(ApiError::new(
+            ErrorKind::InvalidRequest,
+            "invalid body: the request must be a JSON object",
+        ));
+    };
+    let raw = jev_schema(req)?;
+    let schema = ValidSchema::from_value(&raw, &state.config().schema_defaults)
+        .map_err(|e| unprocessable(e.message))?;
+    let text = match req.get("state") {
+        None | Some(Value::Null) => return Err(unprocessable("state: required")),
+        Some(s) => state_text(s),
+    };
+    let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
+    let mut images = parsed.images;
+    json_images(req, &mut images)?;
+    decide::check_images(state, Flavor::SystemOne, !images.is_empty())?;
+    let decide_state = if images.is_empty() {
+        Value::String(text)
+    } else {
+        images.push(json!({"type": "text", "text": text}));
+        Value::Array(images)
+    };
+    let timed = decide::run(
+        state,
+        DecideRequest {
+            schema,
+            state: decide_state,
+            seed,
+        },
+        Flavor::SystemOne,
+    )
+    .await?;
+    let body = response_body(&state.config().model_name, &timed);
+    Ok((decide::timing_headers(&timed), Json(body)).into_response())
+}

@@ -1,0 +1,141 @@
+//! Metrics (Prometheus, prefix `dgem_`, units in the names) and the per-request
+//! tracing span. Metric names and bucket setup live here and nowhere else.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use dgem_core::schema::QuestionKind;
+use dgem_engine::Decision;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::field::Empty;
+use tracing::Instrument;
+
+/// Requests by `route` and `status`.
+pub const HTTP_REQUESTS: &str = "dgem_http_requests_total";
+/// Request latency by `route` and `status`.
+pub const HTTP_DURATION: &str = "dgem_http_request_duration_seconds";
+/// Finished decisions by `route` and `outcome` (`ok` or the error type).
+pub const DECISIONS: &str = "dgem_decisions_total";
+/// Answered questions by `question_type` (`noul`, `choice`, `score`).
+pub const QUESTIONS: &str = "dgem_questions_total";
+/// Hesitation (normalized entropy, H / ln K) of each answer, by `question_type`.
+pub const NORMALIZED_ENTROPY: &str = "dgem_normalized_entropy";
+/// Wall time of one decision.
+pub const DECISION_DURATION: &str = "dgem_decision_duration_seconds";
+/// Time in the model per decision.
+pub const FORWARD_DURATION: &str = "dgem_backend_forward_duration_seconds";
+/// Time waiting, by `stage` (`gate`: the `MAX_INFLIGHT` slot; `backend`: its queue).
+pub const QUEUE_WAIT: &str = "dgem_queue_wait_seconds";
+/// Decisions running now.
+pub const INFLIGHT: &str = "dgem_inflight_decisions";
+/// Prompt tokens read per decision (longest read).
+pub const PROMPT_TOKENS: &str = "dgem_decision_prompt_tokens";
+/// Tokens served from the prefix KV cache per decision.
+pub const CACHED_TOKENS: &str = "dgem_decision_cached_tokens";
+
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const ENTROPY_BUCKETS: &[f64] = &[0.05, 0.1, 0.16, 0.25, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 1.0];
+const TOKEN_BUCKETS: &[f64] = &[
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+];
+
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(NORMALIZED_ENTROPY.into()), ENTROPY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)
+}
+
+/// The process-wide Prometheus handle; installs the recorder on first call. If
+/// another recorder is already installed, `/metrics` stays empty (logged once).
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = builder().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "metric buckets rejected; using summaries");
+                PrometheusBuilder::new()
+            });
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder is already installed; /metrics will be empty");
+            }
+            handle
+        })
+        .clone()
+}
+
+/// Set the in-flight gauge.
+pub(crate) fn set_inflight(n: usize) {
+    gauge!(INFLIGHT).set(n as f64);
+}
+
+/// Record the gate wait of one request.
+pub(crate) fn record_gate_wait(seconds: f64) {
+    histogram!(QUEUE_WAIT, "stage" => "gate").record(seconds);
+}
+
+/// Record a finished decision (answers, entropy, timings, tokens).
+pub(crate) fn record_decision(route: &'static str, d: &Decision) {
+    counter!(DECISIONS, "route" => route, "outcome" => "ok").increment(1);
+    for a in d.answers.values().flatten() {
+        let t = kind_label(a.question.kind);
+        counter!(QUESTIONS, "question_type" => t).increment(1);
+        histogram!(NORMALIZED_ENTROPY, "question_type" => t).record(a.aggregate.normalized_entropy);
+    }
+    let timing = &d.diagnostics.timing;
+    histogram!(DECISION_DURATION).record(timing.total_ms / 1e3);
+    histogram!(FORWARD_DURATION).record(timing.forward_ms / 1e3);
+    histogram!(QUEUE_WAIT, "stage" => "backend").record(timing.queue_ms / 1e3);
+    histogram!(PROMPT_TOKENS).record(d.diagnostics.prompt_tokens.unwrap_or(0) as f64);
+    histogram!(CACHED_TOKENS).record(d.diagnostics.cached_tokens as f64);
+}
+
+/// Record a decision that failed after validation.
+pub(crate) fn record_failed_decision(route: &'static str, error_type: &'static str) {
+    counter!(DECISIONS, "route" => route, "outcome" => error_type).increment(1);
+}
+
+fn kind_label(k: QuestionKind) -> &'static str {
+    k.wire_name()
+}
+
+/// Middleware: one `request` span per request (route, status, question count,
+/// timings recorded by the handlers), plus request count and latency metrics.
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let method = req.method().clone();
+    let span = tracing::info_span!(
+        "request",
+        %method,
+        route = %route,
+        status = Empty,
+        questions = Empty,
+        queue_ms = Empty,
+        forward_ms = Empty,
+        decide_ms = Empty,
+        reads = Empty,
+    );
+    let started = Instant::now();
+    let resp = next.run(req).instrument(span.clone()).await;
+    let status = resp.status().as_u16();
+    let elapsed = started.elapsed().as_secs_f64();
+    span.record("status", status);
+    let status = status.to_string();
+    counter!(HTTP_REQUESTS, "route" => route.clone(), "status" => status.clone()).increment(1);
+    histogram!(HTTP_DURATION, "route" => route.clone(), "status" => status.clone()).record(elapsed);
+    span.in_scope(|| {
+        tracing::debug!(route = %route, status = %status, ms = elapsed * 1e3, "request done");
+    });
+    resp
+}

@@ -1,0 +1,355 @@
+//! Server behaviour around the decision routes: 404/410, auth, the concurrency
+//! gate, isolation of concurrent requests, health/readiness, metrics, limits.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Request;
+use common::{call, chat, config, envelope, get, post, post_raw, state, triage};
+use dgem_server::ServeConfig;
+use dgem_testkit::{scripts, ScriptedBackend};
+use serde_json::json;
+
+fn ok_body() -> serde_json::Value {
+    chat(&triage(), &json!({"ticket": "want_support"}))
+}
+
+#[tokio::test]
+async fn raw_route_is_gone_and_unknown_routes_are_404() {
+    let (app, _) = common::app();
+    let r = call(
+        &app,
+        post("/v1/raw/chat/completions", &json!({"messages": []})),
+    )
+    .await;
+    assert_eq!(r.status, 410);
+    assert_eq!(
+        r.body,
+        json!({"error": {"message": "free-form generation is not served: use /v1/systemone or /v1/chat/completions (decisions)", "type": "route_removed"}})
+    );
+    let r = call(&app, post("/invoke/v1/raw/chat/completions", &json!({}))).await;
+    assert_eq!(r.status, 410);
+    let not_found = json!({"error": {"message": "unknown route"}});
+    for req in [
+        get("/nope"),
+        get("/v1/chat/completions"),
+        get("/v1/systemone"),
+        post("/v2/decide", &json!({})),
+        post("/health", &json!({})),
+    ] {
+        let path = req.uri().to_string();
+        let r = call(&app, req).await;
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.body, not_found, "{path}");
+    }
+    // A bad body on an unknown path is 400 first.
+    let r = call(&app, post_raw("/v2/decide", "application/json", "{oops")).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.body["error"]["type"], "invalid_request_error");
+}
+
+fn keyed(keys: &[&str]) -> (axum::Router, Arc<ScriptedBackend>) {
+    let b = common::backend();
+    let cfg = ServeConfig {
+        api_keys: keys.iter().map(|k| (*k).to_string()).collect(),
+        ..config()
+    };
+    (dgem_server::router(state(b.clone(), cfg)), b)
+}
+
+fn with_header(path: &str, name: &str, value: &str) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", "application/json")
+        .header(name, value)
+        .body(Body::from(ok_body().to_string()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn auth_needs_the_key_on_every_post() {
+    let (app, backend) = keyed(&["s3cret", "rotated"]);
+    let unauthorized = json!({"error": {"message": "missing or wrong bearer token", "type": "authentication_error"}});
+    let cases = [
+        post("/v1/chat/completions", &ok_body()),
+        with_header("/v1/chat/completions", "authorization", "Bearer wrong"),
+        with_header("/v1/chat/completions", "authorization", "s3cret"),
+        with_header("/v1/chat/completions", "x-dgem-key", "s3cre"),
+        with_header("/v1/chat/completions", "x-dgem-key", ""),
+        with_header("/v1/systemone", "x-dgem-key", "nope"),
+        with_header("/v1/raw/chat/completions", "authorization", "Bearer nope"),
+        with_header("/nope", "authorization", "Bearer nope"),
+    ];
+    for req in cases {
+        let path = req.uri().to_string();
+        let r = call(&app, req).await;
+        assert_eq!(r.status, 401, "{path}");
+        assert_eq!(r.body, unauthorized, "{path}");
+        assert_eq!(r.headers["connection"], "close");
+    }
+    assert_eq!(backend.calls(), 0);
+    for (h, v) in [
+        ("authorization", "Bearer s3cret"),
+        ("x-dgem-key", "s3cret"),
+        ("x-dgem-key", "rotated"),
+        ("authorization", "Bearer rotated"),
+    ] {
+        let r = call(&app, with_header("/v1/chat/completions", h, v)).await;
+        assert_eq!(r.status, 200, "{h}: {}", r.text);
+    }
+    let r = call(
+        &app,
+        with_header("/v1/raw/chat/completions", "x-dgem-key", "s3cret"),
+    )
+    .await;
+    assert_eq!(r.status, 410);
+    // GETs stay open for probes.
+    assert_eq!(call(&app, get("/health")).await.status, 200);
+    assert_eq!(call(&app, get("/metrics")).await.status, 200);
+}
+
+#[tokio::test]
+async fn overload_is_503_with_retry_after() {
+    let b = common::backend();
+    b.set_delay(Duration::from_millis(400));
+    let cfg = ServeConfig {
+        max_inflight: 1,
+        inflight_wait: Duration::from_millis(30),
+        ..config()
+    };
+    let app = dgem_server::router(state(b.clone(), cfg));
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { call(&app, post("/v1/chat/completions", &ok_body())).await })
+    };
+    while b.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let r = call(&app, post("/v1/chat/completions", &ok_body())).await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(
+        r.body,
+        json!({"error": {"message": "server busy: 1 decisions in flight", "type": "overloaded"}})
+    );
+    assert_eq!(r.headers["retry-after"], "1");
+    let r = call(
+        &app,
+        post(
+            "/v1/systemone",
+            &json!({"state": "x", "questions": {"a": {"type": "noul"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 503);
+    // Validation happens before the gate: a bad request is still 400, not 503.
+    let r = call(&app, post("/v1/chat/completions", &json!({"messages": []}))).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        first.await.unwrap().status,
+        200,
+        "the running decision finishes"
+    );
+    assert_eq!(
+        call(&app, post("/v1/chat/completions", &ok_body()))
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_requests_each_get_their_own_answer() {
+    let b = ScriptedBackend::new(scripts::want_marker(0.9));
+    b.set_delay(Duration::from_millis(20));
+    let cfg = ServeConfig {
+        max_inflight: 8,
+        ..config()
+    };
+    let app = dgem_server::router(state(b.clone(), cfg));
+    let teams = ["billing", "support", "engineering"];
+    let tones = ["calm", "annoyed", "furious"];
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let app = app.clone();
+        let team = teams[i % 3];
+        let tone = tones[(i / 3) % 3];
+        let urgent = if i % 2 == 0 { "yes" } else { "no" };
+        tasks.push(tokio::spawn(async move {
+            let state = json!({"ticket": format!("#{i} want_{team} want_{tone} want_{urgent}")});
+            let r = call(&app, post("/v1/chat/completions", &chat(&triage(), &state))).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            let a = envelope(&r.body)["answers"].clone();
+            assert_eq!(a["team"]["choice"], team, "request {i}");
+            assert_eq!(a["tone"]["level"], tone, "request {i}");
+            assert_eq!(a["urgent"]["label"], urgent, "request {i}");
+            assert!((a["team"]["confidence"].as_f64().unwrap() - 0.9).abs() < 1e-9);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn health_is_always_200_and_ready_waits_for_warm_up() {
+    let b = common::backend();
+    let st = state(
+        b.clone(),
+        ServeConfig {
+            version: "1.2.3".into(),
+            revision: "abc".into(),
+            ..config()
+        },
+    );
+    let app = dgem_server::router(st.clone());
+    for path in ["/health", "/invoke/health", "/"] {
+        let r = call(&app, get(path)).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.body["status"], "ok");
+        assert_eq!(r.body["server"], "dgem-structured-server");
+        assert_eq!(r.body["version"], "1.2.3");
+        assert_eq!(r.body["revision"], "abc");
+        assert_eq!(r.body["phase"], "warming_up");
+        assert_eq!(r.body["ready"], false);
+        assert_eq!(r.body["vllm_ready"], false);
+        assert_eq!(r.body["bytes_staged_gb"], 0.0);
+        assert!(r.body["boot_ts"].as_f64().unwrap() > 1.0e9);
+    }
+    let r = call(&app, get("/ready")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body, json!({"ready": false, "phase": "warming_up"}));
+    dgem_server::warmup::run(&st)
+        .await
+        .expect("warm-up decision");
+    assert!(b.calls() >= 1, "the warm-up ran a real read");
+    let r = call(&app, get("/ready")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, json!({"ready": true, "phase": "ready"}));
+    let h = call(&app, get("/health")).await.body;
+    assert_eq!(h["vllm_ready"], true);
+    assert_eq!(h["warmed"], true);
+    assert!(h["warmup_s"].as_f64().is_some() && h["ready_ts"].as_f64().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_warm_up_keeps_ready_false() {
+    let b = common::backend();
+    b.fail_next(100);
+    let st = state(b.clone(), config());
+    let err = dgem_server::warmup::run(&st)
+        .await
+        .expect_err("always failing");
+    assert!(err.contains("scripted failure"));
+    let r = st.readiness();
+    assert_eq!(r.phase, "warmup_failed");
+    assert!(!r.ready);
+    let app = dgem_server::router(st);
+    assert_eq!(call(&app, get("/ready")).await.status, 503);
+    let h = call(&app, get("/health")).await;
+    assert_eq!(h.status, 200);
+    assert_eq!(h.body["warmed"], false);
+}
+
+#[tokio::test]
+async fn metrics_expose_the_series() {
+    let (app, _) = common::app();
+    let r = call(&app, post("/v1/chat/completions", &ok_body())).await;
+    assert_eq!(r.status, 200);
+    let r = call(
+        &app,
+        post(
+            "/v1/systemone",
+            &json!({"state": "x", "questions": {"a": {"type": "noul"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = call(&app, get("/metrics")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = r.text;
+    for series in [
+        "dgem_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
+        "dgem_http_request_duration_seconds_bucket{route=\"/v1/chat/completions\",status=\"200\"",
+        "dgem_decisions_total{route=\"chat\",outcome=\"ok\"}",
+        "dgem_questions_total{question_type=\"choice\"}",
+        "dgem_questions_total{question_type=\"score\"}",
+        "dgem_normalized_entropy_bucket{question_type=\"noul\"",
+        "dgem_decision_duration_seconds_bucket",
+        "dgem_backend_forward_duration_seconds_bucket",
+        "dgem_queue_wait_seconds_bucket{stage=\"gate\"",
+        "dgem_queue_wait_seconds_bucket{stage=\"backend\"",
+        "dgem_inflight_decisions",
+        "dgem_decision_prompt_tokens_bucket",
+        "dgem_decision_cached_tokens_bucket",
+    ] {
+        assert!(text.contains(series), "missing {series} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn body_limit_is_413_json() {
+    let b = common::backend();
+    let app = dgem_server::router(state(
+        b,
+        ServeConfig {
+            max_body_bytes: 512,
+            ..config()
+        },
+    ));
+    let big = chat(&triage(), &json!({"ticket": "x".repeat(2048)}));
+    let r = call(&app, post("/v1/chat/completions", &big)).await;
+    assert_eq!(r.status, 413, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        r.body["error"]["message"],
+        "request body is over the size limit"
+    );
+    // Without a content-length (a streamed body) the limit holds as well.
+    let stream =
+        futures_util::stream::iter([Ok::<_, std::io::Error>(big.to_string().into_bytes())]);
+    let req = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap();
+    let r = call(&app, req).await;
+    assert_eq!(r.status, 413, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "invalid_request_error");
+}
+
+#[tokio::test]
+async fn slow_decision_times_out_with_504_json() {
+    let b = common::backend();
+    b.set_delay(Duration::from_millis(500));
+    let app = dgem_server::router(state(
+        b,
+        ServeConfig {
+            request_timeout: Duration::from_millis(50),
+            ..config()
+        },
+    ));
+    let r = call(&app, post("/v1/chat/completions", &ok_body())).await;
+    assert_eq!(r.status, 504, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "timeout_error");
+}
+
+#[tokio::test]
+async fn a_panicking_backend_is_500_json() {
+    let b = ScriptedBackend::new(|_ctx: &dgem_testkit::SlotContext| -> Vec<f64> {
+        panic!("script bug")
+    });
+    let app = dgem_server::router(state(b, config()));
+    let r = call(&app, post("/v1/chat/completions", &ok_body())).await;
+    assert_eq!(r.status, 500, "{}", r.text);
+    assert_eq!(
+        r.body,
+        json!({"error": {"message": "internal error: the request handler failed", "type": "server_error"}})
+    );
+    // The server keeps serving.
+    assert_eq!(call(&app, get("/health")).await.status, 200);
+}

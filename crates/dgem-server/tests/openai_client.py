@@ -1,0 +1,64 @@
+"""Real-client check: the official `openai` package against `dgem serve`.
+
+Usage: python3 openai_client.py BASE_URL API_KEY
+Exits 0 when the parsed envelope has the expected answers and probabilities.
+"""
+import json
+import math
+import sys
+
+from openai import OpenAI
+
+
+def main() -> int:
+    base_url, api_key = sys.argv[1], sys.argv[2]
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+    schema = {
+        "questions": [
+            {"id": "urgent", "type": "noul", "instructions": "Is it urgent?"},
+            {"id": "team", "type": "choice", "instructions": "Which team?",
+             "options": ["billing", "support", "engineering"]},
+            {"id": "tone", "type": "score", "levels": ["calm", "annoyed", "furious"]},
+        ]
+    }
+    state = {"ticket": "double charge want_billing want_yes want_annoyed"}
+    resp = client.chat.completions.create(
+        model="dgem-test",
+        messages=[
+            {"role": "system", "content": json.dumps(schema)},
+            {"role": "user", "content": json.dumps(state)},
+        ],
+        seed=42,
+    )
+    assert resp.object == "chat.completion", resp.object
+    assert resp.model == "dgem-test", resp.model
+    assert resp.choices[0].finish_reason == "stop"
+    assert resp.usage.completion_tokens == 3, resp.usage
+    envelope = json.loads(resp.choices[0].message.content)
+    answers = envelope["answers"]
+    assert answers["urgent"]["label"] == "yes", answers["urgent"]
+    assert answers["team"]["choice"] == "billing", answers["team"]
+    assert answers["tone"]["level"] == "annoyed", answers["tone"]
+    for qid, a in answers.items():
+        total = sum(a["probabilities"].values())
+        assert math.isclose(total, 1.0, abs_tol=1e-6), (qid, total)
+    assert math.isclose(answers["team"]["probabilities"]["billing"], 0.8, abs_tol=1e-6)
+    assert "diagnostics" in envelope and envelope["diagnostics"]["timing"]["reads"] >= 1
+
+    # A validation error surfaces as the SDK's BadRequestError with our message.
+    try:
+        client.chat.completions.create(
+            model="dgem-test",
+            messages=[{"role": "user", "content": "hello"}],
+        )
+    except Exception as e:  # openai.BadRequestError
+        assert getattr(e, "status_code", None) == 400, e
+        assert "exactly two messages" in str(e), e
+    else:
+        raise AssertionError("expected a 400")
+    print("openai client ok:", json.dumps({k: v.get("label") for k, v in answers.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+//! Contract tests of `POST /v1/systemone` (serving.md §3.3, §8.4).
+
+mod common;
+
+use common::{app, call, normalize, post, post_raw};
+use serde_json::{json, Value};
+
+fn jev() -> Value {
+    json!({
+        "model": "ignored-by-the-server",
+        "state": {"ticket": "want_billing want_no want_high"},
+        "questions": {
+            "urgent": {"type": "noul", "instructions": "Is it urgent?", "criteria": {"true": "outage", "false": "can wait"}},
+            "route": {"type": "choice", "instructions": "Route it", "criteria": {"billing": "money", "technical": null}},
+            "grade": {"type": "score", "instructions": {"rubric": "severity"}, "criteria": ["low", "mid", "high"]},
+            "gated": {"type": "noul", "ask_if": {"urgent": ["yes"]}}
+        }
+    })
+}
+
+#[tokio::test]
+async fn jev_shapes_zero_based_score_and_usage() {
+    let (app, _) = app();
+    let r = call(&app, post("/v1/systemone", &jev())).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["model"], "dgemma",
+        "the server's model, not the request's"
+    );
+    let a = &r.body["answers"];
+    assert_eq!(a["urgent"]["type"], "noul");
+    assert!((a["urgent"]["noul"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+    assert!((a["urgent"]["probabilities"]["false"].as_f64().unwrap() - 0.8).abs() < 1e-9);
+    assert!((a["urgent"]["confidence"].as_f64().unwrap() - 0.8).abs() < 1e-9);
+    assert_eq!(a["route"]["choice"], "billing");
+    assert_eq!(
+        a["grade"]["legend"],
+        json!({"0": "low", "1": "mid", "2": "high"})
+    );
+    // 0-based: 0.1·0 + 0.1·1 + 0.8·2
+    assert!((a["grade"]["score"].as_f64().unwrap() - 1.7).abs() < 1e-9);
+    assert!(a["gated"].is_null(), "skipped by ask_if");
+    assert_eq!(
+        r.body["diagnostics"]["skipped"]["gated"]["because"],
+        "urgent"
+    );
+    assert_eq!(r.body["usage"]["output_tokens"], 3);
+    assert!(r.body["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(r.headers["server-timing"]
+        .to_str()
+        .unwrap()
+        .starts_with("decide;dur="));
+    insta::assert_json_snapshot!("systemone_success", normalize(&r.body));
+}
+
+#[tokio::test]
+async fn extension_keys_and_string_state_are_used() {
+    let (app, _) = app();
+    let mut body = jev();
+    body["samples"] = json!(2);
+    body["layout"] = json!("schema_first");
+    body["state"] = json!("plain text want_technical");
+    body["seed"] = json!(3);
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["diagnostics"]["samples"]["n"], 2);
+    assert_eq!(r.body["diagnostics"]["layout"], "schema_first");
+    assert_eq!(r.body["answers"]["route"]["choice"], "technical");
+    let r = call(&app, post("/invoke/v1/systemone", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+fn with(f: impl FnOnce(&mut Value)) -> Value {
+    let mut b = jev();
+    f(&mut b);
+    b
+}
+
+fn cases() -> Vec<(&'static str, Value, &'static str)> {
+    vec![
+        (
+            "questions_missing",
+            with(|b| {
+                b.as_object_mut().unwrap().remove("questions");
+            }),
+            "questions: needs a non-empty map of id -> question",
+        ),
+        (
+            "questions_list",
+            with(|b| b["questions"] = json!([{"id": "a", "type": "noul"}])),
+            "questions: needs a non-empty map of id -> question",
+        ),
+        (
+            "questions_empty",
+            with(|b| b["questions"] = json!({})),
+            "questions: needs a non-empty map of id -> question",
+        ),
+        (
+            "question_not_object",
+            with(|b| b["questions"] = json!({"a": "noul"})),
+            "question 'a': must be an object",
+        ),
+        (
+            "noul_criteria",
+            with(|b| b["questions"] = json!({"a": {"type": "noul", "criteria": ["x"]}})),
+            "question 'a': noul criteria must be an object with true and false",
+        ),
+        (
+            "choice_criteria_list",
+            with(|b| b["questions"] = json!({"a": {"type": "choice", "criteria": ["x", "y"]}})),
+            "question 'a': choice criteria must map option names to descriptions",
+        ),
+        (
+            "choice_criteria_empty",
+            with(|b| b["questions"] = json!({"a": {"type": "choice", "criteria": {}}})),
+            "question 'a': choice criteria must map option names to descriptions",
+        ),
+        (
+            "score_criteria",
+            with(|b| b["questions"] = json!({"a": {"type": "score", "criteria": {"low": 1}}})),
+            "question 'a': score criteria must be an ordered list of levels",
+        ),
+        (
+            "bool_alias_refused",
+            with(|b| b["questions"] = json!({"a": {"type": "bool"}})),
+            "question 'a': unknown type 'bool'",
+        ),
+        (
+            "type_missing",
+            with(|b| b["questions"] = json!({"a": {}})),
+            "question 'a': unknown type 'None'",
+        ),
+        (
+            "one_option",
+            with(|b| b["questions"] = json!({"a": {"type": "choice", "criteria": {"only": "x"}}})),
+            "question 'a': needs at least two alternatives",
+        ),
+        (
+            "bad_extension",
+            with(|b| b["layout"] = json!("sideways")),
+            "schema: layout must be \"schema_first\" or \"document_first\"",
+        ),
+        (
+            "state_missing",
+            with(|b| {
+                b.as_object_mut().unwrap().remove("state");
+            }),
+            "state: required",
+        ),
+        (
+            "state_null",
+            with(|b| b["state"] = Value::Null),
+            "state: required",
+        ),
+        (
+            "seed_bad",
+            with(|b| b["seed"] = json!("abc")),
+            "`seed` must be an integer",
+        ),
+        (
+            "image_entry_bad",
+            with(|b| b["images"] = json!(["https://example.invalid/cat.png"])),
+            "images[0]: a data:image/... URL or an object with content_type and base64",
+        ),
+        (
+            "image_object_bad",
+            with(|b| b["images"] = json!([{"content_type": "image/png"}])),
+            "images[0]: a data:image/... URL or an object with content_type and base64",
+        ),
+        (
+            "images_unsupported",
+            with(
+                |b| b["images"] = json!(["data:image/png;base64,AAAA", {"content_type": "image/jpeg", "base64": "BBBB"}]),
+            ),
+            "images: this server's backend (scripted, model toy) cannot read images",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_validation_error_is_422() {
+    let (app, backend) = app();
+    let mut table = serde_json::Map::new();
+    for (case, body, prefix) in cases() {
+        let r = call(&app, post("/v1/systemone", &body)).await;
+        assert_eq!(r.status, 422, "{case}: {}", r.text);
+        assert_eq!(r.body["error"]["type"], "validation_error", "{case}");
+        let msg = r.body["error"]["message"].as_str().unwrap();
+        assert!(msg.starts_with(prefix), "{case}: {msg}");
+        table.insert(case.into(), json!(msg));
+    }
+    assert_eq!(backend.calls(), 0);
+    insta::assert_json_snapshot!("systemone_errors", table);
+}
+
+fn multipart(parts: &[(&str, Option<&str>, &str)]) -> String {
+    let mut s = String::new();
+    for (name, ctype, data) in parts {
+        s.push_str(&format!(
+            "--BOUND\r\nContent-Disposition: form-data; name=\"{name}\""
+        ));
+        if ctype.is_some() {
+            s.push_str(&format!("; filename=\"{name}.bin\""));
+        }
+        s.push_str("\r\n");
+        if let Some(c) = ctype {
+            s.push_str(&format!("Content-Type: {c}\r\n"));
+        }
+        s.push_str(&format!("\r\n{data}\r\n"));
+    }
+    s.push_str("--BOUND--\r\n");
+    s
+}
+
+const MP: &str = "multipart/form-data; boundary=BOUND";
+
+#[tokio::test]
+async fn multipart_bodies() {
+    let (app, _) = app();
+    let req = jev().to_string();
+    let r = call(
+        &app,
+        post_raw(
+            "/v1/systemone",
+            MP,
+            multipart(&[("request", Some("application/json"), &req)]),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["answers"]["route"]["choice"], "billing");
+
+    let r = call(
+        &app,
+        post_raw(
+            "/v1/systemone",
+            MP,
+            multipart(&[
+                ("request", None, &req),
+                ("photo", Some("image/png"), "PNGDATA"),
+            ]),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cannot read images"));
+
+    let r = call(
+        &app,
+        post_raw(
+            "/v1/systemone",
+            MP,
+            multipart(&[("request", None, &req), ("notes", Some("text/plain"), "hi")]),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body,
+        json!({"error": {"message": "invalid body: part 'notes': neither the request JSON nor an image", "type": "invalid_request_error"}})
+    );
+
+    let r = call(
+        &app,
+        post_raw(
+            "/v1/systemone",
+            MP,
+            multipart(&[("photo", Some("image/png"), "PNG")]),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.body["error"]["message"],
+        "invalid body: multipart needs a part named request holding the JSON body"
+    );
+
+    let r = call(&app, post_raw("/v1/systemone", "application/json", "[1, 2")).await;
+    assert_eq!(r.status, 400);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("invalid body: "));
+    let r = call(&app, post("/v1/systemone", &json!([1]))).await;
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test]
+async fn engine_errors_are_422_or_502() {
+    let b =
+        dgem_testkit::ScriptedBackend::with_context(64, dgem_testkit::scripts::favour("yes", 0.9));
+    let app = dgem_server::router(common::state(b.clone(), common::config()));
+    let long = with(|x| x["state"] = json!("word ".repeat(200)));
+    let r = call(&app, post("/v1/systemone", &long)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "validation_error");
+    b.fail_next(1);
+    let short = with(|x| x["state"] = json!("short"));
+    let r = call(&app, post("/v1/systemone", &short)).await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "server_error");
+}

@@ -1,0 +1,105 @@
+//! The server over real TCP on port 0: a decision through reqwest, keep-alive
+//! after a 401, and graceful shutdown that lets an in-flight decision finish.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{chat, config, envelope, state, triage};
+use dgem_server::ServeConfig;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_over_tcp_and_drains_on_shutdown() -> anyhow::Result<()> {
+    let backend = common::backend();
+    let cfg = ServeConfig {
+        api_keys: vec!["k".into()],
+        warmup: true,
+        ..config()
+    };
+    let st = state(backend.clone(), cfg);
+    let listener = dgem_server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(dgem_server::serve(listener, st.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let base = format!("http://{addr}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()?;
+
+    // The warm-up task flips readiness.
+    let mut ready = false;
+    for _ in 0..200 {
+        if client.get(format!("{base}/ready")).send().await?.status() == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ready, "warm-up made the server ready");
+
+    let body = chat(&triage(), &json!({"ticket": "want_engineering"}));
+    // 401 and then, on the same pooled client, health and a decision.
+    let r = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 401);
+    let h: Value = client
+        .get(format!("{base}/health"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(h["ready"], true);
+    let r = client
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth("k")
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("server-timing"));
+    assert!(r.headers().contains_key("content-length"));
+    let reply: Value = r.json().await?;
+    assert_eq!(envelope(&reply)["answers"]["team"]["choice"], "engineering");
+
+    // A slow decision in flight survives the shutdown signal.
+    backend.set_delay(Duration::from_millis(300));
+    let slow = {
+        let client = client.clone();
+        let url = format!("{base}/v1/systemone");
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .header("x-dgem-key", "k")
+                .json(&json!({"state": "want_yes", "questions": {"a": {"type": "noul"}}}))
+                .send()
+                .await
+        })
+    };
+    let calls = backend.calls();
+    while backend.calls() == calls {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = stop.send(());
+    let r = slow.await??;
+    assert_eq!(
+        r.status(),
+        200,
+        "in-flight decision finished during shutdown"
+    );
+    let v: Value = r.json().await?;
+    assert_eq!(
+        v["answers"]["a"]["noul"].as_f64().map(|p| p > 0.5),
+        Some(true)
+    );
+    tokio::time::timeout(Duration::from_secs(10), server).await???;
+    // Stopped: new connections are refused.
+    assert!(reqwest::get(format!("{base}/health")).await.is_err());
+    Ok(())
+}
