@@ -42,6 +42,8 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Render a policy template and print the JSON (no model involved).
     Render(commands::render::RenderArgs),
+    /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
+    Serve(commands::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => commands::model::run(cmd),
         Command::Bench(args) => commands::bench::run(args),
         Command::Render(args) => commands::render::run(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

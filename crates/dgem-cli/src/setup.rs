@@ -76,6 +76,10 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             )
         }
     };
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let store = dgem_model::model_dir()
+        .join("priors")
+        .join(format!("{id}-{size}.json"));
     let mut cfg = LlamaConfig::new(&path, id);
     cfg.sha256 = sha;
     cfg.context_size = args.context;
@@ -92,6 +96,7 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             label_mode: args.labels,
             calibration: args.calibration,
             note,
+            calibration_store: Some(store),
             ..EngineConfig::default()
         },
     ))

@@ -6,11 +6,18 @@
 //! (engine-notes.md §2: +9 points on choice questions for Gemma 3 270M).
 //! Priors depend only on the token sequence, so they are cached by it.
 
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use dgem_core::tokenizer::TokenId;
 use lru::LruCache;
+use sha2::{Digest, Sha256};
+
+/// Most priors kept in the on-disk store; past this it starts over (priors are
+/// cheap to recompute, and a bounded file stays fast to load).
+pub const MAX_STORED_PRIORS: usize = 4096;
 
 /// Content-free states whose reads are averaged into the prior (engine-notes.md §2).
 pub const CONTENT_FREE_STATES: [&str; 3] = ["N/A", "", "[MASK]"];
@@ -44,26 +51,79 @@ impl FromStr for CalibrationMode {
 /// Cache key: the content-free sequence and the label ids read at its end.
 pub(crate) type PriorKey = (Vec<TokenId>, Vec<Vec<TokenId>>);
 
-/// Bounded LRU of calibration priors.
+/// Bounded LRU of calibration priors, optionally backed by a JSON file so that
+/// one-shot CLI runs do not recompute them (keys are sha256 digests of the
+/// content-free token sequences and label ids; the file is per model).
 #[derive(Debug)]
 pub(crate) struct PriorCache {
     lru: LruCache<PriorKey, Vec<f64>>,
+    file: Option<PathBuf>,
+    stored: HashMap<String, Vec<f64>>,
+}
+
+fn digest(key: &PriorKey) -> String {
+    let mut h = Sha256::new();
+    for t in &key.0 {
+        h.update(t.to_le_bytes());
+    }
+    for label in &key.1 {
+        h.update(b"|");
+        for t in label {
+            h.update(t.to_le_bytes());
+        }
+    }
+    hex::encode(h.finalize())
 }
 
 impl PriorCache {
-    pub(crate) fn new(entries: usize) -> Self {
+    pub(crate) fn new(entries: usize, file: Option<PathBuf>) -> Self {
         let cap = NonZeroUsize::new(entries.max(1)).unwrap_or(NonZeroUsize::MIN);
+        let stored = file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|t| serde_json::from_str::<HashMap<String, Vec<f64>>>(&t).ok())
+            .unwrap_or_default();
         Self {
             lru: LruCache::new(cap),
+            file,
+            stored,
         }
     }
 
     pub(crate) fn get(&mut self, key: &PriorKey) -> Option<Vec<f64>> {
-        self.lru.get(key).cloned()
+        if let Some(p) = self.lru.get(key) {
+            return Some(p.clone());
+        }
+        let p = self.stored.get(&digest(key)).cloned()?;
+        self.lru.put(key.clone(), p.clone());
+        Some(p)
     }
 
     pub(crate) fn put(&mut self, key: PriorKey, prior: Vec<f64>) {
+        if self.file.is_some() {
+            if self.stored.len() >= MAX_STORED_PRIORS {
+                self.stored.clear();
+            }
+            self.stored.insert(digest(&key), prior.clone());
+        }
         self.lru.put(key, prior);
+    }
+
+    /// Write the stored priors atomically (temp file + rename). Failures are
+    /// logged and ignored: the store is only a cache.
+    pub(crate) fn save(&self) {
+        let Some(file) = &self.file else { return };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, serde_json::to_vec(&self.stored).unwrap_or_default())?;
+            std::fs::rename(&tmp, file)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(error = %e, path = %file.display(), "could not save calibration priors");
+        }
     }
 }
 
@@ -83,8 +143,21 @@ mod tests {
     }
 
     #[test]
+    fn stored_priors_survive_a_new_cache() {
+        let dir = std::env::temp_dir().join(format!("dgem-priors-{}", std::process::id()));
+        let file = dir.join("p.json");
+        let mut c = PriorCache::new(4, Some(file.clone()));
+        c.put((vec![1, 2], vec![vec![7]]), vec![0.25, 0.75]);
+        c.save();
+        let mut again = PriorCache::new(4, Some(file));
+        assert_eq!(again.get(&(vec![1, 2], vec![vec![7]])), Some(vec![0.25, 0.75]));
+        assert_eq!(again.get(&(vec![1, 3], vec![vec![7]])), None);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn cache_evicts_least_recent() {
-        let mut c = PriorCache::new(1);
+        let mut c = PriorCache::new(1, None);
         c.put((vec![1], vec![]), vec![0.5, 0.5]);
         c.put((vec![2], vec![]), vec![0.1, 0.9]);
         assert!(c.get(&(vec![1], vec![])).is_none());

@@ -236,6 +236,9 @@ impl Ctx<'_> {
                 }
                 priors[qi] = Some(prior);
             }
+            if let Ok(cache) = self.engine.priors.lock() {
+                cache.save();
+            }
         }
         Ok(priors.into_iter().map(Option::unwrap_or_default).collect())
     }

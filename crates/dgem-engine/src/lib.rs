@@ -53,6 +53,8 @@ pub struct EngineConfig {
     pub note: Option<String>,
     /// Calibration priors kept in the cache (entries).
     pub calibration_cache_entries: usize,
+    /// JSON file that keeps calibration priors between runs (one per model), if any.
+    pub calibration_store: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -62,6 +64,7 @@ impl Default for EngineConfig {
             calibration: CalibrationMode::Auto,
             note: None,
             calibration_cache_entries: 512,
+            calibration_store: None,
         }
     }
 }
@@ -106,6 +109,7 @@ impl Engine {
     pub fn new(backend: Arc<dyn Backend>, config: EngineConfig) -> Self {
         let priors = Mutex::new(calibration::PriorCache::new(
             config.calibration_cache_entries,
+            config.calibration_store.clone(),
         ));
         Self {
             backend,

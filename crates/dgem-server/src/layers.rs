@@ -70,7 +70,13 @@ pub async fn timeout(State(state): State<AppState>, req: Request, next: Next) ->
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
     if !(status.is_client_error() || status.is_server_error())
+        || is_json
         || resp.extensions().get::<ErrorKind>().is_some()
     {
         return resp;

@@ -1,4 +1,5 @@
 //! Contract tests of `POST /v1/chat/completions` and its aliases (serving.md §3.2, §8.3).
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -270,7 +271,7 @@ fn expected_prefix(case: &str) -> &'static str {
         "chunk_prompt_bad" => "schema: chunk_prompt must be \"shared\" or \"own\"",
         "layout_bad" => "schema: layout must be \"schema_first\" or \"document_first\"",
         "think_too_big" => "schema: think must be a thought budget in tokens, 0 to 4096",
-        "steps_not_number" => "",
+        "steps_not_number" => "schema: steps must be",
         "seed_not_integer" => "`seed` must be an integer",
         "image_state" => "images: this server's backend (scripted, model toy) cannot read images",
         other => panic!("no expectation for {other}"),

@@ -1,5 +1,6 @@
 //! Server behaviour around the decision routes: 404/410, auth, the concurrency
 //! gate, isolation of concurrent requests, health/readiness, metrics, limits.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Contract tests of `POST /v1/systemone` (serving.md §3.3, §8.4).
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -291,12 +292,20 @@ async fn multipart_bodies() {
 #[tokio::test]
 async fn engine_errors_are_422_or_502() {
     let b =
-        dgem_testkit::ScriptedBackend::with_context(64, dgem_testkit::scripts::favour("yes", 0.9));
+        dgem_testkit::ScriptedBackend::with_context(400, dgem_testkit::scripts::favour("yes", 0.9));
     let app = dgem_server::router(common::state(b.clone(), common::config()));
-    let long = with(|x| x["state"] = json!("word ".repeat(200)));
+    let long = with(|x| x["state"] = json!("word ".repeat(500)));
     let r = call(&app, post("/v1/systemone", &long)).await;
     assert_eq!(r.status, 422, "{}", r.text);
     assert_eq!(r.body["error"]["type"], "validation_error");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("context"),
+        "{}",
+        r.text
+    );
     b.fail_next(1);
     let short = with(|x| x["state"] = json!("short"));
     let r = call(&app, post("/v1/systemone", &short)).await;

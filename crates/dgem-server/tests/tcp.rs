@@ -1,5 +1,6 @@
 //! The server over real TCP on port 0: a decision through reqwest, keep-alive
 //! after a 401, and graceful shutdown that lets an in-flight decision finish.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -38,7 +38,8 @@ pub use tokenizer::ToyTokenizer;
 pub struct SlotContext {
     /// The decoded text before the slot (prompt, state and question block).
     pub prefix: String,
-    /// The label words of the slot, in alternative order (`yes`, `billing`, …).
+    /// The label words of the slot, in alternative order (`yes`, `billing`, …):
+    /// the text of each label's first token id.
     pub labels: Vec<String>,
 }
 
@@ -119,7 +120,7 @@ impl ScriptedBackend {
             prefix: self.tok.decode(&tokens[..pos.min(tokens.len())]),
             labels: labels
                 .iter()
-                .map(|l| self.tok.decode(l).trim().to_string())
+                .map(|l| self.tok.decode(&l[..l.len().min(1)]).trim().to_string())
                 .collect(),
         };
         let probs = (self.script)(&ctx);

@@ -5,3 +5,4 @@ pub mod decide;
 pub mod model;
 pub mod output;
 pub mod render;
+pub mod serve;
