@@ -53,21 +53,11 @@ fn read(tok: &dyn Tokenizer, head: &str, suffix: &str) -> anyhow::Result<Sequenc
     })
 }
 
-/// Median ms of `iters` calls; `make(i)` builds the reads of call `i`.
-async fn time(
-    be: &LlamaBackend,
-    iters: usize,
-    make: impl Fn(usize) -> anyhow::Result<Vec<SequenceRead>>,
-) -> anyhow::Result<f64> {
-    be.forward(make(iters + 1)?).await?; // warm-up
-    let mut ms = Vec::with_capacity(iters);
-    for i in 0..iters {
-        let reads = make(i)?;
-        let t = Instant::now();
-        be.forward(reads).await?;
-        ms.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    Ok(median(ms))
+/// Wall time of one call in ms.
+async fn once(be: &LlamaBackend, reads: Vec<SequenceRead>) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    be.forward(reads).await?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -81,14 +71,15 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7);
-    let slot_only = load(path, false, true)?;
-    let all_rows = load(path, true, true)?;
+    let slot_only = load(path, false, false)?;
+    let batched = load(path, false, true)?;
+    let all_rows = load(path, true, false)?;
     let one_by_one = load(path, false, false)?;
     let tok = slot_only.tokenizer();
     let tok = tok.as_ref();
     // Alternate the first word so every call misses the cache after position 1.
     let heads = ["Ticket:", "Message:"];
-    let cold = |i: usize| {
+    let cold = |i: usize| -> anyhow::Result<Vec<SequenceRead>> {
         Ok(vec![read(
             tok,
             heads[i % 2],
@@ -98,23 +89,37 @@ async fn main() -> anyhow::Result<()> {
     let n = read(tok, heads[0], "Question: Which team?\nAnswer:")?
         .tokens
         .len();
-    let a = time(&slot_only, iters, cold).await?;
-    let b = time(&all_rows, iters, cold).await?;
     let suffixes = [
         "Question: Which team?\nAnswer:",
         "Question: How urgent?\nAnswer:",
         "Question: Angry?\nAnswer:",
     ];
-    let cached = time(&slot_only, iters, |i| {
-        Ok(vec![read(tok, heads[0], suffixes[i % 3])?])
-    })
-    .await?;
     let three = |i: usize| -> anyhow::Result<Vec<SequenceRead>> {
         let head = heads[i % 2];
         suffixes.iter().map(|s| read(tok, head, s)).collect()
     };
-    let seq3 = time(&one_by_one, iters, three).await?;
-    let batch3 = time(&slot_only, iters, three).await?;
+    // Interleave the variants so background load hits them alike; one warm-up round.
+    let mut m: [Vec<f64>; 5] = Default::default();
+    for i in 0..=iters {
+        let round = [
+            once(&slot_only, cold(i)?).await?,
+            once(&all_rows, cold(i)?).await?,
+            // Same head as the previous call on `slot_only`: only the suffix is new.
+            once(
+                &slot_only,
+                vec![read(tok, heads[i % 2], suffixes[1 + i % 2])?],
+            )
+            .await?,
+            once(&one_by_one, three(i)?).await?,
+            once(&batched, three(i)?).await?,
+        ];
+        if i > 0 {
+            for (v, x) in m.iter_mut().zip(round) {
+                v.push(x);
+            }
+        }
+    }
+    let [a, b, cached, seq3, batch3] = m.map(median);
     println!("prompt tokens: {n}, iterations: {iters}");
     println!(
         "(a) slot rows only : {a:8.1} ms  ({:.2} ms/prompt token)",

@@ -4,6 +4,8 @@
 //! `DGEM_TEST_MODEL` (set by `scripts/test`). Under CI a missing model fails
 //! the test instead of skipping it, so a green CI always means they ran.
 
+#![allow(clippy::print_stderr)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -150,7 +150,10 @@ mod tests {
         c.put((vec![1, 2], vec![vec![7]]), vec![0.25, 0.75]);
         c.save();
         let mut again = PriorCache::new(4, Some(file));
-        assert_eq!(again.get(&(vec![1, 2], vec![vec![7]])), Some(vec![0.25, 0.75]));
+        assert_eq!(
+            again.get(&(vec![1, 2], vec![vec![7]])),
+            Some(vec![0.25, 0.75])
+        );
         assert_eq!(again.get(&(vec![1, 3], vec![vec![7]])), None);
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -33,7 +33,7 @@ async fn serves_over_tcp_and_drains_on_shutdown() -> anyhow::Result<()> {
 
     // The warm-up task flips readiness.
     let mut ready = false;
-    for _ in 0..200 {
+    for _ in 0..1000 {
         if client.get(format!("{base}/ready")).send().await?.status() == 200 {
             ready = true;
             break;
