@@ -3,8 +3,8 @@
 //! ```text
 //! cargo run -p dgem-backend-llama --example llama_logprobs -- MODEL.gguf THREADS [ITERS] [DUMP.json]
 //! ```
-//! Builds the 196-token prompt of `benches/forward.rs` (BOS + "Ticket:" + `tests/prompt.txt`
-//! + "Question: Which team?\nAnswer:"), times ITERS (default 5) cold reads with logits at
+//! Builds the 196-token prompt of `benches/forward.rs` (BOS, "Ticket:", `tests/prompt.txt`,
+//! "Question: Which team?\nAnswer:"), times ITERS (default 5) cold reads with logits at
 //! the last row only (after one warm-up; the KV cache is emptied before each read) and
 //! prints one JSON line: thread count, per-run and median milliseconds, and the
 //! log-probabilities of a few label tokens. With DUMP.json it also writes the prompt's

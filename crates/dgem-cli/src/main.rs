@@ -38,8 +38,18 @@ enum Command {
     /// Fetch, list and verify embedded models.
     #[command(subcommand)]
     Model(commands::model::ModelCommand),
-    /// Run a labelled dataset and report accuracy, ECE and hesitation.
+    /// Run a labelled dataset: accuracy by domain and tier, latency, throughput.
     Bench(commands::bench::BenchArgs),
+    /// Calibration of the probabilities: ECE, Brier, NLL, AUROC, reliability SVG.
+    BenchCalibration(commands::bench::CalibrationArgs),
+    /// Wide intent sets with bracket routing past 26 options.
+    BenchIntents(commands::bench_suites::IntentsArgs),
+    /// Listwise reranking: nDCG@10, p-MRR, tie rate, poisoned-passage quarantine.
+    BenchRerank(commands::bench_suites::RerankArgs),
+    /// Option-order sensitivity: flip rate and total variation distance.
+    BenchPermutation(commands::bench_suites::PermutationArgs),
+    /// Compare two receipts: metric deltas, flipped items, McNemar's test.
+    BenchCompare(commands::bench_suites::CompareArgs),
     /// Render a policy template and print the JSON (no model involved).
     Render(commands::render::RenderArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
@@ -57,7 +67,22 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Decide(args) => commands::decide::run(args),
         Command::Model(cmd) => commands::model::run(cmd),
-        Command::Bench(args) => commands::bench::run(args),
+        Command::Bench(args) => return commands::bench::exit(commands::bench::run(args)),
+        Command::BenchCalibration(args) => {
+            return commands::bench::exit(commands::bench::run_calibration(args))
+        }
+        Command::BenchIntents(args) => {
+            return commands::bench::exit(commands::bench_suites::run_intents(args))
+        }
+        Command::BenchRerank(args) => {
+            return commands::bench::exit(commands::bench_suites::run_rerank(args))
+        }
+        Command::BenchPermutation(args) => {
+            return commands::bench::exit(commands::bench_suites::run_permutation(args))
+        }
+        Command::BenchCompare(args) => {
+            return commands::bench::exit(commands::bench_suites::run_compare(args))
+        }
         Command::Render(args) => commands::render::run(args),
         Command::Serve(args) => commands::serve::run(args),
     };

@@ -8,10 +8,12 @@
 //! REFERENCE.json is written by
 //! `cargo run -p dgem-backend-llama --example llama_logprobs -- MODEL THREADS 5 REFERENCE.json`:
 //! the prompt's token ids, the label ids and llama.cpp's full next-token log-softmax.
-//! This program runs the prompt from scratch (no KV cache, batch 1: neither known
-//! `quantized_gemma3` bug is on this path, so the upstream model file is used as is),
-//! times ITERS forwards (default 5) after one warm-up, and compares its log-softmax at
-//! the last position with llama.cpp's.
+//! This program runs the prompt from scratch (batch 1, no KV cache) through
+//! [`gemma3`] — candle's `quantized_gemma3` with its MLP activation corrected
+//! (upstream 0.11.1 applies SiLU where Gemma uses GELU) and the two known cache/batch
+//! bugs fixed — times ITERS forwards (default 5) after one warm-up, and compares its
+//! log-softmax at the last position with llama.cpp's. `--upstream` as the last
+//! argument runs the unmodified `candle_transformers::models::quantized_gemma3`.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -20,8 +22,24 @@ use std::time::Instant;
 use anyhow::{bail, Context as _, Result};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_gemma3::ModelWeights;
 use serde::Deserialize;
+
+mod gemma3;
+
+/// The corrected model file, or candle's own for reference.
+enum Model {
+    Fixed(gemma3::ModelWeights),
+    Upstream(candle_transformers::models::quantized_gemma3::ModelWeights),
+}
+
+impl Model {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Fixed(m) => m.forward(input, index_pos),
+            Self::Upstream(m) => m.forward(input, index_pos),
+        }
+    }
+}
 
 #[derive(Deserialize)]
 struct Reference {
@@ -61,16 +79,20 @@ fn top_k(v: &[f64], k: usize) -> Vec<u32> {
 }
 
 /// One forward from position 0 and the log-softmax of the last position.
-fn run(model: &mut ModelWeights, tokens: &[u32], device: &Device) -> Result<Vec<f64>> {
+fn run(model: &mut Model, tokens: &[u32], device: &Device) -> Result<Vec<f64>> {
     let input = Tensor::new(tokens, device)?.unsqueeze(0)?;
     let logits = model.forward(&input, 0)?.squeeze(0)?.to_vec1::<f32>()?;
     Ok(log_softmax(&logits))
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let upstream = args.last().is_some_and(|a| a == "--upstream");
+    if upstream {
+        args.pop();
+    }
     let [model_path, reference, threads, rest @ ..] = args.as_slice() else {
-        bail!("usage: candle-compare MODEL.gguf REFERENCE.json THREADS [ITERS]");
+        bail!("usage: candle-compare MODEL.gguf REFERENCE.json THREADS [ITERS] [--upstream]");
     };
     let threads: usize = threads.parse().context("THREADS")?;
     let iters: usize = match rest.first() {
@@ -96,7 +118,17 @@ fn main() -> Result<()> {
             .collect::<candle_core::Result<_>>()?,
         None => Vec::new(),
     };
-    let mut model = ModelWeights::from_gguf(content, &mut file, &device)?;
+    let mut model = if upstream {
+        Model::Upstream(
+            candle_transformers::models::quantized_gemma3::ModelWeights::from_gguf(
+                content, &mut file, &device,
+            )?,
+        )
+    } else {
+        Model::Fixed(gemma3::ModelWeights::from_gguf(
+            content, &mut file, &device,
+        )?)
+    };
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
 
     let tokens = &reference.prompt_tokens;
@@ -120,8 +152,9 @@ fn main() -> Result<()> {
     }
 
     let name = |id: u32| vocab.get(id as usize).map_or("?", String::as_str);
+    let variant = if upstream { "upstream" } else { "fixed" };
     println!(
-        "candle: {} prompt tokens, {threads} thread(s), load {load_ms:.0} ms",
+        "candle ({variant} quantized_gemma3): {} prompt tokens, {threads} thread(s), load {load_ms:.0} ms",
         tokens.len()
     );
     println!(
@@ -163,7 +196,11 @@ fn main() -> Result<()> {
     println!(
         "  argmax llama.cpp {} candle {argmax} ({})",
         reference.argmax,
-        if argmax == reference.argmax { "agree" } else { "DIFFER" }
+        if argmax == reference.argmax {
+            "agree"
+        } else {
+            "DIFFER"
+        }
     );
     println!("  top-5 llama.cpp {:?}", show(&top_llama));
     println!("  top-5 candle    {:?}", show(&top_candle));
@@ -178,7 +215,7 @@ fn main() -> Result<()> {
         }
     );
     println!(
-        "{{\"engine\":\"candle\",\"threads\":{threads},\"prompt_tokens\":{},\"runs_ms\":{:?},\"median_ms\":{med:.1},\"ms_per_token\":{:.3},\"max_label_delta\":{max_label_delta:.5},\"top5_same\":{},\"argmax_same\":{}}}",
+        "{{\"engine\":\"candle-{variant}\",\"threads\":{threads},\"prompt_tokens\":{},\"runs_ms\":{:?},\"median_ms\":{med:.1},\"ms_per_token\":{:.3},\"max_label_delta\":{max_label_delta:.5},\"top5_same\":{},\"argmax_same\":{}}}",
         tokens.len(),
         runs.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>(),
         med / tokens.len() as f64,

@@ -1,195 +1,460 @@
-//! `dgem bench -d FILE.jsonl`: run a labelled dataset through the engine and
-//! report per-slot accuracy, 10-bin ECE, mean hesitation and latency.
+//! `dgem bench` and `dgem bench-calibration`, plus the options and run loop the
+//! other `bench-*` commands share (`bench_suites.rs`). The harness logic lives in
+//! the `dgem-bench` library; this module parses arguments, builds the engine,
+//! draws the progress bar and prints reports.
 //!
-//! Rows are `{id, domain, template, variables, expected, tier}` (reference.md §8.2).
-//! A malformed row is reported with its line number and skipped, or fails the
-//! run with `--strict`.
+//! Exit codes: 0 ok, 1 user error, 2 engine error, 3 a `--fail-under` gate failed.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::Args;
-use dgem_core::metrics::{accuracy, ece, mean_hesitation, quantile, Scored};
-use dgem_core::schema::QuestionKind;
-use dgem_engine::DecideRequest;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use dgem_bench::dataset::{self, Dataset, Row};
+use dgem_bench::receipt::{self, DatasetInfo, ModelInfo, Receipt, RunInfo, VersionInfo};
+use dgem_bench::report::{self, Format, Gate};
+use dgem_bench::runner::{self, Progress, RunConfig, RunOutcome};
+use dgem_bench::suites::{self, bench::BenchRow, Decider, Summary};
+use dgem_bench::BenchError;
+use dgem_core::labels::LabelMode;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
 
-use crate::commands::decide::{resolve_template, valid_schema};
-use crate::failure::{engine, internal, user, Failure};
+use crate::commands::decide::{parse_layout, parse_samples};
+use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
-/// Arguments of `dgem bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Dataset (JSON Lines).
-    #[arg(short = 'd', long = "dataset")]
-    pub dataset: PathBuf,
-    /// Stop at the first malformed row instead of skipping it.
-    #[arg(long)]
-    pub strict: bool,
-    /// Only the first N rows.
-    #[arg(long)]
-    pub limit: Option<usize>,
-    /// Write a JSON receipt (settings, every item's answers, summary) here.
-    #[arg(long)]
+/// How a bench command ended when it did not fail outright.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// All gates passed.
+    Pass,
+    /// A `--fail-under` gate failed (exit 3).
+    GateFailed,
+}
+
+/// Map a bench command's result to the process exit code.
+pub fn exit(r: Result<Outcome, Failure>) -> ExitCode {
+    match r {
+        Ok(Outcome::Pass) => ExitCode::SUCCESS,
+        Ok(Outcome::GateFailed) => ExitCode::from(3),
+        Err(f) => f.report(),
+    }
+}
+
+/// Options shared by every harness that runs a dataset.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Dataset (JSON Lines); each harness has a default under `data/`.
+    #[arg(short = 'd', long = "dataset", env = "DGEM_BENCH_DATASET")]
+    pub dataset: Option<PathBuf>,
+    /// Write the JSON receipt here; rows also go to `<out>.partial` as they finish.
+    #[arg(short = 'o', long = "out", env = "DGEM_BENCH_OUT")]
     pub out: Option<PathBuf>,
-    /// Reads per decision (count or `auto`); default: the template's.
-    #[arg(long)]
+    /// Concurrent decisions in flight.
+    #[arg(
+        short = 'w',
+        long = "workers",
+        env = "DGEM_BENCH_WORKERS",
+        default_value_t = 1
+    )]
+    pub workers: usize,
+    /// Only the first N rows (after `--offset`).
+    #[arg(short = 'n', long = "limit", env = "DGEM_BENCH_LIMIT")]
+    pub limit: Option<usize>,
+    /// Skip the first N rows.
+    #[arg(long, env = "DGEM_BENCH_OFFSET", default_value_t = 0)]
+    pub offset: usize,
+    /// Fail on the first malformed dataset row instead of skipping it.
+    #[arg(long, env = "DGEM_BENCH_STRICT")]
+    pub strict: bool,
+    /// Continue a killed run from `<out>.partial` (needs `--out`).
+    #[arg(long, env = "DGEM_BENCH_RESUME")]
+    pub resume: bool,
+    /// Report format: table, json, csv, md or github.
+    #[arg(long, env = "DGEM_BENCH_FORMAT", default_value = "table")]
+    pub format: String,
+    /// Exit 3 unless METRIC meets VALUE (repeatable), e.g. `item_accuracy=0.8`;
+    /// for error-like metrics (ece, brier, nll, *_ms, flip_rate, tvd) the value is a ceiling.
+    #[arg(
+        long = "fail-under",
+        env = "DGEM_BENCH_FAIL_UNDER",
+        value_delimiter = ','
+    )]
+    pub fail_under: Vec<String>,
+    /// Reads per decision: a count (1–32) or `auto`. Overrides the templates.
+    #[arg(long, env = "DGEM_BENCH_SAMPLES")]
     pub samples: Option<String>,
-    /// Prompt layout override.
-    #[arg(long)]
+    /// Prompt layout override: `document_first` or `schema_first`.
+    #[arg(long, env = "DGEM_BENCH_LAYOUT")]
     pub layout: Option<String>,
     /// Base seed.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, env = "DGEM_BENCH_SEED", default_value_t = 42)]
     pub seed: i64,
     #[command(flatten)]
     pub model: ModelArgs,
 }
 
-#[derive(Debug, Deserialize)]
-struct Row {
-    id: String,
-    #[serde(default)]
-    domain: String,
-    template: PathBuf,
-    #[serde(default)]
-    variables: Map<String, Value>,
-    expected: BTreeMap<String, String>,
-    #[serde(default)]
-    tier: String,
+/// Arguments of `dgem bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Arguments of `dgem bench-calibration`.
+#[derive(Debug, Args)]
+pub struct CalibrationArgs {
+    /// Re-score a `dgem bench` receipt instead of running the model.
+    #[arg(long, env = "DGEM_BENCH_FROM_RECEIPT")]
+    pub from_receipt: Option<PathBuf>,
+    /// Write the reliability diagram here (SVG); default `<out>.svg` when `--out` is set.
+    #[arg(long, env = "DGEM_BENCH_SVG")]
+    pub svg: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// A progress bar on stderr (indicatif hides it when stderr is not a terminal).
+struct Bar(ProgressBar);
+
+impl Bar {
+    fn new(name: &str) -> Self {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_prefix(name.to_owned());
+        Self(bar)
+    }
+}
+
+impl Progress for Bar {
+    fn begin(&self, total: usize, done: usize) {
+        self.0.set_length(total as u64);
+        self.0.set_position(done as u64);
+        if done > 0 {
+            self.0
+                .println(format!("resuming: {done} of {total} rows already done"));
+        }
+    }
+    fn advance(&self, id: &str) {
+        self.0.set_message(id.to_owned());
+        self.0.inc(1);
+    }
+    fn end(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Everything a harness needs to run, resolved from [`RunArgs`].
+pub struct Prepared<T> {
+    pub dataset: Dataset<T>,
+    pub decider: Decider,
+    pub format: Format,
+    pub gates: Vec<Gate>,
+}
+
+fn bench_err(e: BenchError) -> Failure {
+    if e.is_user_error() {
+        user(e)
+    } else {
+        internal(e)
+    }
+}
+
+/// Load the dataset, parse options and build the engine. `letters` makes the
+/// engine read letter labels unless `--labels` says otherwise (option names of
+/// intent and ranking sets share their first token, so words cannot tell them apart).
+pub fn prepare<T: Row>(
+    args: &RunArgs,
+    default_dataset: &str,
+    letters: bool,
+) -> Result<Prepared<T>, Failure> {
+    let format: Format = args.format.parse().map_err(user)?;
+    let gates = args
+        .fail_under
+        .iter()
+        .map(|g| g.parse::<Gate>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(user)?;
+    if args.resume && args.out.is_none() {
+        return Err(user(anyhow::anyhow!(
+            "`--resume` needs `--out` (the run's rows are kept in `<out>.partial`)"
+        )));
+    }
+    let samples = args.samples.as_deref().map(parse_samples).transpose()?;
+    let layout = args.layout.as_deref().map(parse_layout).transpose()?;
+    let path = args
+        .dataset
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(default_dataset));
+    let mut ds = dataset::load::<T>(&path, args.strict).map_err(bench_err)?;
+    for m in &ds.skipped {
+        eprintln!(
+            "warning: {}:{}: malformed row skipped: {}",
+            path.display(),
+            m.line,
+            m.message
+        );
+    }
+    ds.window(args.offset, args.limit);
+    let mut model = args.model.clone();
+    if letters && model.labels.is_none() {
+        model.labels = Some(LabelMode::Letters);
+    }
+    let engine = Arc::new(setup::engine(&model)?);
+    Ok(Prepared {
+        dataset: ds,
+        decider: Decider {
+            engine,
+            samples,
+            layout,
+            seed: args.seed,
+        },
+        format,
+        gates,
+    })
+}
+
+/// Run `job` over the prepared rows with the runner (workers, partial, resume).
+pub fn execute<T, R, F, Fut>(
+    args: &RunArgs,
+    suite: &str,
+    p: &Prepared<T>,
+    settings: &Value,
+    job: F,
+) -> Result<RunOutcome<R>, Failure>
+where
+    T: Row + Clone + Send + 'static,
+    R: Serialize + DeserializeOwned + Send + 'static,
+    F: Fn(usize, T) -> Fut,
+    Fut: Future<Output = Result<R, BenchError>> + Send + 'static,
+{
+    let cfg = RunConfig {
+        workers: args.workers,
+        partial: args.out.as_deref().map(runner::partial_path),
+        resume: args.resume,
+        fingerprint: receipt::fingerprint(&p.dataset.sha256, suite, args.seed, settings),
+    };
+    let items: Vec<(String, (usize, T))> = p
+        .dataset
+        .rows
+        .iter()
+        .map(|(line, r)| (r.id().to_owned(), (*line, r.clone())))
+        .collect();
+    let rt = setup::runtime()?;
+    let bar = Bar::new(suite);
+    rt.block_on(runner::run(items, &cfg, &bar, |(line, row)| job(line, row)))
+        .map_err(bench_err)
+}
+
+/// Shared settings JSON of a run.
+pub fn settings(args: &RunArgs, extra: Value) -> Value {
+    let mut s = json!({
+        "workers": args.workers, "limit": args.limit, "offset": args.offset,
+        "samples": args.samples, "layout": args.layout, "strict": args.strict,
+    });
+    if let (Some(o), Value::Object(e)) = (s.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    s
+}
+
+/// Build the receipt, write it (and drop the partial file), print the report,
+/// check the gates.
+pub fn finish<T, R: Serialize>(
+    args: &RunArgs,
+    suite: &str,
+    p: &Prepared<T>,
+    settings: Value,
+    outcome: &RunOutcome<R>,
+    summary: &Summary,
+    decisions_per_item: f64,
+    headline: &[&str],
+) -> Result<Outcome, Failure> {
+    let items = outcome
+        .rows
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(internal)?;
+    let receipt = Receipt {
+        format: receipt::RECEIPT_FORMAT.into(),
+        suite: suite.into(),
+        created_unix: receipt::now_unix(),
+        dataset: DatasetInfo::of(&p.dataset),
+        model: ModelInfo::of(&p.decider.engine),
+        dgem: VersionInfo::current(),
+        seed: args.seed,
+        settings,
+        run: RunInfo {
+            workers: args.workers,
+            resumed: outcome.resumed,
+            ran: outcome.ran,
+            elapsed_s: outcome.elapsed_s,
+            decisions_per_s: decisions_per_s(outcome, decisions_per_item),
+        },
+        metrics: summary.metrics.clone(),
+        breakdown: summary.breakdown.clone(),
+        items,
+    };
+    if let Some(out) = &args.out {
+        receipt.write(out).map_err(internal)?;
+        let _ = std::fs::remove_file(runner::partial_path(out));
+        eprintln!("receipt written to {}", out.display());
+    }
+    print_and_gate(p.format, summary, &p.gates, headline)
+}
+
+/// Decisions per second of the last session.
+pub fn decisions_per_s<R>(o: &RunOutcome<R>, decisions_per_item: f64) -> f64 {
+    if o.elapsed_s > 0.0 {
+        o.ran as f64 * decisions_per_item / o.elapsed_s
+    } else {
+        0.0
+    }
+}
+
+/// Print the report in `format` and check gates.
+pub fn print_and_gate(
+    format: Format,
+    s: &Summary,
+    gates: &[Gate],
+    headline: &[&str],
+) -> Result<Outcome, Failure> {
+    print!(
+        "{}",
+        report::render(format, &s.tables, &s.metrics, &s.breakdown, headline)
+    );
+    let failed = report::check_gates(gates, &s.metrics);
+    for f in &failed {
+        if format == Format::Github {
+            println!("::error title=dgem gate::{f}");
+        }
+        eprintln!("gate failed: {f}");
+    }
+    Ok(if failed.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::GateFailed
+    })
+}
+
+const BENCH_DATASET: &str = "data/eval_dataset.jsonl";
+
+fn run_bench_items(
+    args: &RunArgs,
+    suite: &str,
+    p: &Prepared<BenchRow>,
+    settings: &Value,
+) -> Result<RunOutcome<suites::bench::BenchItem>, Failure> {
+    let path = p.dataset.path.clone();
+    let d = p.decider.clone();
+    execute(args, suite, p, settings, move |line, row| {
+        let (d, path) = (d.clone(), path.clone());
+        async move { suites::bench::run_item(&d, &path, line, row).await }
+    })
 }
 
 /// Run `dgem bench`.
-pub fn run(args: BenchArgs) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(&args.dataset).map_err(|e| {
-        user(anyhow::anyhow!(
-            "cannot read dataset {}: {e}",
-            args.dataset.display()
-        ))
-    })?;
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Row>(line) {
-            Ok(r) => rows.push(r),
-            Err(e) if args.strict => {
-                return Err(user(anyhow::anyhow!(
-                    "{}:{}: malformed row: {e}",
-                    args.dataset.display(),
-                    i + 1
-                )))
-            }
-            Err(e) => eprintln!(
-                "warning: {}:{}: malformed row skipped: {e}",
-                args.dataset.display(),
-                i + 1
-            ),
-        }
-    }
-    if let Some(n) = args.limit {
-        rows.truncate(n);
-    }
-    let engine_ = setup::engine(&args.model)?;
-    let rt = setup::runtime()?;
-    let mut scored: BTreeMap<&'static str, Vec<Scored>> = BTreeMap::new();
-    let mut latencies = Vec::new();
-    let mut items = Vec::new();
-    for row in &rows {
-        let path = resolve_template(&row.template)?;
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            user(anyhow::anyhow!(
-                "row `{}`: cannot read {}: {e}",
-                row.id,
-                path.display()
-            ))
-        })?;
-        let name = path.display().to_string();
-        let rendered = dgem_core::template::render(&name, &text, &row.variables).map_err(user)?;
-        let payload = dgem_core::payload::parse_named_payload(&name, &rendered, &row.variables)
+pub fn run(args: BenchArgs) -> Result<Outcome, Failure> {
+    let a = &args.run;
+    let p = prepare::<BenchRow>(a, BENCH_DATASET, false)?;
+    let settings = settings(a, json!({}));
+    let outcome = run_bench_items(a, "bench", &p, &settings)?;
+    let s = suites::bench::summarize(&outcome.rows, decisions_per_s(&outcome, 1.0));
+    finish(
+        a,
+        "bench",
+        &p,
+        settings,
+        &outcome,
+        &s,
+        1.0,
+        &["item_accuracy", "slot_accuracy", "latency_p50_ms"],
+    )
+}
+
+/// Run `dgem bench-calibration`.
+pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
+    let a = &args.run;
+    let svg = args
+        .svg
+        .clone()
+        .or_else(|| a.out.as_ref().map(|o| o.with_extension("svg")));
+    let title_for = |m: &ModelInfo| format!("Reliability — {} ({})", m.id, m.backend);
+    if let Some(from) = &args.from_receipt {
+        let r = Receipt::read(from).map_err(user)?;
+        let items: Vec<suites::bench::BenchItem> = r
+            .items
+            .iter()
+            .map(|v| serde_json::from_value(v.clone()))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("{} is not a `dgem bench` receipt", from.display()))
             .map_err(user)?;
-        let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
-        let started = std::time::Instant::now();
-        let d = rt
-            .block_on(engine_.decide(DecideRequest {
-                schema,
-                state: payload.state.clone(),
-                seed: args.seed,
-            }))
-            .map_err(engine)?;
-        latencies.push(started.elapsed().as_secs_f64() * 1e3);
-        let mut item_answers = Map::new();
-        for (qid, want) in &row.expected {
-            let Some(Some(a)) = d.answers.get(qid) else {
-                continue;
-            };
-            let got = a.answer_name();
-            let s = Scored {
-                confidence: a.aggregate.confidence,
-                correct: got == want,
-                hesitation: a.aggregate.normalized_entropy,
-            };
-            let kind = match a.question.kind {
-                QuestionKind::Boolean => "boolean",
-                QuestionKind::Choice => "choice",
-                QuestionKind::Score => "score",
-            };
-            scored.entry(kind).or_default().push(s);
-            scored.entry("all").or_default().push(s);
-            item_answers.insert(
-                qid.clone(),
-                json!({"expected": want, "got": got, "confidence": s.confidence,
-                "hesitation": s.hesitation, "probabilities": a.to_chat_json()["probabilities"]}),
-            );
+        let (s, bins) = suites::calibration::summarize(&items);
+        if let Some(path) = &svg {
+            dgem_bench::svg::reliability_svg(&bins, &title_for(&r.model), path)
+                .map_err(internal)?;
+            eprintln!("reliability diagram written to {}", path.display());
         }
-        items.push(
-            json!({"id": row.id, "domain": row.domain, "tier": row.tier, "answers": item_answers,
-            "ms": latencies.last()}),
-        );
-        eprintln!(
-            "{} done ({:.0} ms)",
-            row.id,
-            latencies.last().copied().unwrap_or(0.0)
-        );
+        if let Some(out) = &a.out {
+            let mut c = r.clone();
+            c.suite = "calibration".into();
+            c.created_unix = receipt::now_unix();
+            c.settings = json!({"from_receipt": from});
+            c.metrics = s.metrics.clone();
+            c.breakdown = s.breakdown.clone();
+            c.write(out).map_err(internal)?;
+            eprintln!("receipt written to {}", out.display());
+        }
+        let gates = a
+            .fail_under
+            .iter()
+            .map(|g| g.parse::<Gate>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(user)?;
+        let format: Format = a.format.parse().map_err(user)?;
+        return print_and_gate(format, &s, &gates, &["accuracy", "ece_10bin", "brier"]);
     }
-    let mut summary = Map::new();
-    println!(
-        "{:<8} | {:>5} | {:>8} | {:>6} | {:>15}",
-        "SLOTS", "N", "ACCURACY", "ECE", "MEAN HESITATION"
-    );
-    println!("{}", "-".repeat(56));
-    for (kind, s) in &scored {
-        println!(
-            "{kind:<8} | {:>5} | {:>7.1}% | {:>6.3} | {:>15.3}",
-            s.len(),
-            accuracy(s) * 100.0,
-            ece(s, 10),
-            mean_hesitation(s)
-        );
-        summary.insert((*kind).to_owned(), json!({"n": s.len(), "accuracy": accuracy(s), "ece": ece(s, 10), "mean_hesitation": mean_hesitation(s)}));
+    let p = prepare::<BenchRow>(a, BENCH_DATASET, false)?;
+    let settings = settings(a, json!({}));
+    let outcome = run_bench_items(a, "calibration", &p, &settings)?;
+    let (s, bins) = suites::calibration::summarize(&outcome.rows);
+    if let Some(path) = &svg {
+        let title = title_for(&ModelInfo::of(&p.decider.engine));
+        dgem_bench::svg::reliability_svg(&bins, &title, path).map_err(internal)?;
+        eprintln!("reliability diagram written to {}", path.display());
     }
-    println!(
-        "latency per decision: p50 {:.0} ms, p90 {:.0} ms",
-        quantile(&latencies, 0.5),
-        quantile(&latencies, 0.9)
-    );
-    let info = engine_.backend().info();
-    println!(
-        "model: {} ({}) — the small embedded model, not DiffusionGemma",
-        info.model_id, info.engine
-    );
-    if let Some(out) = &args.out {
-        let receipt = json!({
-            "dataset": args.dataset, "model": info.model_id, "model_sha256": info.model_sha256,
-            "engine": info.engine, "label_mode": engine_.label_mode().as_str(), "calibration": engine_.calibrates(),
-            "seed": args.seed, "dgem_version": env!("CARGO_PKG_VERSION"),
-            "latency_ms": {"p50": quantile(&latencies, 0.5), "p90": quantile(&latencies, 0.9)},
-            "summary": summary, "items": items,
-        });
-        let text = serde_json::to_string_pretty(&receipt).map_err(internal)?;
-        std::fs::write(out, text).map_err(internal)?;
-    }
-    Ok(())
+    finish(
+        a,
+        "calibration",
+        &p,
+        settings,
+        &outcome,
+        &s,
+        1.0,
+        &["accuracy", "ece_10bin", "brier"],
+    )
+}
+
+/// Read a template shipped under `templates/bench/`.
+pub fn bench_template(name: &str) -> Result<String, Failure> {
+    let path = Path::new("templates")
+        .join("bench")
+        .join(format!("{name}.json.tmpl"));
+    std::fs::read_to_string(&path)
+        .with_context(|| {
+            format!(
+                "cannot read {} (run dgem from the repository root)",
+                path.display()
+            )
+        })
+        .map_err(user)
 }

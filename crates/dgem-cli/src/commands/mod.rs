@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_suites;
 pub mod decide;
 pub mod model;
 pub mod output;

@@ -1,0 +1,180 @@
+//! JSON receipts: everything needed to reproduce and compare a run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dgem_engine::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::dataset::{Dataset, Malformed};
+use crate::BenchError;
+
+/// Receipt format tag.
+pub const RECEIPT_FORMAT: &str = "dgem.bench.receipt/v1";
+
+/// The dataset a run read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetInfo {
+    /// Path as given.
+    pub path: PathBuf,
+    /// sha256 of the file.
+    pub sha256: String,
+    /// Rows run (after `--offset`/`--limit`).
+    pub rows: usize,
+    /// Malformed lines that were skipped.
+    pub skipped: Vec<Malformed>,
+}
+
+impl DatasetInfo {
+    /// Describe a loaded dataset.
+    pub fn of<R>(d: &Dataset<R>) -> Self {
+        Self {
+            path: d.path.clone(),
+            sha256: d.sha256.clone(),
+            rows: d.rows.len(),
+            skipped: d.skipped.clone(),
+        }
+    }
+}
+
+/// The model and backend that answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// Model id.
+    pub id: String,
+    /// sha256 of the model file, when known.
+    pub sha256: Option<String>,
+    /// Backend engine (`llama.cpp`, `vllm`, …).
+    pub backend: String,
+    /// `words` or `letters`.
+    pub label_mode: String,
+    /// Whether contextual calibration was applied.
+    pub calibration: bool,
+}
+
+impl ModelInfo {
+    /// Describe the engine's backend.
+    pub fn of(engine: &Engine) -> Self {
+        let info = engine.backend().info();
+        Self {
+            id: info.model_id.clone(),
+            sha256: info.model_sha256.clone(),
+            backend: info.engine.clone(),
+            label_mode: engine.label_mode().as_str().to_owned(),
+            calibration: engine.calibrates(),
+        }
+    }
+}
+
+/// Which dgem produced the receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    /// Crate version.
+    pub version: String,
+    /// `git rev-parse HEAD` in the working directory at run time, else `unknown`.
+    pub git_revision: String,
+}
+
+impl VersionInfo {
+    /// This build, with the git revision of the current directory.
+    pub fn current() -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_revision: git_revision(),
+        }
+    }
+}
+
+/// `git rev-parse HEAD`, or `unknown` when git or the repository is missing.
+pub fn git_revision() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Run accounting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Concurrent workers.
+    pub workers: usize,
+    /// Rows restored from a `.partial` file.
+    pub resumed: usize,
+    /// Rows run in the last session.
+    pub ran: usize,
+    /// Wall time of the last session, seconds.
+    pub elapsed_s: f64,
+    /// Decisions per second in the last session (engine calls / wall time).
+    pub decisions_per_s: f64,
+}
+
+/// One benchmark receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// [`RECEIPT_FORMAT`].
+    pub format: String,
+    /// `bench`, `calibration`, `intents`, `rerank` or `permutation`.
+    pub suite: String,
+    /// Unix seconds when the receipt was written.
+    pub created_unix: u64,
+    /// The dataset.
+    pub dataset: DatasetInfo,
+    /// The model and backend.
+    pub model: ModelInfo,
+    /// dgem version and git revision.
+    pub dgem: VersionInfo,
+    /// Base seed.
+    pub seed: i64,
+    /// Harness settings (workers, samples, layout, thresholds…).
+    pub settings: Value,
+    /// Run accounting.
+    pub run: RunInfo,
+    /// Flat metric table (the names `--fail-under` and `bench-compare` use).
+    pub metrics: BTreeMap<String, f64>,
+    /// Grouped results (by domain, tier, regime, bins…).
+    pub breakdown: Value,
+    /// Every item with its answers, probabilities and timing.
+    pub items: Vec<Value>,
+}
+
+/// Unix seconds now.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Receipt {
+    /// Write pretty JSON (via a temporary file, then rename).
+    ///
+    /// # Errors
+    /// I/O or serialization errors.
+    pub fn write(&self, path: &Path) -> Result<(), BenchError> {
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| BenchError::json("receipt", e))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n").map_err(|e| BenchError::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| BenchError::io(path, e))
+    }
+
+    /// Read a receipt.
+    ///
+    /// # Errors
+    /// I/O errors, or [`BenchError::Json`] when the file is not a receipt.
+    pub fn read(path: &Path) -> Result<Self, BenchError> {
+        let text = std::fs::read_to_string(path).map_err(|e| BenchError::io(path, e))?;
+        serde_json::from_str(&text).map_err(|e| BenchError::json(path.display().to_string(), e))
+    }
+}
+
+/// A hash of the dataset and settings, for `.partial` files.
+pub fn fingerprint(dataset_sha: &str, suite: &str, seed: i64, settings: &Value) -> String {
+    let text = format!("{suite}|{dataset_sha}|{seed}|{settings}");
+    crate::dataset::sha256_hex(text.as_bytes())[..16].to_owned()
+}

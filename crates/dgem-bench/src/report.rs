@@ -1,0 +1,331 @@
+//! Report formatting (`--format table|json|csv|md|github`) and `--fail-under`
+//! gates.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use serde_json::{json, Value};
+
+use crate::BenchError;
+
+/// Output format of a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned text tables.
+    Table,
+    /// `{metrics, breakdown}` as JSON.
+    Json,
+    /// CSV, one block per table, separated by a blank line.
+    Csv,
+    /// Markdown tables.
+    Md,
+    /// Markdown tables (for `$GITHUB_STEP_SUMMARY`) preceded by GitHub Actions
+    /// `::notice` lines for the headline metrics.
+    Github,
+}
+
+impl FromStr for Format {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "table" => Ok(Self::Table),
+            "json" => Ok(Self::Json),
+            "csv" => Ok(Self::Csv),
+            "md" | "markdown" => Ok(Self::Md),
+            "github" => Ok(Self::Github),
+            other => Err(BenchError::Invalid(format!(
+                "`format` must be one of [table, json, csv, md, github]. Given: `{other}`"
+            ))),
+        }
+    }
+}
+
+/// A titled table of strings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Title line.
+    pub title: String,
+    /// Column headers.
+    pub columns: Vec<String>,
+    /// Rows (same length as `columns`).
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with `columns` and no rows.
+    pub fn new(title: impl Into<String>, columns: &[&str]) -> Self {
+        Self {
+            title: title.into(),
+            columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Append a row.
+    pub fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+}
+
+fn text_table(t: &Table, out: &mut String) {
+    let mut w: Vec<usize> = t.columns.iter().map(|c| c.chars().count()).collect();
+    for r in &t.rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w.get(i).copied().unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let _ = writeln!(out, "{}", t.title);
+    let _ = writeln!(out, "{}", line(&t.columns));
+    let _ = writeln!(
+        out,
+        "{}",
+        w.iter()
+            .map(|n| "-".repeat(*n))
+            .collect::<Vec<_>>()
+            .join("-+-")
+    );
+    for r in &t.rows {
+        let _ = writeln!(out, "{}", line(r));
+    }
+}
+
+fn md_table(t: &Table, out: &mut String) {
+    let esc = |s: &String| s.replace('|', "\\|");
+    let _ = writeln!(out, "**{}**\n", t.title);
+    let _ = writeln!(
+        out,
+        "| {} |",
+        t.columns.iter().map(esc).collect::<Vec<_>>().join(" | ")
+    );
+    let _ = writeln!(
+        out,
+        "|{}|",
+        t.columns
+            .iter()
+            .map(|_| "---")
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for r in &t.rows {
+        let _ = writeln!(
+            out,
+            "| {} |",
+            r.iter().map(esc).collect::<Vec<_>>().join(" | ")
+        );
+    }
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Render tables (and, for JSON, the metrics and breakdown) in `format`.
+pub fn render(
+    format: Format,
+    tables: &[Table],
+    metrics: &BTreeMap<String, f64>,
+    breakdown: &Value,
+    headline: &[&str],
+) -> String {
+    let mut out = String::new();
+    match format {
+        Format::Json => {
+            let v = json!({"metrics": metrics, "breakdown": breakdown});
+            out = serde_json::to_string_pretty(&v).unwrap_or_default();
+            out.push('\n');
+        }
+        Format::Table => {
+            for t in tables {
+                text_table(t, &mut out);
+                out.push('\n');
+            }
+        }
+        Format::Md => {
+            for t in tables {
+                md_table(t, &mut out);
+                out.push('\n');
+            }
+        }
+        Format::Csv => {
+            for (i, t) in tables.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                let row = |cells: &[String]| {
+                    cells
+                        .iter()
+                        .map(|c| csv_cell(c))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                let _ = writeln!(out, "{}", row(&t.columns));
+                for r in &t.rows {
+                    let _ = writeln!(out, "{}", row(r));
+                }
+            }
+        }
+        Format::Github => {
+            for name in headline {
+                if let Some(v) = metrics.get(*name) {
+                    let _ = writeln!(out, "::notice title=dgem {name}::{name}={}", fmt_metric(*v));
+                }
+            }
+            for t in tables {
+                md_table(t, &mut out);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A metric value for display: 4 significant decimals, no trailing noise.
+pub fn fmt_metric(v: f64) -> String {
+    if v.is_nan() {
+        "n/a".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// Percent with one decimal.
+pub fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// One `--fail-under METRIC=VALUE` gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    /// Metric name as in the receipt's `metrics`.
+    pub metric: String,
+    /// Threshold.
+    pub threshold: f64,
+}
+
+impl FromStr for Gate {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            BenchError::Invalid(format!(
+                "`--fail-under` must be METRIC=VALUE with a number, e.g. `item_accuracy=0.8`. Given: `{s}`"
+            ))
+        };
+        let (m, v) = s.split_once('=').ok_or_else(bad)?;
+        let threshold: f64 = v.trim().parse().map_err(|_| bad())?;
+        if m.trim().is_empty() || !threshold.is_finite() {
+            return Err(bad());
+        }
+        Ok(Self {
+            metric: m.trim().to_owned(),
+            threshold,
+        })
+    }
+}
+
+/// Whether smaller values of `metric` are better (errors, distances, latency);
+/// for those a gate fails when the value is *above* the threshold.
+pub fn lower_is_better(metric: &str) -> bool {
+    [
+        "ece",
+        "brier",
+        "nll",
+        "_ms",
+        "flip_rate",
+        "tvd",
+        "tie_rate",
+        "jsd",
+        "error",
+    ]
+    .iter()
+    .any(|k| metric.contains(k))
+}
+
+/// Check gates against metrics; returns one message per failed gate.
+///
+/// Higher-is-better metrics fail when `value < threshold`; lower-is-better
+/// metrics ([`lower_is_better`]) fail when `value > threshold`. A gate on a
+/// metric the receipt lacks fails and lists the available names.
+pub fn check_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<String> {
+    gates
+        .iter()
+        .filter_map(|g| match metrics.get(&g.metric) {
+            None => Some(format!(
+                "`--fail-under` metric `{}` is not reported by this harness; available: [{}]",
+                g.metric,
+                metrics.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Some(&v) if lower_is_better(&g.metric) && !(v <= g.threshold) => Some(format!(
+                "{} = {} is above the limit {}",
+                g.metric,
+                fmt_metric(v),
+                g.threshold
+            )),
+            Some(&v) if !lower_is_better(&g.metric) && !(v >= g.threshold) => Some(format!(
+                "{} = {} is under the threshold {}",
+                g.metric,
+                fmt_metric(v),
+                g.threshold
+            )),
+            Some(_) => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gates_respect_direction() {
+        let m: BTreeMap<String, f64> = [
+            ("item_accuracy".to_owned(), 0.7),
+            ("ece_10bin".to_owned(), 0.2),
+        ]
+        .into_iter()
+        .collect();
+        let g = |s: &str| s.parse::<Gate>().expect("gate");
+        assert!(check_gates(&[g("item_accuracy=0.7"), g("ece_10bin=0.25")], &m).is_empty());
+        let f = check_gates(
+            &[g("item_accuracy=0.8"), g("ece_10bin=0.1"), g("nope=1")],
+            &m,
+        );
+        assert_eq!(f.len(), 3);
+        assert!(f[0].contains("under the threshold 0.8"));
+        assert!(f[1].contains("above the limit 0.1"));
+        assert!(f[2].contains("available: [ece_10bin, item_accuracy]"));
+        assert!("accuracy".parse::<Gate>().is_err());
+        assert!("x=abc".parse::<Gate>().is_err());
+    }
+
+    #[test]
+    fn formats_render() {
+        let mut t = Table::new("T", &["a", "b"]);
+        t.push(vec!["1".into(), "x,y".into()]);
+        let m = BTreeMap::new();
+        let csv = render(Format::Csv, &[t.clone()], &m, &Value::Null, &[]);
+        assert_eq!(csv, "a,b\n1,\"x,y\"\n");
+        let md = render(Format::Md, &[t.clone()], &m, &Value::Null, &[]);
+        assert!(md.contains("| a | b |\n|---|---|\n| 1 | x,y |"));
+        let txt = render(Format::Table, &[t], &m, &Value::Null, &[]);
+        assert!(txt.contains("a | b  \n"), "{txt}");
+        assert_eq!("GitHub".parse::<Format>().ok(), Some(Format::Github));
+        assert!("xml".parse::<Format>().is_err());
+    }
+}
