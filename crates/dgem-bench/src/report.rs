@@ -271,18 +271,22 @@ pub fn check_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<Strin
                 g.metric,
                 metrics.keys().cloned().collect::<Vec<_>>().join(", ")
             )),
-            Some(&v) if lower_is_better(&g.metric) && !(v <= g.threshold) => Some(format!(
-                "{} = {} is above the limit {}",
-                g.metric,
-                fmt_metric(v),
-                g.threshold
-            )),
-            Some(&v) if !lower_is_better(&g.metric) && !(v >= g.threshold) => Some(format!(
-                "{} = {} is under the threshold {}",
-                g.metric,
-                fmt_metric(v),
-                g.threshold
-            )),
+            Some(&v) if lower_is_better(&g.metric) && (v.is_nan() || v > g.threshold) => {
+                Some(format!(
+                    "{} = {} is above the limit {}",
+                    g.metric,
+                    fmt_metric(v),
+                    g.threshold
+                ))
+            }
+            Some(&v) if !lower_is_better(&g.metric) && (v.is_nan() || v < g.threshold) => {
+                Some(format!(
+                    "{} = {} is under the threshold {}",
+                    g.metric,
+                    fmt_metric(v),
+                    g.threshold
+                ))
+            }
             Some(_) => None,
         })
         .collect()

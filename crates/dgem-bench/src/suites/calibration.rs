@@ -17,7 +17,8 @@ use crate::metrics::{self, ReliabilityBin};
 use crate::report::{fmt_metric, pct, Table};
 
 /// Hesitation thresholds of the coverage table.
-pub const COVERAGE_THRESHOLDS: [f64; 10] = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9];
+pub const COVERAGE_THRESHOLDS: [f64; 12] =
+    [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0];
 
 /// Calibration metrics of every slot of `items` (items with errors are left out);
 /// also returns the reliability bins for the diagram.

@@ -275,7 +275,6 @@ pub fn finish<T, R: Serialize>(
     settings: Value,
     outcome: &RunOutcome<R>,
     summary: &Summary,
-    decisions_per_item: f64,
     headline: &[&str],
 ) -> Result<Outcome, Failure> {
     let items = outcome
@@ -298,7 +297,11 @@ pub fn finish<T, R: Serialize>(
             resumed: outcome.resumed,
             ran: outcome.ran,
             elapsed_s: outcome.elapsed_s,
-            decisions_per_s: decisions_per_s(outcome, decisions_per_item),
+            decisions_per_s: summary
+                .metrics
+                .get("decisions_per_s")
+                .copied()
+                .unwrap_or(0.0),
         },
         metrics: summary.metrics.clone(),
         breakdown: summary.breakdown.clone(),
@@ -376,7 +379,6 @@ pub fn run(args: BenchArgs) -> Result<Outcome, Failure> {
         settings,
         &outcome,
         &s,
-        1.0,
         &["item_accuracy", "slot_accuracy", "latency_p50_ms"],
     )
 }
@@ -439,7 +441,6 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
         settings,
         &outcome,
         &s,
-        1.0,
         &["accuracy", "ece_10bin", "brier"],
     )
 }

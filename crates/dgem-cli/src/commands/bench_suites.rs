@@ -83,7 +83,6 @@ pub fn run_intents(args: IntentsArgs) -> Result<Outcome, Failure> {
         st,
         &outcome,
         &s,
-        per,
         &["intent_accuracy", "ece_10bin"],
     )
 }
@@ -115,7 +114,6 @@ pub fn run_rerank(args: RerankArgs) -> Result<Outcome, Failure> {
         st,
         &outcome,
         &s,
-        per,
         &["ndcg10", "p_mrr", "tie_rate"],
     )
 }
@@ -148,7 +146,6 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
         st,
         &outcome,
         &s,
-        per,
         &["flip_rate", "mean_max_tvd", "canonical_accuracy"],
     )
 }
