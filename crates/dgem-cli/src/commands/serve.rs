@@ -22,7 +22,8 @@ pub struct ServeArgs {
     /// Address to bind (default 0.0.0.0).
     #[arg(long, env = "DGEM_HOST")]
     pub host: Option<IpAddr>,
-    /// Model name echoed on `/v1/systemone` (default `dgemma`).
+    /// Model name echoed on `/v1/systemone` (default: the loaded model's id, so a
+    /// client never mistakes the embedded model for DiffusionGemma).
     #[arg(long = "served-model", env = "DGEM_SERVED_MODEL")]
     pub served_model: Option<String>,
     #[command(flatten)]
@@ -38,10 +39,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if let Some(h) = args.host {
         config.host = h;
     }
-    if let Some(m) = args.served_model {
-        config.model_name = m;
-    }
     let engine = setup::engine(&args.model)?;
+    config.model_name = args
+        .served_model
+        .unwrap_or_else(|| engine.backend().info().model_id.clone());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
