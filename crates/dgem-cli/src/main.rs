@@ -54,15 +54,27 @@ enum Command {
     Render(commands::render::RenderArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
     Serve(commands::serve::ServeArgs),
+    /// Serve the decision tools to agents over MCP (stdio).
+    Mcp(commands::mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors are the user's: exit 1 (clap would use 2, which dgem keeps for
+    // internal failures); `--help` and `--version` exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = u8::from(e.use_stderr());
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let outcome = match cli.command {
         Command::Decide(args) => commands::decide::run(args),
@@ -85,6 +97,7 @@ fn main() -> ExitCode {
         }
         Command::Render(args) => commands::render::run(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Mcp(args) => commands::mcp::run(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

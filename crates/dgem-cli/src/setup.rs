@@ -68,6 +68,7 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             let path = dgem_model::ensure(&spec, &Bar::new()).map_err(|e| {
                 internal(anyhow::Error::new(e).context("could not fetch the embedded model"))
             })?;
+            verify_once(&path, &spec)?;
             (
                 path,
                 spec.id,
@@ -76,10 +77,34 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             )
         }
     };
-    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    if args.context < 64 || args.context > 131_072 {
+        return Err(user(anyhow::anyhow!(
+            "`--context` must be between 64 and 131072 tokens. Given: `{}`",
+            args.context
+        )));
+    }
+    if args.threads == Some(0) {
+        return Err(user(anyhow::anyhow!(
+            "`--threads` must be at least 1. Given: `0`"
+        )));
+    }
+    // Priors belong to one model's weights: key them by the verified sha256 of the
+    // default model, or by name, size and modification time of any other file.
+    let key = match &sha {
+        Some(h) => format!("{id}-{}", &h[..h.len().min(16)]),
+        None => {
+            let meta = std::fs::metadata(&path).ok();
+            let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+            let mtime = meta
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            format!("{id}-{size}-{mtime}")
+        }
+    };
     let store = dgem_model::model_dir()
         .join("priors")
-        .join(format!("{id}-{size}.json"));
+        .join(format!("{key}.json"));
     let mut cfg = LlamaConfig::new(&path, id);
     cfg.sha256 = sha;
     cfg.context_size = args.context;
@@ -100,6 +125,32 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             ..EngineConfig::default()
         },
     ))
+}
+
+/// Check the cached default model's sha256 once; a stamp file beside it records
+/// the size and modification time that were verified, so later runs skip the hash
+/// unless the file changed. A corrupted cache is an error, never used silently.
+fn verify_once(path: &std::path::Path, spec: &dgem_model::ModelSpec) -> Result<(), Failure> {
+    let meta = std::fs::metadata(path).map_err(internal)?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let stamp_text = format!("{} {} {mtime}\n", spec.sha256, meta.len());
+    let stamp = path.with_extension("gguf.verified");
+    if std::fs::read_to_string(&stamp).is_ok_and(|t| t == stamp_text) {
+        return Ok(());
+    }
+    dgem_model::verify(path, spec, &Bar::new()).map_err(|e| {
+        internal(anyhow::Error::new(e).context(format!(
+            "the cached model {} is damaged; run `dgem model pull --force`",
+            path.display()
+        )))
+    })?;
+    // The stamp is only a cache: failing to write it costs a re-hash next time.
+    let _ = std::fs::write(&stamp, stamp_text);
+    Ok(())
 }
 
 /// A current-thread tokio runtime for one command.

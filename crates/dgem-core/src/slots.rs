@@ -314,11 +314,16 @@ pub fn resolve_cloze(
             })
             .collect();
         if own.is_empty() {
+            // Name the label that shares the most candidate tokens with this one
+            // (for "1" vs "10" that is "10", not a label sharing only the bare "▁").
             let clash = candidates
                 .iter()
                 .enumerate()
-                .find(|(j, other)| *j != i && other.iter().any(|id| c.contains(id)))
-                .map_or("another label", |(j, _)| labels[j].as_str());
+                .filter(|(j, _)| *j != i)
+                .map(|(j, other)| (other.iter().filter(|id| c.contains(id)).count(), j))
+                .filter(|(shared, _)| *shared > 0)
+                .max_by_key(|(shared, j)| (*shared, std::cmp::Reverse(*j)))
+                .map_or("another label", |(_, j)| labels[j].as_str());
             return Err(SchemaError::new(
                 format!("questions[{qi}]"),
                 format!(

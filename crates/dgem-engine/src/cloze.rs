@@ -173,7 +173,7 @@ impl Ctx<'_> {
                     return Err(EngineError::Schema(SchemaError::new(
                         "state",
                         format!(
-                            "the prompt is {} tokens; the model's context holds {} (shorten the state or use a model with a longer context)",
+                            "the prompt is {} tokens; the context holds {} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)",
                             tokens.len() + 1,
                             self.max_tokens
                         ),

@@ -333,5 +333,5 @@ async fn state_longer_than_context_is_a_user_error() {
         .expect_err("too long");
     assert!(err.is_user_error());
     assert!(matches!(err, EngineError::Schema(ref s) if s.field == "state"));
-    assert!(err.to_string().contains("the model's context holds 32"));
+    assert!(err.to_string().contains("the context holds 32"));
 }

@@ -66,7 +66,8 @@ pub fn resolve_template(t: &Path) -> Result<PathBuf, Failure> {
     ];
     candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| {
         user(anyhow::anyhow!(
-            "`--template` must be a .json.tmpl file or a template name under templates/. Given: `{name}`"
+            "`--template` must be a .json.tmpl file or a template name under templates/ (looked in {}). Given: `{name}`",
+            std::env::current_dir().map_or_else(|_| "templates".to_owned(), |d| d.join("templates").display().to_string())
         ))
     })
 }

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_suites;
 pub mod decide;
+pub mod mcp;
 pub mod model;
 pub mod output;
 pub mod render;

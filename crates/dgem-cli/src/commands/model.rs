@@ -54,10 +54,16 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
             println!("{}", dgem_model::cached_path(&spec).display());
         }
         ModelCommand::Verify { path } => {
+            let explicit = path.is_some();
             let path = path.unwrap_or_else(|| dgem_model::cached_path(&spec));
             if !path.is_file() {
+                let hint = if explicit {
+                    ""
+                } else {
+                    "; run `dgem model pull` first"
+                };
                 return Err(user(anyhow::anyhow!(
-                    "no model file at {}; run `dgem model pull` first",
+                    "no model file at {}{hint}",
                     path.display()
                 )));
             }

@@ -81,7 +81,7 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let prompt = g.prompt_tokens.unwrap_or(0);
     let _ = writeln!(
         out,
-        "  tokens:       prompt {prompt}, state {}, reused from KV cache {}",
+        "  tokens:       longest read {prompt}, state {}, reused from the KV cache over all reads {}",
         g.state_tokens, g.cached_tokens
     );
     let _ = writeln!(

@@ -169,6 +169,7 @@ fn parse_question(
         );
         return Err(SchemaError::new(at(alt_field), msg));
     }
+    check_alternative_names(&alternatives, &name, &at(alt_field))?;
     let mut depends_on: Vec<String> = match q.get("depends_on") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
@@ -243,7 +244,12 @@ fn alternatives_of(
     at: &dyn Fn(&str) -> String,
 ) -> Result<(QuestionKind, Vec<Alternative>, &'static str), SchemaError> {
     let type_name = match q.get("type") {
-        None | Some(Value::Null) => "None".to_string(),
+        None | Some(Value::Null) => {
+            let msg = format!(
+                "question {name}: unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score)"
+            );
+            return Err(SchemaError::new(at(".type"), msg));
+        }
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
@@ -362,6 +368,33 @@ fn check_dependencies(questions: &[Question]) -> Result<(), SchemaError> {
                 py_repr(dep)
             );
             return Err(SchemaError::new(format!("questions[{i}].depends_on"), msg));
+        }
+    }
+    Ok(())
+}
+
+/// Alternative names must be usable as answers: non-empty after trimming, one
+/// line, and unique within the question (a duplicate would overwrite the other's
+/// probability in the answer's `probabilities` map).
+fn check_alternative_names(
+    alternatives: &[Alternative],
+    name: &str,
+    field: &str,
+) -> Result<(), SchemaError> {
+    for (j, a) in alternatives.iter().enumerate() {
+        if a.name.trim().is_empty() || a.name.contains('\n') || a.name.contains('\r') {
+            let msg = format!(
+                "question {name}: alternative {j} must be a non-empty name on one line (got {})",
+                py_repr(&a.name)
+            );
+            return Err(SchemaError::new(format!("{field}[{j}]"), msg));
+        }
+        if let Some(k) = alternatives[..j].iter().position(|b| b.name == a.name) {
+            let msg = format!(
+                "question {name}: alternative names must be unique; {} appears at {k} and {j}",
+                py_repr(&a.name)
+            );
+            return Err(SchemaError::new(format!("{field}[{j}]"), msg));
         }
     }
     Ok(())

@@ -269,3 +269,44 @@ fn cloze_rejects_labels_that_share_every_token() {
         .to_string()
         .contains("labels 'data leak' and 'data loss' begin with the same token"));
 }
+
+#[test]
+fn cloze_clash_names_the_label_that_really_collides() {
+    // Regression: levels "1".."10" reported "'1' and '2'" although the clash is "1"/"10".
+    struct DigitTok;
+    impl Tokenizer for DigitTok {
+        fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+            // Gemma-like: a leading space is its own token (id 1); digits are one token each.
+            Ok(text
+                .chars()
+                .map(|c| {
+                    if c == ' ' {
+                        1
+                    } else {
+                        100 + c.to_digit(10).unwrap_or(50)
+                    }
+                })
+                .collect())
+        }
+        fn decode(&self, _ids: &[TokenId]) -> String {
+            String::new()
+        }
+        fn bos_id(&self) -> Option<TokenId> {
+            None
+        }
+        fn vocab_size(&self) -> usize {
+            1000
+        }
+    }
+    let levels: Vec<String> = (1..=10).map(|i| i.to_string()).collect();
+    let s = schema(
+        serde_json::json!({"questions": [{"id": "grade", "type": "score", "levels": levels}]}),
+    );
+    let q = &s.questions[0];
+    let err = resolve_cloze(&DigitTok, q, 0, &labels_for(q, LabelMode::Words)).expect_err("clash");
+    assert!(
+        err.to_string()
+            .contains("labels '1' and '10' begin with the same token"),
+        "{err}"
+    );
+}

@@ -239,7 +239,7 @@ fn rule_3_types_and_alternatives() {
     assert_err(json!({"questions": [{"id": "a", "type": "banana"}]}), "questions[0].type",
         "question 'a': unknown type 'banana' (`type` must be one of boolean, bool, noul, choice, score)");
     assert_err(json!({"questions": [{"id": "a"}]}), "questions[0].type",
-        "question 'a': unknown type 'None' (`type` must be one of boolean, bool, noul, choice, score)");
+        "question 'a': unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score)");
     assert_err(
         json!({"questions": [{"id": "c", "type": "choice", "options": ["x"]}]}),
         "questions[0].options",
@@ -482,4 +482,44 @@ fn python_repr_quotes() {
     assert_eq!(py_repr("it's"), "\"it's\"");
     assert_eq!(py_repr("a'\"b"), "'a\\'\"b'");
     assert_eq!(py_list(&["yes".into(), "no".into()]), "['yes', 'no']");
+}
+
+#[test]
+fn duplicate_option_names_are_rejected() {
+    // Regression: ["a", "a", "b"] was accepted and the answer's probabilities map
+    // lost one entry (summing to 0.05).
+    assert_err(
+        json!({"questions": [{"id": "d", "type": "choice", "options": ["a", "a", "b"]}]}),
+        "questions[0].options[1]",
+        "question 'd': alternative names must be unique; 'a' appears at 0 and 1",
+    );
+    assert_err(
+        json!({"questions": [{"id": "s", "type": "score", "levels": ["low", "high", "low"]}]}),
+        "questions[0].levels[2]",
+        "question 's': alternative names must be unique; 'low' appears at 0 and 2",
+    );
+}
+
+#[test]
+fn blank_or_multiline_option_names_are_rejected() {
+    // Regression: "", "  " and "a\nb" were accepted; a newline rewrote the prompt.
+    assert_err(
+        json!({"questions": [{"id": "c", "type": "choice", "options": ["ok", "  "]}]}),
+        "questions[0].options[1]",
+        "question 'c': alternative 1 must be a non-empty name on one line (got '  ')",
+    );
+    assert_err(
+        json!({"questions": [{"id": "c", "type": "choice", "options": ["a\nb", "c"]}]}),
+        "questions[0].options[0]",
+        "question 'c': alternative 0 must be a non-empty name on one line (got 'a\\nb')",
+    );
+}
+
+#[test]
+fn missing_type_says_it_is_missing() {
+    assert_err(
+        json!({"questions": [{"id": "a"}]}),
+        "questions[0].type",
+        "question 'a': unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score)",
+    );
 }

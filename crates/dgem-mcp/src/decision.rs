@@ -1,0 +1,185 @@
+//! Building policies from ad-hoc questions, and turning a decision into the
+//! tool result: structured content plus a plain-text summary.
+
+use std::fmt::Write as _;
+
+use dgem_engine::Decision;
+use serde_json::{json, Map, Value};
+
+use crate::error::ToolError;
+use crate::tools::{DecideCustomArgs, QuestionType};
+
+fn questions_error(detail: String) -> ToolError {
+    ToolError::Schema {
+        field: "questions",
+        detail,
+    }
+}
+
+/// The raw policy schema for `decide_custom_questions` (the `/v1/systemone`
+/// question shape turned into `{"questions": [...]}`).
+///
+/// # Errors
+/// [`ToolError::Schema`] (field `questions`) for an empty question map, a
+/// choice without options, a score without levels.
+pub fn custom_schema(args: &DecideCustomArgs) -> Result<Value, ToolError> {
+    if args.questions.is_empty() {
+        return Err(questions_error(
+            "needs at least one question: {id: {type, instructions, criteria}}".into(),
+        ));
+    }
+    let mut list = Vec::with_capacity(args.questions.len());
+    for (id, q) in &args.questions {
+        let mut out = Map::new();
+        out.insert("id".into(), json!(id));
+        out.insert("instructions".into(), json!(q.instructions));
+        match q.kind {
+            QuestionType::Noul => {
+                out.insert("type".into(), json!("noul"));
+                match &q.criteria {
+                    Value::Object(c) if c.is_empty() => {}
+                    Value::Object(_) => {
+                        out.insert("criteria".into(), q.criteria.clone());
+                    }
+                    Value::Null => {}
+                    _ => {
+                        return Err(questions_error(format!(
+                            "question `{id}`: noul criteria must be an object with true and false"
+                        )))
+                    }
+                }
+            }
+            QuestionType::Choice => {
+                let Some(criteria) = q.criteria.as_object().filter(|c| !c.is_empty()) else {
+                    return Err(questions_error(format!(
+                        "question `{id}`: a choice needs `criteria` mapping option names to descriptions"
+                    )));
+                };
+                let options: Vec<Value> = criteria
+                    .iter()
+                    .map(|(name, d)| {
+                        let text = d.as_str().map_or_else(|| d.to_string(), str::to_string);
+                        json!({"name": name, "description": text})
+                    })
+                    .collect();
+                out.insert("type".into(), json!("choice"));
+                out.insert("options".into(), Value::Array(options));
+            }
+            QuestionType::Score => {
+                let levels = if q.levels.is_empty() {
+                    q.criteria.as_array().cloned().unwrap_or_default()
+                } else {
+                    q.levels.iter().map(|l| json!(l)).collect()
+                };
+                if levels.len() < 2 {
+                    return Err(questions_error(format!(
+                        "question `{id}`: a score needs `levels`, at least two, lowest first"
+                    )));
+                }
+                out.insert("type".into(), json!("score"));
+                out.insert("levels".into(), Value::Array(levels));
+            }
+        }
+        list.push(Value::Object(out));
+    }
+    let mut schema = Map::new();
+    if !args.instructions.trim().is_empty() {
+        schema.insert("instructions".into(), json!(args.instructions));
+    }
+    schema.insert("questions".into(), Value::Array(list));
+    Ok(Value::Object(schema))
+}
+
+/// The structured content and text summary of one decision.
+#[derive(Debug, Clone)]
+pub struct DecisionReport {
+    /// Structured content: `{template, answers, max_normalized_entropy,
+    /// most_hesitant_question, elapsed_ms, diagnostics}`.
+    pub structured: Value,
+    /// One line per question plus the maximum hesitation.
+    pub text: String,
+}
+
+/// Build the report of `decision` made from `template` in `elapsed_ms`.
+pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionReport {
+    let envelope = decision.envelope();
+    let answers = envelope
+        .get("answers")
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let diagnostics = envelope.get("diagnostics").cloned().unwrap_or(Value::Null);
+    let mut text = format!("Decision ({template}), {elapsed_ms:.0} ms:\n");
+    let mut max_h: f64 = 0.0;
+    let mut most_hesitant = String::new();
+    for (id, a) in answers.as_object().into_iter().flatten() {
+        if a.is_null() {
+            let _ = writeln!(text, "- {id}: skipped (its ask_if condition was not met)");
+            continue;
+        }
+        let h = a
+            .get("normalized_entropy")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        if most_hesitant.is_empty() || h > max_h {
+            max_h = h;
+            most_hesitant = id.clone();
+        }
+        let answer = answer_name(a);
+        let conf = a.get("confidence").and_then(Value::as_f64).unwrap_or(0.0);
+        let probs = a
+            .get("probabilities")
+            .and_then(Value::as_object)
+            .map(|p| {
+                p.iter()
+                    .map(|(k, v)| format!("{k} {:.3}", v.as_f64().unwrap_or(0.0)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "- {id}: {answer} (confidence {conf:.3}; probabilities: {probs}; hesitation {h:.3})"
+        );
+    }
+    let _ = write!(
+        text,
+        "Maximum hesitation (normalized entropy): {max_h:.3}{}",
+        if most_hesitant.is_empty() {
+            String::new()
+        } else {
+            format!(" on `{most_hesitant}`")
+        }
+    );
+    let structured = json!({
+        "template": template,
+        "answers": answers,
+        "max_normalized_entropy": max_h,
+        "most_hesitant_question": most_hesitant,
+        "elapsed_ms": elapsed_ms,
+        "diagnostics": diagnostics,
+    });
+    DecisionReport { structured, text }
+}
+
+/// The answer name of one chat-shape answer object.
+fn answer_name(a: &Value) -> String {
+    if let Some(c) = a.get("choice").and_then(Value::as_str) {
+        return c.to_string();
+    }
+    if let Some(l) = a.get("level").and_then(Value::as_str) {
+        return l.to_string();
+    }
+    if let Some(p) = a.get("probabilities").and_then(Value::as_object) {
+        let best = p.iter().max_by(|x, y| {
+            let (fx, fy) = (x.1.as_f64().unwrap_or(0.0), y.1.as_f64().unwrap_or(0.0));
+            fx.total_cmp(&fy)
+        });
+        if let Some((k, _)) = best {
+            return k.clone();
+        }
+    }
+    a.get("label")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}

@@ -1,0 +1,46 @@
+//! Errors: [`ToolError`] becomes a tool result with `is_error: true` (the
+//! caller sees the message); [`McpError`] ends the server.
+
+/// Why one tool call failed. The message names the argument to fix; it is sent
+/// back to the client as a tool error result, never as a protocol error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The tool name is not one this server has.
+    #[error("unknown tool `{0}`; call tools/list for the tools this server has")]
+    UnknownTool(String),
+    /// The arguments do not match the tool's input schema.
+    #[error("invalid arguments for `{tool}`: {detail}")]
+    Arguments {
+        /// The tool called.
+        tool: &'static str,
+        /// What is wrong, naming the field.
+        detail: String,
+    },
+    /// The `template` argument names no usable template.
+    #[error("template: {0}")]
+    Template(String),
+    /// The template or the questions make an invalid policy.
+    #[error("{field}: {detail}")]
+    Schema {
+        /// The argument at fault (`template`, `variables`, `questions`).
+        field: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The engine failed to decide.
+    #[error("decision failed: {0}")]
+    Engine(#[from] dgem_engine::EngineError),
+}
+
+/// Why the MCP server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The MCP handshake with the client failed.
+    #[error("MCP initialization failed: {0}")]
+    Initialize(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The server task ended abnormally.
+    #[error("MCP server task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}

@@ -1,0 +1,66 @@
+//! # dgem-mcp
+//!
+//! dgem as a Model Context Protocol server (rmcp): agents call decision tools
+//! over stdio. Tools: `decide_policy` (a policy template + variables),
+//! `decide_custom_questions` (a state + ad-hoc questions in the `/v1/systemone`
+//! shape), `list_policy_templates`, `get_health_and_gpu_status` and
+//! `warmup_gpu`. Decision results carry structured content (answers,
+//! probabilities, normalized entropy, the maximum hesitation) and the same as
+//! text. Bad arguments give a tool error (`is_error: true`) naming the field.
+//!
+//! Stdio writes only protocol bytes to stdout; log to stderr.
+
+mod decision;
+mod error;
+mod server;
+mod templates;
+mod tools;
+
+use std::sync::Arc;
+
+use dgem_engine::Engine;
+use rmcp::ServiceExt as _;
+
+pub use decision::{custom_schema, report, DecisionReport};
+pub use error::{McpError, ToolError};
+pub use server::{DecisionServer, NO_GPU_NOTE, SERVER_NAME};
+pub use templates::{
+    leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateSummary,
+    TEMPLATE_SUFFIX,
+};
+pub use tools::{
+    has_null_union, input_schema, parse_args, plain_schema, tool_list, CustomQuestion,
+    DecideCustomArgs, DecidePolicyArgs, NoArgs, QuestionType, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH,
+    LIST_TEMPLATES, WARMUP,
+};
+
+/// Serve `server` over any async byte stream pair until the client disconnects.
+///
+/// # Errors
+/// [`McpError::Initialize`] when the handshake fails, [`McpError::Join`] when
+/// the server task panics.
+pub async fn serve_transport<T, E, A>(server: DecisionServer, transport: T) -> Result<(), McpError>
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = server
+        .serve(transport)
+        .await
+        .map_err(|e| McpError::Initialize(Box::new(e)))?;
+    let reason = running.waiting().await?;
+    tracing::info!(?reason, "MCP session ended");
+    Ok(())
+}
+
+/// Serve decisions with `engine` over stdin/stdout until the client disconnects.
+///
+/// # Errors
+/// See [`serve_transport`].
+pub async fn serve_stdio(engine: Arc<Engine>, templates: TemplateDir) -> Result<(), McpError> {
+    serve_transport(
+        DecisionServer::new(engine, templates),
+        rmcp::transport::stdio(),
+    )
+    .await
+}

@@ -1,0 +1,244 @@
+//! [`DecisionServer`]: the MCP server handler over one [`Engine`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use dgem_backend::Health;
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::{DecideRequest, Engine};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+use crate::decision::{custom_schema, report};
+use crate::error::ToolError;
+use crate::templates::TemplateDir;
+use crate::tools::{
+    parse_args, tool_list, DecideCustomArgs, DecidePolicyArgs, NoArgs, DECIDE_CUSTOM,
+    DECIDE_POLICY, HEALTH, LIST_TEMPLATES, WARMUP,
+};
+
+/// Implementation name announced in `initialize`.
+pub const SERVER_NAME: &str = "dgem-decision-studio-mcp";
+
+/// What `get_health_and_gpu_status` says about GPUs.
+pub const NO_GPU_NOTE: &str = "no GPU: dgem mcp runs the embedded model in this process on the CPU (llama.cpp); GPU status does not apply";
+
+/// The MCP server: decision tools over one engine and one template folder.
+#[derive(Debug, Clone)]
+pub struct DecisionServer {
+    engine: Arc<Engine>,
+    templates: TemplateDir,
+    tools: Arc<Vec<Tool>>,
+}
+
+impl DecisionServer {
+    /// A server deciding with `engine` and reading templates from `templates`.
+    pub fn new(engine: Arc<Engine>, templates: TemplateDir) -> Self {
+        Self {
+            engine,
+            templates,
+            tools: Arc::new(tool_list()),
+        }
+    }
+
+    /// The tools this server offers.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Run tool `name` with `args`; every failure is a [`ToolError`].
+    ///
+    /// # Errors
+    /// [`ToolError`] naming the argument at fault, or the engine failure.
+    pub async fn run_tool(
+        &self,
+        name: &str,
+        args: Option<rmcp::model::JsonObject>,
+    ) -> Result<CallToolResult, ToolError> {
+        match name {
+            DECIDE_POLICY => self.decide_policy(parse_args(DECIDE_POLICY, args)?).await,
+            DECIDE_CUSTOM => self.decide_custom(parse_args(DECIDE_CUSTOM, args)?).await,
+            LIST_TEMPLATES => {
+                let _: NoArgs = parse_args(LIST_TEMPLATES, args)?;
+                self.list_templates()
+            }
+            HEALTH => {
+                let _: NoArgs = parse_args(HEALTH, args)?;
+                Ok(self.health().await)
+            }
+            WARMUP => {
+                let _: NoArgs = parse_args(WARMUP, args)?;
+                self.warmup().await
+            }
+            other => Err(ToolError::UnknownTool(other.to_string())),
+        }
+    }
+
+    async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
+        let payload = self.templates.render(&args.template, &args.variables)?;
+        let schema = valid_schema(&payload.schema, "variables")?;
+        self.decide(&args.template, schema, payload.state, args.seed)
+            .await
+    }
+
+    async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {
+        let raw = custom_schema(&args)?;
+        let schema = valid_schema(&raw, "questions")?;
+        self.decide("custom_questions", schema, json!(args.state), args.seed)
+            .await
+    }
+
+    async fn decide(
+        &self,
+        label: &str,
+        schema: ValidSchema,
+        state: Value,
+        seed: i64,
+    ) -> Result<CallToolResult, ToolError> {
+        let started = Instant::now();
+        let decision = self
+            .engine
+            .decide(DecideRequest {
+                schema,
+                state,
+                seed,
+            })
+            .await?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let r = report(label, &decision, ms);
+        Ok(result(r.structured, r.text))
+    }
+
+    fn list_templates(&self) -> Result<CallToolResult, ToolError> {
+        let list = self.templates.list()?;
+        let mut text = format!(
+            "{} policy templates in {}:\n",
+            list.len(),
+            self.templates.root().display()
+        );
+        for t in &list {
+            let qs: Vec<String> = t
+                .questions
+                .iter()
+                .map(|q| format!("{} ({})", q.id, q.kind))
+                .collect();
+            text.push_str(&format!(
+                "- {}: questions [{}]; variables [{}]{}\n",
+                t.name,
+                qs.join(", "),
+                t.variables.join(", "),
+                if t.error.is_empty() {
+                    String::new()
+                } else {
+                    format!("; note: {}", t.error)
+                }
+            ));
+        }
+        let structured = json!({"count": list.len(), "templates": list});
+        Ok(result(structured, text))
+    }
+
+    async fn health(&self) -> CallToolResult {
+        let info = self.engine.backend().info().clone();
+        let health = self.engine.backend().health().await;
+        let healthy = health == Health::Ready;
+        let state = match &health {
+            Health::Ready => "ready".to_string(),
+            Health::Starting { phase } => format!("starting ({phase})"),
+            Health::Failed { reason } => format!("failed: {reason}"),
+        };
+        let structured = json!({
+            "healthy": healthy,
+            "health": health,
+            "engine": info.engine,
+            "model_id": info.model_id,
+            "max_tokens": info.max_tokens,
+            "gpu_available": false,
+            "gpu_state": "none",
+            "gpu_note": NO_GPU_NOTE,
+        });
+        let text = format!(
+            "Backend {} with model {}: {state}. {NO_GPU_NOTE}.",
+            info.engine, info.model_id
+        );
+        result(structured, text)
+    }
+
+    async fn warmup(&self) -> Result<CallToolResult, ToolError> {
+        let raw = json!({"questions": [{"id": "ready", "type": "noul", "instructions": "Is this a warm-up check?"}]});
+        let schema = valid_schema(&raw, "warmup")?;
+        let started = Instant::now();
+        self.engine
+            .decide(DecideRequest {
+                schema,
+                state: json!("warm-up"),
+                seed: 42,
+            })
+            .await?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let structured =
+            json!({"status": "warm_and_ready", "elapsed_ms": ms, "gpu_available": false});
+        Ok(result(
+            structured,
+            format!("Warm and ready: one tiny decision took {ms:.0} ms (CPU, no GPU)."),
+        ))
+    }
+}
+
+fn valid_schema(raw: &Value, field: &'static str) -> Result<ValidSchema, ToolError> {
+    ValidSchema::from_value(raw, &SchemaDefaults::default()).map_err(|e| ToolError::Schema {
+        field,
+        detail: e.to_string(),
+    })
+}
+
+fn result(structured: Value, text: String) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(structured);
+    r
+}
+
+impl ServerHandler for DecisionServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "dgem reads a probability for every allowed answer of every question. \
+                 Call list_policy_templates, then decide_policy; or decide_custom_questions for \
+                 ad-hoc questions. Hesitation is the normalized entropy (0 certain, 1 coin flip).",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let out = match self.run_tool(&request.name, request.arguments).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(tool = %request.name, error = %e, "tool error");
+                CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+            }
+        };
+        Ok(out.into())
+    }
+}

@@ -1,0 +1,258 @@
+//! Tool arguments, their JSON Schemas, and the tool list.
+//!
+//! Every argument is a plain, non-`Option` field with a serde default, so the
+//! generated input schemas carry no nullable unions (`["null", …]`, `anyOf`
+//! with a null branch) that Gemini-backed clients reject. [`plain_schema`]
+//! strips any that slip in anyway.
+
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::ToolError;
+
+/// `decide_policy` tool name.
+pub const DECIDE_POLICY: &str = "decide_policy";
+/// `decide_custom_questions` tool name.
+pub const DECIDE_CUSTOM: &str = "decide_custom_questions";
+/// `list_policy_templates` tool name.
+pub const LIST_TEMPLATES: &str = "list_policy_templates";
+/// `get_health_and_gpu_status` tool name.
+pub const HEALTH: &str = "get_health_and_gpu_status";
+/// `warmup_gpu` tool name.
+pub const WARMUP: &str = "warmup_gpu";
+
+fn default_template() -> String {
+    "support_triage".into()
+}
+
+fn default_seed() -> i64 {
+    42
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+/// `criteria` is declared as an object (the common case) so the schema stays
+/// a single plain type; a score's list of levels is accepted as well.
+fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": true,
+        "default": {},
+        "description": "noul: {\"true\": \"when yes\", \"false\": \"when no\"} (optional). choice: option name -> description (required). score: use `levels`."
+    })
+}
+
+/// Arguments of `decide_policy`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct DecidePolicyArgs {
+    /// Policy template name from list_policy_templates (e.g. `support_triage`).
+    #[serde(default = "default_template")]
+    pub template: String,
+    /// Template variables, e.g. {"ticket": "I was charged twice"}. See the
+    /// template's `variables` in list_policy_templates.
+    #[serde(default)]
+    pub variables: Map<String, Value>,
+    /// Base seed for the reads (default 42).
+    #[serde(default = "default_seed")]
+    pub seed: i64,
+}
+
+/// Question type of an ad-hoc question: `noul` (yes/no), `choice` (one of
+/// named options) or `score` (an ordered level). Variants carry no doc comments
+/// so that the schema is a plain string `enum`, not a `oneOf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum QuestionType {
+    Noul,
+    Choice,
+    Score,
+}
+
+/// One ad-hoc question (the `/v1/systemone` shape).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct CustomQuestion {
+    /// `noul` (yes/no), `choice` (one option of `criteria`) or `score` (one of `levels`).
+    #[serde(rename = "type")]
+    pub kind: QuestionType,
+    /// The question, in plain words.
+    #[serde(default)]
+    pub instructions: String,
+    /// noul: {"true": "when yes", "false": "when no"} (optional). choice: option
+    /// name -> description (required). score: give `levels` (a list of levels
+    /// here is accepted too, as on /v1/systemone).
+    #[serde(default = "empty_object")]
+    #[schemars(schema_with = "criteria_schema")]
+    pub criteria: Value,
+    /// score only: the levels from lowest to highest, e.g. ["calm", "annoyed", "furious"].
+    #[serde(default)]
+    pub levels: Vec<String>,
+}
+
+/// Arguments of `decide_custom_questions`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+pub struct DecideCustomArgs {
+    /// The text the decision is about (a ticket, a message, a log line, …).
+    pub state: String,
+    /// Questions by id, e.g. {"urgent": {"type": "noul", "instructions": "Does it need someone today?"}}.
+    pub questions: std::collections::BTreeMap<String, CustomQuestion>,
+    /// Instructions that apply to every question (optional).
+    #[serde(default)]
+    pub instructions: String,
+    /// Base seed for the reads (default 42).
+    #[serde(default = "default_seed")]
+    pub seed: i64,
+}
+
+/// Arguments of the tools that take none.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+/// Parse a tool's arguments; a mismatch names the field at fault.
+///
+/// # Errors
+/// [`ToolError::Arguments`] with the JSON path of the bad field.
+pub fn parse_args<T: DeserializeOwned>(
+    tool: &'static str,
+    args: Option<JsonObject>,
+) -> Result<T, ToolError> {
+    let value = Value::Object(args.unwrap_or_default());
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let detail = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("field `{path}`: {}", e.inner())
+        };
+        ToolError::Arguments { tool, detail }
+    })
+}
+
+/// The JSON Schema of `T` as a tool input schema, made plain by [`plain_schema`].
+pub fn input_schema<T: JsonSchema>() -> Arc<JsonObject> {
+    let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
+        s.inline_subschemas = true;
+    });
+    let root = settings.into_generator().into_root_schema_for::<T>();
+    let mut value = serde_json::to_value(root).unwrap_or(Value::Null);
+    plain_schema(&mut value);
+    let mut obj = match value {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    obj.remove("$schema");
+    obj.remove("title");
+    obj.remove("$defs");
+    obj.entry("type")
+        .or_insert_with(|| Value::String("object".into()));
+    obj.entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
+    Arc::new(obj)
+}
+
+/// Remove nullable unions in place: `"type": ["null", X]` becomes `"type": X`,
+/// null branches leave `anyOf`/`oneOf`, and a union left with one branch is
+/// merged into its parent.
+pub fn plain_schema(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Array(types)) = o.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let t = types.remove(0);
+                    o.insert("type".into(), t);
+                }
+            }
+            for key in ["anyOf", "oneOf"] {
+                let Some(Value::Array(branches)) = o.get_mut(key) else {
+                    continue;
+                };
+                branches.retain(|b| b.get("type").and_then(Value::as_str) != Some("null"));
+                if branches.len() == 1 {
+                    if let Some(Value::Object(only)) = branches.pop() {
+                        o.remove(key);
+                        for (k, val) in only {
+                            o.entry(k).or_insert(val);
+                        }
+                    }
+                }
+            }
+            o.values_mut().for_each(plain_schema);
+        }
+        Value::Array(items) => items.iter_mut().for_each(plain_schema),
+        _ => {}
+    }
+}
+
+/// Whether a schema still holds a nullable union anywhere (for tests).
+pub fn has_null_union(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => {
+            let nullable_type = o
+                .get("type")
+                .and_then(Value::as_array)
+                .is_some_and(|t| t.iter().any(|x| x == "null"));
+            let null_branch = ["anyOf", "oneOf"].iter().any(|k| {
+                o.get(*k).and_then(Value::as_array).is_some_and(|b| {
+                    b.iter()
+                        .any(|x| x.get("type") == Some(&Value::from("null")))
+                })
+            });
+            nullable_type || null_branch || o.values().any(has_null_union)
+        }
+        Value::Array(items) => items.iter().any(has_null_union),
+        _ => false,
+    }
+}
+
+fn read_only() -> ToolAnnotations {
+    ToolAnnotations::from_raw(None, Some(true), Some(false), Some(true), Some(false))
+}
+
+/// The tools this server offers.
+pub fn tool_list() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            DECIDE_POLICY,
+            "Run a policy template (see list_policy_templates) on variables and return, per question, \
+             the answer, the probability of every allowed answer, confidence and normalized entropy \
+             (hesitation, 0 = certain, 1 = coin flip), plus the maximum hesitation.",
+            input_schema::<DecidePolicyArgs>(),
+        )
+        .with_annotations(read_only()),
+        Tool::new(
+            DECIDE_CUSTOM,
+            "Ask ad-hoc questions about a text (state). Questions by id: type noul (yes/no), choice \
+             (criteria maps option names to descriptions) or score (levels, lowest first). Returns the \
+             same answers, probabilities and hesitation as decide_policy.",
+            input_schema::<DecideCustomArgs>(),
+        )
+        .with_annotations(read_only()),
+        Tool::new(
+            LIST_TEMPLATES,
+            "List the policy templates: name, description, question ids and types, and the variables \
+             each template reads.",
+            input_schema::<NoArgs>(),
+        )
+        .with_annotations(read_only()),
+        Tool::new(
+            HEALTH,
+            "Backend engine, model and health. The embedded model runs on the CPU: there is no GPU.",
+            input_schema::<NoArgs>(),
+        )
+        .with_annotations(read_only()),
+        Tool::new(
+            WARMUP,
+            "Run one tiny decision to load and warm the model; reports how long it took in ms.",
+            input_schema::<NoArgs>(),
+        )
+        .with_annotations(read_only()),
+    ]
+}

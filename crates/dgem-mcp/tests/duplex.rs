@@ -1,0 +1,273 @@
+//! In-process MCP client ↔ server over `tokio::io::duplex`, on the testkit's
+//! scripted backend: tool list and schemas, decisions, and tool errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use dgem_mcp::{has_null_union, DecisionServer, TemplateDir};
+use dgem_testkit::{scripts, ScriptedBackend};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::ServiceExt as _;
+use serde_json::{json, Value};
+
+fn templates() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates")
+}
+
+async fn connect(dir: PathBuf) -> RunningService<RoleClient, ()> {
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let engine = Arc::new(dgem_testkit::engine(backend));
+    let server = DecisionServer::new(engine, TemplateDir::new(dir));
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        let _ = dgem_mcp::serve_transport(server, server_io).await;
+    });
+    ().serve(client_io).await.expect("client initializes")
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ()>,
+    tool: &'static str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+        .await
+        .expect("a tool result, not a protocol error")
+}
+
+fn text_of(r: &CallToolResult) -> String {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn lists_five_tools_with_plain_schemas() {
+    let client = connect(templates()).await;
+    let tools = client.list_all_tools().await.expect("tools/list");
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "decide_custom_questions",
+            "decide_policy",
+            "get_health_and_gpu_status",
+            "list_policy_templates",
+            "warmup_gpu"
+        ]
+    );
+    for t in &tools {
+        let schema = t.schema_as_json_value();
+        assert_eq!(schema["type"], "object", "{}: {schema}", t.name);
+        assert!(
+            !has_null_union(&schema),
+            "{} has a nullable union: {schema}",
+            t.name
+        );
+        let text = schema.to_string();
+        assert!(!text.contains("\"null\""), "{}: {text}", t.name);
+        assert!(!text.contains("$ref"), "{}: {text}", t.name);
+    }
+    let decide = tools.iter().find(|t| t.name == "decide_policy").unwrap();
+    let schema = decide.schema_as_json_value();
+    assert_eq!(schema["properties"]["template"]["type"], "string");
+    assert_eq!(schema["properties"]["variables"]["type"], "object");
+    let custom = tools
+        .iter()
+        .find(|t| t.name == "decide_custom_questions")
+        .unwrap();
+    let q = &custom.schema_as_json_value()["properties"]["questions"]["additionalProperties"];
+    assert_eq!(
+        q["properties"]["type"]["enum"],
+        json!(["noul", "choice", "score"])
+    );
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn decide_policy_on_support_triage() {
+    let client = connect(templates()).await;
+    let r = call(
+        &client,
+        "decide_policy",
+        json!({"template": "support_triage", "variables": {"ticket": "I was charged twice, want_billing want_yes"}}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    let s = r.structured_content.clone().expect("structured content");
+    assert_eq!(s["template"], "support_triage");
+    let answers = s["answers"].as_object().expect("answers");
+    assert_eq!(
+        answers.keys().collect::<Vec<_>>(),
+        ["urgent", "team", "sentiment"]
+    );
+    for (id, a) in answers {
+        let sum: f64 = a["probabilities"]
+            .as_object()
+            .expect("probabilities")
+            .values()
+            .map(|p| p.as_f64().unwrap())
+            .sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{id}: {sum}");
+        let h = a["normalized_entropy"]
+            .as_f64()
+            .expect("normalized_entropy");
+        assert!((0.0..=1.0 + 1e-9).contains(&h));
+        assert!(a["confidence"].is_f64());
+        assert!(a["entropy"].is_f64());
+    }
+    assert_eq!(answers["team"]["choice"], "billing");
+    let max = s["max_normalized_entropy"].as_f64().expect("max");
+    let expected = answers
+        .values()
+        .map(|a| a["normalized_entropy"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!((max - expected).abs() < 1e-12);
+    assert!(s["most_hesitant_question"].is_string());
+    assert!(s["elapsed_ms"].is_f64());
+    let text = text_of(&r);
+    assert!(text.contains("team: billing"), "{text}");
+    assert!(text.contains("Maximum hesitation"), "{text}");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn decide_custom_questions_systemone_shape() {
+    let client = connect(templates()).await;
+    let r = call(
+        &client,
+        "decide_custom_questions",
+        json!({
+            "state": "The server is down want_engineering want_furious",
+            "questions": {
+                "urgent": {"type": "noul", "instructions": "Does it need someone today?"},
+                "team": {"type": "choice", "instructions": "Which team?",
+                         "criteria": {"billing": "money", "engineering": "outages"}},
+                "mood": {"type": "score", "instructions": "How upset?", "levels": ["calm", "annoyed", "furious"]},
+                "tone": {"type": "score", "criteria": ["calm", "furious"]}
+            }
+        }),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    let s = r.structured_content.expect("structured");
+    assert_eq!(s["template"], "custom_questions");
+    assert_eq!(s["answers"]["team"]["choice"], "engineering");
+    assert_eq!(s["answers"]["mood"]["level"], "furious");
+    assert_eq!(s["answers"]["tone"]["level"], "furious");
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn bad_arguments_are_tool_errors() {
+    let client = connect(templates()).await;
+    let cases = [
+        (
+            "decide_policy",
+            json!({"template": "no_such_policy"}),
+            "template",
+        ),
+        (
+            "decide_policy",
+            json!({"template": "../etc/passwd"}),
+            "template",
+        ),
+        (
+            "decide_policy",
+            json!({"template": "/etc/passwd"}),
+            "template",
+        ),
+        ("decide_policy", json!({"template": 5}), "template"),
+        ("decide_policy", json!({"variables": "ticket"}), "variables"),
+        (
+            "decide_custom_questions",
+            json!({"state": "x", "questions": {}}),
+            "questions",
+        ),
+        (
+            "decide_custom_questions",
+            json!({"state": "x", "questions": {"q": {"type": "maybe"}}}),
+            "questions.q.type",
+        ),
+        (
+            "decide_custom_questions",
+            json!({"state": "x", "questions": {"q": {"type": "choice"}}}),
+            "questions",
+        ),
+        ("no_such_tool", json!({}), "unknown tool"),
+    ];
+    for (tool, args, needle) in cases {
+        let r = call(&client, tool, args.clone()).await;
+        assert_eq!(r.is_error, Some(true), "{tool} {args}");
+        let text = text_of(&r);
+        assert!(text.contains(needle), "{tool} {args}: {text}");
+    }
+    // The session survives the errors.
+    let ok = call(&client, "get_health_and_gpu_status", json!({})).await;
+    assert_eq!(ok.is_error, Some(false));
+    client.cancel().await.expect("close");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn symlink_outside_the_folder_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let target = outside.path().join("evil.json.tmpl");
+    std::fs::copy(templates().join("support_triage.json.tmpl"), &target).expect("copy");
+    std::os::unix::fs::symlink(&target, dir.path().join("evil.json.tmpl")).expect("symlink");
+    std::fs::copy(
+        templates().join("support_triage.json.tmpl"),
+        dir.path().join("inside.json.tmpl"),
+    )
+    .expect("copy");
+    let client = connect(dir.path().to_path_buf()).await;
+    let r = call(&client, "decide_policy", json!({"template": "evil"})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text_of(&r).contains("outside"), "{}", text_of(&r));
+    let r = call(&client, "decide_policy", json!({"template": "inside"})).await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn catalog_health_and_warmup() {
+    let client = connect(templates()).await;
+    let r = call(&client, "list_policy_templates", json!({})).await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    let s = r.structured_content.expect("structured");
+    let list = s["templates"].as_array().expect("templates");
+    let triage = list
+        .iter()
+        .find(|t| t["name"] == "support_triage")
+        .expect("support_triage listed");
+    assert_eq!(triage["variables"], json!(["samples", "ticket"]));
+    assert_eq!(
+        triage["questions"][1],
+        json!({"id": "team", "type": "choice"})
+    );
+    assert_eq!(s["count"].as_u64(), Some(list.len() as u64));
+
+    let h = call(&client, "get_health_and_gpu_status", json!({})).await;
+    let hs = h.structured_content.clone().expect("structured");
+    assert_eq!(hs["engine"], "scripted");
+    assert_eq!(hs["healthy"], true);
+    assert_eq!(hs["gpu_available"], false);
+    assert!(text_of(&h).contains("no GPU"));
+
+    let w = call(&client, "warmup_gpu", json!({})).await;
+    assert_eq!(w.is_error, Some(false), "{}", text_of(&w));
+    let ws = w.structured_content.expect("structured");
+    assert_eq!(ws["status"], "warm_and_ready");
+    assert!(ws["elapsed_ms"].as_f64().expect("ms") >= 0.0);
+    client.cancel().await.expect("close");
+}
