@@ -229,3 +229,32 @@ async fn item_errors_are_recorded_and_engine_failures_stop_the_run() {
     let r = bench::run_item(&d, &ds.path, 1, ds.rows[0].1.clone()).await;
     assert!(matches!(r, Err(BenchError::Engine { .. })), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unscorable_expected_values_are_item_errors_not_wrong_answers() {
+    // Regression: an expected slot that is not a question, or a gold value that is
+    // not an allowed answer, was scored as a wrong answer and lowered accuracy.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ds = load(&dir);
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let d = decider(backend.clone());
+    let mut unknown_slot = ds.rows[0].1.clone();
+    unknown_slot.expected = [("nosuch".to_owned(), serde_json::json!("billing"))]
+        .into_iter()
+        .collect();
+    let item = bench::run_item(&d, &ds.path, 1, unknown_slot)
+        .await
+        .expect("recorded");
+    let e = item.error.expect("item error");
+    assert!(e.contains("`expected` names `nosuch`"), "{e}");
+    let mut bad_gold = ds.rows[0].1.clone();
+    bad_gold.expected = [("team".to_owned(), serde_json::json!("marketing"))]
+        .into_iter()
+        .collect();
+    let item = bench::run_item(&d, &ds.path, 1, bad_gold)
+        .await
+        .expect("recorded");
+    let e = item.error.expect("item error");
+    assert!(e.contains("`expected.team` must be one of [\"billing\", \"support\", \"engineering\"]. Given: `marketing`"), "{e}");
+    assert!(item.slots.is_empty(), "nothing was scored");
+}

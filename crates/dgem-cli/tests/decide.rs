@@ -220,3 +220,55 @@ fn real_model_samples_report_agreement() {
         .expect("agreement when n > 1");
     assert!((0.0..=1.0).contains(&ag));
 }
+
+#[test]
+fn usage_errors_exit_1_not_2() {
+    // Regression: clap's usage errors and bad --context/--threads exited 2,
+    // which dgem reserves for internal failures.
+    let o = dgem(
+        &["decide", "-t", "support_triage", "--labels", "bogus"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`labels` must be one of [words, letters]"));
+    let o = dgem(&["decide", "--no-such-flag"], None);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = dgem(&["--help"], None);
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn damaged_cached_model_is_refused_not_used() {
+    // Regression: a corrupted cached model was loaded and reported with the
+    // expected sha256 as if it were intact.
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = dir.path().join("gemma-3-270m-q4_k_m.gguf");
+    let mut bytes = std::fs::read(&m).expect("read model");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&copy, bytes).expect("write copy");
+    let o = Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(root())
+        .env("DGEM_MODEL_DIR", dir.path())
+        .env_remove("DGEM_MODEL_PATH")
+        .args([
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=x",
+            "--context",
+            "512",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is damaged"), "{}", stderr(&o));
+    let o = dgem(
+        &["decide", "-t", "support_triage", "--context", "0"],
+        Some(&m),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`--context` must be between 64 and 131072 tokens. Given: `0`"));
+}

@@ -125,6 +125,39 @@ pub async fn run_item(
     Ok(item)
 }
 
+/// Every expected slot must be a question of the rendered schema and every gold
+/// value one of its answers; otherwise the row cannot be scored and is an item
+/// error (it would silently count as wrong).
+fn check_expected(
+    row: &BenchRow,
+    schema: &dgem_core::schema::ValidSchema,
+) -> Result<(), BenchError> {
+    for (slot, want) in &row.expected {
+        let want = match want {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(q) = schema.question(slot) else {
+            let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
+            return Err(BenchError::Item {
+                id: row.id.clone(),
+                message: format!("`expected` names `{slot}`, which is not a question of the template; questions are {ids:?}"),
+            });
+        };
+        let names: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
+        if !names
+            .iter()
+            .any(|n| normalize_answer(n) == normalize_answer(&want))
+        {
+            return Err(BenchError::Item {
+                id: row.id.clone(),
+                message: format!("`expected.{slot}` must be one of {names:?}. Given: `{want}`"),
+            });
+        }
+    }
+    Ok(())
+}
+
 async fn decide_row(
     d: &Decider,
     dataset: &Path,
@@ -137,6 +170,7 @@ async fn decide_row(
     })?;
     let text = super::read_template(&path)?;
     let (schema, state) = d.prepare(&row.id, &path.display().to_string(), &text, &row.variables)?;
+    check_expected(row, &schema)?;
     let t = d.decide(&row.id, schema, state).await?;
     item.wall_ms = t.wall_ms;
     item.reads = t.decision.diagnostics.samples.n;
