@@ -5,43 +5,10 @@
 
 #![allow(clippy::print_stderr)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
 use serde_json::{json, Value};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model() -> Option<String> {
-    match std::env::var("DGEM_TEST_MODEL") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "CI must set DGEM_TEST_MODEL (scripts/test does)"
-            );
-            eprintln!("skipping: DGEM_TEST_MODEL is not set");
-            None
-        }
-    }
-}
-
-fn dgem(args: &[&str], model: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
-    cmd.current_dir(root())
-        .args(args)
-        .env_remove("DGEM_MODEL_PATH");
-    match model {
-        Some(m) => cmd.env(
-            "DGEM_MODEL_DIR",
-            Path::new(m).parent().expect("model has a folder"),
-        ),
-        None => cmd.env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache"),
-    };
-    cmd.output().expect("run dgem")
-}
+mod common;
+use common::{dgem, model};
 
 fn receipt(items: &[(&str, bool)], acc: f64) -> Value {
     json!({

@@ -12,6 +12,8 @@ use dgem_core::slots::{canvas_width, resolve_template, seed_canvas, CanvasTokens
 use dgem_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 
+mod common;
+
 fn templates() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -88,11 +90,7 @@ fn every_policy_renders_validates_and_prompts() {
 
 #[test]
 fn letters_canvas_of_support_triage_on_gemma_tokens() {
-    let Ok(model) = std::env::var("DGEM_TEST_MODEL") else {
-        assert!(std::env::var("CI").is_err(), "CI must set DGEM_TEST_MODEL");
-        eprintln!("skipping: DGEM_TEST_MODEL is not set");
-        return;
-    };
+    let Some(model) = common::model() else { return };
     let tok = dgem_backend_llama::LlamaTokenizer::load(&model).expect("tokenizer");
     let path = templates()
         .into_iter()

@@ -6,47 +6,12 @@
 
 #![allow(clippy::print_stderr)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model() -> Option<String> {
-    match std::env::var("DGEM_TEST_MODEL") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ => {
-            assert!(
-                std::env::var("CI").is_err(),
-                "CI must set DGEM_TEST_MODEL (scripts/test does)"
-            );
-            eprintln!("skipping: DGEM_TEST_MODEL is not set");
-            None
-        }
-    }
-}
-
-fn dgem(args: &[&str], model: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
-    cmd.current_dir(root())
-        .args(args)
-        .env_remove("DGEM_MODEL_PATH");
-    if let Some(m) = model {
-        // Point the cache at the model's folder so the default-model path is exercised.
-        let p = PathBuf::from(m);
-        cmd.env("DGEM_MODEL_DIR", p.parent().expect("model has a folder"));
-    } else {
-        cmd.env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache");
-    }
-    cmd.output().expect("run dgem")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{dgem, model, root, stderr};
 
 #[test]
 fn bad_template_exits_1_naming_the_field() {

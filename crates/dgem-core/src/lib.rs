@@ -30,7 +30,6 @@
 pub mod envelope;
 pub mod error;
 pub mod labels;
-pub mod metrics;
 pub mod payload;
 pub mod prompt;
 pub mod readout;

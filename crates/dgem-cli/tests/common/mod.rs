@@ -1,0 +1,49 @@
+//! Helpers shared by the `dgem` binary's integration tests.
+#![allow(dead_code, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root (templates and data are resolved from there).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The real model's path from `DGEM_TEST_MODEL`; `None` skips the test locally,
+/// but under CI a missing model fails it, so a green CI means it ran.
+pub fn model() -> Option<String> {
+    match std::env::var("DGEM_TEST_MODEL") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "CI must set DGEM_TEST_MODEL (scripts/test does)"
+            );
+            eprintln!("skipping: DGEM_TEST_MODEL is not set");
+            None
+        }
+    }
+}
+
+/// Run `dgem` from the repository root. With a model, the cache dir points at the
+/// model's folder so the default-model path is exercised; without, at a folder
+/// that does not exist (commands that need no model must not touch it).
+pub fn dgem(args: &[&str], model: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
+    cmd.current_dir(root())
+        .args(args)
+        .env_remove("DGEM_MODEL_PATH");
+    match model {
+        Some(m) => cmd.env(
+            "DGEM_MODEL_DIR",
+            Path::new(m).parent().expect("model has a folder"),
+        ),
+        None => cmd.env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache"),
+    };
+    cmd.output().expect("run dgem")
+}
+
+/// A process's stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
