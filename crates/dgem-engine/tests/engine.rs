@@ -1,144 +1,12 @@
-//! End-to-end engine tests on a scripted backend with a toy tokenizer: the
+//! End-to-end engine tests on the scripted backend of `dgem-testkit`: the
 //! numbers that come out are fixed by the script, so they are asserted exactly.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
-use dgem_backend::{
-    Attention, Backend, BackendError, BackendInfo, ForwardOutput, ForwardStats, LabelMode,
-    SequenceRead, SlotLogits,
-};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_core::tokenizer::{TokenId, TokenizeError, Tokenizer};
 use dgem_engine::{CalibrationMode, DecideRequest, Engine, EngineConfig, EngineError};
+use dgem_testkit::{scripts, ScriptedBackend, SlotContext};
 use serde_json::json;
-
-/// Whitespace/punctuation tokenizer: `▁word` after a space, ids on first use.
-#[derive(Default)]
-struct ToyTokenizer {
-    ids: Mutex<HashMap<String, TokenId>>,
-}
-
-impl ToyTokenizer {
-    fn id(&self, piece: &str) -> TokenId {
-        let mut ids = self.ids.lock().expect("lock");
-        let next = u32::try_from(ids.len()).expect("small") + 10;
-        *ids.entry(piece.to_owned()).or_insert(next)
-    }
-}
-
-impl Tokenizer for ToyTokenizer {
-    fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
-        let mut out = Vec::new();
-        let mut word = String::new();
-        let mut space = false;
-        for c in text.chars().chain(std::iter::once('\u{0}')) {
-            if c.is_alphanumeric() || c == '_' {
-                word.push(c);
-                continue;
-            }
-            if !word.is_empty() {
-                let piece = if space {
-                    format!("▁{word}")
-                } else {
-                    word.clone()
-                };
-                out.push(self.id(&piece));
-                word.clear();
-                space = false;
-            }
-            match c {
-                '\u{0}' => {}
-                ' ' => space = true,
-                other => out.push(self.id(&other.to_string())),
-            }
-        }
-        Ok(out)
-    }
-    fn decode(&self, _ids: &[TokenId]) -> String {
-        String::new()
-    }
-    fn bos_id(&self) -> Option<TokenId> {
-        Some(2)
-    }
-    fn vocab_size(&self) -> usize {
-        1_000
-    }
-}
-
-type Script = dyn Fn(&ToyTokenizer, &[TokenId], &[Vec<TokenId>]) -> Vec<f64> + Send + Sync;
-
-/// A causal backend whose label log-probabilities come from a script.
-struct Scripted {
-    tok: Arc<ToyTokenizer>,
-    info: BackendInfo,
-    script: Box<Script>,
-    calls: Mutex<usize>,
-}
-
-impl std::fmt::Debug for Scripted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Scripted")
-    }
-}
-
-impl Scripted {
-    fn new(max_tokens: usize, script: Box<Script>) -> Arc<Self> {
-        Arc::new(Self {
-            tok: Arc::new(ToyTokenizer::default()),
-            info: BackendInfo {
-                engine: "scripted".into(),
-                model_id: "toy".into(),
-                model_sha256: None,
-                attention: Attention::Causal,
-                label_mode: LabelMode::Words,
-                max_tokens,
-                supports_images: false,
-            },
-            script,
-            calls: Mutex::new(0),
-        })
-    }
-}
-
-#[async_trait]
-impl Backend for Scripted {
-    fn info(&self) -> &BackendInfo {
-        &self.info
-    }
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.tok.clone()
-    }
-    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
-        *self.calls.lock().expect("lock") += 1;
-        let sequences = reads
-            .iter()
-            .map(|r| {
-                r.slots
-                    .iter()
-                    .map(|s| {
-                        let probs = (self.script)(&self.tok, &r.tokens[..s.pos], &s.labels);
-                        SlotLogits {
-                            label_logprobs: probs.iter().map(|p| p.ln()).collect(),
-                            vocab_entropy: 3.0,
-                            argmax_token: s.labels[0][0],
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(ForwardOutput {
-            sequences,
-            stats: ForwardStats {
-                queue_ms: 0.0,
-                forward_ms: 1.0,
-                prompt_tokens: 0,
-                cached_tokens: 0,
-            },
-        })
-    }
-}
 
 fn schema(v: serde_json::Value) -> ValidSchema {
     ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid schema")
@@ -151,19 +19,14 @@ fn triage() -> serde_json::Value {
     ]})
 }
 
-/// Puts probability `p` on the label whose token is `▁<word>` and spreads the rest.
-fn favour(word: &'static str, p: f64) -> Box<Script> {
-    Box::new(move |tok, _prefix, labels| {
-        let target = tok.id(&format!("▁{word}"));
-        let k = labels.len() as f64;
-        labels
-            .iter()
-            .map(|l| if l.contains(&target) { p } else { (1.0 - p) / (k - 1.0) } * 0.5)
-            .collect()
-    })
+/// `scripts::favour` with half of the vocabulary mass left off the labels, so
+/// `label_mass` has a known value (0.5).
+fn favour(word: &'static str, p: f64) -> impl Fn(&SlotContext) -> Vec<f64> + Send + Sync {
+    let f = scripts::favour(word, p);
+    move |ctx| f(ctx).into_iter().map(|x| x * 0.5).collect()
 }
 
-fn engine(backend: Arc<Scripted>, calibration: CalibrationMode) -> Engine {
+fn engine(backend: Arc<ScriptedBackend>, calibration: CalibrationMode) -> Engine {
     Engine::new(
         backend,
         EngineConfig {
@@ -175,7 +38,7 @@ fn engine(backend: Arc<Scripted>, calibration: CalibrationMode) -> Engine {
 
 #[tokio::test]
 async fn answers_follow_the_script_exactly() {
-    let b = Scripted::new(4096, favour("engineering", 0.7));
+    let b = ScriptedBackend::with_context(4096, favour("engineering", 0.7));
     let d = engine(b, CalibrationMode::Off)
         .decide(DecideRequest {
             schema: schema(triage()),
@@ -202,7 +65,7 @@ async fn answers_follow_the_script_exactly() {
 
 #[tokio::test]
 async fn permuted_samples_map_back_to_original_options() {
-    let b = Scripted::new(4096, favour("support", 0.6));
+    let b = ScriptedBackend::with_context(4096, favour("support", 0.6));
     let mut s = triage();
     s["samples"] = json!(4);
     let d = engine(b, CalibrationMode::Off)
@@ -225,7 +88,7 @@ async fn permuted_samples_map_back_to_original_options() {
 async fn calibration_removes_a_constant_preference() {
     // The model always prefers billing 0.6 / support 0.3 / engineering 0.1, whatever
     // the state: calibration divides that out and leaves a uniform answer.
-    let script: Box<Script> = Box::new(|tok, _p, labels| {
+    let script = |ctx: &SlotContext| -> Vec<f64> {
         let pref = [
             ("billing", 0.6),
             ("support", 0.3),
@@ -233,16 +96,12 @@ async fn calibration_removes_a_constant_preference() {
             ("yes", 0.8),
             ("no", 0.2),
         ];
-        labels
+        ctx.labels
             .iter()
-            .map(|l| {
-                pref.iter()
-                    .find(|(w, _)| l.contains(&tok.id(&format!("▁{w}"))))
-                    .map_or(0.01, |(_, p)| *p)
-            })
+            .map(|l| pref.iter().find(|(w, _)| w == l).map_or(0.01, |(_, p)| *p))
             .collect()
-    });
-    let b = Scripted::new(4096, script);
+    };
+    let b = ScriptedBackend::with_context(4096, script);
     let d = engine(b.clone(), CalibrationMode::On)
         .decide(DecideRequest {
             schema: schema(triage()),
@@ -268,7 +127,7 @@ async fn calibration_removes_a_constant_preference() {
 
 #[tokio::test]
 async fn calibration_priors_are_cached_between_decisions() {
-    let b = Scripted::new(4096, favour("billing", 0.5));
+    let b = ScriptedBackend::with_context(4096, favour("billing", 0.5));
     let e = engine(b.clone(), CalibrationMode::On);
     let req = DecideRequest {
         schema: schema(triage()),
@@ -276,21 +135,17 @@ async fn calibration_priors_are_cached_between_decisions() {
         seed: 42,
     };
     e.decide(req.clone()).await.expect("first");
-    let after_first = *b.calls.lock().expect("lock");
+    let after_first = b.calls();
     let mut second = req;
     second.state = json!("two");
     let d = e.decide(second).await.expect("second");
-    assert_eq!(
-        *b.calls.lock().expect("lock") - after_first,
-        1,
-        "only the real read runs"
-    );
+    assert_eq!(b.calls() - after_first, 1, "only the real read runs");
     assert_eq!(d.diagnostics.timing.calibration_ms, 0.0);
 }
 
 #[tokio::test]
 async fn ask_if_skips_and_later_stage_sees_prefill() {
-    let b = Scripted::new(4096, favour("no", 0.9));
+    let b = ScriptedBackend::with_context(4096, favour("no", 0.9));
     let s = schema(json!({"questions": [
         {"id": "breach", "type": "boolean"},
         {"id": "action", "type": "choice", "options": ["revoke", "monitor"],
@@ -322,7 +177,7 @@ async fn ask_if_skips_and_later_stage_sees_prefill() {
 
 #[tokio::test]
 async fn state_longer_than_context_is_a_user_error() {
-    let b = Scripted::new(32, favour("yes", 0.9));
+    let b = ScriptedBackend::with_context(32, favour("yes", 0.9));
     let err = engine(b, CalibrationMode::Off)
         .decide(DecideRequest {
             schema: schema(triage()),
