@@ -26,6 +26,7 @@
 
 mod calibration;
 mod cloze;
+mod decider;
 mod error;
 
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ use indexmap::IndexMap;
 use serde_json::Value;
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
+pub use decider::Decider;
 pub use error::EngineError;
 
 /// Engine settings.

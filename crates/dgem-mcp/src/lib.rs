@@ -18,7 +18,7 @@ mod tools;
 
 use std::sync::Arc;
 
-use dgem_engine::Engine;
+use dgem_engine::Decider;
 use rmcp::ServiceExt as _;
 
 pub use decision::{custom_schema, report, DecisionReport};
@@ -57,7 +57,7 @@ where
 ///
 /// # Errors
 /// See [`serve_transport`].
-pub async fn serve_stdio(engine: Arc<Engine>, templates: TemplateDir) -> Result<(), McpError> {
+pub async fn serve_stdio(engine: Arc<dyn Decider>, templates: TemplateDir) -> Result<(), McpError> {
     serve_transport(
         DecisionServer::new(engine, templates),
         rmcp::transport::stdio(),

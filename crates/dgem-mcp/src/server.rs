@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use dgem_backend::Health;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{DecideRequest, Engine};
+use dgem_engine::{DecideRequest, Decider};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -32,14 +32,14 @@ pub const NO_GPU_NOTE: &str = "no GPU: dgem mcp runs the embedded model in this 
 /// The MCP server: decision tools over one engine and one template folder.
 #[derive(Debug, Clone)]
 pub struct DecisionServer {
-    engine: Arc<Engine>,
+    engine: Arc<dyn Decider>,
     templates: TemplateDir,
     tools: Arc<Vec<Tool>>,
 }
 
 impl DecisionServer {
     /// A server deciding with `engine` and reading templates from `templates`.
-    pub fn new(engine: Arc<Engine>, templates: TemplateDir) -> Self {
+    pub fn new(engine: Arc<dyn Decider>, templates: TemplateDir) -> Self {
         Self {
             engine,
             templates,
@@ -145,8 +145,8 @@ impl DecisionServer {
     }
 
     async fn health(&self) -> CallToolResult {
-        let info = self.engine.backend().info().clone();
-        let health = self.engine.backend().health().await;
+        let info = self.engine.info();
+        let health = self.engine.health().await;
         let healthy = health == Health::Ready;
         let state = match &health {
             Health::Ready => "ready".to_string(),

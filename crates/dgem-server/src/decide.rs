@@ -38,7 +38,7 @@ pub fn has_images(state: &Value) -> bool {
 /// # Errors
 /// A user error of the route's flavor naming the backend.
 pub fn check_images(state: &AppState, flavor: Flavor, images: bool) -> Result<(), ApiError> {
-    let info = state.engine().backend().info();
+    let info = state.engine().info();
     if images && !info.supports_images {
         return Err(ApiError::user(
             flavor,

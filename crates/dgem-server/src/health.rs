@@ -20,7 +20,7 @@ pub const SERVER_NAME: &str = "dgem-structured-server";
 /// The readiness JSON.
 pub fn health_body(state: &AppState) -> Value {
     let r = state.readiness();
-    let info = state.engine().backend().info();
+    let info = state.engine().info();
     let cfg = state.config();
     let mut m = Map::new();
     m.insert("status".into(), json!("ok"));

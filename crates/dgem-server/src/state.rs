@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dgem_engine::Engine;
+use dgem_engine::Decider;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -36,7 +36,7 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    engine: Arc<Engine>,
+    engine: Arc<dyn Decider>,
     config: ServeConfig,
     gate: Option<Arc<Semaphore>>,
     key_digests: Vec<[u8; 32]>,
@@ -60,9 +60,9 @@ pub(crate) fn key_digest(key: &[u8]) -> [u8; 32] {
 }
 
 impl AppState {
-    /// State over `engine` with `config`. Installs the Prometheus recorder on
+    /// State over the decider `engine` with `config`. Installs the Prometheus recorder on
     /// first use (process-wide).
-    pub fn new(engine: Arc<Engine>, config: ServeConfig) -> Self {
+    pub fn new(engine: Arc<dyn Decider>, config: ServeConfig) -> Self {
         let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
         let key_digests = config
             .api_keys
@@ -89,8 +89,8 @@ impl AppState {
         }
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &Arc<Engine> {
+    /// The decider (embedded engine, vLLM reader, …).
+    pub fn engine(&self) -> &Arc<dyn Decider> {
         &self.inner.engine
     }
 
