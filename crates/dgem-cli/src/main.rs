@@ -9,6 +9,7 @@ mod commands;
 mod failure;
 mod progress;
 mod setup;
+mod vllm;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,10 @@ enum Command {
     Serve(commands::serve::ServeArgs),
     /// Serve the decision tools to agents over MCP (stdio).
     Mcp(commands::mcp::McpArgs),
+    /// Stage model weights: headers first, full-size files, parallel ranged bodies, `.ready`.
+    Stage(commands::stage::StageArgs),
+    /// Route decisions across Vertex, Cloud Run, local and remote backends with failover.
+    Gateway(Box<commands::gateway::GatewayArgs>),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +103,8 @@ fn main() -> ExitCode {
         Command::Render(args) => commands::render::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
+        Command::Stage(args) => commands::stage::run(args),
+        Command::Gateway(args) => commands::gateway::run(*args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

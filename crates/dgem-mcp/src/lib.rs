@@ -1,7 +1,8 @@
 //! # dgem-mcp
 //!
 //! dgem as a Model Context Protocol server (rmcp): agents call decision tools
-//! over stdio. Tools: `decide_policy` (a policy template + variables),
+//! over stdio ([`serve_stdio`]) or Streamable HTTP at `/mcp` ([`http_router`],
+//! stateless, JSON responses; reference.md §5). Tools: `decide_policy` (a policy template + variables),
 //! `decide_custom_questions` (a state + ad-hoc questions in the `/v1/systemone`
 //! shape), `list_policy_templates`, `get_health_and_gpu_status` and
 //! `warmup_gpu`. Decision results carry structured content (answers,
@@ -12,6 +13,7 @@
 
 mod decision;
 mod error;
+mod http;
 mod server;
 mod templates;
 mod tools;
@@ -23,15 +25,16 @@ use rmcp::ServiceExt as _;
 
 pub use decision::{custom_schema, report, DecisionReport};
 pub use error::{McpError, ToolError};
+pub use http::{http_router, normalize_accept, MCP_MAX_BODY_BYTES, MCP_PATH, MCP_TIMEOUT};
 pub use server::{DecisionServer, NO_GPU_NOTE, SERVER_NAME};
 pub use templates::{
     leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateSummary,
     TEMPLATE_SUFFIX,
 };
 pub use tools::{
-    has_null_union, input_schema, parse_args, plain_schema, tool_list, CustomQuestion,
-    DecideCustomArgs, DecidePolicyArgs, NoArgs, QuestionType, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH,
-    LIST_TEMPLATES, WARMUP,
+    check_backend, has_null_union, input_schema, parse_args, plain_schema, tool_list,
+    tool_list_for, with_backend_enum, CustomQuestion, DecideCustomArgs, DecidePolicyArgs, NoArgs,
+    QuestionType, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };
 
 /// Serve `server` over any async byte stream pair until the client disconnects.

@@ -19,8 +19,8 @@ use crate::decision::{custom_schema, report};
 use crate::error::ToolError;
 use crate::templates::TemplateDir;
 use crate::tools::{
-    parse_args, tool_list, DecideCustomArgs, DecidePolicyArgs, NoArgs, DECIDE_CUSTOM,
-    DECIDE_POLICY, HEALTH, LIST_TEMPLATES, WARMUP,
+    check_backend, parse_args, tool_list_for, DecideCustomArgs, DecidePolicyArgs, NoArgs,
+    DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };
 
 /// Implementation name announced in `initialize`.
@@ -35,15 +35,18 @@ pub struct DecisionServer {
     engine: Arc<dyn Decider>,
     templates: TemplateDir,
     tools: Arc<Vec<Tool>>,
+    backends: Arc<Vec<String>>,
 }
 
 impl DecisionServer {
     /// A server deciding with `engine` and reading templates from `templates`.
     pub fn new(engine: Arc<dyn Decider>, templates: TemplateDir) -> Self {
+        let backends = vec![LOCAL_BACKEND.to_string()];
         Self {
             engine,
             templates,
-            tools: Arc::new(tool_list()),
+            tools: Arc::new(tool_list_for(&backends)),
+            backends: Arc::new(backends),
         }
     }
 
@@ -81,6 +84,7 @@ impl DecisionServer {
     }
 
     async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
+        check_backend(DECIDE_POLICY, &args.backend, &self.backends)?;
         let payload = self.templates.render(&args.template, &args.variables)?;
         let schema = valid_schema(&payload.schema, "variables")?;
         self.decide(&args.template, schema, payload.state, args.seed)
@@ -88,6 +92,7 @@ impl DecisionServer {
     }
 
     async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {
+        check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
         let raw = custom_schema(&args)?;
         let schema = valid_schema(&raw, "questions")?;
         self.decide("custom_questions", schema, json!(args.state), args.seed)

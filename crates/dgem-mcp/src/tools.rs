@@ -25,6 +25,8 @@ pub const LIST_TEMPLATES: &str = "list_policy_templates";
 pub const HEALTH: &str = "get_health_and_gpu_status";
 /// `warmup_gpu` tool name.
 pub const WARMUP: &str = "warmup_gpu";
+/// Name of the one backend an MCP server over a single in-process decider has.
+pub const LOCAL_BACKEND: &str = "local";
 
 fn default_template() -> String {
     "support_triage".into()
@@ -62,6 +64,11 @@ pub struct DecidePolicyArgs {
     /// Base seed for the reads (default 42).
     #[serde(default = "default_seed")]
     pub seed: i64,
+    /// Backend to decide with; empty means the default. Its schema (an
+    /// `enum` of the configured backends) is set by [`with_backend_enum`].
+    #[serde(default)]
+    #[schemars(skip)]
+    pub backend: String,
 }
 
 /// Question type of an ad-hoc question: `noul` (yes/no), `choice` (one of
@@ -109,6 +116,11 @@ pub struct DecideCustomArgs {
     /// Base seed for the reads (default 42).
     #[serde(default = "default_seed")]
     pub seed: i64,
+    /// Backend to decide with; empty means the default. Its schema (an
+    /// `enum` of the configured backends) is set by [`with_backend_enum`].
+    #[serde(default)]
+    #[schemars(skip)]
+    pub backend: String,
 }
 
 /// Arguments of the tools that take none.
@@ -216,8 +228,71 @@ fn read_only() -> ToolAnnotations {
     ToolAnnotations::from_raw(None, Some(true), Some(false), Some(true), Some(false))
 }
 
-/// The tools this server offers.
+/// Add the `backend` property to a decision tool's input schema: a string
+/// `enum` of exactly `backends` (the configured ones), defaulting to the first.
+/// Tools without a `variables` or `questions` property are left alone.
+pub fn with_backend_enum(tool: &mut Tool, backends: &[String]) {
+    let Some(default) = backends.first() else {
+        return;
+    };
+    let mut schema = tool.input_schema.as_ref().clone();
+    let Some(Value::Object(props)) = schema.get_mut("properties") else {
+        return;
+    };
+    if !props.contains_key("variables") && !props.contains_key("questions") {
+        return;
+    }
+    props.insert(
+        "backend".into(),
+        serde_json::json!({
+            "type": "string",
+            "enum": backends,
+            "default": default,
+            "description": format!(
+                "Backend to decide with; this server has: {} (default `{default}`).",
+                backends.join(", ")
+            ),
+        }),
+    );
+    tool.input_schema = Arc::new(schema);
+}
+
+/// Check a `backend` argument against the configured `backends` (empty = default).
+///
+/// # Errors
+/// [`ToolError::Arguments`] naming the field, the allowed values and the value given.
+pub fn check_backend(
+    tool: &'static str,
+    backend: &str,
+    backends: &[String],
+) -> Result<(), ToolError> {
+    if backend.is_empty() || backends.iter().any(|b| b == backend) {
+        return Ok(());
+    }
+    Err(ToolError::Arguments {
+        tool,
+        detail: format!(
+            "field `backend` must be one of [{}]. Given: `{backend}`",
+            backends.join(", ")
+        ),
+    })
+}
+
+/// The tools this server offers, with the `backend` enum of [`LOCAL_BACKEND`].
 pub fn tool_list() -> Vec<Tool> {
+    tool_list_for(&[LOCAL_BACKEND.to_string()])
+}
+
+/// The tools, with the decision tools' `backend` argument an `enum` of `backends`.
+pub fn tool_list_for(backends: &[String]) -> Vec<Tool> {
+    let mut tools = base_tools();
+    for t in &mut tools {
+        with_backend_enum(t, backends);
+    }
+    tools
+}
+
+fn base_tools() -> Vec<Tool> {
     vec![
         Tool::new(
             DECIDE_POLICY,

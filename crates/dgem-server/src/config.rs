@@ -35,6 +35,8 @@ pub mod env {
     pub const DGEM_REVISION: &str = "DGEM_REVISION";
     /// Model name echoed on `/v1/systemone` (default `dgemma`).
     pub const DGEM_SERVED_MODEL: &str = "DGEM_SERVED_MODEL";
+    /// Directory `dgem stage` fills; `/health` then reports its progress.
+    pub const DGEM_STAGING_DIR: &str = "DGEM_STAGING_DIR";
 }
 
 /// A setting in the environment has a value that cannot be used.
@@ -76,6 +78,8 @@ pub struct ServeConfig {
     pub schema_defaults: SchemaDefaults,
     /// Run a warm-up decision when serving starts.
     pub warmup: bool,
+    /// Weight-staging directory whose progress `/health` reports (serving.md §9.5).
+    pub staging_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("revision", &self.revision)
             .field("schema_defaults", &self.schema_defaults)
             .field("warmup", &self.warmup)
+            .field("staging_dir", &self.staging_dir)
             .finish()
     }
 }
@@ -115,6 +120,7 @@ impl Default for ServeConfig {
             revision: "unknown".into(),
             schema_defaults: SchemaDefaults::default(),
             warmup: true,
+            staging_dir: None,
         }
     }
 }
@@ -196,6 +202,7 @@ impl ServeConfig {
         if let Some(v) = get(env::DGEM_SERVED_MODEL) {
             c.model_name = v;
         }
+        c.staging_dir = get(env::DGEM_STAGING_DIR).map(std::path::PathBuf::from);
         Ok(c)
     }
 

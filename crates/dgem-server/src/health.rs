@@ -49,6 +49,9 @@ pub fn health_body(state: &AppState) -> Value {
     if let Some(e) = r.error {
         m.insert("warmup_error".into(), json!(e));
     }
+    if let Some(dir) = &cfg.staging_dir {
+        crate::staging::merge(dir, &mut m);
+    }
     Value::Object(m)
 }
 

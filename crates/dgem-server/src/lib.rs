@@ -34,6 +34,7 @@ pub mod decide;
 pub mod error;
 pub mod health;
 pub mod layers;
+pub mod staging;
 pub mod state;
 pub mod systemone;
 pub mod telemetry;
@@ -115,6 +116,23 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// [`router`] with `extra` routes in front (MCP at `/mcp`, the Studio and its
+/// `/api`): a request `extra` does not route falls through to [`router`]. The
+/// extra routes get the same key check (`API_KEY`, serving.md §9.3), body
+/// limit and request timeout as the server's own, so with keys configured a
+/// POST to `/mcp` or `/api/decide` needs a key too.
+pub fn router_with(state: AppState, extra: Router) -> Router {
+    let max_body = state.config().max_body_bytes;
+    extra
+        .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(middleware::from_fn_with_state(state.clone(), layers::auth))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            layers::timeout,
+        ))
+        .fallback_service(router(state))
+}
+
 /// Bind `addr` with `SO_REUSEADDR` and a backlog of [`LISTEN_BACKLOG`].
 ///
 /// # Errors
@@ -141,6 +159,23 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_with(listener, state, Router::new(), shutdown).await
+}
+
+/// Like [`serve`], with `extra` routes in front of the server's own: a request
+/// `extra` does not route falls through to [`router`]. `dgem serve` uses it to
+/// mount MCP at `/mcp` and, with `--studio`, the Studio page and `/api`
+/// (which then own `/`). The server's key check (`API_KEY`), body limit and
+/// request timeout wrap `extra` too.
+///
+/// # Errors
+/// [`ServeError::Io`] when the listener fails.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    extra: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, config = ?state.config(), "dgem serve listening");
     }
@@ -160,7 +195,7 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     }));
-    let app = router(state);
+    let app = router_with(state, extra);
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;

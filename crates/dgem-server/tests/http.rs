@@ -354,3 +354,32 @@ async fn a_panicking_backend_is_500_json() {
     // The server keeps serving.
     assert_eq!(call(&app, get("/health")).await.status, 200);
 }
+
+/// Regression: routes mounted in front of the server (`/mcp`, the Studio's
+/// `/api/*`) used to bypass `API_KEY`, so `dgem serve --studio` with keys
+/// configured accepted unauthenticated decisions on `/api/decide`.
+#[tokio::test]
+async fn extra_routes_are_not_an_auth_bypass() {
+    use axum::routing::post as post_route;
+    let b = common::backend();
+    let cfg = ServeConfig {
+        api_keys: vec!["s3cret".into()],
+        ..config()
+    };
+    let extra = axum::Router::new().route("/api/decide", post_route(|| async { "decided" }));
+    let app = dgem_server::router_with(state(b, cfg), extra);
+    let r = call(&app, post("/api/decide", &json!({}))).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(r.body["error"]["type"], "authentication_error");
+    let r = call(&app, with_header("/api/decide", "x-dgem-key", "s3cret")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text, "decided");
+    // The server's own routes still answer behind the extra ones.
+    let r = call(
+        &app,
+        with_header("/v1/chat/completions", "x-dgem-key", "s3cret"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(call(&app, get("/health")).await.status, 200);
+}

@@ -1,4 +1,5 @@
-//! `dgem decide`: one decision on the embedded model.
+//! `dgem decide`: one decision on the embedded model (or on vLLM with
+//! `--backend vllm=URL`).
 
 use std::path::{Path, PathBuf};
 
@@ -52,6 +53,8 @@ pub struct DecideArgs {
     pub seed: i64,
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub vllm: crate::vllm::VllmArgs,
 }
 
 /// Find a template by path or by name under `templates/`.
@@ -152,7 +155,10 @@ pub fn valid_schema(
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let (payload, _) = load_payload(&args.template, &args.vars)?;
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
-    let engine_ = setup::engine(&args.model)?;
+    let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
+        Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
+        None => Box::new(setup::engine(&args.model)?),
+    };
     let rt = setup::runtime()?;
     let started = std::time::Instant::now();
     let decision: Decision = rt

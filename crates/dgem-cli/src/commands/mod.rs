@@ -3,8 +3,10 @@
 pub mod bench;
 pub mod bench_suites;
 pub mod decide;
+pub mod gateway;
 pub mod mcp;
 pub mod model;
 pub mod output;
 pub mod render;
 pub mod serve;
+pub mod stage;

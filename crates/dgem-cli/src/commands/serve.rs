@@ -1,4 +1,5 @@
 //! `dgem serve`: the structured decision HTTP server over the embedded model
+//! or, with `--backend vllm=URL`, over vLLM serving DiffusionGemma (docs/engine-vllm.md)
 //! (routes and settings: `docs/serve.md`, `dgem_server::config::env`).
 
 use std::net::IpAddr;
@@ -26,8 +27,21 @@ pub struct ServeArgs {
     /// client never mistakes the embedded model for DiffusionGemma).
     #[arg(long = "served-model", env = "DGEM_SERVED_MODEL")]
     pub served_model: Option<String>,
+    /// Weight-staging directory (`dgem stage` DEST) whose progress `/health` reports
+    /// as `bytes_staged_gb` and `staging_phase`.
+    #[arg(long, env = "DGEM_STAGING_DIR")]
+    pub staging_dir: Option<std::path::PathBuf>,
+    /// Also serve Decision Studio at `/` and its `/api/*` routes (backend
+    /// `local`); `/` then shows the page instead of the health JSON (docs/studio.md).
+    #[arg(long, env = "DGEM_STUDIO")]
+    pub studio: bool,
+    /// Folder of `.json.tmpl` policy templates for `/mcp` and the Studio.
+    #[arg(long, env = "DGEM_TEMPLATES", default_value = "templates")]
+    pub templates: std::path::PathBuf,
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub vllm: crate::vllm::VllmArgs,
 }
 
 /// Load the model, bind, serve until Ctrl-C or SIGTERM, then drain.
@@ -39,10 +53,16 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if let Some(h) = args.host {
         config.host = h;
     }
-    let engine = setup::engine(&args.model)?;
-    config.model_name = args
-        .served_model
-        .unwrap_or_else(|| engine.backend().info().model_id.clone());
+    if let Some(d) = args.staging_dir {
+        config.staging_dir = Some(d);
+    }
+    let engine: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
+        Some(url) => Arc::new(crate::vllm::decider(&url, &args.vllm)?),
+        None => Arc::new(setup::engine(&args.model)?),
+    };
+    config.model_name = args.served_model.unwrap_or_else(|| engine.info().model_id);
+    let templates = dgem_mcp::TemplateDir::new(args.templates);
+    let studio = args.studio;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -53,9 +73,18 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             .await
             .with_context(|| format!("could not listen on {addr}"))
             .map_err(user)?;
-        eprintln!("dgem serve: listening on http://{addr} (Ctrl-C to stop)");
-        let state = AppState::new(Arc::new(engine), config);
-        dgem_server::serve(listener, state, dgem_server::shutdown_signal())
+        // MCP over Streamable HTTP at /mcp (and the Studio) sit in front of the
+        // server's own routes; merged here so dgem-server needs no dgem-mcp.
+        let mut extra = dgem_mcp::http_router(engine.clone(), templates.clone());
+        if studio {
+            extra = extra
+                .merge(dgem_studio::router())
+                .merge(dgem_gateway::local_api(engine.clone(), templates));
+            eprintln!("dgem serve: Decision Studio at http://{addr}/");
+        }
+        eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");
+        let state = AppState::new(engine, config);
+        dgem_server::serve_with(listener, state, extra, dgem_server::shutdown_signal())
             .await
             .map_err(internal)
     })

@@ -1,0 +1,165 @@
+//! Settings of the vLLM reader and its errors.
+
+use std::time::Duration;
+
+use dgem_core::tokenizer::TokenId;
+use thiserror::Error;
+
+/// Served canvas length (serving.md §3.6 `CANVAS_LEN`, container default 128).
+pub const DEFAULT_CANVAS_LEN: usize = 128;
+/// Request canvas widths are multiples of this (serving.md §3.6 `CANVAS_STEP`).
+pub const DEFAULT_CANVAS_STEP: usize = 16;
+/// `top_logprobs` of every read (serving.md §3.6 `TOPK`).
+pub const TOP_LOGPROBS: u32 = 20;
+/// vLLM's cap on `logprob_token_ids` per request (serving.md §3.6).
+pub const LOGPROB_TOKEN_IDS_MAX: usize = 128;
+/// Groups read at once in a stage (serving.md §3.6 `MAX_PARALLEL`).
+pub const MAX_PARALLEL: usize = 16;
+/// Seed stride between groups (serving.md §6.2).
+pub const GROUP_SEED_STRIDE: i64 = 104_729;
+/// Seed stride between reads of a batch (serving.md §6.2).
+pub const READ_SEED_STRIDE: i64 = 7919;
+
+/// Token ids and texts that frame a DiffusionGemma canvas (serving.md §4.5, §4.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffusionTokens {
+    /// End-of-turn id written after the template (`TURN_CLOSE`, 106).
+    pub turn_close: TokenId,
+    /// Padding id (`PAD`, 0).
+    pub pad: TokenId,
+    /// Random slot tokens are drawn from `[0, vocab)` (`VOCAB`, 262,144).
+    pub vocab: u32,
+    /// Text that opens a thought block (`<|channel>thought\n`).
+    pub thought_open: String,
+    /// Text that closes a thought block (`<channel|>`).
+    pub thought_close: String,
+}
+
+impl Default for DiffusionTokens {
+    fn default() -> Self {
+        Self {
+            turn_close: 106,
+            pad: 0,
+            vocab: 262_144,
+            thought_open: "<|channel>thought\n".into(),
+            thought_close: "<channel|>".into(),
+        }
+    }
+}
+
+/// Settings of a [`crate::VllmDecider`].
+#[derive(Debug, Clone)]
+pub struct VllmConfig {
+    /// Base URL of vLLM, e.g. `http://127.0.0.1:8000` (no trailing `/v1`).
+    pub base_url: String,
+    /// `model` sent in every request (vLLM `--served-model-name`, default `dgemma`).
+    pub served_model: String,
+    /// Served canvas length in tokens (`--diffusion-config canvas_length`).
+    pub canvas_len: usize,
+    /// Request widths are rounded up to a multiple of this many tokens.
+    pub canvas_step: usize,
+    /// Send `diffusion_constrained` (logprobs normalized over the label ids; PR #58216).
+    pub constrained: bool,
+    /// Time limit of one vLLM call (serving.md §3.6: 600 s).
+    pub request_timeout: Duration,
+    /// TCP connect limit of one vLLM call.
+    pub connect_timeout: Duration,
+    /// Most vLLM calls in flight at once, over all decisions (a semaphore).
+    pub max_concurrent: usize,
+    /// How long a request waits for vLLM's `/health` before 503 (serving.md §9.6: 180 s).
+    pub ready_wait: Duration,
+    /// Timeout of one `/health` probe (1.5 s).
+    pub probe_timeout: Duration,
+    /// Pause between failed probes (1 s).
+    pub probe_interval: Duration,
+    /// Canvas framing tokens.
+    pub tokens: DiffusionTokens,
+}
+
+impl VllmConfig {
+    /// Defaults of serving.md §3.6 for vLLM at `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into().trim_end_matches('/').to_owned(),
+            served_model: "dgemma".into(),
+            canvas_len: DEFAULT_CANVAS_LEN,
+            canvas_step: DEFAULT_CANVAS_STEP,
+            constrained: true,
+            request_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(5),
+            max_concurrent: 64,
+            ready_wait: Duration::from_secs(180),
+            probe_timeout: Duration::from_millis(1500),
+            probe_interval: Duration::from_secs(1),
+            tokens: DiffusionTokens::default(),
+        }
+    }
+}
+
+/// Why the vLLM reader could not be set up.
+#[derive(Debug, Error)]
+pub enum VllmError {
+    /// A setting is out of range.
+    #[error("`{field}` {message}")]
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong, with the value received.
+        message: String,
+    },
+    /// The tokenizer file could not be loaded.
+    #[error("could not load the tokenizer {path}: {reason}")]
+    Tokenizer {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("http client: {0}")]
+    Client(String),
+}
+
+impl VllmConfig {
+    /// Check the settings.
+    ///
+    /// # Errors
+    /// [`VllmError::Config`] naming the field, its allowed range and the value.
+    pub fn validate(&self) -> Result<(), VllmError> {
+        let bad = |field, message: String| Err(VllmError::Config { field, message });
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return bad(
+                "base_url",
+                format!(
+                    "must start with http:// or https://. Given: `{}`",
+                    self.base_url
+                ),
+            );
+        }
+        if !(8..=4096).contains(&self.canvas_len) {
+            return bad(
+                "canvas_len",
+                format!(
+                    "must be between 8 and 4096 tokens. Given: `{}`",
+                    self.canvas_len
+                ),
+            );
+        }
+        if self.canvas_step == 0 || self.canvas_step > self.canvas_len {
+            return bad(
+                "canvas_step",
+                format!(
+                    "must be between 1 and the canvas length {}. Given: `{}`",
+                    self.canvas_len, self.canvas_step
+                ),
+            );
+        }
+        if self.max_concurrent == 0 {
+            return bad("max_concurrent", "must be at least 1. Given: `0`".into());
+        }
+        if self.served_model.trim().is_empty() {
+            return bad("served_model", "must not be empty. Given: ``".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,285 @@
+//! One group of questions read on one canvas: the optional thought, the answer
+//! template, the seeded reads and the sample policy (serving.md §6.2–6.4,
+//! §7.5–7.7).
+
+use std::time::Instant;
+
+use dgem_backend::BackendError;
+use dgem_core::labels::labels_for;
+use dgem_core::prompt::{gemma_chat_prompt, user_content};
+use dgem_core::readout::{auto_extends, sample_plan, SlotRead};
+use dgem_core::schema::{Layout, Question, SamplePolicy, ValidSchema};
+use dgem_core::slots::{
+    canvas_width, resolve_template, seed_canvas, CanvasSlot, CanvasTokens, ResolvedTemplate,
+    TemplateSpec,
+};
+use dgem_core::tokenizer::TokenId;
+use dgem_core::CoreError;
+use dgem_engine::EngineError;
+use serde_json::{json, Map, Value};
+
+use crate::config::READ_SEED_STRIDE;
+use crate::wire::{self, Prompt, ReadSpec};
+use crate::VllmDecider;
+
+/// How a group's prompt is formed before its own thought (if any).
+#[derive(Debug, Clone)]
+pub(crate) enum Route {
+    /// Chat messages from the group's system text and the state.
+    Chat,
+    /// A token-id prompt (a chained prefix, possibly with earlier answers).
+    Tokens(Vec<TokenId>),
+}
+
+/// What a group sends (serving.md §7.5 table).
+#[derive(Debug, Clone)]
+pub(crate) struct GroupPlan {
+    pub questions: Vec<Question>,
+    pub route: Route,
+    pub sys: String,
+    pub head: Vec<TokenId>,
+    pub lead: String,
+    /// Thought budget of this group (0 = none).
+    pub think: u32,
+}
+
+/// What a group read.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupOut {
+    pub questions: Vec<Question>,
+    pub labels: Vec<Vec<String>>,
+    pub slots: Vec<CanvasSlot>,
+    /// `reads[j][qi]`.
+    pub reads: Vec<Vec<SlotRead>>,
+    pub policy: Value,
+    pub prompt_tokens: Option<usize>,
+    pub thought: Option<Value>,
+    pub forward_ms: f64,
+}
+
+/// A thought and the token prefix it yields.
+pub(crate) struct Thought {
+    pub prefix: Vec<TokenId>,
+    pub diagnostics: Value,
+}
+
+struct ReadCtx {
+    prompt: Prompt,
+    template: ResolvedTemplate,
+    width: usize,
+    label_ids: Vec<TokenId>,
+    pinned: Option<Vec<usize>>,
+    steps: u32,
+}
+
+fn core(e: dgem_core::tokenizer::TokenizeError) -> EngineError {
+    EngineError::from(CoreError::from(e))
+}
+
+impl VllmDecider {
+    /// The single user message of a text read (dgem-core's layouts).
+    pub(crate) fn messages(layout: Layout, sys: &str, state: &str) -> Value {
+        json!([{"role": "user", "content": user_content(layout, sys, state)}])
+    }
+
+    /// `chat_prompt_ids`: BOS plus the Gemma chat turn, ending where the model answers.
+    pub(crate) fn chat_prompt_ids(
+        &self,
+        layout: Layout,
+        sys: &str,
+        state: &str,
+    ) -> Result<Vec<TokenId>, EngineError> {
+        let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
+        ids.extend(
+            self.tok
+                .encode(&gemma_chat_prompt(layout, sys, state))
+                .map_err(core)?,
+        );
+        Ok(ids)
+    }
+
+    /// Write a thought through `/v1/completions` (serving.md §5.3 `think()`).
+    #[tracing::instrument(skip_all, fields(budget))]
+    pub(crate) async fn think(
+        &self,
+        layout: Layout,
+        sys: &str,
+        state: &str,
+        budget: u32,
+    ) -> Result<Thought, EngineError> {
+        let started = Instant::now();
+        let mut prompt = self.chat_prompt_ids(layout, sys, state)?;
+        prompt.extend(&self.scaffold.open);
+        let body = wire::think_body(
+            &self.cfg.served_model,
+            &prompt,
+            budget,
+            &self.scaffold.close,
+        );
+        let reply = self.client.post(wire::COMPLETIONS_PATH, &body).await?;
+        let (ids, closed) = wire::parse_think(&reply, self.scaffold.close.first().copied())?;
+        let diagnostics = json!({
+            "tokens": ids.len(), "closed": closed,
+            "ms": started.elapsed().as_secs_f64() * 1e3, "text": self.tok.decode(&ids),
+        });
+        prompt.extend(ids);
+        prompt.extend(&self.scaffold.close);
+        Ok(Thought {
+            prefix: prompt,
+            diagnostics,
+        })
+    }
+
+    /// Run one group with group index `k` (seed `S + 104729·k`).
+    #[tracing::instrument(skip_all, fields(k, questions = plan.questions.len()))]
+    pub(crate) async fn run_group(
+        &self,
+        schema: &ValidSchema,
+        state: &str,
+        plan: GroupPlan,
+        seed_k: i64,
+    ) -> Result<GroupOut, EngineError> {
+        let mut head = plan.head.clone();
+        let mut thought = None;
+        let prompt = if plan.think > 0 {
+            let t = self
+                .think(schema.layout, &plan.sys, state, plan.think)
+                .await?;
+            head.clear();
+            thought = Some(t.diagnostics);
+            Prompt::Tokens(t.prefix)
+        } else {
+            match plan.route {
+                Route::Chat => Prompt::Chat {
+                    messages: Self::messages(schema.layout, &plan.sys, state),
+                    enable_thinking: false,
+                },
+                Route::Tokens(ids) => Prompt::Tokens(ids),
+            }
+        };
+        let refs: Vec<&Question> = plan.questions.iter().collect();
+        let labels: Vec<Vec<String>> = refs.iter().map(|q| labels_for(q, self.mode)).collect();
+        let template = resolve_template(
+            self.tok.as_ref(),
+            &TemplateSpec {
+                questions: &refs,
+                labels: &labels,
+                head: &head,
+                lead: &plan.lead,
+                format: schema.format,
+                canvas_len: self.cfg.canvas_len,
+            },
+        )?;
+        let width = canvas_width(
+            template.tokens.len(),
+            self.cfg.canvas_len,
+            self.cfg.canvas_step,
+        );
+        let label_ids = wire::label_id_set(&template.slots)?;
+        let pinned = (schema.steps > 1).then(|| wire::pinned_positions(width, &template.slots));
+        let ctx = ReadCtx {
+            prompt,
+            width,
+            label_ids,
+            pinned,
+            steps: schema.steps,
+            template,
+        };
+        let started = Instant::now();
+        let (first, extra) = sample_plan(schema.samples);
+        let seeds = (0..i64::from(first)).map(|j| seed_k + j * READ_SEED_STRIDE);
+        let (mut reads, mut prompt_tokens) = self.batch(&ctx, seeds).await?;
+        let policy = match schema.samples {
+            SamplePolicy::Fixed { n } => {
+                json!({"mode": "fixed", "n": n, "extended": null, "first_read_entropy": null})
+            }
+            SamplePolicy::Auto { max, threshold } => {
+                let ents: Vec<f64> = reads[0].iter().map(|r| r.entropy).collect();
+                let extended = auto_extends(schema.samples, &ents);
+                if extended {
+                    let seeds = (0..i64::from(extra)).map(|j| seed_k + 1 + j * READ_SEED_STRIDE);
+                    let (more, pt) = self.batch(&ctx, seeds).await?;
+                    reads.extend(more);
+                    prompt_tokens = prompt_tokens.or(pt);
+                }
+                let first_read: Map<String, Value> = plan
+                    .questions
+                    .iter()
+                    .zip(&ents)
+                    .map(|(q, h)| (q.id.clone(), json!(h)))
+                    .collect();
+                json!({"mode": "auto", "max": max, "threshold": threshold,
+                       "extended": extended, "first_read_entropy": first_read})
+            }
+        };
+        Ok(GroupOut {
+            questions: plan.questions,
+            labels,
+            slots: ctx.template.slots,
+            reads,
+            policy,
+            prompt_tokens,
+            thought,
+            forward_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Reads with these seeds, sent concurrently; the first error is returned
+    /// after all of them finish (serving.md §6.2).
+    async fn batch(
+        &self,
+        ctx: &ReadCtx,
+        seeds: impl Iterator<Item = i64>,
+    ) -> Result<(Vec<Vec<SlotRead>>, Option<usize>), BackendError> {
+        let futs = seeds.map(|s| self.one_read(ctx, s));
+        let results = futures_util::future::join_all(futs).await;
+        let mut reads = Vec::with_capacity(results.len());
+        let mut prompt_tokens = None;
+        for r in results {
+            let (read, pt) = r?;
+            prompt_tokens = prompt_tokens.or(pt);
+            reads.push(read);
+        }
+        Ok((reads, prompt_tokens))
+    }
+
+    /// One seeded read (serving.md §5.1/§5.2, scoring §6.1).
+    async fn one_read(
+        &self,
+        ctx: &ReadCtx,
+        seed: i64,
+    ) -> Result<(Vec<SlotRead>, Option<usize>), BackendError> {
+        let t = &self.cfg.tokens;
+        let canvas = seed_canvas(
+            &ctx.template,
+            ctx.width,
+            seed,
+            CanvasTokens {
+                turn_close: t.turn_close,
+                pad: t.pad,
+                vocab: t.vocab,
+            },
+        );
+        let body = wire::read_body(&ReadSpec {
+            model: &self.cfg.served_model,
+            prompt: &ctx.prompt,
+            template_len: ctx.template.tokens.len(),
+            canvas: &canvas,
+            label_ids: &ctx.label_ids,
+            steps: ctx.steps,
+            pinned: ctx.pinned.as_deref(),
+            constrained: self.cfg.constrained,
+        });
+        let path = ctx.prompt.path();
+        let reply = self.client.post(path, &body).await?;
+        let positions: Vec<usize> = ctx.template.slots.iter().map(|s| s.pos).collect();
+        let parsed = wire::parse_read(path, &reply, &positions)?;
+        let reads = parsed
+            .tops
+            .iter()
+            .zip(&ctx.template.slots)
+            .map(|(top, slot)| SlotRead::from_top_logprobs(top, &slot.label_ids))
+            .collect();
+        Ok((reads, parsed.prompt_tokens))
+    }
+}

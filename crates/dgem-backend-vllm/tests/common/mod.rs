@@ -1,0 +1,92 @@
+//! Shared helpers: a toy-tokenizer decider pointed at an in-process fake vLLM.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgem_backend_vllm::{VllmConfig, VllmDecider};
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, Recorded};
+use dgem_testkit::ToyTokenizer;
+use serde_json::{json, Value};
+
+/// Toy tokenizer ids of `▁yes` / `▁no` (the slot tokens of `id: yes`).
+pub struct Ids {
+    pub tok: Arc<ToyTokenizer>,
+    pub yes: u32,
+    pub no: u32,
+}
+
+pub fn ids() -> Ids {
+    let tok = Arc::new(ToyTokenizer::default());
+    let yes = tok.id("▁yes");
+    let no = tok.id("▁no");
+    Ids { tok, yes, no }
+}
+
+/// A fake whose constrained logprobs weigh `yes` and `no` as `w(canvas cell at
+/// the slot)` returns.
+pub async fn fake_with(
+    ids: &Ids,
+    weight: impl Fn(u32, u32) -> f64 + Send + Sync + 'static,
+) -> FakeVllm {
+    let (yes, no) = (ids.yes, ids.no);
+    let script = scripts::weights(move |_pos, cell, id| {
+        if id == yes || id == no {
+            weight(cell, id)
+        } else {
+            1.0
+        }
+    });
+    FakeVllm::start(FakeConfig {
+        script: Arc::new(script),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Settings for tests: short waits so failures show quickly.
+pub fn config(fake: &FakeVllm) -> VllmConfig {
+    let mut cfg = VllmConfig::new(fake.url());
+    cfg.request_timeout = Duration::from_secs(5);
+    cfg.ready_wait = Duration::from_secs(2);
+    cfg.probe_interval = Duration::from_millis(10);
+    cfg
+}
+
+pub fn decider(ids: &Ids, cfg: VllmConfig) -> Arc<VllmDecider> {
+    Arc::new(VllmDecider::new(cfg, ids.tok.clone()).unwrap())
+}
+
+pub fn schema(v: Value) -> ValidSchema {
+    ValidSchema::from_value(&v, &SchemaDefaults::default()).unwrap()
+}
+
+pub async fn decide(d: &VllmDecider, s: Value) -> Result<Decision, EngineError> {
+    d.decide(DecideRequest {
+        schema: schema(s),
+        state: json!({"ticket": "the card was charged twice"}),
+        seed: 42,
+    })
+    .await
+}
+
+/// The seeded canvas of a recorded read.
+pub fn canvas(r: &Recorded) -> Vec<u64> {
+    r.body["vllm_xargs"]["diffusion_seed_canvas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+pub fn env(d: &Decision) -> Value {
+    d.envelope()
+}
+
+pub fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}

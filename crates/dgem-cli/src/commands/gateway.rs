@@ -1,0 +1,292 @@
+//! `dgem gateway`: one HTTP gateway in front of decision backends (Vertex AI,
+//! Cloud Run, local `dgem serve` replicas, the embedded engine, named remotes)
+//! with per-request routing, failover, cold-start holds and Google auth.
+//! Settings: flags > env > `--config` JSON file > defaults.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use dgem_gateway::auth::{
+    audience_of, AuthConfig, BearerSource, StaticToken, TokenKind, TokenProvider,
+};
+use dgem_gateway::{
+    BackendSpec, DeciderTarget, Gateway, GatewayConfig, GatewayState, HttpTarget, HttpTargetConfig,
+    Kind, RemoteDecider, RouteConfig, Target,
+};
+use dgem_mcp::TemplateDir;
+use serde::Deserialize;
+
+use crate::failure::{internal, user, Failure};
+use crate::setup::{self, ModelArgs};
+
+/// Arguments of `dgem gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Address to listen on.
+    #[arg(long, env = "DGEM_GATEWAY_HOST")]
+    pub host: Option<String>,
+    /// Port to listen on (default 8090).
+    #[arg(long, short = 'p', env = "PORT")]
+    pub port: Option<u16>,
+    /// JSON file with any of: vertex_url, region, project_number, cloudrun_url,
+    /// local_url (string or list), remotes ({name: url}), default_backend,
+    /// backends (list), wakeup_timeout_s, templates. Flags and env win over it.
+    #[arg(long, env = "DGEM_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Folder of `.json.tmpl` policy templates (default `templates`).
+    #[arg(long, env = "DGEM_TEMPLATES")]
+    pub templates: Option<PathBuf>,
+    /// Vertex AI dedicated endpoint: endpoint id, `projects/<p>/locations/<r>/endpoints/<id>`, or the `/invoke` URL.
+    #[arg(long, env = "DGEM_VERTEX_URL")]
+    pub vertex_url: Option<String>,
+    /// Region of a bare Vertex endpoint id (default us-central1).
+    #[arg(long, env = "GCP_REGION")]
+    pub region: Option<String>,
+    /// Project number of a bare Vertex endpoint id.
+    #[arg(long, env = "GCP_PROJECT_NUMBER")]
+    pub project_number: Option<String>,
+    /// Cloud Run service URL (gets an OIDC identity token, audience = the service URL).
+    #[arg(long, env = "DGEM_CLOUDRUN_URL")]
+    pub cloudrun_url: Option<String>,
+    /// `dgem serve` URLs of the `local` backend, comma separated (replicas; failover between them).
+    #[arg(long, env = "DGEM_LOCAL_URL", value_delimiter = ',')]
+    pub local_url: Vec<String>,
+    /// Also run the embedded engine in this process as a `local` replica.
+    #[arg(long, env = "DGEM_GATEWAY_EMBEDDED")]
+    pub embedded: bool,
+    /// A named dgem-compatible backend, `NAME=URL` (repeatable).
+    #[arg(long = "remote", env = "DGEM_REMOTES", value_delimiter = ',')]
+    pub remotes: Vec<String>,
+    /// Bearer token for local and remote backends.
+    #[arg(long, env = "DGEM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Default mode: vertex_first (default with Vertex), vertex, cloudrun, local or a remote's name.
+    #[arg(long, env = "DGEM_DEFAULT_BACKEND")]
+    pub default_backend: Option<String>,
+    /// Allow-list of modes a request may pick, comma or semicolon separated.
+    #[arg(long, env = "DGEM_BACKENDS", value_delimiter = ',')]
+    pub backends: Vec<String>,
+    /// Seconds a request is held while a backend wakes up (default 600).
+    #[arg(long, env = "DGEM_WAKEUP_TIMEOUT_S")]
+    pub wakeup_timeout: Option<u64>,
+    /// Seconds one attempt on one backend may take (default 90).
+    #[arg(long, env = "DGEM_ATTEMPT_TIMEOUT_S", default_value_t = 90)]
+    pub attempt_timeout: u64,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// The `--config` file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    host: Option<String>,
+    port: Option<u16>,
+    templates: Option<PathBuf>,
+    vertex_url: Option<String>,
+    region: Option<String>,
+    project_number: Option<String>,
+    cloudrun_url: Option<String>,
+    #[serde(default)]
+    local_url: OneOrMany,
+    #[serde(default)]
+    remotes: indexmap::IndexMap<String, String>,
+    default_backend: Option<String>,
+    #[serde(default)]
+    backends: Vec<String>,
+    wakeup_timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::None => Vec::new(),
+            Self::One(s) => s.split(',').map(str::to_string).collect(),
+            Self::Many(v) => v,
+        }
+    }
+}
+
+fn http_target(
+    url: &str,
+    auth: Option<Arc<dyn BearerSource>>,
+    timeout: Duration,
+) -> Result<Arc<dyn Target>, Failure> {
+    let mut cfg = HttpTargetConfig::new(url);
+    cfg.auth = auth;
+    cfg.timeout = timeout;
+    Ok(Arc::new(HttpTarget::new(cfg).map_err(internal)?))
+}
+
+fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16), Failure> {
+    let file: FileConfig = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("`--config` {} is not readable", p.display()))
+                .map_err(user)?;
+            serde_json::from_str(&text)
+                .with_context(|| {
+                    format!("`--config` {} is not a valid gateway config", p.display())
+                })
+                .map_err(user)?
+        }
+        None => FileConfig::default(),
+    };
+    let pick = |a: Option<String>, f: Option<String>| a.or(f).filter(|s| !s.trim().is_empty());
+    let attempt = Duration::from_secs(args.attempt_timeout.max(1));
+    let static_auth: Option<Arc<dyn BearerSource>> = args
+        .token
+        .clone()
+        .map(|t| Arc::new(StaticToken(t)) as Arc<dyn BearerSource>);
+    let mut backends = Vec::new();
+    if let Some(spec) = pick(args.vertex_url, file.vertex_url) {
+        let region = pick(args.region, file.region)
+            .unwrap_or_else(|| dgem_gateway::vertex::DEFAULT_REGION.into());
+        let project = pick(args.project_number, file.project_number);
+        let base =
+            dgem_gateway::vertex::resolve(&spec, &region, project.as_deref()).map_err(user)?;
+        let auth: Arc<dyn BearerSource> = Arc::new(TokenProvider::new(
+            TokenKind::Access,
+            AuthConfig::from_env(&TokenKind::Access),
+        ));
+        backends.push(BackendSpec {
+            name: "vertex".into(),
+            kind: Kind::Vertex,
+            targets: vec![http_target(&base, Some(auth), attempt)?],
+        });
+    }
+    if let Some(url) = pick(args.cloudrun_url, file.cloudrun_url) {
+        let kind = TokenKind::Identity {
+            audience: audience_of(&url),
+        };
+        let auth: Arc<dyn BearerSource> = match &static_auth {
+            Some(s) => s.clone(),
+            None => Arc::new(TokenProvider::new(
+                kind.clone(),
+                AuthConfig::from_env(&kind),
+            )),
+        };
+        backends.push(BackendSpec {
+            name: "cloudrun".into(),
+            kind: Kind::Cloudrun,
+            targets: vec![http_target(&url, Some(auth), attempt)?],
+        });
+    }
+    let local_urls: Vec<String> = if args.local_url.is_empty() {
+        file.local_url.into_vec()
+    } else {
+        args.local_url
+    };
+    let mut local: Vec<Arc<dyn Target>> = Vec::new();
+    for url in local_urls
+        .iter()
+        .map(|u| u.trim())
+        .filter(|u| !u.is_empty())
+    {
+        local.push(http_target(url, static_auth.clone(), attempt)?);
+    }
+    if args.embedded {
+        let engine = Arc::new(setup::engine(&args.model)?);
+        local.push(Arc::new(DeciderTarget::new(engine)));
+    }
+    if !local.is_empty() {
+        backends.push(BackendSpec {
+            name: "local".into(),
+            kind: Kind::Local,
+            targets: local,
+        });
+    }
+    let remotes: Vec<(String, String)> = if args.remotes.is_empty() {
+        file.remotes.into_iter().collect()
+    } else {
+        let mut out = Vec::new();
+        for r in &args.remotes {
+            let Some((name, url)) = r.split_once('=') else {
+                return Err(user(anyhow::anyhow!(
+                    "`--remote` must be NAME=URL. Given: `{r}`"
+                )));
+            };
+            out.push((name.trim().to_string(), url.trim().to_string()));
+        }
+        out
+    };
+    for (name, url) in remotes {
+        backends.push(BackendSpec {
+            name,
+            kind: Kind::Remote,
+            targets: vec![http_target(&url, static_auth.clone(), attempt)?],
+        });
+    }
+    let allowed: Vec<String> = if args.backends.is_empty() {
+        file.backends
+    } else {
+        args.backends
+    }
+    .iter()
+    .flat_map(|b| b.split(';'))
+    .map(|b| b.trim().to_string())
+    .filter(|b| !b.is_empty())
+    .collect();
+    let route = RouteConfig {
+        wakeup_timeout: Duration::from_secs(
+            args.wakeup_timeout.or(file.wakeup_timeout_s).unwrap_or(600),
+        ),
+        attempt_timeout: attempt,
+        ..RouteConfig::default()
+    };
+    let config = GatewayConfig {
+        backends,
+        default: pick(args.default_backend, file.default_backend),
+        allowed: (!allowed.is_empty()).then_some(allowed),
+        route,
+    };
+    let templates = TemplateDir::new(
+        args.templates
+            .or(file.templates)
+            .unwrap_or_else(|| "templates".into()),
+    );
+    let host = pick(args.host, file.host).unwrap_or_else(|| "127.0.0.1".into());
+    let port = args.port.or(file.port).unwrap_or(8090);
+    Ok((config, templates, host, port))
+}
+
+/// Build the gateway and serve it until Ctrl-C or SIGTERM.
+pub fn run(args: GatewayArgs) -> Result<(), Failure> {
+    let (config, templates, host, port) = build(args)?;
+    let gateway = Arc::new(Gateway::new(config).map_err(user)?);
+    let rt = setup::runtime()?;
+    rt.block_on(async move {
+        let addr: std::net::SocketAddr = format!("{host}:{port}")
+            .parse()
+            .with_context(|| format!("`--host`/`--port` must form an address. Given: `{host}:{port}`"))
+            .map_err(user)?;
+        let listener = dgem_server::bind(addr)
+            .await
+            .with_context(|| format!("could not listen on {addr}"))
+            .map_err(user)?;
+        // MCP over Streamable HTTP at /mcp, deciding through the gateway.
+        let mcp = dgem_mcp::http_router(Arc::new(RemoteDecider::new(gateway.clone())), templates.clone());
+        let app = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates }).merge(mcp);
+        tracing::info!(%addr, default = gateway.default_backend(), available = ?gateway.available(), "dgem gateway listening");
+        eprintln!(
+            "dgem gateway: listening on http://{addr}; default backend `{}`; allowed [{}]",
+            gateway.default_backend(),
+            gateway.available().join(", ")
+        );
+        dgem_gateway::server::serve(listener, app, dgem_server::shutdown_signal())
+            .await
+            .map_err(internal)
+    })
+}

@@ -1,0 +1,114 @@
+//! `--backend vllm=URL`: decisions read from vLLM serving DiffusionGemma
+//! (`dgem-backend-vllm`) instead of the embedded model.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Args;
+use dgem_backend_vllm::{HfTokenizer, VllmConfig, VllmDecider};
+use dgem_core::tokenizer::Tokenizer;
+
+use crate::failure::{internal, user, Failure};
+use crate::progress::Bar;
+
+/// Options of the vLLM reader (used with `--backend vllm=URL`).
+#[derive(Debug, Clone, Args)]
+pub struct VllmArgs {
+    /// Where decisions are read: `vllm=URL` sends every read to vLLM serving
+    /// DiffusionGemma at URL (e.g. `vllm=http://127.0.0.1:8000`), as serving.md
+    /// §5 specifies. Without it the embedded model is used.
+    #[arg(long, env = "DGEM_BACKEND", value_name = "vllm=URL")]
+    pub backend: Option<String>,
+    /// The served model's tokenizer: a `tokenizer.json` or a `.gguf` (its
+    /// vocabulary metadata only). Default: the embedded Gemma 3 GGUF from the
+    /// model cache, which has the same 262,144-token Gemma vocabulary as
+    /// DiffusionGemma; pass DiffusionGemma's own `tokenizer.json` when you have it.
+    #[arg(long, env = "DGEM_TOKENIZER", value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// `model` sent to vLLM (its `--served-model-name`).
+    #[arg(long = "vllm-model", env = "DGEM_VLLM_MODEL", default_value = "dgemma")]
+    pub vllm_model: String,
+    /// Served canvas length in tokens (vLLM `--diffusion-config canvas_length`).
+    #[arg(long, env = "CANVAS", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_LEN)]
+    pub canvas: usize,
+    /// Request canvas widths are rounded up to a multiple of this.
+    #[arg(long = "canvas-step", env = "CANVAS_STEP", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_STEP)]
+    pub canvas_step: usize,
+    /// Do not send `diffusion_constrained` (logprobs over the full vocabulary).
+    #[arg(long = "no-constrained", env = "DGEM_NO_CONSTRAINED")]
+    pub no_constrained: bool,
+    /// Seconds a request waits for vLLM's `/health` before 503.
+    #[arg(
+        long = "vllm-ready-wait",
+        env = "DGEM_VLLM_READY_WAIT_S",
+        default_value_t = 180.0
+    )]
+    pub ready_wait_s: f64,
+}
+
+/// The vLLM base URL when `--backend` asks for vLLM, `None` without `--backend`.
+///
+/// # Errors
+/// A user error naming `--backend`, the allowed form and the value received.
+pub fn backend_url(args: &VllmArgs) -> Result<Option<String>, Failure> {
+    let Some(spec) = args.backend.as_deref() else {
+        return Ok(None);
+    };
+    match spec.split_once('=') {
+        Some(("vllm", url)) if url.starts_with("http://") || url.starts_with("https://") => {
+            Ok(Some(url.to_owned()))
+        }
+        _ => Err(user(anyhow::anyhow!(
+            "`--backend` must be `vllm=<http(s) URL>`. Given: `{spec}`"
+        ))),
+    }
+}
+
+fn load_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
+    if !path.is_file() {
+        return Err(user(anyhow::anyhow!(
+            "`--tokenizer` must be an existing tokenizer.json or .gguf file. Given: `{}`",
+            path.display()
+        )));
+    }
+    if path.extension().is_some_and(|e| e == "gguf") {
+        let tok = dgem_backend_llama::LlamaTokenizer::load(path)
+            .with_context(|| format!("could not read the vocabulary of {}", path.display()))
+            .map_err(user)?;
+        return Ok(Arc::new(tok));
+    }
+    let tok = HfTokenizer::load(path).map_err(user)?;
+    Ok(Arc::new(tok))
+}
+
+/// Build the vLLM decider for `url`.
+///
+/// # Errors
+/// User errors for a bad tokenizer path or setting; internal ones when the
+/// default tokenizer cannot be fetched.
+pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
+    let path = match &args.tokenizer {
+        Some(p) => p.clone(),
+        None => dgem_model::ensure(&dgem_model::default_model(), &Bar::new()).map_err(|e| {
+            internal(
+                anyhow::Error::new(e)
+                    .context("could not fetch the default tokenizer (the embedded GGUF)"),
+            )
+        })?,
+    };
+    let tok = load_tokenizer(&path)?;
+    if !(args.ready_wait_s.is_finite() && args.ready_wait_s >= 0.0) {
+        return Err(user(anyhow::anyhow!(
+            "`--vllm-ready-wait` must be a number of seconds ≥ 0. Given: `{}`",
+            args.ready_wait_s
+        )));
+    }
+    let mut cfg = VllmConfig::new(url);
+    cfg.served_model = args.vllm_model.clone();
+    cfg.canvas_len = args.canvas;
+    cfg.canvas_step = args.canvas_step;
+    cfg.constrained = !args.no_constrained;
+    cfg.ready_wait = std::time::Duration::from_secs_f64(args.ready_wait_s);
+    VllmDecider::new(cfg, tok).map_err(user)
+}

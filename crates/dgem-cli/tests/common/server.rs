@@ -1,0 +1,84 @@
+//! A `dgem serve` child process on a free loopback port, for tests that talk to
+//! the real binary over HTTP (MCP clients, the browser). Killed on drop.
+#![allow(dead_code, clippy::print_stderr)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `dgem` binary under test: `DGEM_BIN` when set (a binary built in
+/// another target folder), else the one cargo built for this test.
+pub fn dgem_bin() -> PathBuf {
+    match std::env::var("DGEM_BIN") {
+        Ok(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_dgem")),
+    }
+}
+
+/// Whether `CI` is set to something true (then missing tools fail tests).
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A port nobody listens on right now (bound, read, released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A running `dgem serve`.
+#[derive(Debug)]
+pub struct Served {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `dgem serve` on the real model with `extra` arguments, and wait (up to
+/// `ready_within`) until `GET /health` answers 200.
+pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Served {
+    let port = free_port();
+    let root = crate::common::root();
+    let child = Command::new(dgem_bin())
+        .current_dir(&root)
+        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .arg("--templates")
+        .arg(root.join("templates"))
+        .args(extra)
+        .env("DGEM_MODEL_PATH", model)
+        .env("DGEM_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn dgem serve");
+    let served = Served {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = http.get(format!("{}/health", served.base)).send().await {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < ready_within,
+            "dgem serve did not answer /health within {ready_within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    served
+}

@@ -1,0 +1,203 @@
+//! `dgem serve --backend vllm=URL` end to end: the real binary against the
+//! in-process fake vLLM, asserting that the envelope's probabilities are the
+//! ones the fake scripted.
+#![allow(clippy::print_stderr, clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm};
+use serde_json::{json, Value};
+
+mod common;
+
+/// A WordLevel `tokenizer.json`: `yes` = 1, `no` = 2, everything else `[UNK]`.
+const TINY_TOKENIZER: &str = r#"{
+  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+  "post_processor": null, "decoder": null,
+  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
+}"#;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Start `dgem serve` against `url` and wait until its `/health` answers.
+async fn serve(url: &str, extra: &[&str], model_dir: &str) -> (Server, String) {
+    let port = free_port().to_string();
+    let backend = format!("vllm={url}");
+    let mut args = vec![
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--backend",
+        &backend,
+    ];
+    args.extend_from_slice(extra);
+    let child = Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(common::root())
+        .args(&args)
+        .env("DGEM_MODEL_DIR", model_dir)
+        .env_remove("DGEM_MODEL_PATH")
+        .env_remove("API_KEY")
+        .env_remove("DGEM_SERVER_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        if let Ok(r) = client.get(format!("{base}/health")).send().await {
+            if r.status().is_success() {
+                return (server, base);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("dgem serve did not come up on {base}");
+}
+
+async fn decide(base: &str) -> Value {
+    let schema =
+        json!({"questions": [{"id": "urgent", "type": "noul", "instructions": "Act today?"}]});
+    let body = json!({"model": "dgemma", "messages": [
+        {"role": "system", "content": schema.to_string()},
+        {"role": "user", "content": json!({"ticket": "card charged twice"}).to_string()}]});
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let reply: Value = r.json().await.unwrap();
+    assert_eq!(status, 200, "{reply}");
+    serde_json::from_str(reply["choices"][0]["message"]["content"].as_str().unwrap()).unwrap()
+}
+
+async fn fake(yes: u32) -> FakeVllm {
+    let script = scripts::weights(move |_, _, id| if id == yes { 3.0 } else { 1.0 });
+    FakeVllm::start(FakeConfig {
+        script: Arc::new(script),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_vllm_backend_returns_the_scripted_probabilities() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let fake = fake(1).await;
+    let (_server, base) = serve(
+        fake.url(),
+        &["--tokenizer", tok.to_str().unwrap()],
+        "/nonexistent/dgem-test-cache",
+    )
+    .await;
+    let env = decide(&base).await;
+    let p = env["answers"]["urgent"]["noul"].as_f64().unwrap();
+    assert!((p - 0.75).abs() < 1e-9, "{env}");
+    assert_eq!(env["diagnostics"]["engine"], "vllm");
+    let reads: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/v1/chat/completions")
+        .collect();
+    assert!(!reads.is_empty());
+    assert_eq!(
+        reads.last().unwrap().body["logprob_token_ids"],
+        json!([1, 2])
+    );
+}
+
+/// Real model: no `--tokenizer`, so the embedded GGUF's Gemma vocabulary is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_vllm_backend_defaults_to_the_embedded_gguf_vocabulary() {
+    let Some(model) = common::model() else {
+        return;
+    };
+    use dgem_core::tokenizer::Tokenizer as _;
+    let vocab = dgem_backend_llama::LlamaTokenizer::load(&model).unwrap();
+    let yes = *vocab.encode("urgent: yes").unwrap().last().unwrap();
+    let fake = fake(yes).await;
+    let dir = std::path::Path::new(&model)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (_server, base) = serve(fake.url(), &[], &dir).await;
+    let env = decide(&base).await;
+    let p = env["answers"]["urgent"]["noul"].as_f64().unwrap();
+    assert!((p - 0.75).abs() < 1e-9, "{env}");
+}
+
+#[test]
+fn a_bad_backend_spec_exits_1_naming_the_flag() {
+    let o = common::dgem(&["serve", "--backend", "tgi=http://x"], None);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("`--backend` must be `vllm=<http(s) URL>`"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_with_vllm_backend_prints_the_scripted_envelope() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tmpl = dir.path().join("p.json.tmpl");
+    std::fs::write(
+        &tmpl,
+        r#"{"schema": {"samples": 2, "questions": [{"id": "u", "type": "noul"}]}, "state": {"x": 1}}"#,
+    )
+    .unwrap();
+    let fake = fake(1).await;
+    let backend = format!("vllm={}", fake.url());
+    let args: Vec<String> = vec![
+        "decide".into(),
+        "-t".into(),
+        tmpl.to_str().unwrap().into(),
+        "--json".into(),
+        "--backend".into(),
+        backend,
+        "--tokenizer".into(),
+        tok.to_str().unwrap().into(),
+    ];
+    let o = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::dgem(&refs, None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let env: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        (env["answers"]["u"]["noul"].as_f64().unwrap() - 0.75).abs() < 1e-9,
+        "{env}"
+    );
+    assert_eq!(env["diagnostics"]["samples"]["n"], 2);
+    assert_eq!(fake.requests().len(), 2);
+}

@@ -1,0 +1,184 @@
+//! The `/api/*` routes shared by the gateway and `dgem serve --studio`
+//! (reference.md §4.2–4.4): templates catalog, decisions, health, backends.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use dgem_mcp::TemplateDir;
+use futures_util::FutureExt as _;
+use serde_json::{json, Value};
+
+use crate::envelope::{fill_timing, max_entropy};
+use crate::error::GatewayError;
+use crate::routing::Gateway;
+
+/// Request header that picks a backend (overrides the body's `backend`).
+pub const BACKEND_HEADER: &str = "x-dgem-backend";
+/// Reply header naming the backend that answered.
+pub const BACKEND_USED_HEADER: &str = "x-dgem-backend-used";
+
+/// Shared state of the `/api` routes.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// The router over the backends.
+    pub gateway: Arc<Gateway>,
+    /// The policy templates folder.
+    pub templates: TemplateDir,
+}
+
+/// The `/api/*` routes over `state`.
+pub fn routes(state: ApiState) -> Router {
+    Router::new()
+        .route("/api/templates", get(templates))
+        .route("/api/decide", post(decide_default))
+        .route("/api/decide/{*template}", post(decide_named))
+        .route("/api/health", get(health))
+        .route("/api/backends", get(backends))
+        .with_state(state)
+}
+
+/// The backend named by the `X-DGem-Backend` header, if any.
+pub fn header_backend(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(BACKEND_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// Attach `X-DGem-Backend-Used: name` to `resp`.
+pub fn with_backend_used(mut resp: Response, name: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(name) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(BACKEND_USED_HEADER), v);
+    }
+    resp
+}
+
+async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, GatewayError> {
+    let dir = s.templates.clone();
+    let list = tokio::task::spawn_blocking(move || crate::catalog::catalog(&dir))
+        .await
+        .map_err(|e| GatewayError::Unavailable(format!("catalog task failed: {e}")))?
+        .map_err(GatewayError::BadRequest)?;
+    Ok(Json(json!({"count": list.len(), "templates": list})))
+}
+
+async fn decide_default(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+    decide(s, None, headers, body).await
+}
+
+async fn decide_named(
+    State(s): State<ApiState>,
+    Path(template): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    decide(s, Some(template), headers, body).await
+}
+
+#[tracing::instrument(skip_all, fields(template, backend))]
+async fn decide(
+    s: ApiState,
+    path_template: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match decide_inner(&s, path_template.as_deref(), &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "decide failed");
+            e.into_response()
+        }
+    }
+}
+
+async fn decide_inner(
+    s: &ApiState,
+    path_template: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, GatewayError> {
+    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| GatewayError::BadRequest(format!("body must be JSON: {e}")))?
+    };
+    let templates = s.templates.clone();
+    let path = path_template.map(str::to_string);
+    let parsed = tokio::task::spawn_blocking(move || {
+        crate::request::parse(&templates, path.as_deref(), &value)
+    })
+    .await
+    .map_err(|e| GatewayError::Unavailable(format!("render task failed: {e}")))??;
+    tracing::Span::current().record("template", parsed.template.as_str());
+    let requested = header_backend(headers).or(parsed.backend.clone());
+    let call = Arc::new(parsed.call);
+    let routed = s
+        .gateway
+        .route(requested.as_deref(), |t| {
+            let call = call.clone();
+            async move { t.decide(&call).await }.boxed()
+        })
+        .await?;
+    tracing::Span::current().record("backend", routed.backend.as_str());
+    let mut envelope = routed.value;
+    let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
+    let answers = envelope
+        .get("answers")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let diagnostics = envelope
+        .get("diagnostics")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let model = if routed.model.is_empty() {
+        diagnostics
+            .get("model")
+            .cloned()
+            .unwrap_or_else(|| json!(""))
+    } else {
+        json!(routed.model)
+    };
+    let body = json!({
+        "template": parsed.template,
+        "answers": answers,
+        "diagnostics": diagnostics,
+        "decision": {"answers": answers, "diagnostics": diagnostics},
+        "max_entropy": max_entropy(&envelope),
+        "wall_time_ms": routed.total_ms,
+        "gpu_forward_ms": forward_ms,
+        "cold_start_wait_ms": (routed.total_ms - routed.forward_ms).max(0.0),
+        "warmup_attempts": routed.attempts,
+        "model": model,
+        "backend_target": routed.backend,
+        "upstream_url": routed.upstream_url,
+    });
+    Ok(with_backend_used(
+        Json(body).into_response(),
+        &routed.backend,
+    ))
+}
+
+async fn health(State(s): State<ApiState>) -> Json<Value> {
+    let rows = s.gateway.health().await;
+    Json(json!({
+        "status": "ok",
+        "default_backend": s.gateway.default_backend(),
+        "backends": rows,
+    }))
+}
+
+async fn backends(State(s): State<ApiState>) -> Json<Value> {
+    Json(json!({
+        "default": s.gateway.default_backend(),
+        "available": s.gateway.available(),
+    }))
+}

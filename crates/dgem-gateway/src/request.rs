@@ -1,0 +1,320 @@
+//! The body of `POST /api/decide[/{template}]` turned into a validated call:
+//! either a policy template with variables, or ad-hoc questions with a state.
+//! Every error names the field, the allowed values and the value received.
+
+use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
+use dgem_mcp::TemplateDir;
+use serde_json::{json, Map, Value};
+
+use crate::error::GatewayError;
+use crate::target::DecideCall;
+
+/// Template used when neither the body nor the path names one.
+pub const DEFAULT_TEMPLATE: &str = "support_triage";
+
+/// Label of a decision made from ad-hoc questions.
+pub const CUSTOM_LABEL: &str = "custom_questions";
+
+/// A parsed `/api/decide` request.
+#[derive(Debug, Clone)]
+pub struct ApiDecide {
+    /// Template id, or [`CUSTOM_LABEL`].
+    pub template: String,
+    /// What to send.
+    pub call: DecideCall,
+    /// Backend named in the body, if any.
+    pub backend: Option<String>,
+}
+
+fn bad(msg: String) -> GatewayError {
+    GatewayError::BadRequest(msg)
+}
+
+fn shown(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 80 {
+        format!("{}…", &s[..s.floor_char_boundary(80)])
+    } else {
+        s
+    }
+}
+
+/// Parse `body` (already JSON) for `path_template` (the `{template}` path part).
+///
+/// # Errors
+/// [`GatewayError::BadRequest`] naming the field at fault.
+pub fn parse(
+    templates: &TemplateDir,
+    path_template: Option<&str>,
+    body: &Value,
+) -> Result<ApiDecide, GatewayError> {
+    let Value::Object(obj) = body else {
+        return Err(bad(format!(
+            "body must be a JSON object {{\"template\", \"variables\", …}}. Given: {}",
+            shown(body)
+        )));
+    };
+    let backend = match obj.get("backend") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err(bad(format!(
+                "`backend` must be a string. Given: {}",
+                shown(other)
+            )))
+        }
+    };
+    let seed = match obj.get("seed") {
+        None | Some(Value::Null) => 42,
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| bad(format!("`seed` must be an integer. Given: {}", shown(v))))?,
+    };
+    let samples = match obj.get("samples") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=u64::from(MAX_SAMPLES)).contains(&n) => Some(n),
+            _ => {
+                return Err(bad(format!(
+                    "`samples` must be an integer from 1 to {MAX_SAMPLES}. Given: {}",
+                    shown(v)
+                )))
+            }
+        },
+    };
+    let (template, mut schema, state) = if obj.contains_key("questions") {
+        let (schema, state) = custom(obj)?;
+        (CUSTOM_LABEL.to_string(), schema, state)
+    } else {
+        let name = match obj.get("template") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            None | Some(Value::Null) => path_template
+                .filter(|p| !p.is_empty())
+                .unwrap_or(DEFAULT_TEMPLATE)
+                .to_string(),
+            Some(other) => {
+                return Err(bad(format!(
+                    "`template` must be a template id from GET /api/templates. Given: {}",
+                    shown(other)
+                )))
+            }
+        };
+        let mut vars = match obj.get("variables") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(other) => {
+                return Err(bad(format!(
+                    "`variables` must be an object of template variables. Given: {}",
+                    shown(other)
+                )))
+            }
+        };
+        alias_variables(&mut vars);
+        if let Some(n) = samples {
+            vars.insert("samples".into(), json!(n));
+        }
+        let payload = templates
+            .render(&name, &vars)
+            .map_err(|e| bad(format!("`template` `{name}`: {e}")))?;
+        (name, payload.schema, payload.state)
+    };
+    if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
+        s.insert("samples".into(), json!(n));
+    }
+    ValidSchema::from_value(&schema, &SchemaDefaults::default())
+        .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
+    Ok(ApiDecide {
+        template,
+        call: DecideCall {
+            schema,
+            state,
+            seed,
+        },
+        backend,
+    })
+}
+
+/// Variable aliasing of reference.md §4.3: `document` ← `context`,
+/// `user_input` ← `text`, `input` ← first non-empty of `input_text, ticket,
+/// document, text, context`.
+pub fn alias_variables(vars: &mut Map<String, Value>) {
+    let non_empty = |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
+    if !vars.contains_key("document") {
+        if let Some(c) = vars.get("context").cloned() {
+            vars.insert("document".into(), c);
+        }
+    }
+    if !vars.contains_key("user_input") {
+        if let Some(t) = vars.get("text").cloned() {
+            vars.insert("user_input".into(), t);
+        }
+    }
+    if !non_empty(vars.get("input")) {
+        let first = ["input_text", "ticket", "document", "text", "context"]
+            .iter()
+            .find_map(|k| vars.get(*k).filter(|v| non_empty(Some(v))).cloned());
+        if let Some(v) = first {
+            vars.insert("input".into(), v);
+        }
+    }
+}
+
+/// Ad-hoc questions: `{"state", "questions": [{"id", "type", "question", "options"?}], "instructions"?}`.
+fn custom(obj: &Map<String, Value>) -> Result<(Value, Value), GatewayError> {
+    let state = match obj.get("state") {
+        None | Some(Value::Null) => return Err(bad(
+            "`state` is required with `questions`: the text or JSON object the decision is about"
+                .into(),
+        )),
+        Some(v) => v.clone(),
+    };
+    let Some(list) = obj
+        .get("questions")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+    else {
+        return Err(bad(format!(
+            "`questions` must be a non-empty list of {{\"id\", \"type\", \"question\", \"options\"?}}. Given: {}",
+            shown(obj.get("questions").unwrap_or(&Value::Null))
+        )));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, q) in list.iter().enumerate() {
+        let field = |name: &str| q.get(name).and_then(Value::as_str).map(str::trim);
+        let id = field("id").filter(|s| !s.is_empty()).ok_or_else(|| {
+            bad(format!(
+                "`questions[{i}].id` must be a non-empty string. Given: {}",
+                shown(q)
+            ))
+        })?;
+        let text = field("question")
+            .or_else(|| field("instructions"))
+            .unwrap_or("");
+        let options: Vec<Value> = q
+            .get("options")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut m = Map::new();
+        m.insert("id".into(), json!(id));
+        m.insert("instructions".into(), json!(text));
+        match field("type") {
+            Some("boolean" | "bool" | "noul") => {
+                m.insert("type".into(), json!("boolean"));
+            }
+            Some("choice") => {
+                m.insert("type".into(), json!("choice"));
+                m.insert("options".into(), Value::Array(options));
+            }
+            Some("score") => {
+                m.insert("type".into(), json!("score"));
+                m.insert("levels".into(), Value::Array(options));
+            }
+            _ => {
+                return Err(bad(format!(
+                    "`questions[{i}].type` must be one of [boolean, choice, score]. Given: {}",
+                    shown(q.get("type").unwrap_or(&Value::Null))
+                )))
+            }
+        }
+        out.push(Value::Object(m));
+    }
+    let mut schema = Map::new();
+    if let Some(ins) = obj.get("instructions").and_then(Value::as_str) {
+        schema.insert("instructions".into(), json!(ins));
+    }
+    schema.insert("questions".into(), Value::Array(out));
+    Ok((Value::Object(schema), state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> TemplateDir {
+        TemplateDir::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../templates"))
+    }
+
+    #[test]
+    fn template_with_variables_and_samples() {
+        let body = json!({"variables": {"ticket": "refund me"}, "samples": 3, "seed": 7, "backend": "local"});
+        let r = parse(&dir(), Some("support_triage"), &body).expect("parses");
+        assert_eq!(r.template, "support_triage");
+        assert_eq!(r.call.seed, 7);
+        assert_eq!(r.call.schema["samples"], 3);
+        assert_eq!(r.call.state["ticket"], "refund me");
+        assert_eq!(r.backend.as_deref(), Some("local"));
+    }
+
+    #[test]
+    fn custom_questions_build_a_schema() {
+        let body = json!({"state": "the build is red", "questions": [
+            {"id": "urgent", "type": "boolean", "question": "Urgent?"},
+            {"id": "team", "type": "choice", "question": "Who?", "options": ["infra", "app"]},
+            {"id": "mood", "type": "score", "question": "How bad?", "options": ["fine", "bad", "awful"]}
+        ]});
+        let r = parse(&dir(), None, &body).expect("parses");
+        assert_eq!(r.template, CUSTOM_LABEL);
+        assert_eq!(
+            r.call.schema["questions"][1]["options"],
+            json!(["infra", "app"])
+        );
+        assert_eq!(
+            r.call.schema["questions"][2]["levels"],
+            json!(["fine", "bad", "awful"])
+        );
+        assert_eq!(r.call.state, json!("the build is red"));
+    }
+
+    #[test]
+    fn errors_name_field_allowed_and_given() {
+        let cases = [
+            (
+                json!({"samples": 0}),
+                "`samples` must be an integer from 1 to 32. Given: 0",
+            ),
+            (
+                json!({"seed": "x"}),
+                "`seed` must be an integer. Given: \"x\"",
+            ),
+            (
+                json!({"state": "s", "questions": [{"id": "a", "type": "maybe"}]}),
+                "`questions[0].type` must be one of [boolean, choice, score]. Given: \"maybe\"",
+            ),
+            (
+                json!({"variables": [1]}),
+                "`variables` must be an object of template variables. Given: [1]",
+            ),
+            (json!([1]), "body must be a JSON object"),
+        ];
+        for (body, want) in cases {
+            let err = parse(&dir(), None, &body).expect_err("refused").to_string();
+            assert!(err.contains(want), "{err} !~ {want}");
+        }
+    }
+
+    #[test]
+    fn traversal_refused() {
+        for name in [
+            "../Cargo.toml",
+            "/etc/passwd",
+            "bench/../../README",
+            "..",
+            "a/./b",
+        ] {
+            let err = parse(&dir(), None, &json!({"template": name})).expect_err("refused");
+            assert!(err.to_string().starts_with("`template`"), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn aliases() {
+        let mut v = Map::new();
+        v.insert("context".into(), json!("ctx"));
+        v.insert("text".into(), json!("t"));
+        alias_variables(&mut v);
+        assert_eq!(v["document"], "ctx");
+        assert_eq!(v["user_input"], "t");
+        assert_eq!(v["input"], "ctx");
+    }
+}

@@ -1,0 +1,494 @@
+//! Backend selection, failover, circuit breakers, retry budget and cold-start
+//! holds: the one piece every route goes through.
+//!
+//! A request names a **mode** (`X-DGem-Backend` header, else body `backend`,
+//! else the default). A mode is a backend name (`vertex`, `cloudrun`, `local`,
+//! or a remote's name) or `vertex_first` (Vertex, then every other backend in
+//! configuration order). A backend may have several replicas (URLs); the chain
+//! of a request is every replica of every backend of its mode.
+//!
+//! For each request the chain is walked in order. A replica whose breaker is
+//! open is skipped. A retryable failure (connection refused or reset — before
+//! or during the request —, timeout, 429, 502/503/504) moves on to the next
+//! replica; unlike the original gateway (reference.md §4.4) a Vertex request
+//! that fails mid-way fails over too. A non-retryable answer (a 4xx) is returned
+//! at once. When every replica failed but one of them reports a warming phase
+//! on `/health`, the request is held: health is polled with exponential backoff
+//! until it is ready (then the chain is walked again) or the wake-up timeout
+//! passes. Attempts are capped per request and by a shared retry budget.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dgem_backend::BackendError;
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::breaker::{Breaker, BreakerConfig, BreakerState};
+use crate::error::GatewayError;
+use crate::target::{status_fails_over, Kind, Target, TargetHealth};
+
+/// The mode that tries Vertex first and fails over to the other backends.
+pub const VERTEX_FIRST: &str = "vertex_first";
+
+/// Timing and retry settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RouteConfig {
+    /// How long a request is held while a backend wakes up (default 10 min).
+    pub wakeup_timeout: Duration,
+    /// Limit of one attempt on one replica (default 90 s).
+    pub attempt_timeout: Duration,
+    /// First pause of a cold-start hold (default 1 s); doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    /// Longest pause between health polls during a hold (default 15 s).
+    pub backoff_max: Duration,
+    /// Attempts per request, all replicas together (default 8).
+    pub max_attempts: u32,
+    /// Per-replica circuit breaker.
+    pub breaker: BreakerConfig,
+    /// Retry budget: each request deposits this fraction of a retry (default 0.2).
+    pub retry_ratio: f64,
+    /// Retry budget: the most retries saved up (default 20; also the start value).
+    pub retry_reserve: f64,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        Self {
+            wakeup_timeout: Duration::from_secs(600),
+            attempt_timeout: Duration::from_secs(90),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(15),
+            max_attempts: 8,
+            breaker: BreakerConfig::default(),
+            retry_ratio: 0.2,
+            retry_reserve: 20.0,
+        }
+    }
+}
+
+/// One configured backend: a name, a kind and its replicas.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    /// Name used in modes, headers and `X-DGem-Backend-Used`.
+    pub name: String,
+    /// Where it runs.
+    pub kind: Kind,
+    /// Its replicas, tried in order.
+    pub targets: Vec<Arc<dyn Target>>,
+}
+
+/// Everything a [`Gateway`] is built from.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayConfig {
+    /// Backends in configuration order.
+    pub backends: Vec<BackendSpec>,
+    /// Default mode; `None` = `vertex_first` when Vertex is configured, else the first backend.
+    pub default: Option<String>,
+    /// Allow-list of modes; `None` = every backend plus `vertex_first` when Vertex is configured.
+    pub allowed: Option<Vec<String>>,
+    /// Timing and retries.
+    pub route: RouteConfig,
+}
+
+#[derive(Debug)]
+struct Replica {
+    backend: usize,
+    target: Arc<dyn Target>,
+    breaker: Breaker,
+}
+
+/// A successful routed call and how it went.
+#[derive(Debug, Clone)]
+pub struct Routed<T> {
+    /// The result.
+    pub value: T,
+    /// Name of the backend that answered (`X-DGem-Backend-Used`).
+    pub backend: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// URL of the replica that answered.
+    pub upstream_url: String,
+    /// Model id it reports, if known.
+    pub model: String,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// Wall time of the successful attempt (ms).
+    pub forward_ms: f64,
+    /// Wall time of the whole routed call (ms).
+    pub total_ms: f64,
+}
+
+/// One row of `/api/health`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendStatus {
+    /// Backend name.
+    pub name: String,
+    /// Its kind.
+    pub kind: Kind,
+    /// Replica URL.
+    pub url: String,
+    /// Health probe result.
+    #[serde(flatten)]
+    pub health: TargetHealth,
+    /// Breaker state.
+    pub breaker: BreakerState,
+}
+
+/// The router over configured backends. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Gateway {
+    names: Vec<(String, Kind)>,
+    replicas: Vec<Replica>,
+    allowed: Vec<String>,
+    default: String,
+    config: RouteConfig,
+    budget: Mutex<f64>,
+}
+
+impl Gateway {
+    /// Build and validate a gateway.
+    ///
+    /// # Errors
+    /// [`GatewayError::Config`] for no backends, a duplicate name, a backend
+    /// without replicas, an allow-list entry that is not a mode, or a default
+    /// outside the allow-list.
+    pub fn new(config: GatewayConfig) -> Result<Self, GatewayError> {
+        if config.backends.is_empty() {
+            return Err(GatewayError::Config(
+                "no backends: configure at least one of --vertex-url, --cloudrun-url, --local-url, --embedded, --remote".into(),
+            ));
+        }
+        let mut names: Vec<(String, Kind)> = Vec::new();
+        let mut replicas = Vec::new();
+        for (i, b) in config.backends.iter().enumerate() {
+            if names.iter().any(|(n, _)| n == &b.name) || b.name == VERTEX_FIRST {
+                return Err(GatewayError::Config(format!(
+                    "backend name `{}` is used twice or reserved",
+                    b.name
+                )));
+            }
+            if b.targets.is_empty() {
+                return Err(GatewayError::Config(format!(
+                    "backend `{}` has no URL",
+                    b.name
+                )));
+            }
+            names.push((b.name.clone(), b.kind));
+            replicas.extend(b.targets.iter().map(|t| Replica {
+                backend: i,
+                target: t.clone(),
+                breaker: Breaker::new(config.route.breaker),
+            }));
+        }
+        let has_vertex = names.iter().any(|(n, _)| n == "vertex");
+        let modes: Vec<String> = has_vertex
+            .then(|| VERTEX_FIRST.to_string())
+            .into_iter()
+            .chain(names.iter().map(|(n, _)| n.clone()))
+            .collect();
+        let allowed = match config.allowed {
+            Some(list) => {
+                for m in &list {
+                    if !modes.contains(m) {
+                        return Err(GatewayError::Config(format!(
+                            "`--backends` entry `{m}` is not a configured backend; configured: [{}]",
+                            modes.join(", ")
+                        )));
+                    }
+                }
+                list
+            }
+            None => modes,
+        };
+        let default = match config.default {
+            Some(d) if allowed.contains(&d) => d,
+            Some(d) => {
+                return Err(GatewayError::Config(format!(
+                    "`--default-backend` must be one of [{}]. Given: `{d}`",
+                    allowed.join(", ")
+                )))
+            }
+            None => allowed.first().cloned().unwrap_or_default(),
+        };
+        Ok(Self {
+            names,
+            replicas,
+            allowed,
+            default,
+            budget: Mutex::new(config.route.retry_reserve),
+            config: config.route,
+        })
+    }
+
+    /// A gateway over one backend named `name` (e.g. `local` for `local_api`),
+    /// default settings.
+    pub fn single(name: &str, kind: Kind, target: Arc<dyn Target>) -> Self {
+        let config = RouteConfig::default();
+        Self {
+            names: vec![(name.to_string(), kind)],
+            replicas: vec![Replica {
+                backend: 0,
+                target,
+                breaker: Breaker::new(config.breaker),
+            }],
+            allowed: vec![name.to_string()],
+            default: name.to_string(),
+            budget: Mutex::new(config.retry_reserve),
+            config,
+        }
+    }
+
+    /// The default mode.
+    pub fn default_backend(&self) -> &str {
+        &self.default
+    }
+
+    /// The allow-list of modes.
+    pub fn available(&self) -> &[String] {
+        &self.allowed
+    }
+
+    /// The route settings.
+    pub fn config(&self) -> &RouteConfig {
+        &self.config
+    }
+
+    /// Replica indices of the chain for `requested` (or the default).
+    ///
+    /// # Errors
+    /// [`GatewayError::UnknownBackend`] when `requested` is not allowed.
+    fn chain(&self, requested: Option<&str>) -> Result<Vec<usize>, GatewayError> {
+        let mode = requested.map(str::trim).filter(|m| !m.is_empty());
+        let mode = mode.unwrap_or(&self.default);
+        if !self.allowed.iter().any(|a| a == mode) {
+            return Err(GatewayError::UnknownBackend {
+                given: mode.to_string(),
+                allowed: self.allowed.clone(),
+            });
+        }
+        let order: Vec<usize> = if mode == VERTEX_FIRST {
+            let vertex = self.names.iter().position(|(n, _)| n == "vertex");
+            vertex
+                .into_iter()
+                .chain((0..self.names.len()).filter(|i| Some(*i) != vertex))
+                .collect()
+        } else {
+            self.names
+                .iter()
+                .position(|(n, _)| n == mode)
+                .into_iter()
+                .collect()
+        };
+        Ok(order
+            .into_iter()
+            .flat_map(|b| {
+                self.replicas
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, r)| r.backend == b)
+                    .map(|(i, _)| i)
+            })
+            .collect())
+    }
+
+    fn withdraw_retry(&self) -> bool {
+        let mut b = self
+            .budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *b >= 1.0 {
+            *b -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn deposit(&self) {
+        let mut b = self
+            .budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *b = (*b + self.config.retry_ratio).min(self.config.retry_reserve);
+    }
+
+    /// Health of every replica, with its breaker state.
+    pub async fn health(&self) -> Vec<BackendStatus> {
+        let probes = self.replicas.iter().map(|r| async move {
+            let (name, kind) = self.names[r.backend].clone();
+            BackendStatus {
+                name,
+                kind,
+                url: r.target.url(),
+                health: r.target.health().await,
+                breaker: r.breaker.state(),
+            }
+        });
+        futures_util::future::join_all(probes).await
+    }
+
+    /// Run `op` on the chain of `requested` with failover, breakers, the retry
+    /// budget and cold-start holds (see the module docs).
+    ///
+    /// # Errors
+    /// [`GatewayError`]: `UnknownBackend`, `Rejected` (a 4xx, not failed over),
+    /// `Upstream` (every attempt failed), `WakeupTimeout`, `Unavailable`.
+    #[tracing::instrument(skip_all, fields(mode = requested.unwrap_or(self.default.as_str()), backend, attempts))]
+    pub async fn route<T, F>(
+        &self,
+        requested: Option<&str>,
+        op: F,
+    ) -> Result<Routed<T>, GatewayError>
+    where
+        F: Fn(Arc<dyn Target>) -> BoxFuture<'static, Result<T, BackendError>>,
+    {
+        let chain = self.chain(requested)?;
+        let started = Instant::now();
+        let deadline = started + self.config.wakeup_timeout;
+        self.deposit();
+        let mut attempts: u32 = 0;
+        let mut last: Option<(String, BackendError)> = None;
+        let mut backoff = self.config.backoff_initial;
+        loop {
+            let mut warming: Vec<usize> = Vec::new();
+            for &i in &chain {
+                let rep = &self.replicas[i];
+                let name = &self.names[rep.backend].0;
+                if !rep.breaker.try_acquire() {
+                    tracing::debug!(backend = %name, url = %rep.target.url(), "breaker open: skipped");
+                    continue;
+                }
+                if attempts >= self.config.max_attempts || (attempts > 0 && !self.withdraw_retry())
+                {
+                    rep.breaker.release();
+                    let why = if attempts >= self.config.max_attempts {
+                        "attempt limit reached"
+                    } else {
+                        "retry budget spent"
+                    };
+                    return Err(self.exhausted(last, attempts, why));
+                }
+                attempts += 1;
+                let t0 = Instant::now();
+                let limit = self.config.attempt_timeout;
+                let res = match tokio::time::timeout(limit, op(rep.target.clone())).await {
+                    Ok(r) => r,
+                    Err(_) => Err(BackendError::Timeout(limit.as_millis() as u64)),
+                };
+                let forward_ms = t0.elapsed().as_secs_f64() * 1e3;
+                match res {
+                    Ok(value) => {
+                        rep.breaker.on_success();
+                        metrics::counter!("dgem_gateway_attempts_total", "backend" => name.clone(), "outcome" => "ok").increment(1);
+                        let span = tracing::Span::current();
+                        span.record("backend", name.as_str());
+                        span.record("attempts", attempts);
+                        return Ok(Routed {
+                            value,
+                            backend: name.clone(),
+                            kind: self.names[rep.backend].1,
+                            upstream_url: rep.target.url(),
+                            model: rep.target.model(),
+                            attempts,
+                            forward_ms,
+                            total_ms: started.elapsed().as_secs_f64() * 1e3,
+                        });
+                    }
+                    Err(error) if !fails_over(&error) => {
+                        rep.breaker.on_success();
+                        metrics::counter!("dgem_gateway_attempts_total", "backend" => name.clone(), "outcome" => "rejected").increment(1);
+                        return Err(GatewayError::Rejected {
+                            backend: name.clone(),
+                            error,
+                        });
+                    }
+                    Err(error) => {
+                        let health = rep.target.health().await;
+                        let outcome = if health.is_warming() {
+                            rep.breaker.release();
+                            warming.push(i);
+                            "warming"
+                        } else {
+                            rep.breaker.on_failure();
+                            "failover"
+                        };
+                        metrics::counter!("dgem_gateway_attempts_total", "backend" => name.clone(), "outcome" => outcome).increment(1);
+                        tracing::warn!(backend = %name, url = %rep.target.url(), %error, phase = %health.phase, attempt = attempts, outcome, "hop failed");
+                        last = Some((name.clone(), error));
+                    }
+                }
+            }
+            if warming.is_empty() {
+                return Err(match last {
+                    Some(_) => self.exhausted(last, attempts, "every backend failed"),
+                    None => GatewayError::Unavailable(
+                        "every backend's circuit breaker is open; retry later".into(),
+                    ),
+                });
+            }
+            self.hold(&warming, &mut backoff, deadline, started).await?;
+        }
+    }
+
+    /// Poll the warming replicas' health with backoff until one is ready.
+    async fn hold(
+        &self,
+        warming: &[usize],
+        backoff: &mut Duration,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<(), GatewayError> {
+        loop {
+            let mut phase = String::new();
+            let mut name = String::new();
+            if Instant::now() + *backoff > deadline {
+                for &i in warming {
+                    name.clone_from(&self.names[self.replicas[i].backend].0);
+                    phase = self.replicas[i].target.health().await.phase;
+                }
+                return Err(GatewayError::WakeupTimeout {
+                    backend: name,
+                    phase,
+                    waited_s: started.elapsed().as_secs_f64(),
+                });
+            }
+            tokio::time::sleep(*backoff).await;
+            *backoff = (*backoff * 2).min(self.config.backoff_max);
+            for &i in warming {
+                let h = self.replicas[i].target.health().await;
+                tracing::info!(backend = %self.names[self.replicas[i].backend].0, phase = %h.phase, "holding for cold start");
+                if h.ready || !h.is_warming() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn exhausted(
+        &self,
+        last: Option<(String, BackendError)>,
+        attempts: u32,
+        why: &str,
+    ) -> GatewayError {
+        match last {
+            Some((backend, error)) => GatewayError::Upstream {
+                backend,
+                attempts,
+                error,
+            },
+            None => GatewayError::Unavailable(why.to_string()),
+        }
+    }
+}
+
+/// Whether `e` may fail over: connection loss, timeouts, overload, not-ready,
+/// and upstream 429/502/503/504 (a 500 is a bug upstream, not a reason to
+/// repeat the request elsewhere).
+pub fn fails_over(e: &BackendError) -> bool {
+    match e {
+        BackendError::Upstream { status, .. } => status_fails_over(*status),
+        other => other.is_retryable(),
+    }
+}

@@ -1,0 +1,156 @@
+//! The full gateway router: the `/api/*` routes over every configured backend,
+//! the pass-through routes `POST /v1/chat/completions` and `POST /v1/systemone`
+//! (reference.md §4.6: same selection and failover; the upstream status and
+//! body come back verbatim), `GET /health`, and CORS on everything (§4.2).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use dgem_mcp::TemplateDir;
+use futures_util::FutureExt as _;
+use serde_json::{json, Value};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::api::{header_backend, with_backend_used, ApiState};
+use crate::error::GatewayError;
+use crate::routing::Gateway;
+
+/// Service name in `GET /health`.
+pub const SERVICE_NAME: &str = "dgem-gateway";
+
+/// State of the full gateway router.
+#[derive(Debug, Clone)]
+pub struct GatewayState {
+    /// The router over the backends.
+    pub gateway: Arc<Gateway>,
+    /// The policy templates folder.
+    pub templates: TemplateDir,
+}
+
+/// CORS of reference.md §4.2: any origin; `GET, POST, PUT, DELETE, OPTIONS`;
+/// the headers the Studio and MCP clients send; `Mcp-Session-Id` exposed.
+pub fn cors() -> CorsLayer {
+    let h = |s: &'static str| HeaderName::from_static(s);
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::any())
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            h("x-requested-with"),
+            header::ACCEPT,
+            h("mcp-session-id"),
+            h("x-dgem-backend"),
+        ])
+        .expose_headers([h("mcp-session-id"), h("x-dgem-backend-used")])
+}
+
+/// Serve `app` (usually [`router`] merged with `/mcp` and the Studio) on
+/// `listener` until `shutdown` resolves; in-flight requests finish.
+///
+/// # Errors
+/// The listener's I/O error.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The full gateway router (without `/mcp` and the Studio, which the CLI merges in).
+pub fn router(state: GatewayState) -> Router {
+    let api = crate::api::routes(ApiState {
+        gateway: state.gateway.clone(),
+        templates: state.templates.clone(),
+    });
+    let passthrough = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/systemone", post(systemone))
+        .route("/health", get(health))
+        .with_state(state);
+    api.merge(passthrough).layer(cors())
+}
+
+async fn health(State(s): State<GatewayState>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "service": SERVICE_NAME,
+        "version": env!("CARGO_PKG_VERSION"),
+        "default_backend": s.gateway.default_backend(),
+        "available": s.gateway.available(),
+    }))
+}
+
+async fn chat(State(s): State<GatewayState>, headers: HeaderMap, body: Bytes) -> Response {
+    forward(&s, "/v1/chat/completions", &headers, body).await
+}
+
+async fn systemone(State(s): State<GatewayState>, headers: HeaderMap, body: Bytes) -> Response {
+    forward(&s, "/v1/systemone", &headers, body).await
+}
+
+/// Body field `backend` of a JSON body, if any (the header wins).
+fn body_backend(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(body)
+        .ok()?
+        .get("backend")?
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tracing::instrument(skip_all, fields(path, backend))]
+async fn forward(
+    s: &GatewayState,
+    path: &'static str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
+    tracing::Span::current().record("path", path);
+    let requested = header_backend(headers).or_else(|| body_backend(&body));
+    let routed = s
+        .gateway
+        .route(requested.as_deref(), |t| {
+            let body = body.clone();
+            async move { t.forward(path, body).await }.boxed()
+        })
+        .await;
+    let routed = match routed {
+        Ok(r) => r,
+        Err(e) => return openai_error(&e),
+    };
+    tracing::Span::current().record("backend", routed.backend.as_str());
+    let f = routed.value;
+    let status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let ctype = f.content_type.unwrap_or_else(|| "application/json".into());
+    let resp = (status, [(header::CONTENT_TYPE, ctype)], f.body).into_response();
+    with_backend_used(resp, &routed.backend)
+}
+
+/// Errors on the OpenAI-shaped routes: `{"error": {"message", "type"}}`.
+fn openai_error(e: &GatewayError) -> Response {
+    let kind = match e {
+        GatewayError::UnknownBackend { .. } => "backend_unavailable",
+        GatewayError::BadRequest(_) | GatewayError::Rejected { .. } => "invalid_request_error",
+        _ => "server_error",
+    };
+    metrics::counter!("dgem_gateway_errors_total", "type" => e.error_type()).increment(1);
+    (
+        e.status(),
+        Json(json!({"error": {"message": e.to_string(), "type": kind}})),
+    )
+        .into_response()
+}

@@ -1,0 +1,161 @@
+//! Scripted targets and request helpers shared by the gateway tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::{Body, Bytes};
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use dgem_backend::BackendError;
+use dgem_gateway::{DecideCall, Forwarded, Target, TargetHealth};
+use http_body_util::BodyExt as _;
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+/// One scripted reply of [`Scripted::decide`].
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Answer after this delay.
+    Ok(Duration),
+    /// Fail with this error after this delay.
+    Err(Duration, BackendError),
+}
+
+/// A target that answers from a script; when the script runs out it answers Ok.
+#[derive(Debug)]
+pub struct Scripted {
+    pub name: &'static str,
+    steps: Mutex<VecDeque<Step>>,
+    health: Mutex<VecDeque<TargetHealth>>,
+    calls: Mutex<u32>,
+    health_calls: Mutex<u32>,
+}
+
+impl Scripted {
+    pub fn new(name: &'static str, steps: Vec<Step>) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            steps: Mutex::new(steps.into()),
+            health: Mutex::new(VecDeque::new()),
+            calls: Mutex::new(0),
+            health_calls: Mutex::new(0),
+        })
+    }
+
+    /// Health answers in order; the last one repeats. Default: unreachable.
+    pub fn with_health(self: Arc<Self>, hs: Vec<TargetHealth>) -> Arc<Self> {
+        *self.health.lock().unwrap() = hs.into();
+        self
+    }
+
+    pub fn calls(&self) -> u32 {
+        *self.calls.lock().unwrap()
+    }
+
+    pub fn health_calls(&self) -> u32 {
+        *self.health_calls.lock().unwrap()
+    }
+}
+
+pub fn envelope(who: &str) -> Value {
+    json!({"answers": {"urgent": {"type": "noul", "label": "yes", "confidence": 0.8,
+        "probabilities": {"yes": 0.8, "no": 0.2}, "noul": 0.8}},
+        "diagnostics": {"engine": who, "timing": {"total_ms": 5.0, "reads": 1}}})
+}
+
+#[async_trait]
+impl Target for Scripted {
+    fn url(&self) -> String {
+        format!("scripted://{}", self.name)
+    }
+
+    async fn health(&self) -> TargetHealth {
+        *self.health_calls.lock().unwrap() += 1;
+        let mut h = self.health.lock().unwrap();
+        if h.len() > 1 {
+            h.pop_front().unwrap()
+        } else {
+            h.front()
+                .cloned()
+                .unwrap_or_else(|| TargetHealth::not_ready("unreachable", None))
+        }
+    }
+
+    async fn decide(&self, _call: &DecideCall) -> Result<Value, BackendError> {
+        *self.calls.lock().unwrap() += 1;
+        let step = self.steps.lock().unwrap().pop_front();
+        match step {
+            None => Ok(envelope(self.name)),
+            Some(Step::Ok(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(envelope(self.name))
+            }
+            Some(Step::Err(d, e)) => {
+                tokio::time::sleep(d).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn forward(&self, path: &str, body: Bytes) -> Result<Forwarded, BackendError> {
+        self.decide(&DecideCall {
+            schema: Value::Null,
+            state: Value::Null,
+            seed: 0,
+        })
+        .await?;
+        Ok(Forwarded {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: Bytes::from(
+                json!({"from": self.name, "path": path, "echo": String::from_utf8_lossy(&body)})
+                    .to_string(),
+            ),
+        })
+    }
+}
+
+pub fn refused() -> BackendError {
+    BackendError::Connection("connection refused".into())
+}
+
+pub fn upstream(status: u16) -> BackendError {
+    BackendError::Upstream {
+        status,
+        body: format!("status {status}"),
+    }
+}
+
+/// Send a request to `app`; returns status, `X-DGem-Backend-Used` and the JSON body.
+pub async fn send(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (StatusCode, Option<String>, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            Body::from(b.to_string())
+        }
+        None => Body::empty(),
+    };
+    let resp = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
+    let status = resp.status();
+    let used = resp
+        .headers()
+        .get("x-dgem-backend-used")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, used, json)
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Deploy the serving image to a dedicated Vertex AI endpoint (serving.md §12.2,
+# v1beta1 REST): upload the model with `invokeRoutePrefix "/*"` and the /health
+# route, find or create the dedicated endpoint, deploy with one GPU.
+#
+#   PROJECT=my-proj VERTEX_PROFILE=g4-rtxpro6000 deploy/scripts/deploy_vertex.sh [--dry-run]
+#
+# VERTEX_PROFILE: g4-rtxpro6000 (default; g4-standard-48 + NVIDIA_RTX_PRO_6000)
+# or g2-l4 (g2-standard-16 + NVIDIA_L4, vision off; g2-standard-8 is OOM-killed).
+# The container reads AIP_HTTP_PORT and stages weights from DGEM_WEIGHTS_URI.
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+usage() { sed -n '2,11p' "${BASH_SOURCE[0]}"; }
+parse_common_flags "$@"
+set_defaults
+
+case "${VERTEX_PROFILE:-g4-rtxpro6000}" in
+  g4-rtxpro6000)
+    MACHINE=g4-standard-48 ACCEL=NVIDIA_RTX_PRO_6000 DISABLE_MM=0 KV_CACHE_GB=12 MAX_MODEL_LEN=8192
+    ENDPOINT_NAME="${ENDPOINT_NAME:-dgemma-dedicated-g4}"
+    ;;
+  g2-l4)
+    MACHINE=g2-standard-16 ACCEL=NVIDIA_L4 DISABLE_MM=1 KV_CACHE_GB=2 MAX_MODEL_LEN=32768
+    ENDPOINT_NAME="${ENDPOINT_NAME:-dgemma-dedicated-l4}"
+    ;;
+  *)
+    echo "error: \`VERTEX_PROFILE\` must be one of [g4-rtxpro6000, g2-l4]. Given: \`${VERTEX_PROFILE}\`" >&2
+    exit 2
+    ;;
+esac
+MIN_REPLICAS="${MIN_REPLICAS:-1}"
+MAX_REPLICAS="${MAX_REPLICAS:-2}"
+TRAFFIC="${VERTEX_NEW_TRAFFIC:-100}"
+API="https://$REGION-aiplatform.googleapis.com/v1beta1/projects/$PROJECT/locations/$REGION"
+PINNED_IMAGE="$(pinned_image)"
+
+model_body() {
+  cat <<JSON
+{"model": {"displayName": "dgemma", "containerSpec": {"imageUri": "$PINNED_IMAGE", "invokeRoutePrefix": "/*", "healthRoute": "/health", "ports": [{"containerPort": 8080}], "env": [{"name": "DGEM_WEIGHTS_URI", "value": "gs://$BUCKET/$WEIGHTS_PREFIX"}, {"name": "GCS_BUCKET", "value": "$BUCKET"}, {"name": "STAGING", "value": "tmpfs"}, {"name": "CANVAS", "value": "128"}, {"name": "ENFORCE_EAGER", "value": "1"}, {"name": "DISABLE_MM", "value": "$DISABLE_MM"}, {"name": "GPU_UTIL", "value": "0.85"}, {"name": "MAX_MODEL_LEN", "value": "$MAX_MODEL_LEN"}, {"name": "KV_CACHE_GB", "value": "$KV_CACHE_GB"}, {"name": "MAX_SEQS", "value": "32"}, {"name": "MAX_INFLIGHT", "value": "8"}, {"name": "DEFAULT_SAMPLES", "value": "1"}]}}}
+JSON
+}
+
+endpoint_body() {
+  echo "{\"displayName\": \"$ENDPOINT_NAME\", \"dedicatedEndpointEnabled\": true}"
+}
+
+deploy_body() {
+  local model="$1"
+  cat <<JSON
+{"deployedModel": {"model": "$model", "displayName": "dgemma", "serviceAccount": "$SERVICE_ACCOUNT", "dedicatedResources": {"machineSpec": {"machineType": "$MACHINE", "acceleratorType": "$ACCEL", "acceleratorCount": 1}, "minReplicaCount": $MIN_REPLICAS, "maxReplicaCount": $MAX_REPLICAS, "autoscalingMetricSpecs": [{"metricName": "aiplatform.googleapis.com/prediction/online/accelerator/duty_cycle", "target": 70}]}}, "trafficSplit": {"0": $TRAFFIC}}
+JSON
+}
+
+# POST JSON to the v1beta1 API; prints the response body.
+post() {
+  run curl -sS --fail-with-body -X POST -H "Authorization: Bearer ${ACCESS_TOKEN:-\$(gcloud auth print-access-token)}" \
+    -H "Content-Type: application/json" "$API/$1" -d "$2"
+}
+
+# Field (dotted path) of a JSON document on stdin (python3 is on every gcloud machine).
+json_field() {
+  python3 -c 'import functools,json,sys; print(functools.reduce(lambda d,k: d.get(k, "") if isinstance(d, dict) else "", sys.argv[1].split("."), json.load(sys.stdin)))' "$1"
+}
+
+# Poll a long-running operation until done; prints the final JSON.
+wait_op() {
+  local op="$1" body
+  while :; do
+    body="$(curl -sS --fail-with-body -H "Authorization: Bearer $ACCESS_TOKEN" "https://$REGION-aiplatform.googleapis.com/v1beta1/$op")"
+    if [[ "$(json_field "done" <<<"$body")" == True ]]; then
+      echo "$body"
+      return 0
+    fi
+    sleep 15
+  done
+}
+
+if [[ "$DRY_RUN" == 1 ]]; then
+  post "models:upload" "$(model_body)"
+  echo "# then: wait for the upload operation; MODEL = its response.model"
+  run gcloud ai endpoints list --project "$PROJECT" --region "$REGION" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)"
+  echo "# if none:"
+  post "endpoints" "$(endpoint_body)"
+  post "endpoints/ENDPOINT_ID:deployModel" "$(deploy_body "projects/$PROJECT/locations/$REGION/models/MODEL_ID")"
+  exit 0
+fi
+
+ACCESS_TOKEN="$(gcloud auth print-access-token)"
+op="$(post "models:upload" "$(model_body)" | json_field name)"
+model="$(wait_op "$op" | json_field response.model)"
+echo "deploy_vertex: uploaded $model" >&2
+endpoint="$(gcloud ai endpoints list --project "$PROJECT" --region "$REGION" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)" | head -n1)"
+if [[ -z "$endpoint" ]]; then
+  op="$(post "endpoints" "$(endpoint_body)" | json_field name)"
+  endpoint="$(wait_op "$op" | json_field response.name)"
+fi
+endpoint_id="${endpoint##*/}"
+echo "deploy_vertex: endpoint $endpoint_id; deploying (about 10-15 minutes)" >&2
+op="$(post "endpoints/$endpoint_id:deployModel" "$(deploy_body "$model")" | json_field name)"
+wait_op "$op" >/dev/null
+echo "deploy_vertex: ready; invoke via .../endpoints/$endpoint_id/invoke/<route> (health: /invoke/health)" >&2
