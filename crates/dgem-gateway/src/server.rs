@@ -1,7 +1,8 @@
 //! The full gateway router: the `/api/*` routes over every configured backend,
 //! the pass-through routes `POST /v1/chat/completions` and `POST /v1/systemone`
 //! (reference.md §4.6: same selection and failover; the upstream status and
-//! body come back verbatim), `GET /health`, and CORS on everything (§4.2).
+//! body come back verbatim), `GET /health`, the Decision Studio page at `/`,
+//! and CORS on everything (§4.2).
 
 use std::sync::Arc;
 
@@ -71,7 +72,8 @@ pub async fn serve(
         .await
 }
 
-/// The full gateway router (without `/mcp` and the Studio, which the CLI merges in).
+/// The full gateway router, with the Decision Studio page at `/` (`dgem_studio`);
+/// `/mcp` is merged in by the CLI.
 pub fn router(state: GatewayState) -> Router {
     let api = crate::api::routes(ApiState {
         gateway: state.gateway.clone(),
@@ -82,7 +84,9 @@ pub fn router(state: GatewayState) -> Router {
         .route("/v1/systemone", post(systemone))
         .route("/health", get(health))
         .with_state(state);
-    api.merge(passthrough).layer(cors())
+    api.merge(passthrough)
+        .merge(dgem_studio::router())
+        .layer(cors())
 }
 
 async fn health(State(s): State<GatewayState>) -> Json<Value> {

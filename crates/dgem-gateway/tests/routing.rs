@@ -495,3 +495,30 @@ async fn cors_preflight_allows_any_origin() {
         .unwrap()
         .contains("mcp-session-id"));
 }
+
+/// Regression: the gateway served `/api/*` but not the Decision Studio page the
+/// issue puts at `/` on the gateway as well as on `dgem serve --studio`.
+#[tokio::test]
+async fn gateway_serves_the_studio_page_at_root() {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let g = gateway(
+        vec![spec("local", Kind::Local, vec![Scripted::new("a", vec![])])],
+        route(),
+    );
+    let app = dgem_gateway::router(GatewayState {
+        gateway: Arc::new(g),
+        templates: TemplateDir::new("templates"),
+    });
+    for (path, kind) in [("/", "text/html"), ("/studio/app.js", "javascript")] {
+        let req = axum::http::Request::get(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.contains(kind), "{path}: {ct}");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(!body.is_empty(), "{path}");
+    }
+}
