@@ -117,11 +117,19 @@ impl<'m> Engine<'m> {
     pub(crate) fn run_reads(
         &mut self,
         reads: &[SequenceRead],
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
         let mut out = Vec::with_capacity(reads.len());
         let mut cached = 0;
         let mut rest = reads;
         while !rest.is_empty() {
+            if cancelled() {
+                // The caller timed out or went away: stop spending CPU on reads
+                // nobody will receive.
+                return Err(BackendError::Unavailable(
+                    "read cancelled: the caller went away".into(),
+                ));
+            }
             let take = if self.batch_reads {
                 rest.len().min(MAX_SEQS - 1)
             } else {

@@ -90,11 +90,14 @@ fn handle(engine: &mut Engine<'_>, job: Job) {
     let _guard = job.span.enter();
     let started = Instant::now();
     let queue_ms = started.duration_since(job.enqueued).as_secs_f64() * 1e3;
-    let result =
-        catch_unwind(AssertUnwindSafe(|| engine.run_reads(&job.reads))).unwrap_or_else(|_| {
-            engine.reset();
-            Err(BackendError::Model("llama.cpp call panicked".into()))
-        });
+    let cancelled = || job.reply.is_closed();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        engine.run_reads(&job.reads, &cancelled)
+    }))
+    .unwrap_or_else(|_| {
+        engine.reset();
+        Err(BackendError::Model("llama.cpp call panicked".into()))
+    });
     let forward_ms = started.elapsed().as_secs_f64() * 1e3;
     let result = result.map(|(sequences, cached_tokens)| ForwardOutput {
         sequences,

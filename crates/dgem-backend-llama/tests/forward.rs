@@ -302,3 +302,37 @@ async fn batched_reads_share_the_prefix_in_one_decode() {
         assert_close(&x[0], &y[0], 0.15);
     }
 }
+
+/// Regression: a job whose caller had timed out kept the model thread busy
+/// until its last read, so a `samples: 32` request that hit the server's
+/// timeout went on burning CPU for minutes and delayed every later request.
+/// The thread now stops at the next read once nobody waits for the answer.
+#[tokio::test]
+async fn timed_out_job_stops_and_frees_the_model_thread() {
+    let Some(path) = model_path("timed_out_job_stops_and_frees_the_model_thread") else {
+        return;
+    };
+    let mut cfg = LlamaConfig::new(&path, "cancel");
+    cfg.context_size = 1024;
+    cfg.timeout = Some(Duration::from_secs(3));
+    let be = LlamaBackend::load(cfg).expect("loads");
+    let tok = be.tokenizer();
+    // 400 reads that share no prefix (the leading number differs), so none
+    // reuses the KV cache: far more than 3 s of work on any CPU here.
+    let long: Vec<SequenceRead> = (0..400)
+        .map(|i| {
+            let text = format!("Case {i}. {LONG_PROMPT}Question: Which team?\nAnswer:");
+            read_at_end(prompt(tok.as_ref(), &text), labels(tok.as_ref(), &ROUTES))
+        })
+        .collect();
+    let err = be.forward(long).await.expect_err("times out");
+    assert!(matches!(err, BackendError::Timeout(3000)), "{err}");
+    // Before the fix this read queued behind the abandoned job and timed out too.
+    let short = read_at_end(prompt(tok.as_ref(), "Hello there"), vec![vec![5]]);
+    let out = be
+        .forward(vec![short])
+        .await
+        .expect("the model thread is free again");
+    assert_eq!(out.sequences.len(), 1);
+    assert!(out.sequences[0][0].label_logprobs[0].is_finite());
+}

@@ -100,14 +100,17 @@ impl VllmClient {
                 );
                 return Ok(());
             }
-            if started.elapsed() + self.probe_interval > self.ready_wait {
+            // The last probe lands on the deadline itself, so the whole
+            // `ready_wait` is waited (it used to stop one interval early).
+            let waited = started.elapsed();
+            if waited >= self.ready_wait {
                 return Err(BackendError::NotReady(format!(
                     "vLLM at {} did not answer /health with 200 within {} s",
                     self.base,
                     self.ready_wait.as_secs_f64()
                 )));
             }
-            tokio::time::sleep(self.probe_interval).await;
+            tokio::time::sleep(self.probe_interval.min(self.ready_wait - waited)).await;
         }
     }
 

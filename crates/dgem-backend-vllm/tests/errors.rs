@@ -204,3 +204,27 @@ async fn server_maps_upstream_failures_to_http_statuses() {
         assert_eq!(status, want, "{failure:?}: {reply}");
     }
 }
+
+/// Regression: `--vllm-ready-wait 3` gave up after about 2 s (one probe
+/// interval early) while the message said 3 s. The whole wait is now waited,
+/// with a last probe at the deadline.
+#[tokio::test]
+async fn ready_wait_is_waited_in_full_before_giving_up() {
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    fake.set_not_ready_polls(10_000);
+    let mut cfg = config(&fake);
+    cfg.ready_wait = Duration::from_millis(300);
+    cfg.probe_interval = Duration::from_millis(100);
+    let d = decider(&ids, cfg);
+    let started = std::time::Instant::now();
+    let b = backend_err(decide(&d, one()).await.unwrap_err());
+    assert!(matches!(b, BackendError::NotReady(_)), "{b:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "gave up early: {:?}",
+        started.elapsed()
+    );
+    assert!(b.to_string().contains("within 0.3 s"), "{b}");
+    assert!(fake.health_polls() >= 2, "{}", fake.health_polls());
+}

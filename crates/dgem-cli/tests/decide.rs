@@ -237,3 +237,25 @@ fn damaged_cached_model_is_refused_not_used() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("`--context` must be between 64 and 131072 tokens. Given: `0`"));
 }
+
+/// Regression: `dgem serve --studio --templates /nonexistent` started, then
+/// answered every catalog request with a 400. It is a start-up error now,
+/// reported before any model is loaded.
+#[test]
+fn studio_with_a_missing_templates_folder_exits_1() {
+    let o = dgem(
+        &[
+            "serve",
+            "--studio",
+            "--templates",
+            "/nonexistent/policies",
+            "--port",
+            "0",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("`--templates`"), "{err}");
+    assert!(err.contains("/nonexistent/policies"), "{err}");
+}

@@ -153,6 +153,7 @@ impl DecisionServer {
         let info = self.engine.info();
         let health = self.engine.health().await;
         let healthy = health == Health::Ready;
+        let gpu = GpuFacts::of(&info.engine, &health);
         let state = match &health {
             Health::Ready => "ready".to_string(),
             Health::Starting { phase } => format!("starting ({phase})"),
@@ -164,13 +165,13 @@ impl DecisionServer {
             "engine": info.engine,
             "model_id": info.model_id,
             "max_tokens": info.max_tokens,
-            "gpu_available": false,
-            "gpu_state": "none",
-            "gpu_note": NO_GPU_NOTE,
+            "gpu_available": gpu.available,
+            "gpu_state": gpu.state,
+            "gpu_note": gpu.note,
         });
         let text = format!(
-            "Backend {} with model {}: {state}. {NO_GPU_NOTE}.",
-            info.engine, info.model_id
+            "Backend {} with model {}: {state}. {}.",
+            info.engine, info.model_id, gpu.note
         );
         result(structured, text)
     }
@@ -187,12 +188,93 @@ impl DecisionServer {
             })
             .await?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
+        let info = self.engine.info();
+        let gpu = GpuFacts::of(&info.engine, &Health::Ready);
         let structured =
-            json!({"status": "warm_and_ready", "elapsed_ms": ms, "gpu_available": false});
+            json!({"status": "warm_and_ready", "elapsed_ms": ms, "gpu_available": gpu.available});
         Ok(result(
             structured,
-            format!("Warm and ready: one tiny decision took {ms:.0} ms (CPU, no GPU)."),
+            format!(
+                "Warm and ready: one tiny decision took {ms:.0} ms on {} ({}).",
+                info.engine, gpu.note
+            ),
         ))
+    }
+}
+
+/// What the health tool can say about a GPU, by backend engine.
+#[derive(Debug, PartialEq)]
+struct GpuFacts {
+    /// `false` for a model in this process on the CPU, `true`/`false` for vLLM
+    /// by its health, `null` when the GPU is behind another server (gateway).
+    available: Value,
+    /// `none`, `warm_and_ready`, `warming_up`, `unavailable` or `unknown`.
+    state: &'static str,
+    /// One plain sentence.
+    note: String,
+}
+
+impl GpuFacts {
+    fn of(engine: &str, health: &Health) -> Self {
+        match engine {
+            // vLLM serving DiffusionGemma runs on a GPU by construction.
+            "vllm" => {
+                let state = match health {
+                    Health::Ready => "warm_and_ready",
+                    Health::Starting { .. } => "warming_up",
+                    Health::Failed { .. } => "unavailable",
+                };
+                Self {
+                    available: json!(*health == Health::Ready),
+                    state,
+                    note: format!(
+                        "the model is DiffusionGemma on vLLM (GPU), {state}; its own /health has the details"
+                    ),
+                }
+            }
+            // Decisions routed to other servers: their GPUs are theirs.
+            "dgem-gateway" | "remote" => Self {
+                available: Value::Null,
+                state: "unknown",
+                note: format!(
+                    "the model runs behind the `{engine}` backend, outside this process; its GPU is not visible from here"
+                ),
+            },
+            // In this process on the CPU: llama.cpp (or a scripted test backend).
+            _ => Self {
+                available: json!(false),
+                state: "none",
+                note: NO_GPU_NOTE.to_owned(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+
+    /// Regression: on `dgem serve --backend vllm=…` and on the gateway the
+    /// health tool said the embedded CPU model ran in this process.
+    #[test]
+    fn health_tool_names_the_engine_it_runs_on() {
+        let cpu = GpuFacts::of("llama.cpp", &Health::Ready);
+        assert_eq!(cpu.available, json!(false));
+        assert_eq!(cpu.note, NO_GPU_NOTE);
+        let vllm = GpuFacts::of(
+            "vllm",
+            &Health::Starting {
+                phase: "waiting_for_vllm".into(),
+            },
+        );
+        assert_eq!(vllm.available, json!(false));
+        assert_eq!(vllm.state, "warming_up");
+        assert!(!vllm.note.contains("embedded"), "{}", vllm.note);
+        assert_eq!(GpuFacts::of("vllm", &Health::Ready).available, json!(true));
+        let remote = GpuFacts::of("dgem-gateway", &Health::Ready);
+        assert_eq!(remote.available, Value::Null);
+        assert!(remote.note.contains("dgem-gateway"), "{}", remote.note);
+        assert!(!remote.note.contains("CPU"), "{}", remote.note);
     }
 }
 

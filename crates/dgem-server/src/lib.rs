@@ -119,12 +119,13 @@ pub fn router(state: AppState) -> Router {
 /// [`router`] with `extra` routes in front (MCP at `/mcp`, the Studio and its
 /// `/api`): a request `extra` does not route falls through to [`router`]. The
 /// extra routes get the same key check (`API_KEY`, serving.md §9.3), body
-/// limit and request timeout as the server's own, so with keys configured a
+/// limit, JSON error bodies and request timeout as the server's own, so with keys configured a
 /// POST to `/mcp` or `/api/decide` needs a key too.
 pub fn router_with(state: AppState, extra: Router) -> Router {
     let max_body = state.config().max_body_bytes;
     extra
         .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(middleware::from_fn(layers::json_errors))
         .layer(middleware::from_fn_with_state(state.clone(), layers::auth))
         .layer(middleware::from_fn_with_state(
             state.clone(),

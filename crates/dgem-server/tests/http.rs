@@ -366,14 +366,29 @@ async fn extra_routes_are_not_an_auth_bypass() {
         api_keys: vec!["s3cret".into()],
         ..config()
     };
-    let extra = axum::Router::new().route("/api/decide", post_route(|| async { "decided" }));
-    let app = dgem_server::router_with(state(b, cfg), extra);
+    let extra = axum::Router::new().route(
+        "/api/decide",
+        post_route(|body: axum::body::Bytes| async move { format!("decided {}", body.len()) }),
+    );
+    let app = dgem_server::router_with(state(b, cfg.clone()), extra);
     let r = call(&app, post("/api/decide", &json!({}))).await;
     assert_eq!(r.status, 401, "{}", r.text);
     assert_eq!(r.body["error"]["type"], "authentication_error");
     let r = call(&app, with_header("/api/decide", "x-dgem-key", "s3cret")).await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.text, "decided");
+    assert!(r.text.starts_with("decided "), "{}", r.text);
+    // An oversized body is a JSON 413, as on the server's own routes (it was
+    // plain text).
+    let big = Request::post("/api/decide")
+        .header("x-dgem-key", "s3cret")
+        .body(Body::from(vec![b'x'; cfg.max_body_bytes + 1]))
+        .unwrap();
+    let r = call(&app, big).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.body["error"]["message"],
+        "request body is over the size limit"
+    );
     // The server's own routes still answer behind the extra ones.
     let r = call(
         &app,

@@ -56,6 +56,14 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if let Some(d) = args.staging_dir {
         config.staging_dir = Some(d);
     }
+    // The Studio lists and renders policies from this folder: a wrong path is
+    // the user's to fix now, not a 4xx on every page load later.
+    if args.studio && !args.templates.is_dir() {
+        return Err(user(anyhow::anyhow!(
+            "`--templates` must be a folder of `.json.tmpl` policies (the Studio reads them). Given: `{}` (not a directory)",
+            args.templates.display()
+        )));
+    }
     let engine: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Arc::new(crate::vllm::decider(&url, &args.vllm)?),
         None => Arc::new(setup::engine(&args.model)?),
