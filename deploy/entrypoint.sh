@@ -11,6 +11,8 @@
 #      stream and blocks in load_weights until .ready (sitecustomize.py);
 #      after it is up, free the tmpfs copy.
 # The container exits when dgem serve or vLLM exits, with that exit status.
+# A configuration error (no weights, bad STAGING, bad DGEM_WEIGHTS_URI) exits 1
+# before anything starts; 2 is left for internal failures.
 set -euo pipefail
 
 PORT="${AIP_HTTP_PORT:-${PORT:-8080}}"
@@ -50,7 +52,7 @@ staging_mode() {
     echo tmpfs
   else
     echo "error: no weights: set DGEM_WEIGHTS_URI (gs://…), mount MODEL, or bake $BAKED_DIR" >&2
-    return 2
+    return 1
   fi
 }
 
@@ -104,23 +106,37 @@ wait_for_headers() {
   done
 }
 
+# The weights URI, when set, must be something `dgem stage` can read.
+check_weights_uri() {
+  if [[ -n "$WEIGHTS_URI" && ! "$WEIGHTS_URI" =~ ^(gs://[^/]+|https?://[^/]+|/) ]]; then
+    echo "error: \`DGEM_WEIGHTS_URI\` must be gs://BUCKET[/PREFIX], an http(s):// URL or an absolute path. Given: \`$WEIGHTS_URI\`" >&2
+    exit 1
+  fi
+}
+
 main() {
   local mode model
-  mode="$(staging_mode)"
+  check_weights_uri
+  mode="$(staging_mode)" || exit 1
   case "$mode" in
     tmpfs) model="$STAGE_DIR" ;;
     fuse) model="$MODEL" ;;
     baked) model="$BAKED_DIR" ;;
     *)
       echo "error: \`STAGING\` must be one of [auto, tmpfs, fuse, baked]. Given: \`$mode\`" >&2
-      exit 2
+      exit 1
       ;;
   esac
   local -a vllm serve stage
   mapfile -t vllm < <(vllm_args "$model" "$mode")
   local -a serve_extra=()
   read -r -a serve_extra <<<"${DGEM_SERVE_ARGS:-}"
-  serve=(dgem serve --port "$PORT" --staging-dir "$STAGE_DIR"
+  # Only tmpfs mode stages anything for /health to report.
+  local -a staging_flag=()
+  if [[ "$mode" == tmpfs ]]; then
+    staging_flag=(--staging-dir "$STAGE_DIR")
+  fi
+  serve=(dgem serve --port "$PORT" "${staging_flag[@]}"
     --backend "vllm=http://127.0.0.1:$VLLM_PORT" --tokenizer "$model/tokenizer.json"
     "${serve_extra[@]}")
   stage=(dgem stage "$WEIGHTS_URI" "$STAGE_DIR" --parallel "${STAGE_PARALLEL:-64}"

@@ -17,11 +17,11 @@ default_vllm="$(sed -n 's/^ARG VLLM_IMAGE=//p' "$DEPLOY_DIR/Dockerfile")"
 VLLM_IMAGE="${VLLM_IMAGE:-$default_vllm}"
 if [[ ! "$VLLM_IMAGE" =~ @sha256:[0-9a-f]{64}$ ]]; then
   echo "error: \`VLLM_IMAGE\` must be pinned by digest (IMAGE@sha256:<64 hex>). Given: \`$VLLM_IMAGE\`" >&2
-  exit 2
+  exit 1
 fi
 if [[ "$VLLM_IMAGE" == *@sha256:0000000000000000000000000000000000000000000000000000000000000000 && "$DRY_RUN" != 1 ]]; then
   echo "error: \`VLLM_IMAGE\` is the placeholder digest; set it to the vLLM image you validated" >&2
-  exit 2
+  exit 1
 fi
 
 if [[ "$DRY_RUN" == 1 ]] || ! gcloud artifacts repositories describe "$AR_REPO" --project "$PROJECT" --location "$REGION" >/dev/null 2>&1; then

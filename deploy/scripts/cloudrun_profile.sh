@@ -17,7 +17,7 @@ cloudrun_profile() {
       ;;
     *)
       echo "error: \`TIER\` must be one of [rtxpro6000, l4]. Given: \`${TIER}\`" >&2
-      exit 2
+      exit 1
       ;;
   esac
   # Startup probe: /health answers 200 within seconds of boot (dgem serve starts

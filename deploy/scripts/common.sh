@@ -3,7 +3,11 @@
 #
 # Every script accepts --dry-run (or DRY_RUN=1): it then prints each command it
 # would run, one per line, shell-quoted, and runs nothing. The printed lines are
-# snapshot-tested (crates/dgem-deploy-tests), so keep them deterministic.
+# snapshot-tested (crates/dgem-deploy-tests), so keep them deterministic, and
+# pasting a printed line must run it. Dry runs write nothing into the repository.
+#
+# Exit status: 1 for a configuration error (bad flag, missing or invalid
+# setting), 2 for an internal failure.
 set -euo pipefail
 
 DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,17 +26,27 @@ parse_common_flags() {
         ;;
       *)
         echo "error: unknown argument \`$1\`; allowed: --dry-run, --help" >&2
-        exit 2
+        exit 1
         ;;
     esac
     shift
   done
 }
 
-# One word, quoted for a POSIX shell only when it needs it.
+# A token substitution that a printed (dry-run) command keeps live: a word
+# holding it is double-quoted so that pasting the line runs gcloud.
+# shellcheck disable=SC2016
+TOKEN_SUBST='$(gcloud auth print-access-token)'
+export TOKEN_SUBST
+
+# One word, quoted for a POSIX shell only when it needs it; a word whose only
+# special part is $TOKEN_SUBST goes in double quotes so the substitution runs.
 quote() {
+  local rest="${1//"$TOKEN_SUBST"/}" unsafe='["\`$!]'
   if [[ "$1" =~ ^[A-Za-z0-9_./:=@,%+-]+$ ]]; then
     printf '%s' "$1"
+  elif [[ "$1" == *"$TOKEN_SUBST"* && ! "$rest" =~ $unsafe ]]; then
+    printf '"%s"' "$1"
   else
     local q="'\\''"
     printf "'%s'" "${1//\'/$q}"
@@ -58,9 +72,19 @@ require() {
   for name in "$@"; do
     if [[ -z "${!name:-}" ]]; then
       echo "error: \`$name\` must be set (see docs/deploy.md)" >&2
-      exit 2
+      exit 1
     fi
   done
+}
+
+# Print, as one pasteable command, the writing of stdin to file $1 (a quoted
+# heredoc, so nothing in it expands); a dry run's stand-in for writing a file.
+print_write() {
+  local text
+  text="$(cat)"
+  echo "mkdir -p $(quote "$(dirname "$1")") && cat >$(quote "$1") <<'EOF_DGEM'"
+  printf '%s\n' "$text"
+  echo "EOF_DGEM"
 }
 
 # Project-wide defaults (override through the environment).

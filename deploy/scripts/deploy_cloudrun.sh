@@ -27,7 +27,7 @@ while (($#)); do
       ;;
     *)
       echo "error: unknown argument \`$1\`; allowed: --dry-run, --render, --yaml, --help" >&2
-      exit 2
+      exit 1
       ;;
   esac
   shift
@@ -66,7 +66,10 @@ fi
 
 if [[ "$VIA_YAML" == 1 ]]; then
   out="${OUT_DIR:-$DEPLOY_DIR/out}/service-${TIER:-rtxpro6000}.yaml"
-  if [[ "$DRY_RUN" != 1 ]]; then
+  if [[ "$DRY_RUN" == 1 ]]; then
+    # Print the file as a pasteable command instead of writing it.
+    render_yaml | print_write "$out"
+  else
     mkdir -p "$(dirname "$out")"
     render_yaml >"$out"
   fi

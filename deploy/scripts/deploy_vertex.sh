@@ -26,7 +26,7 @@ case "${VERTEX_PROFILE:-g4-rtxpro6000}" in
     ;;
   *)
     echo "error: \`VERTEX_PROFILE\` must be one of [g4-rtxpro6000, g2-l4]. Given: \`${VERTEX_PROFILE}\`" >&2
-    exit 2
+    exit 1
     ;;
 esac
 MIN_REPLICAS="${MIN_REPLICAS:-1}"
@@ -54,7 +54,7 @@ JSON
 
 # POST JSON to the v1beta1 API; prints the response body.
 post() {
-  run curl -sS --fail-with-body -X POST -H "Authorization: Bearer ${ACCESS_TOKEN:-\$(gcloud auth print-access-token)}" \
+  run curl -sS --fail-with-body -X POST -H "Authorization: Bearer ${ACCESS_TOKEN:-$TOKEN_SUBST}" \
     -H "Content-Type: application/json" "$API/$1" -d "$2"
 }
 

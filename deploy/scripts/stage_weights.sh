@@ -27,8 +27,8 @@ run gcloud storage buckets add-iam-policy-binding "gs://$BUCKET" --project "$PRO
   "--member=serviceAccount:$SERVICE_ACCOUNT" --role=roles/storage.objectViewer
 step="pip install -q 'huggingface_hub[hf_transfer]' && HF_HUB_ENABLE_HF_TRANSFER=1 python -c \"import os; from huggingface_hub import snapshot_download; snapshot_download('$MODEL_HF', local_dir='/workspace/w', token=os.environ.get('HF_TOKEN'))\" && rm -rf /workspace/w/.cache"
 cfg="${OUT_DIR:-$DEPLOY_DIR/out}/stage-weights.cloudbuild.yaml"
-mkdir -p "$(dirname "$cfg")"
-cat >"$cfg" <<YAML
+cloudbuild_yaml() {
+  cat <<YAML
 steps:
   - name: python:3.11-slim
     entrypoint: bash
@@ -45,8 +45,12 @@ options:
   diskSizeGb: 100
 timeout: 3600s
 YAML
+}
 if [[ "$DRY_RUN" == 1 ]]; then
-  echo "# cloudbuild config:"
-  sed 's/^/#   /' "$cfg"
+  # A dry run writes nothing: print the file as a pasteable command instead.
+  cloudbuild_yaml | print_write "$cfg"
+else
+  mkdir -p "$(dirname "$cfg")"
+  cloudbuild_yaml >"$cfg"
 fi
 run gcloud builds submit --no-source --project "$PROJECT" --region "$REGION" --config "$cfg"

@@ -70,3 +70,72 @@ fn a_bad_source_is_a_user_error() {
     );
     assert!(!dest.path().join(".ready").exists());
 }
+
+#[test]
+fn zero_chunk_parallel_or_attempts_names_the_flag_and_range() {
+    let src = tempfile::tempdir().expect("src");
+    let dest = tempfile::tempdir().expect("dest");
+    let (s, d) = (
+        src.path().display().to_string(),
+        dest.path().display().to_string(),
+    );
+    for (flag, want) in [
+        (
+            "--chunk-mib",
+            "`--chunk-mib` must be between 1 and 4096 (MiB). Given: `0`",
+        ),
+        (
+            "--parallel",
+            "`--parallel` must be between 1 and 1024. Given: `0`",
+        ),
+        (
+            "--attempts",
+            "`--attempts` must be between 1 and 100. Given: `0`",
+        ),
+    ] {
+        let out = common::dgem(&["stage", &s, &d, flag, "0"], None);
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        assert!(
+            common::stderr(&out).contains(want),
+            "{}",
+            common::stderr(&out)
+        );
+        assert!(!dest.path().join(".ready").exists());
+    }
+}
+
+#[test]
+fn staging_a_directory_into_itself_is_refused() {
+    let src = tempfile::tempdir().expect("src");
+    std::fs::write(src.path().join("config.json"), b"{}").expect("write");
+    let s = src.path().display().to_string();
+    let out = common::dgem(&["stage", &s, &s], None);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out)
+            .contains("`DEST` must be a directory that is not the local SRC directory"),
+        "{}",
+        common::stderr(&out)
+    );
+    assert!(!src.path().join(".ready").exists());
+    assert!(!src.path().join(".dgem-stage").exists());
+}
+
+#[test]
+fn an_http_error_is_printed_once() {
+    let dest = tempfile::tempdir().expect("dest");
+    let d = dest.path().display().to_string();
+    // Nothing listens on port 9 of localhost: a connection error, reported once.
+    let out = common::dgem(
+        &["stage", "http://127.0.0.1:9/w/", &d, "--attempts", "1"],
+        None,
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let err = common::stderr(&out);
+    assert_eq!(
+        err.matches("request to http://127.0.0.1:9/w/dgem-manifest.json failed")
+            .count(),
+        1,
+        "{err}"
+    );
+}

@@ -247,14 +247,14 @@ fn cloud_run_flags_match_the_tier() {
         &env_for(&[("TIER", "a100")]),
     )
     .expect("runs");
-    assert_eq!(bad.code, 2);
+    assert_eq!(bad.code, 1);
     assert_eq!(
         bad.stderr.trim(),
         "error: `TIER` must be one of [rtxpro6000, l4]. Given: `a100`"
     );
     let no_project =
         run_script("deploy/scripts/teardown_cloudrun.sh", &["--dry-run"], &[]).expect("runs");
-    assert_eq!(no_project.code, 2);
+    assert_eq!(no_project.code, 1);
     assert!(
         no_project.stderr.contains("`PROJECT` must be set"),
         "{}",
@@ -349,6 +349,189 @@ fn entrypoint_plans_each_staging_mode() {
     assert_eq!(fuse.code, 0, "{}", fuse.stderr);
     insta::assert_snapshot!("entrypoint_fuse", fuse.stdout);
     let none = run_script(ep, &[], &[("DRY_RUN", "1"), ("MODEL", "/nonexistent")]).expect("runs");
-    assert_eq!(none.code, 2);
+    assert_eq!(none.code, 1);
     assert!(none.stderr.contains("error: no weights"), "{}", none.stderr);
+}
+
+/// Script, arguments, environment, expected stderr fragment.
+type ErrCase<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+#[test]
+fn configuration_errors_exit_1_not_2() {
+    let ep = "deploy/entrypoint.sh";
+    let cases: [ErrCase<'_>; 7] = [
+        (
+            ep,
+            &[],
+            &[("DRY_RUN", "1"), ("MODEL", "/nonexistent")],
+            "error: no weights",
+        ),
+        (
+            ep,
+            &[],
+            &[("DRY_RUN", "1"), ("STAGING", "bogus")],
+            "error: `STAGING` must be one of [auto, tmpfs, fuse, baked]. Given: `bogus`",
+        ),
+        (
+            ep,
+            &[],
+            &[("DRY_RUN", "1"), ("DGEM_WEIGHTS_URI", "notauri")],
+            "error: `DGEM_WEIGHTS_URI` must be gs://BUCKET[/PREFIX], an http(s):// URL or an absolute path. Given: `notauri`",
+        ),
+        (
+            "deploy/scripts/deploy_vertex.sh",
+            &["--dry-run"],
+            &[],
+            "error: `PROJECT` must be set",
+        ),
+        (
+            "deploy/scripts/deploy_vertex.sh",
+            &["--dry-run"],
+            &[("PROJECT", "p"), ("VERTEX_PROFILE", "tpu")],
+            "error: `VERTEX_PROFILE` must be one of [g4-rtxpro6000, g2-l4]. Given: `tpu`",
+        ),
+        (
+            "deploy/scripts/stage_weights.sh",
+            &["--bogus"],
+            &[("PROJECT", "p")],
+            "error: unknown argument `--bogus`; allowed: --dry-run, --help",
+        ),
+        (
+            "deploy/scripts/deploy_cloudrun.sh",
+            &["--bogus"],
+            &[("PROJECT", "p")],
+            "error: unknown argument `--bogus`; allowed: --dry-run, --render, --yaml, --help",
+        ),
+    ];
+    for (script, args, env, want) in cases {
+        let run = run_script(script, args, env).expect("runs");
+        assert_eq!(run.code, 1, "{script} {args:?} {env:?}: {}", run.stderr);
+        assert!(run.stderr.contains(want), "{script}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{script} ran on: {}", run.stdout);
+    }
+}
+
+#[test]
+fn entrypoint_accepts_each_weights_uri_form() {
+    for uri in ["gs://b/dgemma", "https://h.example/w/", "/data/dgemma"] {
+        let run = run_script(
+            "deploy/entrypoint.sh",
+            &[],
+            &[("DRY_RUN", "1"), ("DGEM_WEIGHTS_URI", uri)],
+        )
+        .expect("runs");
+        assert_eq!(run.code, 0, "{uri}: {}", run.stderr);
+        assert!(
+            run.stdout
+                .contains(&format!("dgem stage {uri} /tmp/dgemma")),
+            "{}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn entrypoint_passes_staging_dir_only_in_tmpfs_mode() {
+    let serve_line = |env: &[(&str, &str)]| {
+        let run = run_script("deploy/entrypoint.sh", &[], env).expect("runs");
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with("dgem serve"))
+            .expect("serve line")
+            .to_string()
+    };
+    let tmpfs = serve_line(&[("DRY_RUN", "1"), ("DGEM_WEIGHTS_URI", "gs://b/d")]);
+    assert!(tmpfs.contains("--staging-dir /tmp/dgemma"), "{tmpfs}");
+    let fuse = serve_line(&[("DRY_RUN", "1"), ("STAGING", "fuse")]);
+    assert_eq!(
+        fuse,
+        "dgem serve --port 8080 --backend vllm=http://127.0.0.1:8000 --tokenizer /mnt/gcs/dgemma/tokenizer.json"
+    );
+    let baked = serve_line(&[("DRY_RUN", "1"), ("STAGING", "baked")]);
+    assert!(!baked.contains("--staging-dir"), "{baked}");
+}
+
+#[test]
+fn vertex_dry_run_token_header_is_pasteable() {
+    let out = dry("deploy/scripts/deploy_vertex.sh", &[]).stdout;
+    assert!(
+        out.contains(r#"-H "Authorization: Bearer $(gcloud auth print-access-token)""#),
+        "{out}"
+    );
+    assert!(!out.contains("'Authorization"), "{out}");
+    // Pasted into bash, the header word expands the substitution.
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("curl"))
+        .expect("curl line");
+    let header = line.split(" -H ").nth(1).expect("header word").to_string();
+    let expanded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("gcloud() {{ echo TOKEN; }}; printf '%s' {header}"))
+        .output()
+        .expect("bash");
+    assert_eq!(
+        String::from_utf8_lossy(&expanded.stdout),
+        "Authorization: Bearer TOKEN"
+    );
+}
+
+/// A fresh, absent directory under the system temp dir.
+fn absent_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("dgem-deploy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn cloudrun_yaml_dry_run_prints_the_yaml_it_would_replace_with() {
+    let out_dir = absent_dir("cloudrun-yaml");
+    let o = out_dir.display().to_string();
+    let run = run_script(
+        "deploy/scripts/deploy_cloudrun.sh",
+        &["--yaml", "--dry-run"],
+        &env_for(&[("OUT_DIR", o.as_str())]),
+    )
+    .expect("runs");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let file = format!("{o}/service-rtxpro6000.yaml");
+    assert!(
+        run.stdout
+            .starts_with(&format!("mkdir -p {o} && cat >{file} <<'EOF_DGEM'\n")),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("\nkind: Service\n"), "{}", run.stdout);
+    assert!(run.stdout.ends_with(&format!(
+        "EOF_DGEM\ngcloud beta run services replace {file} --project demo-proj --region us-central1\n"
+    )));
+    assert!(!out_dir.exists(), "a dry run wrote {}", out_dir.display());
+    // Pasting the printed lines writes the file the command then uses.
+    let pasted = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(run.stdout.replace("gcloud beta run", "true gcloud"))
+        .output()
+        .expect("bash");
+    assert!(pasted.status.success());
+    let written = std::fs::read_to_string(&file).expect("written by the pasted lines");
+    assert!(written.contains("kind: Service"));
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+#[test]
+fn stage_weights_dry_run_writes_nothing() {
+    let out_dir = absent_dir("stage-weights");
+    let o = out_dir.display().to_string();
+    let run = run_script(
+        "deploy/scripts/stage_weights.sh",
+        &["--dry-run"],
+        &env_for(&[("OUT_DIR", o.as_str())]),
+    )
+    .expect("runs");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!out_dir.exists(), "a dry run wrote {}", out_dir.display());
+    assert!(run.stdout.contains(&format!(
+        "cat >{o}/stage-weights.cloudbuild.yaml <<'EOF_DGEM'"
+    )));
 }

@@ -130,7 +130,7 @@ impl StageError {
     }
 
     pub(crate) fn status(url: &str, status: u16, body: &str) -> Self {
-        let snippet: String = body.chars().take(200).collect();
+        let snippet = snippet(body);
         Self::Http {
             url: url.to_string(),
             status: Some(status),
@@ -138,6 +138,20 @@ impl StageError {
             retryable: status == 408 || status == 429 || status >= 500,
         }
     }
+}
+
+/// Most characters of an upstream response body quoted in an error message.
+const BODY_SNIPPET: usize = 200;
+
+/// An upstream body for an error message: whitespace (newlines included)
+/// collapsed to single spaces, cut to [`BODY_SNIPPET`] characters with `…`.
+fn snippet(body: &str) -> String {
+    let flat = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out: String = flat.chars().take(BODY_SNIPPET).collect();
+    if flat.chars().count() > BODY_SNIPPET {
+        out.push('…');
+    }
+    out
 }
 
 /// `e: cause: cause…` on one line.
@@ -171,6 +185,24 @@ mod tests {
         assert_eq!(
             short.to_string(),
             "`a`: expected 10 bytes from offset 0, received 3"
+        );
+    }
+
+    #[test]
+    fn http_error_body_is_one_line_and_truncated() {
+        let page = format!(
+            "<html>\n<head><title>403</title></head>\n<body>{}</body></html>",
+            "x".repeat(500)
+        );
+        let e = StageError::status("http://h/m.json", 403, &page);
+        let msg = e.to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        assert_eq!(
+            msg,
+            format!(
+                "request to http://h/m.json failed: HTTP 403: <html> <head><title>403</title></head> <body>{}…",
+                "x".repeat(200 - 45)
+            )
         );
     }
 }

@@ -14,7 +14,7 @@ use crate::fetch::blocking;
 use crate::manifest::FileEntry;
 
 /// Journal format version; any other version is ignored.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// What has been staged of one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +23,9 @@ pub(crate) struct Journal {
     pub(crate) path: String,
     pub(crate) size: u64,
     pub(crate) sha256: Option<String>,
+    /// The source version the bytes on disk came from ([`FileEntry::fingerprint`]).
+    #[serde(default)]
+    pub(crate) fingerprint: Option<String>,
     /// Bytes from 0 that the header phase wrote (0 for files fetched whole).
     pub(crate) head_len: u64,
     /// Body chunk size, bytes.
@@ -40,6 +43,7 @@ impl Journal {
             path: entry.path.clone(),
             size: entry.size,
             sha256: entry.sha256.clone(),
+            fingerprint: entry.fingerprint.clone(),
             head_len,
             chunk_size,
             done: BTreeSet::new(),
@@ -47,12 +51,15 @@ impl Journal {
         }
     }
 
-    /// Whether this journal describes `entry` staged with `chunk_size`.
+    /// Whether this journal describes `entry` staged with `chunk_size`: same path,
+    /// size, checksum and source fingerprint (a source file rewritten since, even
+    /// with the same size, no longer matches).
     pub(crate) fn matches(&self, entry: &FileEntry, chunk_size: u64) -> bool {
         self.version == VERSION
             && self.path == entry.path
             && self.size == entry.size
             && self.sha256 == entry.sha256
+            && self.fingerprint == entry.fingerprint
             && (self.chunk_size == chunk_size || self.complete)
     }
 
@@ -130,6 +137,7 @@ mod tests {
             path: "m.safetensors".into(),
             size: 1000,
             sha256: None,
+            fingerprint: Some("local:1000:1".into()),
         };
         let mut j = Journal::new(&e, 100, 256);
         assert_eq!(j.chunks(), 4);
@@ -141,5 +149,31 @@ mod tests {
         assert!(!j.matches(&e, 512));
         let bigger = FileEntry { size: 1001, ..e };
         assert!(!j.matches(&bigger, 256));
+    }
+
+    #[test]
+    fn same_size_rewritten_source_does_not_match_journal() {
+        let e = FileEntry {
+            path: "config.json".into(),
+            size: 10,
+            sha256: None,
+            fingerprint: Some("local:10:1700000000000000001".into()),
+        };
+        let mut j = Journal::new(&e, 10, 256);
+        j.complete = true;
+        assert!(j.matches(&e, 256));
+        let rewritten = FileEntry {
+            fingerprint: Some("local:10:1700000000000000002".into()),
+            ..e.clone()
+        };
+        assert!(!j.matches(&rewritten, 256));
+        // A version-1 journal (no fingerprint) never matches a fingerprinted entry.
+        let old: Journal = serde_json::from_str(
+            r#"{"version":2,"path":"config.json","size":10,"sha256":null,
+                "head_len":10,"chunk_size":256,"done":[],"complete":true}"#,
+        )
+        .expect("journal without fingerprint");
+        assert_eq!(old.fingerprint, None);
+        assert!(!old.matches(&e, 256));
     }
 }

@@ -34,6 +34,12 @@ pub struct FileEntry {
     /// Expected SHA-256, lowercase hex, when the source publishes one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// What identifies this version of the file at the source (Cloud Storage
+    /// generation, local size and mtime, HTTP `ETag`); a resumed run refetches a
+    /// file whose fingerprint differs from the one its journal recorded. Never
+    /// read from or written to a manifest (the manifest's `sha256` plays that role).
+    #[serde(skip)]
+    pub fingerprint: Option<String>,
 }
 
 impl FileEntry {

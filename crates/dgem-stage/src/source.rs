@@ -137,6 +137,28 @@ struct GcsObject {
     size: String,
     #[serde(default)]
     metadata: Option<std::collections::HashMap<String, String>>,
+    /// Object version; changes whenever the object is overwritten.
+    #[serde(default)]
+    generation: Option<String>,
+    /// Base64 MD5 of the content (absent for composite objects).
+    #[serde(default, rename = "md5Hash")]
+    md5_hash: Option<String>,
+    /// HTTP entity tag of the object.
+    #[serde(default)]
+    etag: Option<String>,
+}
+
+impl GcsObject {
+    /// The object's version: generation, else MD5, else ETag.
+    fn fingerprint(&self) -> Option<String> {
+        if let Some(g) = &self.generation {
+            return Some(format!("gcs-generation:{g}"));
+        }
+        if let Some(m) = &self.md5_hash {
+            return Some(format!("gcs-md5:{m}"));
+        }
+        self.etag.as_ref().map(|e| format!("gcs-etag:{e}"))
+    }
 }
 
 impl Fetcher {
@@ -180,7 +202,9 @@ impl Fetcher {
             Source::Http { manifest } => {
                 let url = manifest.to_string();
                 let body = self.get_ok(&url).await?;
-                Manifest::parse(&url, &body)?
+                let mut m = Manifest::parse(&url, &body)?;
+                self.http_fingerprints(&mut m).await;
+                m
             }
             Source::Local { dir } => {
                 let dir = dir.clone();
@@ -191,6 +215,62 @@ impl Fetcher {
         };
         manifest.check(&origin)?;
         Ok(manifest)
+    }
+
+    /// For manifest entries without `sha256`, ask the server (`HEAD`) for the
+    /// file's `ETag`, else its `Last-Modified`, as the fingerprint. A server that
+    /// answers neither leaves the entry without one (size-only resume).
+    async fn http_fingerprints(&self, manifest: &mut Manifest) {
+        use futures_util::stream::{self, StreamExt};
+        let heads = manifest
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.sha256.is_none())
+            .filter_map(|(i, f)| match self.location(f) {
+                Ok(Location::Remote(url)) => Some((i, url)),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        let found: Vec<(usize, Option<String>)> = stream::iter(heads)
+            .map(|(i, url)| async move { (i, self.head_fingerprint(&url).await) })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for (i, fp) in found {
+            if let Some(f) = manifest.files.get_mut(i) {
+                f.fingerprint = fp;
+            }
+        }
+    }
+
+    /// `http-etag:…` or `http-last-modified:…` of `url`, from a `HEAD` request.
+    async fn head_fingerprint(&self, url: &str) -> Option<String> {
+        let resp = match self.client.head(url).send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                tracing::warn!(
+                    url,
+                    status = r.status().as_u16(),
+                    "HEAD failed; resume compares sizes only"
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(url, error = %e, "HEAD failed; resume compares sizes only");
+                return None;
+            }
+        };
+        let h = resp.headers();
+        let get = |name: reqwest::header::HeaderName| {
+            h.get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        if let Some(etag) = get(reqwest::header::ETAG) {
+            return Some(format!("http-etag:{etag}"));
+        }
+        get(reqwest::header::LAST_MODIFIED).map(|lm| format!("http-last-modified:{lm}"))
     }
 
     async fn get_ok(&self, url: &str) -> Result<Vec<u8>, StageError> {
@@ -254,6 +334,7 @@ impl Fetcher {
                         o.name, o.size
                     ),
                 })?;
+                let fingerprint = o.fingerprint();
                 let sha256 = o
                     .metadata
                     .and_then(|m| m.get("sha256").map(|s| s.to_lowercase()));
@@ -261,6 +342,7 @@ impl Fetcher {
                     path: rel.to_string(),
                     size,
                     sha256,
+                    fingerprint,
                 });
             }
             page_token = page.next_page_token;
@@ -302,12 +384,24 @@ fn list_local(dir: &Path) -> Result<Manifest, StageError> {
                     path: rel.join("/"),
                     size: meta.len(),
                     sha256: None,
+                    fingerprint: Some(local_fingerprint(&meta)),
                 });
             }
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Manifest { files })
+}
+
+/// `local:SIZE:MTIME_NS` of a local file (the modification time in nanoseconds
+/// since the Unix epoch; `?` where the platform has none).
+pub(crate) fn local_fingerprint(meta: &std::fs::Metadata) -> String {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or_else(|| "?".to_string(), |d| d.as_nanos().to_string());
+    format!("local:{}:{mtime}", meta.len())
 }
 
 /// Percent-encode a path segment (RFC 3986 unreserved characters stay).
@@ -357,6 +451,24 @@ mod tests {
             "`source` must be gs://BUCKET[/PREFIX], an http(s):// URL or an existing local directory. Given: `gs://Bad Bucket`"
         );
         assert!(Source::parse("/definitely/not/here").is_err());
+    }
+
+    #[test]
+    fn gcs_listing_records_generation_as_fingerprint() {
+        let o: GcsObject = serde_json::from_str(
+            r#"{"name":"d/config.json","size":"23","generation":"1732900000123456",
+                "md5Hash":"q1w2e3==","etag":"CJDa"}"#,
+        )
+        .expect("object");
+        assert_eq!(
+            o.fingerprint().as_deref(),
+            Some("gcs-generation:1732900000123456")
+        );
+        let o: GcsObject = serde_json::from_str(r#"{"name":"x","size":"1","md5Hash":"q1w2e3=="}"#)
+            .expect("object");
+        assert_eq!(o.fingerprint().as_deref(), Some("gcs-md5:q1w2e3=="));
+        let o: GcsObject = serde_json::from_str(r#"{"name":"x","size":"1"}"#).expect("object");
+        assert_eq!(o.fingerprint(), None);
     }
 
     #[test]

@@ -51,6 +51,7 @@ struct Prepared {
 /// phase `failed` with the message, and `.ready` is absent.
 pub async fn stage(cfg: StageConfig) -> Result<Summary, StageError> {
     cfg.check()?;
+    check_overlap(&cfg)?;
     let span = tracing::info_span!("stage", source = %cfg.source, dest = %cfg.dest.display());
     async move {
         let dest = cfg.dest.clone();
@@ -61,7 +62,8 @@ pub async fn stage(cfg: StageConfig) -> Result<Summary, StageError> {
         let _tick = tracker.tick();
         let out = run(&cfg, &tracker).await;
         if let Err(e) = &out {
-            tracing::error!(error = %e, "staging failed");
+            // The caller reports the error; logging it here too printed it twice.
+            tracing::debug!(error = %e, "staging failed");
             tracker.update(|p| {
                 p.phase = Phase::Failed;
                 p.error = Some(e.to_string());
@@ -365,6 +367,60 @@ impl Ctx<'_> {
         journal::store(p.journal_path.clone(), &j).await?;
         self.tracker.files_done.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Refuse a local source that is the destination, lies inside it or contains
+/// it: staging would write `.ready` and `.dgem-stage/` into the source (or copy
+/// the destination into itself).
+fn check_overlap(cfg: &StageConfig) -> Result<(), StageError> {
+    let crate::source::Source::Local { dir } = &cfg.source else {
+        return Ok(());
+    };
+    let src = std::fs::canonicalize(dir).map_err(|e| StageError::io("resolve", dir, e))?;
+    let dest = resolve_missing(&cfg.dest)?;
+    if dest.starts_with(&src) || src.starts_with(&dest) {
+        return Err(StageError::Config {
+            field: "DEST",
+            expected: "a directory that is not the local SRC directory, not inside it and not containing it",
+            given: format!(
+                "{} (SRC is {})",
+                cfg.dest.display(),
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Canonical form of `path`, which need not exist yet: its nearest existing
+/// ancestor is canonicalized and the missing components are appended.
+fn resolve_missing(path: &Path) -> Result<PathBuf, StageError> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| StageError::io("resolve", path, e))?
+            .join(path)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        match std::fs::canonicalize(cur) {
+            Ok(mut base) => {
+                for c in rest.iter().rev() {
+                    base.push(c);
+                }
+                return Ok(base);
+            }
+            Err(e) => match (cur.parent(), cur.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    cur = parent;
+                }
+                _ => return Err(StageError::io("resolve", path, e)),
+            },
+        }
     }
 }
 

@@ -309,7 +309,8 @@ async fn long_header_is_read_in_a_second_request() {
     assert_staged(dir.path());
     let m2 = format!("nosha/{M2}");
     let seen = requests_for(&fake.seen(), &m2);
-    assert_eq!(seen[..2], [Some(0), Some(16)]);
+    // The `HEAD` (logged without a range) that reads the ETag fingerprint, then the probe.
+    assert_eq!(seen[..3], [None, Some(0), Some(16)]);
 }
 
 #[tokio::test]
@@ -361,4 +362,93 @@ async fn bad_settings_name_the_field() {
         err.to_string(),
         "`parallel` must be between 1 and 1024. Given: `0`"
     );
+}
+
+#[tokio::test]
+async fn resume_refetches_a_source_file_rewritten_with_the_same_size() {
+    let src = tempfile::tempdir().expect("src");
+    for (p, b) in files() {
+        std::fs::write(src.path().join(p), b).expect("write");
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let source = Source::parse(&src.path().display().to_string()).expect("local");
+    stage(config(source.clone(), dir.path()))
+        .await
+        .expect("first run");
+    // Same sizes, new bytes; make sure the mtime moves even on coarse clocks.
+    std::thread::sleep(Duration::from_millis(20));
+    let new_config = br#"{"model_type":"gemma4"}"#.to_vec();
+    let new_m2 = common::safetensors(3, 100_000);
+    assert_eq!(new_m2.len(), files()[M2].len());
+    std::fs::write(src.path().join("config.json"), &new_config).expect("rewrite");
+    std::fs::write(src.path().join(M2), &new_m2).expect("rewrite");
+    let summary = stage(config(source, dir.path())).await.expect("second run");
+    assert_eq!(
+        summary.bytes_fetched,
+        (new_config.len() + new_m2.len()) as u64
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("config.json")).expect("config"),
+        new_config
+    );
+    assert_eq!(std::fs::read(dir.path().join(M2)).expect("m2"), new_m2);
+    assert_eq!(std::fs::read(dir.path().join(M1)).expect("m1"), files()[M1]);
+    assert!(dir.path().join(".ready").is_file());
+}
+
+#[tokio::test]
+async fn dest_equal_to_inside_or_containing_a_local_source_is_refused() {
+    let root = tempfile::tempdir().expect("root");
+    let src = root.path().join("src");
+    std::fs::create_dir_all(&src).expect("src");
+    std::fs::write(src.join("config.json"), b"{}").expect("write");
+    let source = Source::parse(&src.display().to_string()).expect("local");
+    for dest in [src.clone(), src.join("staged"), root.path().to_path_buf()] {
+        let err = stage(config(source.clone(), &dest))
+            .await
+            .expect_err("overlap");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "`DEST` must be a directory that is not the local SRC directory, not inside it and not containing it. Given: `{} (SRC is {})`",
+                dest.display(),
+                src.display()
+            )
+        );
+        assert!(!dest.join(".ready").exists());
+        assert!(!dest.join(".dgem-stage").exists());
+    }
+    assert!(!src.join("staged").exists());
+}
+
+#[tokio::test]
+async fn resume_refetches_an_http_file_whose_etag_changed() {
+    let (fake, base) = server().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = Source::parse(&format!("{base}/files/nosha/")).expect("src");
+    stage(config(src.clone(), dir.path()))
+        .await
+        .expect("first run");
+    // Pretend the staged config.json came from an older version of the file.
+    let jpath = dir.path().join(".dgem-stage/journal/config.json.json");
+    let mut j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&jpath).expect("journal")).expect("json");
+    let want = format!(
+        "http-etag:\"{}\"",
+        &common::sha256(&files()["config.json"])[..16]
+    );
+    assert_eq!(j["fingerprint"], serde_json::Value::String(want));
+    j["fingerprint"] = serde_json::json!("http-etag:\"old\"");
+    std::fs::write(&jpath, serde_json::to_vec(&j).expect("json")).expect("write");
+    std::fs::write(
+        dir.path().join("config.json"),
+        br#"{"model_type":"gemmaX"}"#,
+    )
+    .expect("stale bytes, same size");
+    fake.clear_log();
+    let summary = stage(config(src, dir.path())).await.expect("second run");
+    assert_eq!(summary.bytes_fetched, files()["config.json"].len() as u64);
+    assert_staged(dir.path());
+    let gets = requests_for(&fake.seen(), "nosha/config.json");
+    assert_eq!(gets, [None, Some(0)], "HEAD, then the whole file again");
 }

@@ -44,6 +44,7 @@ pub struct StageArgs {
 
 /// Stage, print a one-line summary to stderr and the summary JSON to stdout.
 pub fn run(args: StageArgs) -> Result<(), Failure> {
+    check_flags(&args).map_err(|m| user(anyhow::anyhow!(m)))?;
     let source = Source::parse(&args.src).map_err(user)?;
     let mut cfg = StageConfig::new(source, args.dest.clone());
     cfg.parallel = args.parallel;
@@ -66,6 +67,32 @@ pub fn run(args: StageArgs) -> Result<(), Failure> {
         println!("{json}");
         Ok(())
     })
+}
+
+/// Range-check the numeric flags in the units the user typed them in.
+///
+/// # Errors
+/// A message naming the flag, the allowed range and the value received.
+fn check_flags(args: &StageArgs) -> Result<(), String> {
+    if !(1..=1024).contains(&args.parallel) {
+        return Err(format!(
+            "`--parallel` must be between 1 and 1024. Given: `{}`",
+            args.parallel
+        ));
+    }
+    if !(1..=4096).contains(&args.chunk_mib) {
+        return Err(format!(
+            "`--chunk-mib` must be between 1 and 4096 (MiB). Given: `{}`",
+            args.chunk_mib
+        ));
+    }
+    if !(1..=100).contains(&args.attempts) {
+        return Err(format!(
+            "`--attempts` must be between 1 and 100. Given: `{}`",
+            args.attempts
+        ));
+    }
+    Ok(())
 }
 
 /// `--token`, then the variable named by `--token-env`, then (for buckets) the

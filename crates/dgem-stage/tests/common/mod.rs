@@ -216,8 +216,10 @@ async fn serve_file(fake: &Fake, path: &str, headers: &HeaderMap) -> Response {
     } else {
         return (StatusCode::NOT_FOUND, "no such file").into_response();
     };
+    // A strong validator, as real servers send: the content's SHA-256.
+    let etag = format!("\"{}\"", &sha256(&data)[..16]);
     let Some((start, end)) = r else {
-        return data.into_owned().into_response();
+        return ([(header::ETAG, etag)], data.into_owned()).into_response();
     };
     let total = data.len() as u64;
     let end = end.min(total - 1);
@@ -241,6 +243,7 @@ async fn serve_file(fake: &Fake, path: &str, headers: &HeaderMap) -> Response {
     let full_len = slice.len();
     let builder = Response::builder()
         .status(StatusCode::PARTIAL_CONTENT)
+        .header(header::ETAG, etag)
         .header(
             header::CONTENT_RANGE,
             format!("bytes {start}-{end}/{total}"),
