@@ -250,34 +250,6 @@ impl GpuFacts {
     }
 }
 
-#[cfg(test)]
-mod gpu_tests {
-    use super::*;
-
-    /// Regression: on `dgem serve --backend vllm=…` and on the gateway the
-    /// health tool said the embedded CPU model ran in this process.
-    #[test]
-    fn health_tool_names_the_engine_it_runs_on() {
-        let cpu = GpuFacts::of("llama.cpp", &Health::Ready);
-        assert_eq!(cpu.available, json!(false));
-        assert_eq!(cpu.note, NO_GPU_NOTE);
-        let vllm = GpuFacts::of(
-            "vllm",
-            &Health::Starting {
-                phase: "waiting_for_vllm".into(),
-            },
-        );
-        assert_eq!(vllm.available, json!(false));
-        assert_eq!(vllm.state, "warming_up");
-        assert!(!vllm.note.contains("embedded"), "{}", vllm.note);
-        assert_eq!(GpuFacts::of("vllm", &Health::Ready).available, json!(true));
-        let remote = GpuFacts::of("dgem-gateway", &Health::Ready);
-        assert_eq!(remote.available, Value::Null);
-        assert!(remote.note.contains("dgem-gateway"), "{}", remote.note);
-        assert!(!remote.note.contains("CPU"), "{}", remote.note);
-    }
-}
-
 fn valid_schema(raw: &Value, field: &'static str) -> Result<ValidSchema, ToolError> {
     ValidSchema::from_value(raw, &SchemaDefaults::default()).map_err(|e| ToolError::Schema {
         field,
@@ -327,5 +299,33 @@ impl ServerHandler for DecisionServer {
             }
         };
         Ok(out.into())
+    }
+}
+
+#[cfg(test)]
+mod gpu_tests {
+    use super::*;
+
+    /// Regression: on `dgem serve --backend vllm=…` and on the gateway the
+    /// health tool said the embedded CPU model ran in this process.
+    #[test]
+    fn health_tool_names_the_engine_it_runs_on() {
+        let cpu = GpuFacts::of("llama.cpp", &Health::Ready);
+        assert_eq!(cpu.available, json!(false));
+        assert_eq!(cpu.note, NO_GPU_NOTE);
+        let vllm = GpuFacts::of(
+            "vllm",
+            &Health::Starting {
+                phase: "waiting_for_vllm".into(),
+            },
+        );
+        assert_eq!(vllm.available, json!(false));
+        assert_eq!(vllm.state, "warming_up");
+        assert!(!vllm.note.contains("embedded"), "{}", vllm.note);
+        assert_eq!(GpuFacts::of("vllm", &Health::Ready).available, json!(true));
+        let remote = GpuFacts::of("dgem-gateway", &Health::Ready);
+        assert_eq!(remote.available, Value::Null);
+        assert!(remote.note.contains("dgem-gateway"), "{}", remote.note);
+        assert!(!remote.note.contains("CPU"), "{}", remote.note);
     }
 }
