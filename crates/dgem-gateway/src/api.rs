@@ -66,7 +66,7 @@ async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, GatewayErro
     let list = tokio::task::spawn_blocking(move || crate::catalog::catalog(&dir))
         .await
         .map_err(|e| GatewayError::Unavailable(format!("catalog task failed: {e}")))?
-        .map_err(GatewayError::BadRequest)?;
+        .map_err(GatewayError::Internal)?;
     Ok(Json(json!({"count": list.len(), "templates": list})))
 }
 

@@ -141,26 +141,29 @@ pub fn entropy(ps: &[f64]) -> (f64, f64) {
     (h, (h / k.ln()).min(1.0))
 }
 
-/// The largest entropy (nats) over answers and `diagnostics.questions[].entropy`
-/// (a number or a per-sample list).
+/// The largest answer entropy (nats) of an envelope: the maximum over
+/// `answers[].entropy` only, each the entropy of the restricted softmax over
+/// the question's allowed labels (recomputed from `probabilities` by
+/// [`parse_reply`]). An answer whose `entropy` is a per-sample list counts with
+/// the **mean** of that list. `diagnostics.questions[].entropy` (the
+/// whole-vocabulary entropy of the first token) is never used: it is on another
+/// scale and would dwarf the answers' entropies.
 pub fn max_entropy(envelope: &Value) -> f64 {
-    let from_answers = envelope
+    envelope
         .get("answers")
         .and_then(Value::as_object)
         .into_iter()
         .flat_map(|a| a.values())
-        .filter_map(|a| a.get("entropy").and_then(Value::as_f64));
-    let from_diag = envelope
-        .pointer("/diagnostics/questions")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|q| q.values())
-        .filter_map(|q| q.get("entropy"))
-        .flat_map(|e| match e {
-            Value::Array(xs) => xs.iter().filter_map(Value::as_f64).collect::<Vec<_>>(),
-            other => other.as_f64().into_iter().collect(),
-        });
-    from_answers.chain(from_diag).fold(0.0, f64::max)
+        .filter_map(|a| a.get("entropy"))
+        .filter_map(|e| match e {
+            Value::Array(xs) => {
+                let vals: Vec<f64> = xs.iter().filter_map(Value::as_f64).collect();
+                (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+            }
+            other => other.as_f64(),
+        })
+        .filter(|h| h.is_finite())
+        .fold(0.0, f64::max)
 }
 
 /// `diagnostics.timing.total_ms`, falling back to `timing.forward_ms`, then to
@@ -231,11 +234,28 @@ mod tests {
     #[test]
     fn max_entropy_reads_numbers_and_lists() {
         let env = parse_reply(ENV.as_bytes()).expect("env");
-        assert!((max_entropy(&env) - 1.5).abs() < 1e-12);
+        // The answer's ln 2, not the diagnostics' whole-vocabulary 1.5.
+        assert!((max_entropy(&env) - 2f64.ln()).abs() < 1e-12);
         let mut env = env;
         assert!((fill_timing(&mut env, 12.5) - 12.5).abs() < 1e-12);
         assert_eq!(env["diagnostics"]["timing"]["total_ms"], 12.5);
         assert_eq!(env["diagnostics"]["timing"]["queue_ms"], 0.0);
+    }
+
+    #[test]
+    fn max_entropy_ignores_whole_vocabulary_diagnostics_entropy() {
+        let env = json!({
+            "answers": {
+                "a": {"label": "x", "entropy": 0.69},
+                "b": {"label": "y", "entropy": 1.07},
+                "c": {"label": "z", "entropy": 1.37},
+            },
+            "diagnostics": {"questions": {"a": {"entropy": 5.90}, "b": {"entropy": [4.0, 5.9]}}}
+        });
+        assert!((max_entropy(&env) - 1.37).abs() < 1e-12);
+        // A per-sample list counts with its mean.
+        let env = json!({"answers": {"a": {"entropy": [0.2, 1.0]}, "b": {"entropy": 0.5}}});
+        assert!((max_entropy(&env) - 0.6).abs() < 1e-12);
     }
 
     #[test]

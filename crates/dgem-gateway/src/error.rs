@@ -16,10 +16,12 @@ pub enum GatewayError {
     #[error("{0}")]
     BadRequest(String),
     /// A backend name the gateway does not know or does not allow.
-    #[error("backend `{given}` is not available on this gateway; allowed: [{}]", allowed.join(", "))]
+    #[error("backend `{given}` is not available on this {scope}; allowed: [{}]", allowed.join(", "))]
     UnknownBackend {
         /// The name received.
         given: String,
+        /// What refused it: `gateway` (`dgem gateway`) or `server` (`dgem serve --studio`).
+        scope: &'static str,
         /// The allow-list.
         allowed: Vec<String>,
     },
@@ -53,6 +55,22 @@ pub enum GatewayError {
         /// Seconds waited.
         waited_s: f64,
     },
+    /// Every backend tried failed, and the last one reports a failed phase on
+    /// `/health` (e.g. `warmup_failed`): nothing to wait for.
+    #[error(
+        "backend `{backend}` is `{phase}` (failed, not warming up; nothing to wait for): {error}"
+    )]
+    BackendDown {
+        /// Backend name.
+        backend: String,
+        /// The phase its `/health` reports.
+        phase: String,
+        /// The error of the last attempt.
+        error: BackendError,
+    },
+    /// The server itself is misconfigured (e.g. the templates folder is missing).
+    #[error("server misconfiguration: {0}")]
+    Internal(String),
     /// Nothing could be tried (all breakers open, retry budget spent).
     #[error("no backend available: {0}")]
     Unavailable(String),
@@ -80,8 +98,8 @@ impl GatewayError {
                 _ => StatusCode::BAD_GATEWAY,
             },
             Self::WakeupTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Config(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unavailable(_) | Self::BackendDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Config(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -94,6 +112,8 @@ impl GatewayError {
             Self::Upstream { .. } => "upstream",
             Self::WakeupTimeout { .. } => "wakeup_timeout",
             Self::Unavailable(_) => "unavailable",
+            Self::BackendDown { .. } => "backend_down",
+            Self::Internal(_) => "internal",
             Self::Config(_) => "config",
         }
     }
@@ -131,6 +151,7 @@ mod tests {
         assert_eq!(rejected.status(), 422);
         let unknown = GatewayError::UnknownBackend {
             given: "gpu".into(),
+            scope: "gateway",
             allowed: vec!["local".into(), "cloudrun".into()],
         };
         assert_eq!(unknown.status(), 400);

@@ -3,7 +3,7 @@
 //! Every error names the field, the allowed values and the value received.
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
-use dgem_mcp::TemplateDir;
+use dgem_mcp::{template_variables, TemplateDir};
 use serde_json::{json, Map, Value};
 
 use crate::error::GatewayError;
@@ -82,6 +82,12 @@ pub fn parse(
             }
         },
     };
+    if obj.contains_key("questions") && obj.get("template").is_some_and(|t| !t.is_null()) {
+        return Err(bad(format!(
+            "send either `template` (with `variables`) or ad-hoc `questions` (with `state`), not both. Given: `template` {} and `questions`",
+            shown(obj.get("template").unwrap_or(&Value::Null))
+        )));
+    }
     let (template, mut schema, state) = if obj.contains_key("questions") {
         let (schema, state) = custom(obj)?;
         (CUSTOM_LABEL.to_string(), schema, state)
@@ -109,13 +115,33 @@ pub fn parse(
                 )))
             }
         };
+        let text = template_text(templates, &name)?;
+        let declared = template_variables(&text);
+        check_unknown_variables(&name, &vars, &declared)?;
         alias_variables(&mut vars);
         if let Some(n) = samples {
             vars.insert("samples".into(), json!(n));
         }
-        let payload = templates
-            .render(&name, &vars)
-            .map_err(|e| bad(format!("`template` `{name}`: {e}")))?;
+        let payload = templates.render(&name, &vars).map_err(|e| {
+            let missing: Vec<&str> = declared
+                .iter()
+                .map(String::as_str)
+                .filter(|v| *v != "samples" && !vars.contains_key(*v))
+                .collect();
+            let hint = if missing.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ". Missing variable(s): [{}]; the template's variables: [{}]",
+                    missing.join(", "),
+                    declared.join(", ")
+                )
+            };
+            bad(format!(
+                "`template` `{name}`: {}{hint}",
+                api_wording(&e.to_string())
+            ))
+        })?;
         (name, payload.schema, payload.state)
     };
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
@@ -132,6 +158,78 @@ pub fn parse(
         },
         backend,
     })
+}
+
+/// The HTTP API's wording of a template-folder message: the MCP tool name
+/// `list_policy_templates` becomes `GET /api/templates`.
+fn api_wording(msg: &str) -> String {
+    msg.replace("list_policy_templates", "GET /api/templates")
+}
+
+/// The text of template `name`.
+///
+/// # Errors
+/// [`GatewayError::Internal`] (500) when the templates folder itself is missing
+/// or unreadable (a server misconfiguration, naming the folder);
+/// [`GatewayError::BadRequest`] naming `template` when the name does not resolve.
+pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, GatewayError> {
+    if let Err(e) = std::fs::read_dir(templates.root()) {
+        return Err(GatewayError::Internal(format!(
+            "templates folder {} is not readable: {e}",
+            templates.root().display()
+        )));
+    }
+    let path = templates.resolve(name).map_err(|e| {
+        bad(format!(
+            "`template` `{name}`: {}",
+            api_wording(&e.to_string())
+        ))
+    })?;
+    std::fs::read_to_string(&path).map_err(|e| {
+        GatewayError::Internal(format!(
+            "template file {} is not readable: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// Names a request variable may be sent as besides its own (reference.md
+/// §4.3 aliases): `context` fills `document`, `text` fills `user_input`, and
+/// `input_text`, `ticket`, `document`, `text`, `context` fill `input`.
+fn alias_targets(var: &str) -> &'static [&'static str] {
+    match var {
+        "context" => &["document", "input"],
+        "text" => &["user_input", "input"],
+        "input_text" | "ticket" | "document" => &["input"],
+        _ => &[],
+    }
+}
+
+/// Refuse variables the template does not read (directly or through an alias),
+/// e.g. a misspelled `tickt` that would otherwise run with an empty ticket.
+///
+/// # Errors
+/// [`GatewayError::BadRequest`] naming the unknown variable(s) and listing the
+/// template's variables.
+pub fn check_unknown_variables(
+    name: &str,
+    vars: &Map<String, Value>,
+    declared: &[String],
+) -> Result<(), GatewayError> {
+    let reads = |v: &str| declared.iter().any(|d| d == v);
+    let unknown: Vec<&str> = vars
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !reads(k) && !alias_targets(k).iter().any(|t| reads(t)))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(bad(format!(
+        "`variables` of template `{name}` must be among [{}]. Unknown: [{}]",
+        declared.join(", "),
+        unknown.join(", ")
+    )))
 }
 
 /// Variable aliasing of reference.md §4.3: `document` ← `context`,

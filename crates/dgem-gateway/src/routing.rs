@@ -13,9 +13,11 @@
 //! replica; unlike the original gateway (reference.md §4.4) a Vertex request
 //! that fails mid-way fails over too. A non-retryable answer (a 4xx) is returned
 //! at once. When every replica failed but one of them reports a warming phase
-//! on `/health`, the request is held: health is polled with exponential backoff
-//! until it is ready (then the chain is walked again) or the wake-up timeout
-//! passes. Attempts are capped per request and by a shared retry budget.
+//! on `/health` (not a failed phase such as `warmup_failed`: see
+//! [`TargetHealth::is_failed`](crate::TargetHealth::is_failed)), the request
+//! is held: health is polled with exponential backoff until it is ready
+//! (then the chain is walked again) or the wake-up timeout passes. Attempts
+//! are capped per request and by a shared retry budget.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -145,6 +147,7 @@ pub struct Gateway {
     default: String,
     config: RouteConfig,
     budget: Mutex<f64>,
+    scope: &'static str,
 }
 
 impl Gateway {
@@ -219,11 +222,13 @@ impl Gateway {
             default,
             budget: Mutex::new(config.route.retry_reserve),
             config: config.route,
+            scope: "gateway",
         })
     }
 
     /// A gateway over one backend named `name` (e.g. `local` for `local_api`),
-    /// default settings.
+    /// default settings. Errors speak of "this server" (it is the in-process
+    /// router of `dgem serve --studio`, not `dgem gateway`).
     pub fn single(name: &str, kind: Kind, target: Arc<dyn Target>) -> Self {
         let config = RouteConfig::default();
         Self {
@@ -237,6 +242,7 @@ impl Gateway {
             default: name.to_string(),
             budget: Mutex::new(config.retry_reserve),
             config,
+            scope: "server",
         }
     }
 
@@ -255,19 +261,26 @@ impl Gateway {
         &self.config
     }
 
-    /// Replica indices of the chain for `requested` (or the default).
+    /// Replica indices of the chain for `requested` (or the default). Mode
+    /// names are compared case-insensitively (`LOCAL` = `local`).
     ///
     /// # Errors
     /// [`GatewayError::UnknownBackend`] when `requested` is not allowed.
     fn chain(&self, requested: Option<&str>) -> Result<Vec<usize>, GatewayError> {
-        let mode = requested.map(str::trim).filter(|m| !m.is_empty());
-        let mode = mode.unwrap_or(&self.default);
-        if !self.allowed.iter().any(|a| a == mode) {
+        let given = requested.map(str::trim).filter(|m| !m.is_empty());
+        let given = given.unwrap_or(&self.default);
+        let Some(mode) = self
+            .allowed
+            .iter()
+            .find(|a| a.eq_ignore_ascii_case(given))
+            .map(String::as_str)
+        else {
             return Err(GatewayError::UnknownBackend {
-                given: mode.to_string(),
+                given: given.to_string(),
+                scope: self.scope,
                 allowed: self.allowed.clone(),
             });
-        }
+        };
         let order: Vec<usize> = if mode == VERTEX_FIRST {
             let vertex = self.names.iter().position(|(n, _)| n == "vertex");
             vertex
@@ -350,6 +363,8 @@ impl Gateway {
         self.deposit();
         let mut attempts: u32 = 0;
         let mut last: Option<(String, BackendError)> = None;
+        // Phase of the last failed replica when its health names a failure.
+        let mut last_failed_phase: Option<String> = None;
         let mut backoff = self.config.backoff_initial;
         loop {
             let mut warming: Vec<usize> = Vec::new();
@@ -409,8 +424,12 @@ impl Gateway {
                         let outcome = if health.is_warming() {
                             rep.breaker.release();
                             warming.push(i);
+                            last_failed_phase = None;
                             "warming"
                         } else {
+                            last_failed_phase = (health.is_failed()
+                                && health.phase != crate::target::phase::UNREACHABLE)
+                                .then(|| health.phase.clone());
                             rep.breaker.on_failure();
                             "failover"
                         };
@@ -421,9 +440,16 @@ impl Gateway {
                 }
             }
             if warming.is_empty() {
-                return Err(match last {
-                    Some(_) => self.exhausted(last, attempts, "every backend failed"),
-                    None => GatewayError::Unavailable(
+                return Err(match (last, last_failed_phase) {
+                    (Some((backend, error)), Some(phase)) => GatewayError::BackendDown {
+                        backend,
+                        phase,
+                        error,
+                    },
+                    (last @ Some(_), None) => {
+                        self.exhausted(last, attempts, "every backend failed")
+                    }
+                    (None, _) => GatewayError::Unavailable(
                         "every backend's circuit breaker is open; retry later".into(),
                     ),
                 });

@@ -102,8 +102,25 @@ impl TargetHealth {
 
     /// Whether the target is reachable and on its way to ready, so a request is
     /// worth holding for it (a cold start), rather than failing over at once.
+    ///
+    /// A phase that names a failure (`failed`, `warmup_failed`, `unreachable`,
+    /// anything containing `fail`, `error`, `crash`, `unhealthy`, `dead`,
+    /// `stopped`) is not warming: see [`TargetHealth::is_failed`].
     pub fn is_warming(&self) -> bool {
-        !self.ready && self.phase != phase::UNREACHABLE && self.phase != phase::FAILED
+        !self.ready && !self.is_failed()
+    }
+
+    /// Whether the phase names a failure (compared case-insensitively):
+    /// [`phase::UNREACHABLE`], [`phase::FAILED`], or any phase containing
+    /// `fail`, `error`, `crash`, `unhealthy`, `dead` or `stopped`
+    /// (`warmup_failed` of a `dgem serve` whose vLLM upstream is down).
+    pub fn is_failed(&self) -> bool {
+        let p = self.phase.to_ascii_lowercase();
+        p == phase::UNREACHABLE
+            || p == phase::FAILED
+            || ["fail", "error", "crash", "unhealthy", "dead", "stopped"]
+                .iter()
+                .any(|m| p.contains(m))
     }
 }
 

@@ -522,3 +522,102 @@ async fn gateway_serves_the_studio_page_at_root() {
         assert!(!body.is_empty(), "{path}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn warmup_failed_backend_is_not_held_and_fails_over() {
+    let l = Scripted::new("local", vec![Step::Err(MS, upstream(503))])
+        .with_health(vec![TargetHealth::not_ready("warmup_failed", None)]);
+    let c = Scripted::new("cloudrun", vec![]);
+    let g = gateway(
+        vec![
+            spec("local", Kind::Local, vec![l.clone()]),
+            spec("cloudrun", Kind::Cloudrun, vec![c.clone()]),
+        ],
+        route(),
+    );
+    let t0 = tokio::time::Instant::now();
+    let err = decide(&g, Some("local")).await.unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "not held: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(err.status(), 503);
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with(
+            "backend `local` is `warmup_failed` (failed, not warming up; nothing to wait for): "
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("503"), "{msg}");
+    assert_eq!(l.calls(), 1, "tried once, never re-polled for a wake-up");
+    assert_eq!(c.calls(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn warmup_failed_backend_fails_over_to_the_next_backend() {
+    let v = Scripted::new("vertex", vec![Step::Err(MS, upstream(503))])
+        .with_health(vec![TargetHealth::not_ready("warmup_failed", None)]);
+    let c = Scripted::new("cloudrun", vec![]);
+    let g = gateway(
+        vec![
+            spec("vertex", Kind::Vertex, vec![v.clone()]),
+            spec("cloudrun", Kind::Cloudrun, vec![c.clone()]),
+        ],
+        route(),
+    );
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(decide(&g, None).await.unwrap(), ("cloudrun".into(), 2));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "not held: {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn failed_phases_are_not_warming() {
+    for p in [
+        "warmup_failed",
+        "failed",
+        "unreachable",
+        "ERROR",
+        "crashed",
+        "unhealthy",
+    ] {
+        assert!(!TargetHealth::not_ready(p, None).is_warming(), "{p}");
+    }
+    for p in [
+        "warming_up",
+        "staging_tmpfs",
+        "loading",
+        "starting",
+        "scaled_to_zero",
+        "mounting_gcs",
+    ] {
+        assert!(TargetHealth::not_ready(p, None).is_warming(), "{p}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn backend_names_compare_case_insensitively() {
+    let c = Scripted::new("cloudrun", vec![]);
+    let l = Scripted::new("local", vec![]);
+    let g = gateway(
+        vec![
+            spec("cloudrun", Kind::Cloudrun, vec![c.clone()]),
+            spec("local", Kind::Local, vec![l.clone()]),
+        ],
+        route(),
+    );
+    assert_eq!(
+        decide(&g, Some("LOCAL")).await.unwrap(),
+        ("local".into(), 1)
+    );
+    assert_eq!(
+        decide(&g, Some("CloudRun")).await.unwrap(),
+        ("cloudrun".into(), 1)
+    );
+    assert_eq!((c.calls(), l.calls()), (1, 1));
+}
