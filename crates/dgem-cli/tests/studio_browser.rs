@@ -293,6 +293,12 @@ async fn studio_runs_a_decision_in_chromium() {
 
     let page = c.execute(READ_PAGE, vec![]).await.unwrap();
     check_cards(&page, 2, &["sentiment", "team", "urgent"]);
+    // The embedded model's caveat is on the page in plain words, not only in
+    // the raw JSON (it was missing from the page).
+    let note = c.find(Locator::Css("#model-note")).await.unwrap();
+    assert!(note.is_displayed().await.unwrap());
+    let note = note.text().await.unwrap();
+    assert!(note.contains("near chance"), "{note}");
     let png = c.screenshot().await.unwrap();
     assert_eq!(&png[1..4], b"PNG");
     std::fs::create_dir_all(screenshot_path("")).unwrap();

@@ -338,6 +338,11 @@ function renderResult(body, text, backendUsed, samples, clientMs) {
   $("#raw").hidden = false;
   const n = Object.keys(answers).length;
   $("#results-status").textContent = `Decided ${n} question${n === 1 ? "" : "s"}; highest hesitation ${pct(maxH)} (${band(maxH).label}).`;
+  // The model's own caveat (e.g. that the embedded 270M model is near chance),
+  // shown as plain words next to the numbers it qualifies.
+  const note = $("#model-note");
+  note.textContent = typeof diagnostics.note === "string" ? `Note: ${diagnostics.note}` : "";
+  note.hidden = !note.textContent;
 }
 
 function renderCard(qid, a, h, samples) {

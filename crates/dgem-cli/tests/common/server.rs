@@ -55,7 +55,15 @@ pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Serve
         .arg("--templates")
         .arg(root.join("templates"))
         .args(extra)
-        .env("DGEM_MODEL_PATH", model)
+        // The default-model path (cache folder), as a user runs it: the
+        // embedded model's plain-words note is then part of every decision.
+        .env_remove("DGEM_MODEL_PATH")
+        .env(
+            "DGEM_MODEL_DIR",
+            std::path::Path::new(model)
+                .parent()
+                .expect("model has a folder"),
+        )
         .env("DGEM_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
