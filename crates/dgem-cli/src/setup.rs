@@ -58,10 +58,25 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
                 )));
             }
             dgem_model::validate_gemma3(p).map_err(user)?;
-            let id = p
-                .file_stem()
-                .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
-            (p.clone(), id, None, None)
+            let spec = dgem_model::default_model();
+            // The default 270M file passed by path is still the 270M model: it
+            // keeps its id, sha256 and plain-words note (checked by size, then
+            // by sha256, so other files cost one `stat`).
+            let is_default = std::fs::metadata(p).is_ok_and(|m| m.len() == spec.size)
+                && dgem_model::verify(p, &spec, &dgem_model::NoProgress).is_ok();
+            if is_default {
+                (
+                    p.clone(),
+                    spec.id,
+                    Some(spec.sha256),
+                    Some(SMALL_MODEL_NOTE.to_owned()),
+                )
+            } else {
+                let id = p
+                    .file_stem()
+                    .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
+                (p.clone(), id, None, None)
+            }
         }
         None => {
             let spec = dgem_model::default_model();

@@ -259,3 +259,42 @@ fn studio_with_a_missing_templates_folder_exits_1() {
     assert!(err.contains("`--templates`"), "{err}");
     assert!(err.contains("/nonexistent/policies"), "{err}");
 }
+
+/// Regression: the default 270M file passed with `--model` lost its
+/// plain-words note (and sha256), so its near-chance numbers came without
+/// the caveat the cached default carries.
+#[test]
+fn default_model_passed_by_path_keeps_its_note() {
+    let Some(m) = model() else {
+        return;
+    };
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=I was charged twice",
+            "--model",
+            &m,
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let env: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let d = &env["diagnostics"];
+    assert!(
+        d["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("near chance")),
+        "{d}"
+    );
+    assert_eq!(d["model"], "gemma-3-270m-q4_k_m");
+    assert_eq!(
+        d["model_sha256"].as_str().map(str::len),
+        Some(64),
+        "{}",
+        d["model_sha256"]
+    );
+}
