@@ -5,17 +5,18 @@
 use std::time::Instant;
 
 use dgem_backend::BackendError;
+use dgem_backend::EngineError;
+use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{gemma_chat_prompt, user_content};
 use dgem_core::readout::{auto_extends, sample_plan, SlotRead};
 use dgem_core::schema::{Layout, Question, SamplePolicy, ValidSchema};
 use dgem_core::slots::{
-    canvas_width, resolve_template, seed_canvas, CanvasSlot, CanvasTokens, ResolvedTemplate,
-    TemplateSpec,
+    canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate, TemplateSpec,
 };
 use dgem_core::tokenizer::TokenId;
+use dgem_core::walk::GroupReads;
 use dgem_core::CoreError;
-use dgem_engine::EngineError;
 use serde_json::{json, Map, Value};
 
 use crate::config::READ_SEED_STRIDE;
@@ -41,20 +42,6 @@ pub(crate) struct GroupPlan {
     pub lead: String,
     /// Thought budget of this group (0 = none).
     pub think: u32,
-}
-
-/// What a group read.
-#[derive(Debug, Clone)]
-pub(crate) struct GroupOut {
-    pub questions: Vec<Question>,
-    pub labels: Vec<Vec<String>>,
-    pub slots: Vec<CanvasSlot>,
-    /// `reads[j][qi]`.
-    pub reads: Vec<Vec<SlotRead>>,
-    pub policy: Value,
-    pub prompt_tokens: Option<usize>,
-    pub thought: Option<Value>,
-    pub forward_ms: f64,
 }
 
 /// A thought and the token prefix it yields.
@@ -138,7 +125,7 @@ impl VllmDecider {
         state: &str,
         plan: GroupPlan,
         seed_k: i64,
-    ) -> Result<GroupOut, EngineError> {
+    ) -> Result<GroupReads, EngineError> {
         let mut head = plan.head.clone();
         let mut thought = None;
         let prompt = if plan.think > 0 {
@@ -212,15 +199,21 @@ impl VllmDecider {
                        "extended": extended, "first_read_entropy": first_read})
             }
         };
-        Ok(GroupOut {
+        let n = plan.questions.len();
+        Ok(GroupReads {
             questions: plan.questions,
             labels,
-            slots: ctx.template.slots,
+            pos: ctx.template.slots.iter().map(|s| s.pos).collect(),
+            scoring: vec![Scoring::Canvas; n],
+            uncalibrated: vec![None; n],
             reads,
             policy,
-            prompt_tokens,
             thought,
+            queue_ms: 0.0,
             forward_ms: started.elapsed().as_secs_f64() * 1e3,
+            calibration_ms: 0.0,
+            prompt_tokens: prompt_tokens.unwrap_or(0),
+            cached_tokens: 0,
         })
     }
 

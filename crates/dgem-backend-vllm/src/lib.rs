@@ -2,12 +2,13 @@
 //!
 //! The production reader: vLLM serving DiffusionGemma, driven over HTTP exactly
 //! as serving.md §4–7 describe. [`VllmDecider`] implements the decision-level
-//! seam [`dgem_engine::Decider`], so `dgem serve`, MCP and the gateway use it
+//! seam [`dgem_backend::Decider`], so `dgem serve`, MCP and the gateway use it
 //! like the embedded engine.
 //!
 //! Place in the dependency graph: `dgem-core` (prompts, slots, seeded canvas,
-//! readout) and `dgem-backend` (errors, health) ← `dgem-engine` (the `Decider`
-//! trait) ← **this crate** ← `dgem-cli`. No llama.cpp here: the tokenizer is any
+//! readout, the shared stage walker) and `dgem-backend` (the `Decider` seam,
+//! errors, health) ← **this crate** ← `dgem-cli`; it does not depend on the
+//! embedded engine. No llama.cpp here: the tokenizer is any
 //! [`dgem_core::tokenizer::Tokenizer`] — [`HfTokenizer`] over a `tokenizer.json`,
 //! or the CLI's GGUF vocabulary (the same 262,144-token Gemma vocabulary).
 //!
@@ -38,9 +39,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use dgem_backend::{Attention, BackendInfo, Health};
+use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
 use dgem_core::labels::LabelMode;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 
 pub use config::{
     DiffusionTokens, VllmConfig, VllmError, DEFAULT_CANVAS_LEN, DEFAULT_CANVAS_STEP,

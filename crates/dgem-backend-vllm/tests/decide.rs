@@ -239,10 +239,11 @@ async fn alone_questions_read_as_separate_groups_with_group_seeds() {
     let d = decider(&ids, config(&fake));
     let dec = decide(
         &d,
+        // isolate: none, so only the stated `alone` splits the groups.
         json!({"questions": [
             {"id": "a", "type": "noul"},
             {"id": "b", "type": "noul", "alone": true},
-            {"id": "c", "type": "noul"}]}),
+            {"id": "c", "type": "noul"}], "isolate": "none"}),
     )
     .await
     .unwrap();
@@ -278,6 +279,36 @@ async fn alone_questions_read_as_separate_groups_with_group_seeds() {
     let mut want = vec![CELL_42, CELL_K1, CELL_K2];
     want.sort_unstable();
     assert_eq!(cells, want);
+}
+
+#[tokio::test]
+async fn isolate_auto_reads_two_yes_no_questions_of_a_three_question_policy_alone() {
+    // The original server makes 3 upstream reads for two booleans and a choice:
+    // each boolean on its own canvas, the choice on a third.
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    let d = decider(&ids, config(&fake));
+    let policy = json!({"questions": [
+        {"id": "a", "type": "noul"},
+        {"id": "b", "type": "noul"},
+        {"id": "t", "type": "choice", "options": ["x", "y"]}]});
+    let dec = decide(&d, policy.clone()).await.unwrap();
+    assert_eq!(fake.requests().len(), 3);
+    assert_eq!(dec.diagnostics.isolated, vec!["a", "b"]);
+    assert_eq!(
+        dec.diagnostics.chunks,
+        vec![vec!["a"], vec!["b"], vec!["t"]]
+    );
+    // Each isolated read's question block lists its own question only.
+    let first = fake.requests()[0].body["messages"][0]["content"].to_string();
+    assert!(first.contains("Question a") && !first.contains("Question b"));
+    // isolate: none reads all three jointly: one more read, four in all.
+    let mut joint = policy;
+    joint["isolate"] = json!("none");
+    let dec = decide(&d, joint).await.unwrap();
+    assert_eq!(fake.requests().len(), 4);
+    assert!(dec.diagnostics.isolated.is_empty());
+    assert_eq!(dec.diagnostics.chunks.len(), 1);
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use common::{config, decide, decider, fake_with, ids};
 use dgem_backend::{BackendError, Health};
-use dgem_engine::{Decider, EngineError};
+use dgem_backend::{Decider, EngineError};
 use dgem_fake_vllm::Failure;
 use serde_json::json;
 

@@ -1,9 +1,11 @@
 //! # dgem-backend
 //!
-//! The one seam between dgem and a model: [`Backend`]. A backend is handed
-//! token sequences with answer **slots** and returns, for each slot, the
-//! log-probability of every allowed label (the engine then applies the
-//! restricted softmax of serving.md §6.1).
+//! The two seams between dgem and a model. [`Backend`] is token level: a backend
+//! is handed token sequences with answer **slots** and returns, for each slot,
+//! the log-probability of every allowed label (the engine then applies the
+//! restricted softmax over a question's labels). [`Decider`] is decision level:
+//! a validated policy and a state in, a [`Decision`] out; the embedded engine,
+//! the vLLM reader and remote dgem clients all implement it.
 //!
 //! Depends on `dgem-core` only. Implementations: `dgem-backend-llama` (embedded
 //! Gemma 3 GGUF on CPU), and later vLLM/DiffusionGemma and remote dgem.
@@ -15,6 +17,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod decide;
 mod error;
 
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use serde::Serialize;
 
 pub use dgem_core::labels::LabelMode;
 
+pub use decide::{DecideRequest, Decider, Decision, EngineError};
 pub use error::BackendError;
 
 /// How the model sees a sequence, which decides how the engine lays slots out.

@@ -53,6 +53,8 @@ enum Command {
     BenchCompare(commands::bench_suites::CompareArgs),
     /// Render a policy template and print the JSON (no model involved).
     Render(commands::render::RenderArgs),
+    /// Plan every JevBench row (prompts, slots, label ids, scoring) without running the model.
+    Plan(commands::plan::PlanArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
     Serve(commands::serve::ServeArgs),
     /// Serve the decision tools to agents over MCP (stdio).
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
             return commands::bench::exit(commands::bench_suites::run_compare(args))
         }
         Command::Render(args) => commands::render::run(args),
+        Command::Plan(args) => commands::plan::run(args),
         Command::Serve(args) => commands::serve::run(args),
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Stage(args) => commands::stage::run(args),

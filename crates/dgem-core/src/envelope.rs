@@ -10,7 +10,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::readout::{score_expectation, Aggregate};
+use crate::readout::{level_values, score_expectation, score_value, Aggregate};
 use crate::schema::{Question, QuestionKind};
 
 /// One answered question, ready to be written out.
@@ -33,7 +33,13 @@ impl AnswerOut {
             .map_or("", |a| a.name.as_str())
     }
 
-    /// The chat-route answer object (score 1-based).
+    /// The chat-route answer object.
+    ///
+    /// For a score question, `score` is the wire's **1-based expected position**
+    /// `Σ (i+1)·p_i` (level `i` counted from 0), `level` the most probable level's
+    /// name, and — only when every level name parses as a number — `value`, the
+    /// expected level **value** `Σ v_i·p_i` (levels `"20".."24"` read near 22, not
+    /// near 3).
     pub fn to_chat_json(&self) -> Value {
         let a = &self.aggregate;
         let q = &self.question;
@@ -61,6 +67,10 @@ impl AnswerOut {
             QuestionKind::Score => {
                 m.insert("score".into(), json!(score_expectation(&a.mean)));
                 m.insert("level".into(), json!(self.answer_name()));
+                let names = q.alternatives.iter().map(|alt| alt.name.as_str());
+                if let Some(values) = level_values(names) {
+                    m.insert("value".into(), json!(score_value(&a.mean, &values)));
+                }
             }
         }
         if let (Some(se), Some(ag)) = (a.stderr, a.agreement) {
@@ -84,6 +94,27 @@ pub struct Skip {
     pub wanted: Vec<String>,
 }
 
+/// How a question's options were scored at its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Scoring {
+    /// One canvas position read jointly with the other slots; each label is one
+    /// token there (bidirectional readers).
+    #[default]
+    Canvas,
+    /// One row after the cue: each option by the probability of its first token,
+    /// pooled over its spellings with and without a leading space (options whose
+    /// first tokens all differ).
+    FirstToken,
+    /// Each option by the log-likelihood of its whole tokenization after the cue,
+    /// ending with the newline that closes an answer line: the sum of its token
+    /// log-probabilities, with no length normalization, so `exp` of it is the
+    /// probability of writing exactly that option (the lm-evaluation-harness
+    /// multiple-choice score, its `acc` variant). Used when options share a first
+    /// token (`approve_all` / `approve_some`, levels `20`…`24`).
+    Sequence,
+}
+
 /// Per-question diagnostics (serving.md §8.2 `questions`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QuestionDiagnostics {
@@ -91,10 +122,15 @@ pub struct QuestionDiagnostics {
     pub pos: usize,
     /// Backend-side entropy per read, nats.
     pub entropy: Vec<f64>,
-    /// Share of the model's distribution on this question's labels (read 0), in [0, 1].
+    /// Share of the model's distribution on this question's labels (read 0), in
+    /// [0, 1]; for sequence scoring, the probability that the model writes one of
+    /// the options in full.
     pub label_mass: f64,
-    /// Whether the most likely token of read 0 was a label.
+    /// Whether the most likely token of read 0 was a label (for sequence
+    /// scoring: the first token of an option).
     pub argmax_is_label: bool,
+    /// How the options were scored.
+    pub scoring: Scoring,
     /// Distribution before contextual calibration (mean over reads), when calibrated.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uncalibrated: Option<Vec<f64>>,
@@ -243,5 +279,37 @@ mod tests {
         assert_eq!(sc["level"], "frustrated");
         assert!((sc["score"].as_f64().expect("num") - 2.5).abs() < 1e-12);
         assert_eq!(sc["probabilities"]["furious"], 0.5);
+        assert!(sc.get("value").is_none(), "word levels have no value");
+    }
+
+    #[test]
+    fn numeric_score_levels_report_the_expected_level_value() {
+        let s = ValidSchema::from_value(
+            &json!({"questions": [
+                {"id": "p", "type": "score", "levels": ["1", "2", "3", "4", "5"]},
+                {"id": "n", "type": "score", "levels": ["20", "21", "22", "23", "24"]}
+            ]}),
+            &SchemaDefaults::default(),
+        )
+        .expect("valid");
+        let mk = |i: usize, dist: Vec<f64>| AnswerOut {
+            question: s.questions[i].clone(),
+            labels: s.questions[i]
+                .alternatives
+                .iter()
+                .map(|a| a.name.clone())
+                .collect(),
+            aggregate: aggregate(&[dist]),
+        };
+        // Most mass on level "4": the value reads 3.9, not the 0-based position 3.
+        let p = mk(0, vec![0.0, 0.0, 0.1, 0.9, 0.0]).to_chat_json();
+        assert_eq!(p["level"], "4");
+        assert!((p["value"].as_f64().expect("num") - 3.9).abs() < 1e-12);
+        assert!((p["score"].as_f64().expect("num") - 3.9).abs() < 1e-12);
+        let n = mk(1, vec![0.0, 0.5, 0.5, 0.0, 0.0]).to_chat_json();
+        assert!((n["value"].as_f64().expect("num") - 21.5).abs() < 1e-12);
+        assert!((n["score"].as_f64().expect("num") - 2.5).abs() < 1e-12);
+        let keys: Vec<&String> = n.as_object().expect("obj").keys().collect();
+        assert_eq!(&keys[4..7], ["score", "level", "value"]);
     }
 }

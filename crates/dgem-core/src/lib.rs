@@ -17,6 +17,8 @@
 //! 6. [`readout`] turns slot logits into restricted-softmax distributions, entropy
 //!    (nats), hesitation (normalized entropy), agreement and stderr; [`envelope`]
 //!    writes the `{answers, diagnostics}` JSON of serving.md §8.
+//! 7. [`walk`] keeps the stage walker's bookkeeping (skips, groups, prefill
+//!    lines, tops, the one diagnostics builder) that every reader shares.
 //!
 //! Dependency graph: `dgem-core` ← `dgem-backend` ← backends; `dgem-engine` uses both.
 //!
@@ -39,5 +41,6 @@ pub mod stages;
 pub mod template;
 pub mod tokenizer;
 pub mod vars;
+pub mod walk;
 
 pub use error::{CoreError, SchemaError, TemplateError};

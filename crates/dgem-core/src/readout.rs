@@ -229,6 +229,23 @@ pub fn score_expectation(p: &[f64]) -> f64 {
         .sum()
 }
 
+/// The numeric value of every level, when **all** level names parse as finite
+/// numbers (`"1".."5"`, `"20".."24"`, `"0.5"`); `None` otherwise (word levels).
+pub fn level_values<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<Vec<f64>> {
+    names
+        .into_iter()
+        .map(|n| n.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+        .collect()
+}
+
+/// Expected level value `Σ v_i·p_i` of a score distribution over levels whose
+/// names are the numbers `values` (levels `"1".."5"` with most mass on `"4"`
+/// read close to 4.0, whatever their positions). Lengths must match; extra
+/// entries of either are ignored.
+pub fn score_value(p: &[f64], values: &[f64]) -> f64 {
+    p.iter().zip(values).map(|(x, v)| x * v).sum()
+}
+
 /// Reads to run first and, given the first read's per-question entropies (nats),
 /// whether to extend (serving.md §6.4). Returns `(first_batch, extra_if_extended)`.
 pub fn sample_plan(policy: SamplePolicy) -> (u32, u32) {

@@ -8,15 +8,17 @@
 //!   question's labels must change exactly one token, at one shared position.
 //!   [`resolve_template`] finds those positions; [`seed_canvas`] writes a random
 //!   token into every slot (the "noise draw").
-//! * **Cloze** (causal models): each question is read as the next token after
-//!   `id:` at the end of the prompt. [`resolve_cloze`] finds, for each label, the
-//!   first token of the label written with and without a leading space, and
-//!   pools them (engine-notes.md §4: Gemma has no `▁5` tokens, so digits come
-//!   bare while words come `▁`-prefixed).
+//! * **Cloze** (causal models): each question is read after `id:` at the end of
+//!   the prompt. [`resolve_cloze`] finds, for each label, the first token of the
+//!   label written with and without a leading space, and pools them (Gemma has no
+//!   `▁5` tokens, so digits come bare while words come `▁`-prefixed). When labels
+//!   share a first token, each is scored instead by the log-likelihood of its
+//!   whole tokenization.
 
 use rand_mt::Mt;
 use serde::Serialize;
 
+use crate::envelope::Scoring;
 use crate::error::{CoreError, SchemaError};
 use crate::schema::{AnswerFormat, Question};
 use crate::tokenizer::{TokenId, Tokenizer};
@@ -266,29 +268,80 @@ pub fn python_randrange(rng: &mut Mt, n: u32) -> u32 {
     }
 }
 
-/// A question read as the next token after `id:` (causal reading).
+/// A question read after `id:` at the end of the prompt (causal reading).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ClozeSlot {
     /// Question id.
     pub id: String,
     /// Tokens appended after the prompt: the encoding of `"<id>:"`.
     pub cue: Vec<TokenId>,
-    /// Per label, the pooled candidate token ids (first token of `" label"` and
-    /// of `"label"`), with ids shared between labels removed.
+    /// How the options are scored: [`Scoring::FirstToken`] when every option has
+    /// a first token of its own, else [`Scoring::Sequence`].
+    pub scoring: Scoring,
+    /// Per label, in label order. First-token scoring: the pooled candidate ids
+    /// (first token of `" label"` and of `"label"`, ids shared between labels
+    /// removed), read from the one row after the cue. Sequence scoring: the whole
+    /// continuation `" label\n"`, every token of which is scored.
     pub labels: Vec<Vec<TokenId>>,
 }
 
 /// Resolve the cloze slot of `q` with `labels`.
 ///
+/// When every label has a first token no other label starts with, the slot is
+/// read from one row ([`Scoring::FirstToken`]). Otherwise (labels that share a
+/// first token, such as `approve_all` / `approve_some` or the levels `20`…`24`
+/// that Gemma spells digit by digit) each label is scored by the log-likelihood
+/// of its whole continuation `" label\n"` ([`Scoring::Sequence`]); the closing
+/// newline keeps a label that is a prefix of another (`card`, `card_arrival`)
+/// from winning by being shorter. No label set is refused for how it tokenizes.
+///
 /// # Errors
-/// [`CoreError::Schema`] when a label has no token of its own (two labels start
-/// with the same token in both spellings), naming both labels.
+/// [`CoreError::Schema`] only when two labels tokenize to the same continuation
+/// (they cannot be told apart at all); [`CoreError::Tokenize`] if encoding fails.
 pub fn resolve_cloze(
     tok: &dyn Tokenizer,
     q: &Question,
     qi: usize,
     labels: &[String],
 ) -> Result<ClozeSlot, CoreError> {
+    let cue = tok.encode(&format!("{}:", q.id))?;
+    if let Some(pooled) = first_token_labels(tok, labels)? {
+        return Ok(ClozeSlot {
+            id: q.id.clone(),
+            cue,
+            scoring: Scoring::FirstToken,
+            labels: pooled,
+        });
+    }
+    let mut continuations: Vec<Vec<TokenId>> = Vec::with_capacity(labels.len());
+    for (i, label) in labels.iter().enumerate() {
+        let ids = tok.encode(&format!(" {label}\n"))?;
+        if let Some(j) = continuations.iter().position(|c| *c == ids) {
+            return Err(SchemaError::new(
+                format!("questions[{qi}]"),
+                format!(
+                    "question '{}': labels '{}' and '{}' tokenize to the same tokens, so the model cannot tell them apart; rename one option",
+                    q.id, labels[j], labels[i]
+                ),
+            )
+            .into());
+        }
+        continuations.push(ids);
+    }
+    Ok(ClozeSlot {
+        id: q.id.clone(),
+        cue,
+        scoring: Scoring::Sequence,
+        labels: continuations,
+    })
+}
+
+/// Per label, the first-token ids no other label starts with (both spellings,
+/// with and without a leading space); `None` when some label has none left.
+fn first_token_labels(
+    tok: &dyn Tokenizer,
+    labels: &[String],
+) -> Result<Option<Vec<Vec<TokenId>>>, CoreError> {
     let mut candidates: Vec<Vec<TokenId>> = Vec::with_capacity(labels.len());
     for label in labels {
         let mut c = Vec::new();
@@ -314,32 +367,11 @@ pub fn resolve_cloze(
             })
             .collect();
         if own.is_empty() {
-            // Name the label that shares the most candidate tokens with this one
-            // (for "1" vs "10" that is "10", not a label sharing only the bare "▁").
-            let clash = candidates
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(j, other)| (other.iter().filter(|id| c.contains(id)).count(), j))
-                .filter(|(shared, _)| *shared > 0)
-                .max_by_key(|(shared, j)| (*shared, std::cmp::Reverse(*j)))
-                .map_or("another label", |(_, j)| labels[j].as_str());
-            return Err(SchemaError::new(
-                format!("questions[{qi}]"),
-                format!(
-                    "question '{}': labels '{}' and '{}' begin with the same token, so the model cannot tell them apart; rename one option or read letters (--labels letters)",
-                    q.id, labels[i], clash
-                ),
-            )
-            .into());
+            return Ok(None);
         }
         pooled.push(own);
     }
-    Ok(ClozeSlot {
-        id: q.id.clone(),
-        cue: tok.encode(&format!("{}:", q.id))?,
-        labels: pooled,
-    })
+    Ok(Some(pooled))
 }
 
 #[cfg(test)]

@@ -1,36 +1,42 @@
-//! Cloze reading for causal backends: every question is read as the next token
-//! after `id:` at the end of the shared prompt.
+//! Cloze reading for causal backends: every question is read after `id:` at the
+//! end of its group's prompt.
+//!
+//! The stage walk is the shared one of [`dgem_core::walk`]: stages in order,
+//! `ask_if` skips, groups from [`chunk_groups`] (an `alone` question — set by
+//! the schema or by `isolate` — gets a prompt of its own; a causal read has no
+//! canvas, so the other questions of a stage always share one group), earlier
+//! answers prefilled in the model's turn. Each question is then scored in one of
+//! two ways ([`Scoring`]): from the one row after the cue when its options have
+//! first tokens of their own, else by the log-likelihood of each option's whole
+//! tokenization (one sequence per option, all sharing the prompt prefix, so the
+//! backend decodes the prefix once and batches the continuations).
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use dgem_backend::{ForwardOutput, SequenceRead, SlotQuery};
-use dgem_core::envelope::{
-    AnswerOut, Diagnostics, QuestionDiagnostics, SamplesDiagnostics, Skip, Timing,
-};
+use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
+use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::{
-    aggregate, auto_extends, calibrate, mean_distribution, sample_plan, SlotRead,
+    auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
-use dgem_core::schema::{Question, SamplePolicy, ValidSchema};
+use dgem_core::schema::{ChunkPrompt, Question, ValidSchema};
 use dgem_core::slots::{python_random, python_randrange, resolve_cloze, ClozeSlot};
 use dgem_core::tokenizer::{TokenId, Tokenizer};
+use dgem_core::walk::{chunk_groups, policy_json, GroupReads, ReaderFacts, Walk};
 use dgem_core::SchemaError;
-use indexmap::IndexMap;
-use serde_json::json;
 
 use crate::calibration::{PriorKey, CONTENT_FREE_STATES};
 use crate::{DecideRequest, Decision, Engine, EngineError};
 
-/// Seed stride between reads (serving.md §6.2).
+/// Seed stride between reads (the original server's per-read seed `seed + 7919·r`).
 const READ_SEED_STRIDE: i64 = 7919;
 
 /// One question as listed in one read: alternatives possibly permuted.
-struct ReadQuestion {
+pub(crate) struct ReadQuestion {
     /// `perm[i]` = original index of the alternative listed at position `i`.
-    perm: Vec<usize>,
-    slot: ClozeSlot,
+    pub(crate) perm: Vec<usize>,
+    pub(crate) slot: ClozeSlot,
 }
 
 /// What one read of one question gave, mapped back to original alternative order.
@@ -41,25 +47,26 @@ struct QRead {
     pos: usize,
 }
 
-/// Accumulated counters of backend calls.
+/// Accumulated counters of backend calls for one group.
 #[derive(Default)]
 struct Counters {
-    timing: Timing,
+    queue_ms: f64,
+    forward_ms: f64,
+    calibration_ms: f64,
     prompt_tokens: usize,
     cached_tokens: usize,
 }
 
 impl Counters {
-    fn absorb(&mut self, out: &ForwardOutput, reads: u32) {
-        self.timing.queue_ms += out.stats.queue_ms;
-        self.timing.forward_ms += out.stats.forward_ms;
-        self.timing.reads += reads;
+    fn absorb(&mut self, out: &ForwardOutput) {
+        self.queue_ms += out.stats.queue_ms;
+        self.forward_ms += out.stats.forward_ms;
         self.cached_tokens += out.stats.cached_tokens;
     }
 }
 
 /// Permutation of `k` alternatives for read `r` (identity for read 0).
-fn permutation(k: usize, seed: i64, r: u32, qi: usize) -> Vec<usize> {
+pub(crate) fn permutation(k: usize, seed: i64, r: u32, qi: usize) -> Vec<usize> {
     let mut perm: Vec<usize> = (0..k).collect();
     if r == 0 {
         return perm;
@@ -89,32 +96,145 @@ fn permuted(q: &Question, perm: &[usize]) -> Question {
     p
 }
 
-struct Ctx<'a> {
-    engine: &'a Engine,
-    tok: &'a dyn Tokenizer,
-    schema: &'a ValidSchema,
-    seed: i64,
-    calibrate: bool,
+fn short_model(what: &str) -> EngineError {
+    EngineError::Backend(dgem_backend::BackendError::Model(format!(
+        "backend returned fewer {what} than requested"
+    )))
+}
+
+/// The sequences that read one question after `prompt`: one for first-token
+/// scoring, one per option for sequence scoring.
+pub(crate) fn question_sequences(
+    prompt: &[TokenId],
+    rq: &ReadQuestion,
     max_tokens: usize,
+) -> Result<Vec<SequenceRead>, EngineError> {
+    let mut base = prompt.to_vec();
+    base.extend(&rq.slot.cue);
+    let fit = |len: usize| -> Result<(), EngineError> {
+        if len > max_tokens {
+            return Err(EngineError::Schema(SchemaError::new(
+                "state",
+                format!(
+                    "the prompt is {len} tokens; the context holds {max_tokens} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)"
+                ),
+            )));
+        }
+        Ok(())
+    };
+    match rq.slot.scoring {
+        Scoring::Sequence => rq
+            .slot
+            .labels
+            .iter()
+            .map(|cont| {
+                let mut tokens = base.clone();
+                tokens.extend(cont);
+                fit(tokens.len())?;
+                let slots = cont
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| SlotQuery {
+                        pos: base.len() + i,
+                        labels: vec![vec![t]],
+                    })
+                    .collect();
+                Ok(SequenceRead { tokens, slots })
+            })
+            .collect(),
+        Scoring::FirstToken | Scoring::Canvas => {
+            fit(base.len() + 1)?;
+            let pos = base.len();
+            Ok(vec![SequenceRead {
+                tokens: base,
+                slots: vec![SlotQuery {
+                    pos,
+                    labels: rq.slot.labels.clone(),
+                }],
+            }])
+        }
+    }
+}
+
+/// Turn the backend's readings of one question's sequences into a slot read over
+/// its labels (listed order). Sequence scoring sums each option's token
+/// log-probabilities; entropy and `argmax_is_label` come from the row after the cue.
+pub(crate) fn combine(
+    rq: &ReadQuestion,
+    outs: &[Vec<SlotLogits>],
+) -> Result<SlotRead, EngineError> {
+    let first = outs
+        .first()
+        .and_then(|s| s.first())
+        .ok_or_else(|| short_model("slot readings"))?;
+    match rq.slot.scoring {
+        Scoring::Sequence => {
+            let mut ll = Vec::with_capacity(rq.slot.labels.len());
+            for seq in outs {
+                let sum: f64 = seq
+                    .iter()
+                    .map(|s| s.label_logprobs.first().copied().unwrap_or(-1.0e4))
+                    .sum();
+                ll.push(sum);
+            }
+            if ll.len() != rq.slot.labels.len() {
+                return Err(short_model("option sequences"));
+            }
+            let is_label = rq
+                .slot
+                .labels
+                .iter()
+                .any(|cont| cont.first() == Some(&first.argmax_token));
+            Ok(SlotRead::from_label_logprobs(
+                &ll,
+                first.vocab_entropy,
+                is_label,
+            ))
+        }
+        Scoring::FirstToken | Scoring::Canvas => {
+            let is_label = rq
+                .slot
+                .labels
+                .iter()
+                .any(|l| l.contains(&first.argmax_token));
+            Ok(SlotRead::from_label_logprobs(
+                &first.label_logprobs,
+                first.vocab_entropy,
+                is_label,
+            ))
+        }
+    }
+}
+
+pub(crate) struct Ctx<'a> {
+    pub(crate) engine: &'a Engine,
+    pub(crate) tok: &'a dyn Tokenizer,
+    pub(crate) schema: &'a ValidSchema,
+    pub(crate) seed: i64,
+    pub(crate) calibrate: bool,
+    pub(crate) max_tokens: usize,
 }
 
 impl Ctx<'_> {
+    fn schema_index(&self, q: &Question) -> usize {
+        self.schema
+            .questions
+            .iter()
+            .position(|x| x.id == q.id)
+            .unwrap_or(0)
+    }
+
     /// Questions of read `r`, with permutation and cloze slot.
-    fn read_questions(
+    pub(crate) fn read_questions(
         &self,
         r: u32,
-        stage: &[&Question],
+        group: &[&Question],
     ) -> Result<Vec<ReadQuestion>, EngineError> {
         let mode = self.engine.label_mode();
-        stage
+        group
             .iter()
             .map(|q| {
-                let qi = self
-                    .schema
-                    .questions
-                    .iter()
-                    .position(|x| x.id == q.id)
-                    .unwrap_or(0);
+                let qi = self.schema_index(q);
                 let perm = permutation(q.alternatives.len(), self.seed, r, qi);
                 let question = permuted(q, &perm);
                 let slot = resolve_cloze(self.tok, &question, qi, &labels_for(&question, mode))?;
@@ -123,25 +243,23 @@ impl Ctx<'_> {
             .collect()
     }
 
-    /// The prompt tokens (BOS, chat turn, prefill) for read `r` and a state.
-    fn prompt(&self, r: u32, state: &str, prefill: &str) -> Result<Vec<TokenId>, EngineError> {
+    /// The prompt tokens (BOS, chat turn listing `listed`, prefill) for read `r`.
+    pub(crate) fn prompt(
+        &self,
+        r: u32,
+        listed: &[&Question],
+        state: &str,
+        prefill: &str,
+    ) -> Result<Vec<TokenId>, EngineError> {
         let mode = self.engine.label_mode();
-        let listed: Vec<Question> = self
-            .schema
-            .asked()
-            .into_iter()
-            .enumerate()
-            .map(|(i, q)| {
-                let qi = self
-                    .schema
-                    .questions
-                    .iter()
-                    .position(|x| x.id == q.id)
-                    .unwrap_or(i);
+        let shown: Vec<Question> = listed
+            .iter()
+            .map(|q| {
+                let qi = self.schema_index(q);
                 permuted(q, &permutation(q.alternatives.len(), self.seed, r, qi))
             })
             .collect();
-        let refs: Vec<&Question> = listed.iter().collect();
+        let refs: Vec<&Question> = shown.iter().collect();
         let sys = system_text(&SystemTextSpec {
             questions: &refs,
             instructions: self.schema.instructions.as_deref(),
@@ -160,48 +278,45 @@ impl Ctx<'_> {
         Ok(ids)
     }
 
+    /// Every question's sequences after one prompt, flattened, with the index
+    /// range of each question.
     fn sequences(
         &self,
         prompt: &[TokenId],
         qs: &[ReadQuestion],
-    ) -> Result<Vec<SequenceRead>, EngineError> {
-        qs.iter()
-            .map(|rq| {
-                let mut tokens = prompt.to_vec();
-                tokens.extend(&rq.slot.cue);
-                if tokens.len() + 1 > self.max_tokens {
-                    return Err(EngineError::Schema(SchemaError::new(
-                        "state",
-                        format!(
-                            "the prompt is {} tokens; the context holds {} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)",
-                            tokens.len() + 1,
-                            self.max_tokens
-                        ),
-                    )));
-                }
-                let pos = tokens.len();
-                Ok(SequenceRead { tokens, slots: vec![SlotQuery { pos, labels: rq.slot.labels.clone() }] })
-            })
-            .collect()
+    ) -> Result<(Vec<SequenceRead>, Vec<std::ops::Range<usize>>), EngineError> {
+        let mut all = Vec::new();
+        let mut ranges = Vec::with_capacity(qs.len());
+        for rq in qs {
+            let seqs = question_sequences(prompt, rq, self.max_tokens)?;
+            ranges.push(all.len()..all.len() + seqs.len());
+            all.extend(seqs);
+        }
+        Ok((all, ranges))
     }
 
     /// Priors for each question of one read (content-free states), from cache or model.
     async fn priors(
         &self,
         r: u32,
+        listed: &[&Question],
         prefill: &str,
         qs: &[ReadQuestion],
         counters: &mut Counters,
     ) -> Result<Vec<Vec<f64>>, EngineError> {
         let mut per_state = Vec::new();
         for cf in CONTENT_FREE_STATES {
-            let prompt = self.prompt(r, cf, prefill)?;
+            let prompt = self.prompt(r, listed, cf, prefill)?;
             per_state.push(self.sequences(&prompt, qs)?);
         }
         let key = |qi: usize| -> PriorKey {
             let toks = per_state
                 .iter()
-                .flat_map(|s| s[qi].tokens.iter().copied())
+                .flat_map(|(seqs, ranges)| {
+                    seqs[ranges[qi].clone()]
+                        .iter()
+                        .flat_map(|s| s.tokens.iter().copied())
+                })
                 .collect();
             (toks, qs[qi].slot.labels.clone())
         };
@@ -212,105 +327,174 @@ impl Ctx<'_> {
             (0..qs.len()).map(|qi| cache.get(&key(qi))).collect()
         };
         let missing: Vec<usize> = (0..qs.len()).filter(|&i| priors[i].is_none()).collect();
-        if !missing.is_empty() {
-            let started = Instant::now();
-            let reads: Vec<SequenceRead> = per_state
-                .iter()
-                .flat_map(|s| missing.iter().map(|&qi| s[qi].clone()))
-                .collect();
-            let out = self.engine.backend.forward(reads).await?;
-            counters.absorb(&out, 0);
-            counters.timing.calibration_ms += started.elapsed().as_secs_f64() * 1e3;
-            for (mi, &qi) in missing.iter().enumerate() {
-                let dists: Vec<Vec<f64>> = (0..CONTENT_FREE_STATES.len())
-                    .filter_map(|si| out.sequences.get(si * missing.len() + mi))
-                    .filter_map(|slots| slots.first())
-                    .map(|s| {
-                        SlotRead::from_label_logprobs(&s.label_logprobs, s.vocab_entropy, false)
-                            .probs
-                    })
-                    .collect();
-                let prior = mean_distribution(&dists);
-                if let Ok(mut cache) = self.engine.priors.lock() {
-                    cache.put(key(qi), prior.clone());
-                }
-                priors[qi] = Some(prior);
+        if missing.is_empty() {
+            return Ok(priors.into_iter().map(Option::unwrap_or_default).collect());
+        }
+        let started = Instant::now();
+        let mut reads = Vec::new();
+        // index[state][mi] = range of question missing[mi]'s sequences in `reads`.
+        let mut index = Vec::with_capacity(per_state.len());
+        for (seqs, ranges) in &per_state {
+            let mut at = Vec::with_capacity(missing.len());
+            for &qi in &missing {
+                let from = reads.len();
+                reads.extend(seqs[ranges[qi].clone()].iter().cloned());
+                at.push(from..reads.len());
             }
-            if let Ok(cache) = self.engine.priors.lock() {
-                cache.save();
+            index.push(at);
+        }
+        let out = self.engine.backend.forward(reads).await?;
+        counters.absorb(&out);
+        counters.calibration_ms += started.elapsed().as_secs_f64() * 1e3;
+        for (mi, &qi) in missing.iter().enumerate() {
+            let mut dists = Vec::with_capacity(index.len());
+            for at in &index {
+                let outs = out
+                    .sequences
+                    .get(at[mi].clone())
+                    .ok_or_else(|| short_model("calibration readings"))?;
+                dists.push(combine(&qs[qi], outs)?.probs);
             }
+            let prior = mean_distribution(&dists);
+            if let Ok(mut cache) = self.engine.priors.lock() {
+                cache.put(key(qi), prior.clone());
+            }
+            priors[qi] = Some(prior);
+        }
+        if let Ok(cache) = self.engine.priors.lock() {
+            cache.save();
         }
         Ok(priors.into_iter().map(Option::unwrap_or_default).collect())
     }
 
-    /// Run reads `from..to` of a stage. Returns per read, per question, the read in
+    /// Run reads `from..to` of a group. Returns per read, per question, the read in
     /// original alternative order.
     async fn run_reads(
         &self,
         reads: std::ops::Range<u32>,
-        stage: &[&Question],
+        group: &[&Question],
+        listed: &[&Question],
         state: &str,
         prefill: &str,
         counters: &mut Counters,
     ) -> Result<Vec<Vec<QRead>>, EngineError> {
         let mut plans = Vec::new();
         let mut batch = Vec::new();
-        for r in reads.clone() {
-            let qs = self.read_questions(r, stage)?;
-            let prompt = self.prompt(r, state, prefill)?;
-            let seqs = self.sequences(&prompt, &qs)?;
+        for r in reads {
+            let qs = self.read_questions(r, group)?;
+            let prompt = self.prompt(r, listed, state, prefill)?;
+            let (seqs, ranges) = self.sequences(&prompt, &qs)?;
             let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
             counters.prompt_tokens = counters.prompt_tokens.max(longest);
+            let offset = batch.len();
+            let ranges: Vec<_> = ranges
+                .into_iter()
+                .map(|x| x.start + offset..x.end + offset)
+                .collect();
             batch.extend(seqs);
-            plans.push((r, qs));
+            plans.push((r, qs, ranges));
         }
-        let out = self.engine.backend.forward(batch.clone()).await?;
-        counters.absorb(&out, reads.len() as u32);
+        let positions: Vec<usize> = batch
+            .iter()
+            .map(|s| s.slots.first().map_or(0, |q| q.pos))
+            .collect();
+        let out = self.engine.backend.forward(batch).await?;
+        counters.absorb(&out);
         let mut result = Vec::new();
-        let mut idx = 0;
-        for (r, qs) in &plans {
+        for (r, qs, ranges) in &plans {
             let priors = if self.calibrate {
-                Some(self.priors(*r, prefill, qs, counters).await?)
+                Some(self.priors(*r, listed, prefill, qs, counters).await?)
             } else {
                 None
             };
             let mut per_q = Vec::new();
-            for (qi, rq) in qs.iter().enumerate() {
-                let slot = out
+            for (qi, (rq, range)) in qs.iter().zip(ranges).enumerate() {
+                let outs = out
                     .sequences
-                    .get(idx)
-                    .and_then(|s| s.first())
-                    .ok_or_else(|| {
-                        EngineError::Backend(dgem_backend::BackendError::Model(
-                            "backend returned fewer slot readings than requested".into(),
-                        ))
-                    })?;
-                let pos = batch[idx].slots[0].pos;
-                idx += 1;
-                let is_label = rq
-                    .slot
-                    .labels
-                    .iter()
-                    .any(|l| l.contains(&slot.argmax_token));
-                let mut read = SlotRead::from_label_logprobs(
-                    &slot.label_logprobs,
-                    slot.vocab_entropy,
-                    is_label,
-                );
+                    .get(range.clone())
+                    .ok_or_else(|| short_model("slot readings"))?;
+                let mut read = combine(rq, outs)?;
                 let raw = unpermute(&read.probs, &rq.perm);
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
                 }
                 read.probs = unpermute(&read.probs, &rq.perm);
+                let pos = positions.get(range.start).copied().unwrap_or(0);
                 per_q.push(QRead { read, raw, pos });
             }
             result.push(per_q);
         }
         Ok(result)
     }
+
+    /// Read one group: first reads, `auto` extension, and the group's result.
+    async fn read_group(
+        &self,
+        group: &[&Question],
+        listed: &[&Question],
+        state: &str,
+        prefill: &str,
+    ) -> Result<GroupReads, EngineError> {
+        let samples = self.schema.samples;
+        let (first, extra) = sample_plan(samples);
+        let mut counters = Counters::default();
+        let mut reads = self
+            .run_reads(0..first, group, listed, state, prefill, &mut counters)
+            .await?;
+        let first_entropy: Vec<(String, f64)> = group
+            .iter()
+            .zip(reads.first().into_iter().flatten())
+            .map(|(q, r)| (q.id.clone(), entropy(&r.read.probs)))
+            .collect();
+        let ents: Vec<f64> = first_entropy.iter().map(|(_, h)| *h).collect();
+        let extended = auto_extends(samples, &ents);
+        if extended {
+            let more = self
+                .run_reads(
+                    first..first + extra,
+                    group,
+                    listed,
+                    state,
+                    prefill,
+                    &mut counters,
+                )
+                .await?;
+            reads.extend(more);
+        }
+        let mode = self.engine.label_mode();
+        let qs = self.read_questions(0, group)?;
+        Ok(GroupReads {
+            questions: group.iter().map(|q| (*q).clone()).collect(),
+            labels: group.iter().map(|q| labels_for(q, mode)).collect(),
+            pos: (0..group.len())
+                .map(|qi| reads.first().and_then(|r| r.get(qi)).map_or(0, |x| x.pos))
+                .collect(),
+            scoring: qs.iter().map(|rq| rq.slot.scoring).collect(),
+            uncalibrated: (0..group.len())
+                .map(|qi| {
+                    self.calibrate.then(|| {
+                        mean_distribution(
+                            &reads.iter().map(|r| r[qi].raw.clone()).collect::<Vec<_>>(),
+                        )
+                    })
+                })
+                .collect(),
+            reads: reads
+                .into_iter()
+                .map(|r| r.into_iter().map(|q| q.read).collect())
+                .collect(),
+            policy: policy_json(samples, extended, &first_entropy),
+            thought: None,
+            queue_ms: counters.queue_ms,
+            forward_ms: counters.forward_ms,
+            calibration_ms: counters.calibration_ms,
+            prompt_tokens: counters.prompt_tokens,
+            cached_tokens: counters.cached_tokens,
+        })
+    }
 }
 
-/// Decide with cloze reads (see the crate docs).
+/// Decide with cloze reads (see the module docs).
 pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
     let schema = &req.schema;
     let tok_arc = engine.backend.tokenizer();
@@ -323,179 +507,55 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         calibrate: engine.calibrates(),
         max_tokens: info.max_tokens,
     };
-    let mode = engine.label_mode();
     let stages = dgem_core::stages::schedule(schema)?;
+    let chained = stages.len() > 1 || schema.sequential;
     let state = state_text(&req.state);
     let state_tokens = ctx
         .tok
         .encode(&state)
         .map_err(dgem_core::CoreError::from)?
         .len();
-    let (first, extra) = sample_plan(schema.samples);
-
-    let mut counters = Counters::default();
-    let mut answers: IndexMap<String, Option<AnswerOut>> = IndexMap::new();
-    let mut names: HashMap<String, Option<String>> = HashMap::new();
-    let mut skipped = IndexMap::new();
-    let mut qdiag = IndexMap::new();
-    let mut tops: Vec<IndexMap<String, (String, f64, f64)>> = Vec::new();
-    let mut stage_ids = Vec::new();
-    let mut prefill = String::new();
-    let mut n_reads = first;
-    let mut extended = None;
-    let mut first_entropy = serde_json::Map::new();
-
+    let every = schema.asked();
+    let mut walk = Walk::new();
     for stage in &stages {
-        let mut asked: Vec<&Question> = Vec::new();
-        for id in stage {
-            let Some(q) = schema.question(id) else {
-                continue;
+        let asked = walk.ask(schema, stage);
+        let groups = chunk_groups(&asked, |_| Ok::<_, EngineError>(true))?;
+        for group in groups {
+            // A chained decision lists every question (the prefill names them);
+            // otherwise a group sees its own questions unless chunk_prompt is shared.
+            let listed: Vec<&Question> = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
+                every.clone()
+            } else {
+                group.clone()
             };
-            let failed = q.ask_if.iter().find(|(dep, vals)| {
-                let was = names.get(*dep).cloned().flatten();
-                !was.as_ref().is_some_and(|w| vals.contains(w))
-            });
-            if let Some((dep, vals)) = failed {
-                skipped.insert(
-                    q.id.clone(),
-                    Skip {
-                        because: dep.clone(),
-                        was: names.get(dep).cloned().flatten(),
-                        wanted: vals.clone(),
-                    },
-                );
-                answers.insert(q.id.clone(), None);
-                names.insert(q.id.clone(), None);
-                continue;
-            }
-            asked.push(q);
-        }
-        if asked.is_empty() {
-            continue;
-        }
-        stage_ids.push(asked.iter().map(|q| q.id.clone()).collect::<Vec<_>>());
-        let mut reads = ctx
-            .run_reads(0..first, &asked, &state, &prefill, &mut counters)
-            .await?;
-        if let SamplePolicy::Auto { .. } = schema.samples {
-            let ents: Vec<f64> = reads[0]
-                .iter()
-                .map(|r| dgem_core::readout::entropy(&r.read.probs))
-                .collect();
-            for (q, h) in asked.iter().zip(&ents) {
-                first_entropy.insert(q.id.clone(), json!(h));
-            }
-            let ext = auto_extends(schema.samples, &ents);
-            extended = Some(extended.unwrap_or(false) || ext);
-            if ext {
-                let more = ctx
-                    .run_reads(
-                        first..first + extra,
-                        &asked,
-                        &state,
-                        &prefill,
-                        &mut counters,
-                    )
-                    .await?;
-                reads.extend(more);
-                n_reads = n_reads.max(first + extra);
-            }
-        }
-        for (r, per_q) in reads.iter().enumerate() {
-            if tops.len() <= r {
-                tops.push(IndexMap::new());
-            }
-            for (q, qr) in asked.iter().zip(per_q) {
-                let a = aggregate(std::slice::from_ref(&qr.read.probs));
-                let name = q
-                    .alternatives
-                    .get(a.top)
-                    .map_or(String::new(), |x| x.name.clone());
-                tops[r].insert(q.id.clone(), (name, a.confidence, a.entropy));
-            }
-        }
-        for (qi, q) in asked.iter().enumerate() {
-            let dists: Vec<Vec<f64>> = reads.iter().map(|r| r[qi].read.probs.clone()).collect();
-            let agg = aggregate(&dists);
-            let r0 = &reads[0][qi];
-            qdiag.insert(
-                q.id.clone(),
-                QuestionDiagnostics {
-                    pos: r0.pos,
-                    entropy: reads.iter().map(|r| r[qi].read.entropy).collect(),
-                    label_mass: r0.read.label_mass,
-                    argmax_is_label: r0.read.argmax_is_label,
-                    uncalibrated: ctx.calibrate.then(|| {
-                        mean_distribution(
-                            &reads.iter().map(|r| r[qi].raw.clone()).collect::<Vec<_>>(),
-                        )
-                    }),
-                },
-            );
-            let out = AnswerOut {
-                question: (*q).clone(),
-                labels: labels_for(q, mode),
-                aggregate: agg,
+            let prefill = match walk.lines() {
+                [] => String::new(),
+                lines => format!("{}\n", lines.join("\n")),
             };
-            let name = out.answer_name().to_owned();
-            prefill.push_str(&format!("{}: {}\n", q.id, name));
-            names.insert(q.id.clone(), Some(name));
-            answers.insert(q.id.clone(), Some(out));
+            let out = ctx.read_group(&group, &listed, &state, &prefill).await?;
+            walk.absorb(out, schema.format);
         }
     }
-    // Keep answers in schema order over the asked questions.
-    let ordered: IndexMap<String, Option<AnswerOut>> = schema
-        .asked()
-        .iter()
-        .filter_map(|q| answers.shift_remove(&q.id).map(|a| (q.id.clone(), a)))
-        .collect();
-    let policy = match schema.samples {
-        SamplePolicy::Fixed { n } => {
-            json!({"mode": "fixed", "n": n, "extended": null, "first_read_entropy": null})
-        }
-        SamplePolicy::Auto { max, threshold } => json!({
-            "mode": "auto", "max": max, "threshold": threshold,
-            "extended": extended.unwrap_or(false), "first_read_entropy": first_entropy,
-        }),
-    };
-    let chained = stage_ids.len() > 1;
-    let diagnostics = Diagnostics {
-        steps: schema.steps,
-        layout: schema.layout.as_str().to_owned(),
-        isolated: Vec::new(),
-        chunks: stage_ids.clone(),
-        stages: stage_ids,
-        skipped,
-        chunk_prompt: if chained { "full".into() } else { "own".into() },
-        sequential: schema.sequential,
-        conditioning: chained.then(|| "prefill".to_owned()),
-        thought: None,
-        samples: SamplesDiagnostics {
-            n: n_reads,
-            tops,
-            policy,
-        },
-        timing: counters.timing,
-        prompt_tokens: Some(counters.prompt_tokens).filter(|&n| n > 0),
-        cached_tokens: counters.cached_tokens,
-        state_tokens,
-        questions: qdiag,
+    let facts = ReaderFacts {
         engine: info.engine.clone(),
-        constrained: false,
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),
-        label_mode: mode.as_str().to_owned(),
+        label_mode: engine.label_mode().as_str().to_owned(),
         slot_reading: "cloze".into(),
+        constrained: false,
         calibration: ctx.calibrate.then(|| {
             CONTENT_FREE_STATES
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect()
         }),
-        note: None,
+        chained,
+        prefix_thought: None,
+        state_tokens,
     };
+    let (answers, diagnostics) = walk.finish(schema, facts);
     Ok(Decision {
-        answers: ordered,
+        answers,
         diagnostics,
     })
 }

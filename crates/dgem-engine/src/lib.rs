@@ -5,10 +5,14 @@
 //! (nats) and hesitation (normalized entropy), plus the diagnostics of serving.md §8.2.
 //!
 //! The engine sees only `Arc<dyn Backend>`. For a **causal** backend (the
-//! embedded Gemma 3) each question is read as a cloze after the shared prompt
-//! (`slot_reading = "cloze"`): one sequence per question, all sharing the prompt
-//! prefix, sent together so the backend reuses the prefix KV cache. Later stages
-//! (`depends_on`) see earlier answers prefilled in the model's turn. Because a
+//! embedded Gemma 3) each question is read as a cloze after its group's prompt
+//! (`slot_reading = "cloze"`): one sequence per question (or, when its options
+//! share a first token, one per option, scored by the log-likelihood of the whole
+//! option), all sharing the prompt prefix, sent together so the backend reuses
+//! the prefix KV cache. Questions marked `alone` (by the schema or by `isolate`)
+//! get a prompt of their own. Later stages (`depends_on`) see earlier answers
+//! prefilled in the model's turn. [`Engine::plan`] resolves all of this without
+//! running the model. Because a
 //! causal read is deterministic, extra samples permute the order in which
 //! alternatives are listed (seeded), so `agreement` and `stderr` measure
 //! option-order sensitivity rather than repeating one number. Contextual
@@ -27,21 +31,17 @@
 mod calibration;
 mod cloze;
 mod decider;
-mod error;
+mod plan;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use dgem_backend::{Attention, Backend};
-use dgem_core::envelope::{AnswerOut, Diagnostics};
 use dgem_core::labels::LabelMode;
-use dgem_core::schema::ValidSchema;
-use indexmap::IndexMap;
-use serde_json::Value;
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
-pub use decider::Decider;
-pub use error::EngineError;
+pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
+pub use plan::{Plan, PlannedGroup, PlannedSlot};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -68,33 +68,6 @@ impl Default for EngineConfig {
             calibration_cache_entries: 512,
             calibration_store: None,
         }
-    }
-}
-
-/// One decision to make.
-#[derive(Debug, Clone)]
-pub struct DecideRequest {
-    /// The validated policy.
-    pub schema: ValidSchema,
-    /// The state: a string, or any JSON value (written Python-style into the prompt).
-    pub state: Value,
-    /// Base seed (serving default 42); read `r` uses `seed + 7919·r`.
-    pub seed: i64,
-}
-
-/// A finished decision.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    /// One entry per asked question in schema order; `None` = skipped by `ask_if`.
-    pub answers: IndexMap<String, Option<AnswerOut>>,
-    /// Decision-level diagnostics.
-    pub diagnostics: Diagnostics,
-}
-
-impl Decision {
-    /// The `{answers, diagnostics}` envelope JSON (serving.md §8.1–8.2).
-    pub fn envelope(&self) -> Value {
-        dgem_core::envelope::envelope(&self.answers, &self.diagnostics)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use dgem_core::schema::{Layout, SamplePolicy, SchemaDefaults, MAX_SAMPLES};
+use dgem_core::schema::{Isolate, Layout, SamplePolicy, SchemaDefaults, MAX_SAMPLES};
 use thiserror::Error;
 
 /// Environment variable names read by [`ServeConfig::from_env`] (serving.md §12.3).
@@ -29,6 +29,8 @@ pub mod env {
     pub const DEFAULT_SAMPLES: &str = "DEFAULT_SAMPLES";
     /// Layout when a schema has none: `document_first` (default) or `schema_first`.
     pub const DEFAULT_LAYOUT: &str = "DEFAULT_LAYOUT";
+    /// Isolation rule when a schema has none: `auto` (default), `noul`, `none` or `all`.
+    pub const DEFAULT_ISOLATE: &str = "DEFAULT_ISOLATE";
     /// Version reported by `/health` (default: the crate version).
     pub const DGEM_VERSION: &str = "DGEM_VERSION";
     /// Revision reported by `/health` (default `unknown`).
@@ -192,6 +194,10 @@ impl ServeConfig {
                     ))
                 }
             };
+        }
+        if let Some(v) = get(env::DEFAULT_ISOLATE) {
+            c.schema_defaults.isolate = Isolate::parse(&v)
+                .ok_or_else(|| err(env::DEFAULT_ISOLATE, "one of [auto, noul, none, all]", &v))?;
         }
         if let Some(v) = get(env::DGEM_VERSION) {
             c.version = v;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
 use dgem_backend_vllm::{VllmConfig, VllmDecider};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, Recorded};
 use dgem_testkit::ToyTokenizer;
 use serde_json::{json, Value};

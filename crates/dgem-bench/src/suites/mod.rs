@@ -7,6 +7,7 @@ pub mod bench;
 pub mod calibration;
 pub mod compare;
 pub mod intents;
+pub mod jev;
 pub mod permutation;
 pub mod rerank;
 

@@ -51,6 +51,11 @@ pub struct DecideArgs {
     /// Base seed for the reads.
     #[arg(long, default_value_t = 42)]
     pub seed: i64,
+    /// Resolve every read (prompts, slot positions, label token ids, scoring
+    /// method, reads per stage) without running the model, and print it as JSON.
+    /// Embedded engine only.
+    #[arg(long)]
+    pub plan: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
@@ -155,6 +160,22 @@ pub fn valid_schema(
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let (payload, _) = load_payload(&args.template, &args.vars)?;
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
+    if args.plan {
+        if crate::vllm::backend_url(&args.vllm)?.is_some() {
+            return Err(user(anyhow::anyhow!(
+                "`--plan` resolves the embedded engine's reads; it cannot be combined with `--backend vllm=…`"
+            )));
+        }
+        let plan = setup::engine(&args.model)?
+            .plan(&DecideRequest {
+                schema,
+                state: payload.state.clone(),
+                seed: args.seed,
+            })
+            .map_err(engine)?;
+        println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
+        return Ok(());
+    }
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
         None => Box::new(setup::engine(&args.model)?),

@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod mcp;
 pub mod model;
 pub mod output;
+pub mod plan;
 pub mod render;
 pub mod serve;
 pub mod stage;

@@ -23,6 +23,12 @@ pub const MAX_SAMPLES: u32 = 32;
 pub const MAX_THINK: u32 = 4096;
 /// Questions at or below which the `lines` answer format is used (serving.md §3.1 rule 16).
 pub const LINES_FORMAT_MAX_QUESTIONS: usize = 10;
+/// `isolate: "auto"` reads yes/no questions alone only in schemas of at most this
+/// many questions (the original server's `ISOLATE_AUTO_MAX`).
+pub const ISOLATE_AUTO_MAX: usize = 3;
+/// Above this many questions (or below 2) no question is isolated by `isolate`
+/// (the original server's `ISOLATE_MAX_QUESTIONS`).
+pub const ISOLATE_MAX_QUESTIONS: usize = 8;
 
 /// The type of a question, after alias normalization (`bool`, `noul` → `Boolean`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,8 +79,86 @@ pub struct Question {
     /// `{dep_id: [allowed answer names]}`: skip this question unless the dependency's
     /// answer is one of these names.
     pub ask_if: IndexMap<String, Vec<String>>,
-    /// `Some(true)` when the question must get a read of its own.
+    /// Whether the question gets a read of its own, after `isolate` was applied:
+    /// `Some(b)` when the question stated `alone` (that always wins) or `isolate`
+    /// set it, `None` when neither did (read with the others).
     pub alone: Option<bool>,
+    /// `true` when `alone` was set by `isolate: "auto"` rather than stated; such a
+    /// question is read with the others again when the state holds images (each
+    /// separate read would repeat the image).
+    pub alone_auto: bool,
+}
+
+impl Question {
+    /// Whether this question is read on a canvas (or prompt) of its own.
+    pub fn is_alone(&self) -> bool {
+        self.alone == Some(true)
+    }
+}
+
+/// Which questions are read alone when they do not state `alone` themselves
+/// (the original server's `isolate`, v0.3). In small requests a yes/no question
+/// read jointly tended to copy the previous yes/no answer; reading it alone costs
+/// one more read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolate {
+    /// `noul` when the schema has 2..=[`ISOLATE_AUTO_MAX`] questions of which at
+    /// least two are yes/no, else `none` (default).
+    #[default]
+    Auto,
+    /// Every yes/no question is read alone.
+    Noul,
+    /// Nothing is isolated.
+    None,
+    /// Every question is read alone.
+    All,
+}
+
+impl Isolate {
+    /// The wire name (`auto`, `noul`, `none`, `all`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Noul => "noul",
+            Self::None => "none",
+            Self::All => "all",
+        }
+    }
+
+    /// Parse a wire name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "noul" => Some(Self::Noul),
+            "none" => Some(Self::None),
+            "all" => Some(Self::All),
+            _ => None,
+        }
+    }
+
+    /// The rule in effect for a schema of these questions: `auto` resolved, and
+    /// `none` outside 2..=[`ISOLATE_MAX_QUESTIONS`] questions.
+    pub fn resolve(self, questions: &[Question]) -> Isolate {
+        let n = questions.len();
+        if !(2..=ISOLATE_MAX_QUESTIONS).contains(&n) {
+            return Isolate::None;
+        }
+        match self {
+            Isolate::Auto => {
+                let nouls = questions
+                    .iter()
+                    .filter(|q| q.kind == QuestionKind::Boolean)
+                    .count();
+                if n <= ISOLATE_AUTO_MAX && nouls >= 2 {
+                    Isolate::Noul
+                } else {
+                    Isolate::None
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 /// How many reads (noise draws) a decision averages (serving.md §6.4).
@@ -146,6 +230,9 @@ pub struct SchemaDefaults {
     pub samples: SamplePolicy,
     /// Layout when the schema has no `layout`.
     pub layout: Layout,
+    /// Isolation rule when the schema has no `isolate` (the original's
+    /// `DEFAULT_ISOLATE`, `auto`).
+    pub isolate: Isolate,
 }
 
 impl Default for SchemaDefaults {
@@ -153,6 +240,7 @@ impl Default for SchemaDefaults {
         Self {
             samples: SamplePolicy::Fixed { n: 1 },
             layout: Layout::DocumentFirst,
+            isolate: Isolate::Auto,
         }
     }
 }
@@ -183,6 +271,8 @@ pub struct ValidSchema {
     pub layout: Layout,
     /// Answer template format, from the total question count.
     pub format: AnswerFormat,
+    /// The isolation rule as requested (before `auto` was resolved).
+    pub isolate: Isolate,
 }
 
 impl ValidSchema {
@@ -206,6 +296,29 @@ impl ValidSchema {
     /// Override the layout (request > template > deployment, reference.md §1.6).
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Ids of the questions read alone, over all schema questions (diagnostics
+    /// `isolated`).
+    pub fn isolated(&self) -> Vec<String> {
+        self.questions
+            .iter()
+            .filter(|q| q.is_alone())
+            .map(|q| q.id.clone())
+            .collect()
+    }
+
+    /// The schema as read for a state holding images: questions isolated by
+    /// `isolate: "auto"` are read with the others again, since each separate read
+    /// would repeat the image.
+    pub fn without_auto_isolation(mut self) -> Self {
+        for q in &mut self.questions {
+            if q.alone_auto {
+                q.alone = Some(false);
+                q.alone_auto = false;
+            }
+        }
         self
     }
 

@@ -13,7 +13,7 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
 use super::{
-    Alternative, AnswerFormat, Question, QuestionKind, SchemaDefaults, ValidSchema,
+    Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
     LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
 use crate::error::SchemaError;
@@ -44,7 +44,8 @@ impl ValidSchema {
             questions.push(q);
             raw_ask_if.push(ask_if);
         }
-        settings::check_isolate(obj)?;
+        let isolate = settings::isolate(obj, defaults)?;
+        apply_isolation(&mut questions, isolate);
         check_dependencies(&questions)?;
         for (i, ask_if) in raw_ask_if.into_iter().enumerate() {
             questions[i].ask_if = check_ask_if(i, &questions, ask_if)?;
@@ -73,7 +74,29 @@ impl ValidSchema {
             steps: settings::steps(obj)?,
             format,
             questions,
+            isolate,
         })
+    }
+}
+
+/// Rule 4, second half: a question that does not state `alone` gets it from the
+/// isolation rule in effect; an explicit `alone` always wins. Questions isolated
+/// by `auto` are flagged `alone_auto`.
+fn apply_isolation(questions: &mut [Question], isolate: Isolate) {
+    let rule = isolate.resolve(questions);
+    for q in questions.iter_mut() {
+        if q.alone.is_some() {
+            continue;
+        }
+        let alone = match rule {
+            Isolate::All => true,
+            Isolate::Noul => q.kind == QuestionKind::Boolean,
+            Isolate::None | Isolate::Auto => false,
+        };
+        if alone {
+            q.alone = Some(true);
+            q.alone_auto = isolate == Isolate::Auto;
+        }
     }
 }
 
@@ -233,6 +256,7 @@ fn parse_question(
         depends_on: unique,
         ask_if: IndexMap::new(),
         alone,
+        alone_auto: false,
     };
     Ok((question, ask_if))
 }

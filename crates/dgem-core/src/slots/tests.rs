@@ -259,20 +259,62 @@ fn cloze_pools_spaced_and_bare_first_tokens() {
 }
 
 #[test]
-fn cloze_rejects_labels_that_share_every_token() {
+fn cloze_scores_labels_that_share_a_first_token_by_their_whole_tokenization() {
     let tok = WordTokenizer::default();
     let s = schema(serde_json::json!({"questions": [
         {"id": "pick", "type": "choice", "options": ["data leak", "data loss"]}]}));
     let q = &s.questions[0];
-    let err = resolve_cloze(&tok, q, 0, &labels_for(q, LabelMode::Words)).expect_err("clash");
-    assert!(err
-        .to_string()
-        .contains("labels 'data leak' and 'data loss' begin with the same token"));
+    let slot = resolve_cloze(&tok, q, 0, &labels_for(q, LabelMode::Words)).expect("resolves");
+    assert_eq!(slot.scoring, Scoring::Sequence);
+    let nl = tok.id("\n");
+    assert_eq!(slot.labels[0], vec![tok.id("▁data"), tok.id("▁leak"), nl]);
+    assert_eq!(slot.labels[1], vec![tok.id("▁data"), tok.id("▁loss"), nl]);
 }
 
 #[test]
-fn cloze_clash_names_the_label_that_really_collides() {
-    // Regression: levels "1".."10" reported "'1' and '2'" although the clash is "1"/"10".
+fn cloze_keeps_the_one_row_read_when_first_tokens_differ() {
+    let tok = WordTokenizer::default();
+    let s = schema(serde_json::json!({"questions": [
+        {"id": "pick", "type": "choice", "options": ["billing issue", "shipping delay"]}]}));
+    let q = &s.questions[0];
+    let slot = resolve_cloze(&tok, q, 0, &labels_for(q, LabelMode::Words)).expect("resolves");
+    assert_eq!(slot.scoring, Scoring::FirstToken);
+    assert_eq!(slot.labels[0], vec![tok.id("▁billing"), tok.id("billing")]);
+}
+
+#[test]
+fn cloze_refuses_only_labels_with_identical_tokens() {
+    // A tokenizer that maps every text to the same tokens: nothing can separate them.
+    struct Flat;
+    impl Tokenizer for Flat {
+        fn encode(&self, _text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+            Ok(vec![5, 6])
+        }
+        fn decode(&self, _ids: &[TokenId]) -> String {
+            String::new()
+        }
+        fn bos_id(&self) -> Option<TokenId> {
+            None
+        }
+        fn vocab_size(&self) -> usize {
+            10
+        }
+    }
+    let s = schema(serde_json::json!({"questions": [
+        {"id": "pick", "type": "choice", "options": ["left", "right"]}]}));
+    let q = &s.questions[0];
+    let err = resolve_cloze(&Flat, q, 0, &labels_for(q, LabelMode::Words)).expect_err("same");
+    assert!(
+        err.to_string()
+            .contains("labels 'left' and 'right' tokenize to the same tokens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cloze_levels_one_to_ten_are_scored_as_sequences() {
+    // Levels "1".."10" share first tokens ("1" / "10"): each is scored in full,
+    // so "1\n" and "10\n" differ in their second token.
     struct DigitTok;
     impl Tokenizer for DigitTok {
         fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
@@ -303,10 +345,9 @@ fn cloze_clash_names_the_label_that_really_collides() {
         serde_json::json!({"questions": [{"id": "grade", "type": "score", "levels": levels}]}),
     );
     let q = &s.questions[0];
-    let err = resolve_cloze(&DigitTok, q, 0, &labels_for(q, LabelMode::Words)).expect_err("clash");
-    assert!(
-        err.to_string()
-            .contains("labels '1' and '10' begin with the same token"),
-        "{err}"
-    );
+    let slot = resolve_cloze(&DigitTok, q, 0, &labels_for(q, LabelMode::Words)).expect("resolves");
+    assert_eq!(slot.scoring, Scoring::Sequence);
+    // " 1\n" → space, 1, newline; " 10\n" → space, 1, 0, newline.
+    assert_eq!(slot.labels[0], vec![1, 101, 150]);
+    assert_eq!(slot.labels[9], vec![1, 101, 100, 150]);
 }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::text::{py_repr, shown};
 use crate::error::SchemaError;
 use crate::schema::{
-    ChunkPrompt, Layout, Question, SamplePolicy, SchemaDefaults, MAX_SAMPLES, MAX_THINK,
+    ChunkPrompt, Isolate, Layout, Question, SamplePolicy, SchemaDefaults, MAX_SAMPLES, MAX_THINK,
 };
 
 /// Default `auto_max` (total reads when `samples: "auto"` extends).
@@ -43,19 +43,24 @@ fn python_int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Rule 4: `isolate` must be one of `auto`, `noul`, `none`, `all`.
-pub(super) fn check_isolate(obj: &Map<String, Value>) -> Result<(), SchemaError> {
-    match get(obj, "isolate") {
-        None => Ok(()),
-        Some(Value::String(s)) if matches!(s.as_str(), "auto" | "noul" | "none" | "all") => Ok(()),
-        Some(other) => Err(SchemaError::new(
+/// Rule 4: `isolate` must be one of `auto`, `noul`, `none`, `all`; absent takes
+/// the deployment default.
+pub(super) fn isolate(
+    obj: &Map<String, Value>,
+    defaults: &SchemaDefaults,
+) -> Result<Isolate, SchemaError> {
+    let Some(raw) = get(obj, "isolate") else {
+        return Ok(defaults.isolate);
+    };
+    raw.as_str().and_then(Isolate::parse).ok_or_else(|| {
+        SchemaError::new(
             "isolate",
             format!(
                 "schema: isolate must be \"auto\", \"noul\", \"none\" or \"all\" (got {})",
-                shown(other)
+                shown(raw)
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// Rule 8: the sample policy.

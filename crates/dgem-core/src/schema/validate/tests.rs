@@ -100,6 +100,7 @@ fn defaults() {
             threshold: 0.1,
         },
         layout: Layout::SchemaFirst,
+        isolate: crate::schema::Isolate::None,
     };
     let s =
         ValidSchema::from_value(&with(json!({"samples": null, "steps": 0})), &d).expect("valid");
@@ -316,6 +317,66 @@ fn rule_4_isolate() {
         "isolate",
         "schema: isolate must be \"auto\", \"noul\", \"none\" or \"all\" (got \"some\")",
     );
+}
+
+fn choice(id: &str) -> Value {
+    json!({"id": id, "type": "choice", "options": ["x", "y"]})
+}
+
+#[test]
+fn isolate_auto_reads_two_yes_no_questions_alone_in_small_schemas() {
+    // Two booleans and a choice (3 questions): both booleans alone, flagged auto.
+    let s = ok(json!({"questions": [noul("a"), noul("b"), choice("c")]}));
+    assert_eq!(s.isolated(), vec!["a", "b"]);
+    assert_eq!(s.isolate, Isolate::Auto);
+    assert!(s.questions[0].alone_auto && s.questions[1].alone_auto);
+    assert_eq!(s.questions[2].alone, None);
+    // One boolean only: nothing isolated.
+    assert!(ok(json!({"questions": [noul("a"), choice("c")]}))
+        .isolated()
+        .is_empty());
+    // Four questions is above the auto limit of 3.
+    let four = json!({"questions": [noul("a"), noul("b"), noul("c"), choice("d")]});
+    assert!(ok(four).isolated().is_empty());
+    // A single question is never isolated, even with "all".
+    assert!(ok(json!({"questions": [noul("a")], "isolate": "all"}))
+        .isolated()
+        .is_empty());
+}
+
+#[test]
+fn isolate_noul_all_none_and_explicit_alone_wins() {
+    let qs = |iso: &str| {
+        json!({"questions": [noul("a"), choice("b"), noul("c"), choice("d"),
+            {"id": "e", "type": "noul", "alone": false}], "isolate": iso})
+    };
+    assert_eq!(ok(qs("noul")).isolated(), vec!["a", "c"]);
+    assert_eq!(ok(qs("all")).isolated(), vec!["a", "b", "c", "d"]);
+    assert!(ok(qs("none")).isolated().is_empty());
+    assert!(ok(qs("all")).questions.iter().all(|q| !q.alone_auto));
+    // Nine questions is above ISOLATE_MAX_QUESTIONS (8): "all" isolates nothing.
+    let nine: Vec<Value> = (0..9).map(|i| noul(&format!("q{i}"))).collect();
+    assert!(ok(json!({"questions": nine, "isolate": "all"}))
+        .isolated()
+        .is_empty());
+    // An explicit alone: true is kept whatever the rule.
+    let explicit = json!({"questions": [{"id": "a", "type": "noul", "alone": true}, choice("b")], "isolate": "none"});
+    assert_eq!(ok(explicit).isolated(), vec!["a"]);
+}
+
+#[test]
+fn isolate_default_comes_from_the_deployment_and_images_undo_auto() {
+    let d = SchemaDefaults {
+        isolate: Isolate::None,
+        ..SchemaDefaults::default()
+    };
+    let v = json!({"questions": [noul("a"), noul("b")]});
+    let s = ValidSchema::from_value(&v, &d).expect("valid");
+    assert!(s.isolated().is_empty());
+    let auto = ok(v).without_auto_isolation();
+    assert!(auto.isolated().is_empty());
+    let stated = ok(json!({"questions": [noul("a"), noul("b")], "isolate": "noul"}));
+    assert_eq!(stated.without_auto_isolation().isolated(), vec!["a", "b"]);
 }
 
 #[test]

@@ -1,0 +1,204 @@
+//! Plan mode: every read of a decision resolved without running the model.
+//!
+//! [`Engine::plan`] walks the stages and groups exactly as a decision would,
+//! builds each read's prompt, resolves every question's slot and label token
+//! ids and says how its options are scored, but sends nothing to the backend.
+//! What a plan cannot know is what the model will answer: it assumes no
+//! `ask_if` skip and prefills later stages with each earlier question's first
+//! label (the same stand-in the answer template uses), so a later stage's prompt
+//! tokens are an estimate of length, exact in structure.
+
+use std::time::Instant;
+
+use dgem_core::envelope::Scoring;
+use dgem_core::labels::labels_for;
+use dgem_core::prompt::state_text;
+use dgem_core::readout::sample_plan;
+use dgem_core::schema::{ChunkPrompt, Question};
+use dgem_core::slots::answer_text;
+use dgem_core::tokenizer::TokenId;
+use dgem_core::walk::chunk_groups;
+use serde::Serialize;
+
+use crate::cloze::{question_sequences, Ctx};
+use crate::{DecideRequest, Engine, EngineError};
+
+/// One question's slot in read 0 of its group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedSlot {
+    /// Question id.
+    pub id: String,
+    /// How its options are scored.
+    pub scoring: Scoring,
+    /// Labels in alternative order.
+    pub labels: Vec<String>,
+    /// Position (0-based) of the first answer token in its sequences.
+    pub pos: usize,
+    /// Per label: the pooled first-token ids (first-token scoring) or the whole
+    /// continuation scored (sequence scoring).
+    pub label_ids: Vec<Vec<TokenId>>,
+    /// Sequences sent to the backend for this question per read (1, or one per
+    /// option for sequence scoring).
+    pub sequences: usize,
+}
+
+/// One group: the questions read together from one prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedGroup {
+    /// Ids of the questions read in this group.
+    pub ids: Vec<String>,
+    /// Ids of the questions the prompt lists.
+    pub listed: Vec<String>,
+    /// Prompt tokens of read 0 (BOS, chat turn, prefill).
+    pub prompt_tokens: usize,
+    /// The prompt of read 0 as text.
+    pub prompt: String,
+    /// Reads run first (samples; `auto` may add more).
+    pub reads: u32,
+    /// Further reads when an `auto` policy extends.
+    pub extra_reads_if_extended: u32,
+    /// Sequences per read over all questions of the group.
+    pub sequences_per_read: usize,
+    /// The slots.
+    pub slots: Vec<PlannedSlot>,
+}
+
+/// A whole decision's plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// `cloze`.
+    pub slot_reading: String,
+    /// Engine name.
+    pub engine: String,
+    /// Model id.
+    pub model: String,
+    /// `letters` or `words`.
+    pub label_mode: String,
+    /// Whether contextual calibration reads (content-free states) are added.
+    pub calibration: bool,
+    /// Questions read alone (stated or by `isolate`).
+    pub isolated: Vec<String>,
+    /// The `isolate` rule requested.
+    pub isolate: String,
+    /// Per stage, its groups.
+    pub stages: Vec<Vec<PlannedGroup>>,
+    /// Backend calls of a decision with no `auto` extension and priors cached.
+    pub forward_calls: usize,
+    /// Sequences of those calls.
+    pub sequences: usize,
+    /// Tokens of the state.
+    pub state_tokens: usize,
+    /// Time spent planning, ms.
+    pub plan_ms: f64,
+}
+
+impl Engine {
+    /// Resolve every read of `req` without running the model (see the module docs).
+    ///
+    /// # Errors
+    /// The same [`EngineError::Schema`] a decision would give for the schema and
+    /// state (a prompt longer than the context, labels that tokenize alike).
+    pub fn plan(&self, req: &DecideRequest) -> Result<Plan, EngineError> {
+        let started = Instant::now();
+        let schema = &req.schema;
+        let tok_arc = self.backend().tokenizer();
+        let info = self.backend().info();
+        if info.attention != dgem_backend::Attention::Causal {
+            return Err(EngineError::Unsupported(
+                "plan mode resolves cloze reads of a causal backend".into(),
+            ));
+        }
+        let ctx = Ctx {
+            engine: self,
+            tok: tok_arc.as_ref(),
+            schema,
+            seed: req.seed,
+            calibrate: self.calibrates(),
+            max_tokens: info.max_tokens,
+        };
+        let mode = self.label_mode();
+        let stages = dgem_core::stages::schedule(schema)?;
+        let chained = stages.len() > 1 || schema.sequential;
+        let state = state_text(&req.state);
+        let (first, extra) = sample_plan(schema.samples);
+        let every = schema.asked();
+        let mut lines: Vec<String> = Vec::new();
+        let mut planned = Vec::with_capacity(stages.len());
+        let (mut calls, mut sequences) = (0, 0);
+        for stage in &stages {
+            let asked: Vec<&Question> = stage.iter().filter_map(|id| schema.question(id)).collect();
+            let groups = chunk_groups(&asked, |_| Ok::<_, EngineError>(true))?;
+            let mut out = Vec::with_capacity(groups.len());
+            for group in groups {
+                let listed: Vec<&Question> =
+                    if chained || schema.chunk_prompt == ChunkPrompt::Shared {
+                        every.clone()
+                    } else {
+                        group.clone()
+                    };
+                let prefill = match lines.as_slice() {
+                    [] => String::new(),
+                    l => format!("{}\n", l.join("\n")),
+                };
+                let prompt = ctx.prompt(0, &listed, &state, &prefill)?;
+                let qs = ctx.read_questions(0, &group)?;
+                let mut slots = Vec::with_capacity(qs.len());
+                for (q, rq) in group.iter().zip(&qs) {
+                    let seqs = question_sequences(&prompt, rq, info.max_tokens)?;
+                    let pos = seqs
+                        .first()
+                        .and_then(|s| s.slots.first())
+                        .map_or(0, |s| s.pos);
+                    slots.push(PlannedSlot {
+                        id: q.id.clone(),
+                        scoring: rq.slot.scoring,
+                        labels: labels_for(q, mode),
+                        pos,
+                        label_ids: rq.slot.labels.clone(),
+                        sequences: seqs.len(),
+                    });
+                }
+                let per_read: usize = slots.iter().map(|s| s.sequences).sum();
+                calls += 1;
+                sequences += per_read * first as usize;
+                let labels: Vec<Vec<String>> = group.iter().map(|q| labels_for(q, mode)).collect();
+                lines.push(answer_text(
+                    &group,
+                    &labels,
+                    &vec![0; group.len()],
+                    schema.format,
+                ));
+                out.push(PlannedGroup {
+                    ids: group.iter().map(|q| q.id.clone()).collect(),
+                    listed: listed.iter().map(|q| q.id.clone()).collect(),
+                    prompt_tokens: prompt.len(),
+                    prompt: tok_arc.decode(&prompt),
+                    reads: first,
+                    extra_reads_if_extended: extra,
+                    sequences_per_read: per_read,
+                    slots,
+                });
+            }
+            planned.push(out);
+        }
+        let state_tokens = ctx
+            .tok
+            .encode(&state)
+            .map_err(dgem_core::CoreError::from)?
+            .len();
+        Ok(Plan {
+            slot_reading: "cloze".into(),
+            engine: info.engine.clone(),
+            model: info.model_id.clone(),
+            label_mode: mode.as_str().to_owned(),
+            calibration: ctx.calibrate,
+            isolated: schema.isolated(),
+            isolate: schema.isolate.as_str().to_owned(),
+            stages: planned,
+            forward_calls: calls,
+            sequences,
+            state_tokens,
+            plan_ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+}

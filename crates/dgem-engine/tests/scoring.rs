@@ -1,0 +1,147 @@
+//! Option scoring and isolation on the scripted backend: multi-token options are
+//! scored by their whole tokenization, and `isolate` gives yes/no questions
+//! prompts of their own. Numbers come from the script, so they are exact.
+
+use std::sync::{Arc, Mutex};
+
+use dgem_core::envelope::Scoring;
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::DecideRequest;
+use dgem_testkit::{ScriptedBackend, SlotContext};
+use serde_json::json;
+
+fn schema(v: serde_json::Value) -> ValidSchema {
+    ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid schema")
+}
+
+fn req(v: serde_json::Value) -> DecideRequest {
+    DecideRequest {
+        schema: schema(v),
+        state: json!("a case"),
+        seed: 42,
+    }
+}
+
+/// Per-token probabilities by the token's text; anything else gets 0.5.
+fn tokens(ctx: &SlotContext) -> Vec<f64> {
+    ctx.labels
+        .iter()
+        .map(|l| match l.as_str() {
+            "all" => 0.6,
+            "some" => 0.2,
+            _ => 0.5,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn options_sharing_a_first_token_are_scored_by_their_whole_tokenization() {
+    let b = ScriptedBackend::new(tokens);
+    let d = dgem_testkit::engine(b.clone())
+        .decide(req(json!({"questions": [
+            {"id": "scope", "type": "choice", "options": ["approve all", "approve some", "reject"]}]})))
+        .await
+        .expect("decision");
+    let a = d.answers["scope"].as_ref().expect("answered");
+    // Tokens "approve", "all"/"some", newline: ll(approve all) = ln .5 + ln .6 + ln .5,
+    // ll(approve some) = ln .5 + ln .2 + ln .5, ll(reject) = ln .5 + ln .5; the
+    // restricted softmax over the three.
+    let raw = [0.5 * 0.6 * 0.5, 0.5 * 0.2 * 0.5, 0.5 * 0.5];
+    let z: f64 = raw.iter().sum();
+    for (p, r) in a.aggregate.mean.iter().zip(raw) {
+        assert!((p - r / z).abs() < 1e-9, "{:?}", a.aggregate.mean);
+    }
+    assert!((a.aggregate.mean.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    let q = &d.diagnostics.questions["scope"];
+    assert_eq!(q.scoring, Scoring::Sequence);
+    assert!(
+        (q.label_mass - z).abs() < 1e-9,
+        "P(one option written in full)"
+    );
+    assert_eq!(b.calls(), 1, "all option sequences go in one backend call");
+}
+
+#[tokio::test]
+async fn single_token_options_keep_the_one_row_read() {
+    let b = ScriptedBackend::new(|ctx: &SlotContext| {
+        ctx.labels
+            .iter()
+            .map(|l| if l == "billing" { 0.6 } else { 0.2 })
+            .collect()
+    });
+    let d = dgem_testkit::engine(b)
+        .decide(req(json!({"questions": [
+            {"id": "team", "type": "choice", "options": ["billing", "support"]}]})))
+        .await
+        .expect("decision");
+    let a = d.answers["team"].as_ref().expect("answered");
+    assert!((a.aggregate.mean[0] - 0.75).abs() < 1e-12);
+    assert_eq!(d.diagnostics.questions["team"].scoring, Scoring::FirstToken);
+}
+
+#[tokio::test]
+async fn isolate_auto_gives_each_yes_no_question_its_own_prompt() {
+    // Record the prompt each slot was read after.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let b = ScriptedBackend::new(move |ctx: &SlotContext| {
+        log.lock().expect("lock").push(ctx.prefix.clone());
+        vec![0.5; ctx.labels.len()]
+    });
+    let policy = json!({"questions": [
+        {"id": "urgent", "type": "noul", "instructions": "Is it urgent?"},
+        {"id": "refund", "type": "noul", "instructions": "Is a refund asked for?"},
+        {"id": "team", "type": "choice", "options": ["billing", "support"], "instructions": "Which team?"}]});
+    let d = dgem_testkit::engine(b.clone())
+        .decide(req(policy.clone()))
+        .await
+        .expect("decision");
+    assert_eq!(d.diagnostics.isolated, ["urgent", "refund"]);
+    assert_eq!(
+        d.diagnostics.chunks,
+        [vec!["urgent"], vec!["refund"], vec!["team"]]
+    );
+    assert_eq!(d.diagnostics.timing.reads, 3);
+    assert_eq!(d.diagnostics.chunk_prompt, "own");
+    let prompts = seen.lock().expect("lock").clone();
+    assert_eq!(prompts.len(), 3);
+    assert!(prompts[0].contains("Is it urgent?") && !prompts[0].contains("Which team?"));
+    assert!(prompts[1].contains("Is a refund asked for?") && !prompts[1].contains("Is it urgent?"));
+    assert!(prompts[2].contains("Which team?") && !prompts[2].contains("Is it urgent?"));
+    // isolate: none reads them jointly, from one prompt listing all three.
+    let mut none = policy;
+    none["isolate"] = json!("none");
+    seen.lock().expect("lock").clear();
+    let d = dgem_testkit::engine(b)
+        .decide(req(none))
+        .await
+        .expect("decision");
+    assert!(d.diagnostics.isolated.is_empty());
+    assert_eq!(d.diagnostics.chunks.len(), 1);
+    let prompts = seen.lock().expect("lock").clone();
+    assert!(prompts
+        .iter()
+        .all(|p| p.contains("Is it urgent?") && p.contains("Which team?")));
+}
+
+#[tokio::test]
+async fn plan_resolves_reads_without_calling_the_backend() {
+    let b = ScriptedBackend::new(tokens);
+    let e = dgem_testkit::engine(b.clone());
+    let plan = e
+        .plan(&req(json!({"questions": [
+            {"id": "scope", "type": "choice", "options": ["approve all", "approve some"]},
+            {"id": "ok", "type": "noul"},
+            {"id": "next", "type": "noul", "depends_on": ["ok"]}], "isolate": "none"})))
+        .expect("plan");
+    assert_eq!(b.calls(), 0, "plan mode runs no model");
+    assert_eq!(plan.stages.len(), 2);
+    let first = &plan.stages[0][0];
+    assert_eq!(first.slots[0].scoring, Scoring::Sequence);
+    assert_eq!(first.slots[0].sequences, 2);
+    assert_eq!(first.slots[1].scoring, Scoring::FirstToken);
+    assert_eq!(first.sequences_per_read, 3);
+    assert_eq!(plan.forward_calls, 2);
+    // The later stage sees the earlier answers prefilled.
+    assert!(plan.stages[1][0].prompt.contains("ok: yes"));
+}
