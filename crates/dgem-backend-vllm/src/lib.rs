@@ -141,7 +141,12 @@ impl Decider for VllmDecider {
     #[tracing::instrument(skip_all, fields(engine = "vllm", questions = req.schema.questions.len(), total_ms))]
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
         let started = Instant::now();
-        let out = decide::decide(self, req).await;
+        let out = if dgem_backend::brackets::routes(&req.schema) {
+            // Wider choices are answered in bracket rounds of ordinary decisions.
+            dgem_backend::brackets::decide(self, req).await
+        } else {
+            decide::decide(self, req).await
+        };
         let ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::Span::current().record("total_ms", ms);
         match &out {

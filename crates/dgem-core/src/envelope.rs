@@ -136,6 +136,20 @@ pub struct QuestionDiagnostics {
     pub uncalibrated: Option<Vec<f64>>,
 }
 
+/// How a choice question with more than 26 options was answered through
+/// brackets (see [`crate::brackets`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BracketDiagnostics {
+    /// Options of the question.
+    pub options: usize,
+    /// Size of each round-1 bracket, in option order.
+    pub brackets: Vec<usize>,
+    /// Options that reached the final round, in option order.
+    pub finalists: Vec<String>,
+    /// Rounds read (brackets, then the final).
+    pub rounds: u32,
+}
+
 /// The samples block (serving.md §8.2 `samples`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SamplesDiagnostics {
@@ -214,6 +228,9 @@ pub struct Diagnostics {
     pub calibration: Option<Vec<String>>,
     /// A plain-words note on how far these numbers can be trusted.
     pub note: Option<String>,
+    /// Questions answered through bracket routing (absent when none).
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    pub brackets: IndexMap<String, BracketDiagnostics>,
 }
 
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per

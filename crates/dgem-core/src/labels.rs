@@ -32,7 +32,8 @@ impl LabelMode {
 }
 
 /// The `i`-th capital letter (`0` → `A`). `i` must be below 26; larger values
-/// wrap, which validation (≤ 26 alternatives) never lets happen.
+/// wrap; only a bracket-routed choice (over 26 options) has that many, and its
+/// slots are read in brackets of at most 20.
 pub fn letter(i: usize) -> String {
     let c = b'A' + u8::try_from(i % 26).unwrap_or(0);
     char::from(c).to_string()

@@ -342,6 +342,7 @@ impl Walk {
             slot_reading: facts.slot_reading,
             calibration: facts.calibration,
             note: None,
+            brackets: IndexMap::new(),
         };
         (answers, diagnostics)
     }

@@ -41,7 +41,7 @@ use dgem_core::labels::LabelMode;
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
 pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
-pub use plan::{Plan, PlannedGroup, PlannedSlot};
+pub use plan::{Plan, PlannedBrackets, PlannedGroup, PlannedSlot};
 
 /// Engine settings.
 #[derive(Debug, Clone)]
@@ -124,8 +124,16 @@ impl Engine {
     /// one token, a state longer than the model's context), [`EngineError::Backend`]
     /// when the model fails, [`EngineError::Unsupported`] for a backend this engine
     /// cannot drive.
+    ///
+    /// A choice question with more than 26 options is answered through bracket
+    /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
     #[tracing::instrument(skip_all, fields(questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        if dgem_backend::brackets::routes(&req.schema) {
+            let mut decision = dgem_backend::brackets::decide(self, req).await?;
+            decision.diagnostics.note = self.config.note.clone();
+            return Ok(decision);
+        }
         let started = Instant::now();
         let out = match self.backend.info().attention {
             Attention::Causal => cloze::decide(self, &req).await?,

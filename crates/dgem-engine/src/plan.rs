@@ -63,6 +63,20 @@ pub struct PlannedGroup {
     pub slots: Vec<PlannedSlot>,
 }
 
+/// A choice question with more than 26 options, answered through brackets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedBrackets {
+    /// Options of the question.
+    pub options: usize,
+    /// Size of each round-1 bracket.
+    pub brackets: Vec<usize>,
+    /// Decisions of round 1 (up to 8 brackets each); the final adds one more.
+    pub round1_decisions: usize,
+    /// Round 1 of the first pass, planned like any other decision (the final
+    /// round's options depend on round 1's answers).
+    pub round1: Box<Plan>,
+}
+
 /// A whole decision's plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
@@ -90,6 +104,10 @@ pub struct Plan {
     pub state_tokens: usize,
     /// Time spent planning, ms.
     pub plan_ms: f64,
+    /// Questions answered through brackets (absent when none); `stages` then
+    /// plans the other questions.
+    #[serde(skip_serializing_if = "indexmap::IndexMap::is_empty")]
+    pub brackets: indexmap::IndexMap<String, PlannedBrackets>,
 }
 
 impl Engine {
@@ -100,6 +118,9 @@ impl Engine {
     /// state (a prompt longer than the context, labels that tokenize alike).
     pub fn plan(&self, req: &DecideRequest) -> Result<Plan, EngineError> {
         let started = Instant::now();
+        if dgem_backend::brackets::routes(&req.schema) {
+            return self.plan_routed(req, started);
+        }
         let schema = &req.schema;
         let tok_arc = self.backend().tokenizer();
         let info = self.backend().info();
@@ -199,6 +220,71 @@ impl Engine {
             sequences,
             state_tokens,
             plan_ms: started.elapsed().as_secs_f64() * 1e3,
+            brackets: indexmap::IndexMap::new(),
         })
+    }
+
+    /// Plan a schema holding choice questions of more than 26 options: the
+    /// other questions as one part, and each routed question's first round-1 pass.
+    fn plan_routed(&self, req: &DecideRequest, started: Instant) -> Result<Plan, EngineError> {
+        use dgem_core::brackets::{
+            bracket_question, needs_brackets, split, BRACKETS_PER_PASS, BRACKET_SIZE,
+        };
+        let schema = &req.schema;
+        let part = |questions: Vec<Question>| -> Result<DecideRequest, EngineError> {
+            Ok(DecideRequest {
+                schema: schema.with_questions(questions)?,
+                state: req.state.clone(),
+                seed: req.seed,
+            })
+        };
+        let asked = schema.asked();
+        let narrow: Vec<Question> = asked
+            .iter()
+            .filter(|q| !needs_brackets(q))
+            .map(|q| (*q).clone())
+            .collect();
+        let mut routed = indexmap::IndexMap::new();
+        let mut first_round = None;
+        for w in asked.iter().filter(|q| needs_brackets(q)) {
+            let ranges = split(w.alternatives.len(), BRACKET_SIZE);
+            let subs: Vec<Question> = ranges
+                .iter()
+                .enumerate()
+                .take(BRACKETS_PER_PASS)
+                .map(|(b, r)| bracket_question(w, b, r.clone()))
+                .collect();
+            let round1 = self.plan(&part(subs)?)?;
+            if first_round.is_none() {
+                first_round = Some(round1.clone());
+            }
+            routed.insert(
+                w.id.clone(),
+                PlannedBrackets {
+                    options: w.alternatives.len(),
+                    brackets: ranges.iter().map(|r| r.len()).collect(),
+                    round1_decisions: ranges.len().div_ceil(BRACKETS_PER_PASS),
+                    round1: Box::new(round1),
+                },
+            );
+        }
+        let mut plan = match (narrow.is_empty(), first_round) {
+            (false, _) => self.plan(&part(narrow)?)?,
+            (true, Some(p)) => Plan {
+                stages: Vec::new(),
+                forward_calls: 0,
+                sequences: 0,
+                ..p
+            },
+            (true, None) => {
+                return Err(EngineError::Unsupported(
+                    "nothing to plan — this is a bug".into(),
+                ))
+            }
+        };
+        plan.isolated = schema.isolated();
+        plan.brackets = routed;
+        plan.plan_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(plan)
     }
 }

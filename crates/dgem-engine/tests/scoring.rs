@@ -145,3 +145,58 @@ async fn plan_resolves_reads_without_calling_the_backend() {
     // The later stage sees the earlier answers prefilled.
     assert!(plan.stages[1][0].prompt.contains("ok: yes"));
 }
+
+#[tokio::test]
+async fn sixty_options_are_answered_through_brackets_with_all_options_scored() {
+    let b = ScriptedBackend::new(dgem_testkit::scripts::favour("opt42", 0.99));
+    let options: Vec<String> = (0..60).map(|i| format!("opt{i}")).collect();
+    let d = dgem_testkit::engine(b.clone())
+        .decide(req(json!({"questions": [
+            {"id": "urgent", "type": "noul"},
+            {"id": "intent", "type": "choice", "options": options}]})))
+        .await
+        .expect("decision");
+    let keys: Vec<&String> = d.answers.keys().collect();
+    assert_eq!(keys, ["urgent", "intent"], "schema order");
+    let a = d.answers["intent"].as_ref().expect("answered");
+    assert_eq!(a.aggregate.mean.len(), 60);
+    assert!((a.aggregate.mean.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    assert_eq!(a.answer_name(), "opt42");
+    assert!(a.aggregate.confidence > 0.95, "{}", a.aggregate.confidence);
+    let br = &d.diagnostics.brackets["intent"];
+    assert_eq!(br.brackets, [20, 20, 20]);
+    assert_eq!(br.finalists.len(), 6);
+    assert!(br.finalists.contains(&"opt42".to_owned()));
+    // One decision for `urgent`, one round-1 pass over 3 brackets, one final.
+    assert_eq!(b.calls(), 3);
+    assert_eq!(d.diagnostics.timing.reads, 3);
+    let ids: Vec<&String> = d.diagnostics.questions.keys().collect();
+    assert_eq!(ids, ["urgent", "intent"], "sub-questions stay internal");
+    let env = d.envelope();
+    assert_eq!(env["diagnostics"]["brackets"]["intent"]["rounds"], 2);
+    assert_eq!(
+        env["answers"]["intent"]["probabilities"]
+            .as_object()
+            .expect("probs")
+            .len(),
+        60
+    );
+}
+
+#[tokio::test]
+async fn a_bracket_routed_question_cannot_take_part_in_dependencies() {
+    let b = ScriptedBackend::new(dgem_testkit::scripts::favour("opt1", 0.9));
+    let options: Vec<String> = (0..30).map(|i| format!("opt{i}")).collect();
+    let err = dgem_testkit::engine(b)
+        .decide(req(json!({"questions": [
+            {"id": "intent", "type": "choice", "options": options},
+            {"id": "refund", "type": "noul", "ask_if": {"intent": ["opt1"]}}]})))
+        .await
+        .expect_err("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("question 'intent' is a dependency of 'refund'"),
+        "{msg}"
+    );
+    assert!(err.is_user_error());
+}

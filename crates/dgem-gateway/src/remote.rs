@@ -194,6 +194,7 @@ fn decision(schema: &ValidSchema, envelope: &Value) -> Decision {
         slot_reading: text("slot_reading"),
         calibration: None,
         note: d.get("note").and_then(Value::as_str).map(str::to_string),
+        brackets: Default::default(),
     };
     Decision {
         answers,

@@ -115,7 +115,8 @@ fn q(id: &str, t: &str) -> Value {
 fn error_cases() -> Vec<(&'static str, Value)> {
     let noul = |id: &str| q(id, "noul");
     let many: Vec<Value> = (0..65).map(|i| noul(&format!("q{i}"))).collect();
-    let options: Vec<String> = (0..27).map(|i| format!("o{i}")).collect();
+    // A choice takes up to 300 options (bracket routing); 301 is refused.
+    let options: Vec<String> = (0..301).map(|i| format!("o{i}")).collect();
     let mut one_message = with_schema(triage());
     one_message["messages"].as_array_mut().unwrap().pop();
     let mut three = with_schema(triage());
@@ -255,7 +256,7 @@ fn expected_prefix(case: &str) -> &'static str {
         "duplicate_id" => "duplicate question id 'a'",
         "unknown_type" => "question 'a': unknown type 'banana'",
         "one_alternative" => "question 'pick': needs at least two alternatives",
-        "too_many_alternatives" => "question 'pick': at most 26 alternatives",
+        "too_many_alternatives" => "question 'pick': at most 300 alternatives",
         "depends_on_not_list" => "question 'b': depends_on must be a list of question ids",
         "ask_if_bad" => {
             "question 'b': ask_if must map a question id to a non-empty list of its answers"

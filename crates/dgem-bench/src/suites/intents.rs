@@ -1,9 +1,10 @@
-//! `dgem bench-intents` (reference.md §8.4): wide intent sets. When a row has
-//! more than 26 candidate intents (the most one question may hold), the
-//! candidates are routed through a bracket (reference.md §1.8 item 2): balanced
-//! groups of at most 20, one question per group read in one decision, each
-//! group's top 5 kept (most probable first), repeated until at most 26 remain,
-//! then a final question over the survivors. Wall times of all rounds add up.
+//! `dgem bench-intents` (reference.md §8.4): wide intent sets. Each row is one
+//! decision: a choice over all candidate intents (plus the domain question when
+//! the row has domains). When there are more than 26 candidates (the most one
+//! slot reads), the engine answers through the same bracket routing every
+//! surface uses (`dgem_backend::brackets`: balanced brackets of at most 20, each
+//! bracket's top 2 to a final round, probabilities fused over all candidates);
+//! the item records the finalists from `diagnostics.brackets`.
 
 use std::collections::BTreeMap;
 
@@ -16,12 +17,7 @@ use crate::metrics;
 use crate::report::{fmt_metric, pct, Table};
 use crate::BenchError;
 
-/// Most options one question may hold.
-pub const MAX_OPTIONS: usize = 26;
-/// Largest bracket group.
-pub const GROUP_SIZE: usize = 20;
-/// Survivors kept per group.
-pub const KEEP_PER_GROUP: usize = 5;
+pub use dgem_core::brackets::{BRACKET_SIZE, FINALISTS_PER_BRACKET};
 
 /// One dataset row (Banking77 / CLINC150 samples).
 #[derive(Debug, Clone, Deserialize)]
@@ -66,16 +62,6 @@ impl Row for IntentRow {
     }
 }
 
-/// Split `n` options into `ceil(n/size)` contiguous groups whose sizes differ by
-/// at most one (no 1-option tail). Returns the group lengths.
-pub fn balanced_groups(n: usize, size: usize) -> Vec<usize> {
-    if n == 0 {
-        return Vec::new();
-    }
-    let g = n.div_ceil(size.max(1));
-    (0..g).map(|i| n / g + usize::from(i < n % g)).collect()
-}
-
 /// The `k` most probable names (stable on ties), most probable first.
 pub fn top_k(probs: &[(String, f64)], k: usize) -> Vec<String> {
     let mut v: Vec<&(String, f64)> = probs.iter().collect();
@@ -112,7 +98,7 @@ pub struct IntentItem {
     pub is_oos: bool,
     /// Candidates.
     pub candidates: usize,
-    /// Bracket rounds before the final (0 when ≤ 26 candidates).
+    /// Bracket rounds before the final (0 when ≤ 26 candidates, else 1).
     pub bracket_rounds: usize,
     /// Survivors that reached the final.
     pub finalists: Vec<String>,
@@ -153,36 +139,23 @@ async fn route(
     row: &IntentRow,
     item: &mut IntentItem,
 ) -> Result<(), BenchError> {
-    let mut cands = row.options.clone();
-    while cands.len() > MAX_OPTIONS {
-        let mut groups = Vec::new();
-        let mut rest = cands.as_slice();
-        for len in balanced_groups(cands.len(), GROUP_SIZE) {
-            let (g, r) = rest.split_at(len);
-            groups.push(g.to_vec());
-            rest = r;
+    let dec = round(
+        d,
+        template,
+        row,
+        std::slice::from_ref(&row.options),
+        row.domains.as_ref(),
+        item,
+    )
+    .await?;
+    match dec.diagnostics.brackets.get("intent_0") {
+        Some(b) => {
+            item.bracket_rounds = 1;
+            item.finalists = b.finalists.clone();
         }
-        let dec = round(d, template, row, &groups, None, item).await?;
-        item.bracket_rounds += 1;
-        let mut next = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            match dec
-                .answers
-                .get(&format!("intent_{gi}"))
-                .and_then(Option::as_ref)
-            {
-                Some(a) => next.extend(top_k(
-                    &probabilities(a).into_iter().collect::<Vec<_>>(),
-                    KEEP_PER_GROUP,
-                )),
-                None => next.extend(g.iter().take(KEEP_PER_GROUP).cloned()),
-            }
-        }
-        cands = next;
+        None => item.finalists = row.options.clone(),
     }
-    item.finalists = cands.clone();
-    item.expected_in_final = cands.contains(&row.expected_intent);
-    let dec = round(d, template, row, &[cands], row.domains.as_ref(), item).await?;
+    item.expected_in_final = item.finalists.contains(&row.expected_intent);
     if let Some(Some(a)) = dec.answers.get("intent_0") {
         let probs: Vec<(String, f64)> = probabilities(a).into_iter().collect();
         let top = top_k(&probs, 5);
@@ -340,17 +313,16 @@ mod tests {
 
     #[test]
     fn brackets_are_balanced() {
-        assert_eq!(balanced_groups(30, 20), vec![15, 15]);
-        assert_eq!(balanced_groups(77, 20), vec![20, 19, 19, 19]);
-        assert_eq!(balanced_groups(41, 20), vec![14, 14, 13]);
-        assert_eq!(
-            balanced_groups(151, 20),
-            vec![19, 19, 19, 19, 19, 19, 19, 18]
-        );
-        assert_eq!(balanced_groups(20, 20), vec![20]);
-        assert!(balanced_groups(0, 20).is_empty());
-        // 151 → 8 groups × 5 = 40 survivors > 26 → a second round of 2 × 20 → 10.
-        assert_eq!(balanced_groups(40, 20).len() * KEEP_PER_GROUP, 10);
+        // The shared bracket split (dgem_core::brackets::split) the engine uses.
+        let sizes = |k| {
+            dgem_core::brackets::split(k, BRACKET_SIZE)
+                .iter()
+                .map(|r| r.len())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(30), vec![15, 15]);
+        assert_eq!(sizes(77), vec![20, 19, 19, 19]);
+        assert_eq!(sizes(151), vec![19, 19, 19, 19, 19, 19, 19, 18]);
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub fn run_intents(args: IntentsArgs) -> Result<Outcome, Failure> {
     let p = prepare::<IntentRow>(a, "data/intents/banking77_eval.jsonl", true)?;
     let st = settings(
         a,
-        json!({"bracket_group_size": suites::intents::GROUP_SIZE, "keep_per_group": suites::intents::KEEP_PER_GROUP}),
+        json!({"bracket_size": suites::intents::BRACKET_SIZE, "finalists_per_bracket": suites::intents::FINALISTS_PER_BRACKET}),
     );
     let d = p.decider.clone();
     let outcome = execute(a, "intents", &p, &st, move |_, row| {

@@ -11,11 +11,15 @@ mod validate;
 use indexmap::IndexMap;
 use serde::Serialize;
 
+use crate::error::SchemaError;
+
 /// Most questions one schema may hold (serving.md §3.6 `MAX_QUESTIONS`).
 pub const MAX_QUESTIONS: usize = 64;
 /// Fewest alternatives a question may have.
 pub const MIN_ALTERNATIVES: usize = 2;
-/// Most alternatives a question may have: labels `A`–`Z` (serving.md §3.6).
+/// Most alternatives one slot reads: labels `A`–`Z`. Score levels are limited to
+/// this; a choice may hold up to [`crate::brackets::MAX_BRACKET_OPTIONS`],
+/// answered through bracket routing.
 pub const MAX_ALTERNATIVES: usize = 26;
 /// Most reads (noise draws) averaged for one decision (serving.md §3.6 `MAX_SAMPLES`).
 pub const MAX_SAMPLES: u32 = 32;
@@ -320,6 +324,57 @@ impl ValidSchema {
             }
         }
         self
+    }
+
+    /// The same settings over another set of questions (a part of this schema, or
+    /// sub-questions built from it): `ask` is cleared and the answer format
+    /// follows the new count. `alone` flags are kept as the questions carry them.
+    ///
+    /// # Errors
+    /// [`SchemaError`] when `questions` is empty, over [`MAX_QUESTIONS`], has a
+    /// duplicate id, or a question depends on one outside the set.
+    pub fn with_questions(&self, questions: Vec<Question>) -> Result<ValidSchema, SchemaError> {
+        if questions.is_empty() || questions.len() > MAX_QUESTIONS {
+            return Err(SchemaError::new(
+                "questions",
+                format!(
+                    "a part of a schema needs 1 to {MAX_QUESTIONS} questions (got {})",
+                    questions.len()
+                ),
+            ));
+        }
+        for (i, q) in questions.iter().enumerate() {
+            if questions[..i].iter().any(|p| p.id == q.id) {
+                return Err(SchemaError::new(
+                    "questions",
+                    format!("duplicate question id '{}'", q.id),
+                ));
+            }
+            if let Some(dep) = q
+                .depends_on
+                .iter()
+                .find(|d| !questions.iter().any(|p| &p.id == *d))
+            {
+                return Err(SchemaError::new(
+                    "questions",
+                    format!(
+                        "question '{}' depends on '{dep}', which is not in this part of the schema",
+                        q.id
+                    ),
+                ));
+            }
+        }
+        let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
+            AnswerFormat::Lines
+        } else {
+            AnswerFormat::Indexed
+        };
+        Ok(ValidSchema {
+            questions,
+            ask: None,
+            format,
+            ..self.clone()
+        })
     }
 
     /// Override the sample policy (e.g. from `dgem decide --samples`).

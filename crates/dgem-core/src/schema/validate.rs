@@ -16,6 +16,7 @@ use super::{
     Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
     LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
+use crate::brackets::MAX_BRACKET_OPTIONS;
 use crate::error::SchemaError;
 use crate::stages::stage_levels;
 use text::{kind, py_list, py_repr, shown, text_of};
@@ -185,11 +186,24 @@ fn parse_question(
         );
         return Err(SchemaError::new(at(alt_field), msg));
     }
-    if alternatives.len() > MAX_ALTERNATIVES {
-        let msg = format!(
-            "question {name}: at most {MAX_ALTERNATIVES} alternatives (got {})",
-            alternatives.len()
-        );
+    // One slot reads at most 26 labels; a choice may hold up to 300 options,
+    // answered through brackets (`crate::brackets`).
+    let max = if kind == QuestionKind::Choice {
+        MAX_BRACKET_OPTIONS
+    } else {
+        MAX_ALTERNATIVES
+    };
+    if alternatives.len() > max {
+        let msg = match kind {
+            QuestionKind::Choice => format!(
+                "question {name}: at most {max} alternatives (got {}; choices over {MAX_ALTERNATIVES} are answered through brackets)",
+                alternatives.len()
+            ),
+            _ => format!(
+                "question {name}: at most {max} alternatives (got {})",
+                alternatives.len()
+            ),
+        };
         return Err(SchemaError::new(at(alt_field), msg));
     }
     check_alternative_names(&alternatives, &name, &at(alt_field))?;

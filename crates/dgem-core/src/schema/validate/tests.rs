@@ -251,11 +251,24 @@ fn rule_3_types_and_alternatives() {
         "questions[0].levels",
         "question 's': needs at least two alternatives (got 0)",
     );
+    // A choice holds up to 300 options (bracket routing); a score at most 26 levels.
     let many: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
+    assert_eq!(
+        ok(json!({"questions": [{"id": "pick", "type": "choice", "options": many}]})).questions[0]
+            .alternatives
+            .len(),
+        30
+    );
     assert_err(
-        json!({"questions": [{"id": "pick", "type": "choice", "options": many}]}),
+        json!({"questions": [{"id": "lvl", "type": "score", "levels": many}]}),
+        "questions[0].levels",
+        "question 'lvl': at most 26 alternatives (got 30)",
+    );
+    let too_many: Vec<String> = (0..301).map(|i| format!("o{i}")).collect();
+    assert_err(
+        json!({"questions": [{"id": "pick", "type": "choice", "options": too_many}]}),
         "questions[0].options",
-        "question 'pick': at most 26 alternatives (got 30)",
+        "question 'pick': at most 300 alternatives (got 301; choices over 26 are answered through brackets)",
     );
     assert_err(
         json!({"questions": [{"id": "c", "type": "choice", "options": ["x", {"description": "d"}]}]}),
