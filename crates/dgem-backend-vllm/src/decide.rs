@@ -48,7 +48,9 @@ impl VllmDecider {
                 .tok
                 .encode(&text)
                 .map_err(|e| EngineError::from(CoreError::from(e)))?;
-            Ok::<_, EngineError>(self.scaffold.full.len() + enc.len() + 1 <= limit)
+            // rows = scaffold + template + the end-of-turn token, at most `limit`.
+            let rows = self.scaffold.full.len() + enc.len() + 1;
+            Ok::<_, EngineError>(rows <= limit)
         })?;
         Ok(groups
             .into_iter()

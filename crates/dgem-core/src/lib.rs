@@ -29,6 +29,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod adhoc;
 pub mod brackets;
 pub mod envelope;
 pub mod error;

@@ -25,6 +25,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::TemplateError;
+use crate::schema::QuestionKind;
 
 /// A rendered policy split into its parts.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,14 +166,14 @@ fn rename(q: &mut Map<String, Value>, from: &str, to: &str) {
 
 fn normalize_question(q: &mut Map<String, Value>) {
     if let Some(Value::String(t)) = q.get("type") {
-        if t == "bool" || t == "noul" {
-            q.insert("type".into(), Value::String("boolean".into()));
+        if let Some(kind) = QuestionKind::parse(t) {
+            q.insert("type".into(), Value::String(kind.as_str().into()));
         }
     }
     rename(q, "name", "id");
     rename(q, "question", "instructions");
     rename(q, "prompt", "instructions");
-    let is_boolean = q.get("type").and_then(Value::as_str) == Some("boolean");
+    let is_boolean = q.get("type").and_then(Value::as_str) == Some(QuestionKind::Boolean.as_str());
     if !is_boolean {
         // For booleans `criteria` is the {true, false} description pair.
         rename(q, "choices", "options");
@@ -191,7 +192,7 @@ fn normalize_question(q: &mut Map<String, Value>) {
         q.insert("options".into(), Value::Array(list));
     }
     rename(q, "items", "levels");
-    let is_score = q.get("type").and_then(Value::as_str) == Some("score");
+    let is_score = q.get("type").and_then(Value::as_str) == Some(QuestionKind::Score.as_str());
     if is_score && q.get("levels").is_none_or(Value::is_null) {
         let five = (1..=5).map(|i| Value::String(i.to_string())).collect();
         q.insert("levels".into(), Value::Array(five));

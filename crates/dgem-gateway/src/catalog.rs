@@ -43,13 +43,9 @@ pub struct CatalogEntry {
     pub questions: Vec<CatalogQuestion>,
 }
 
-/// Wire name of a question kind in the catalog.
+/// Wire name of a question kind in the catalog (its canonical policy name).
 pub fn kind_name(k: QuestionKind) -> &'static str {
-    match k {
-        QuestionKind::Boolean => "boolean",
-        QuestionKind::Choice => "choice",
-        QuestionKind::Score => "score",
-    }
+    k.as_str()
 }
 
 /// A canned demo value for a well-known variable name: text for the prose

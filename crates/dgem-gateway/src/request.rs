@@ -257,7 +257,8 @@ pub fn alias_variables(vars: &mut Map<String, Value>) {
     }
 }
 
-/// Ad-hoc questions: `{"state", "questions": [{"id", "type", "question", "options"?}], "instructions"?}`.
+/// Ad-hoc questions: `{"state", "questions": [{"id", "type", "question", "options"?}] | {id: {…}}, "instructions"?}`
+/// (every form `dgem_core::adhoc` accepts).
 fn custom(obj: &Map<String, Value>) -> Result<(Value, Value), GatewayError> {
     let state = match obj.get("state") {
         None | Some(Value::Null) => return Err(bad(
@@ -266,57 +267,9 @@ fn custom(obj: &Map<String, Value>) -> Result<(Value, Value), GatewayError> {
         )),
         Some(v) => v.clone(),
     };
-    let Some(list) = obj
-        .get("questions")
-        .and_then(Value::as_array)
-        .filter(|l| !l.is_empty())
-    else {
-        return Err(bad(format!(
-            "`questions` must be a non-empty list of {{\"id\", \"type\", \"question\", \"options\"?}}. Given: {}",
-            shown(obj.get("questions").unwrap_or(&Value::Null))
-        )));
-    };
-    let mut out = Vec::with_capacity(list.len());
-    for (i, q) in list.iter().enumerate() {
-        let field = |name: &str| q.get(name).and_then(Value::as_str).map(str::trim);
-        let id = field("id").filter(|s| !s.is_empty()).ok_or_else(|| {
-            bad(format!(
-                "`questions[{i}].id` must be a non-empty string. Given: {}",
-                shown(q)
-            ))
-        })?;
-        let text = field("question")
-            .or_else(|| field("instructions"))
-            .unwrap_or("");
-        let options: Vec<Value> = q
-            .get("options")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut m = Map::new();
-        m.insert("id".into(), json!(id));
-        m.insert("instructions".into(), json!(text));
-        match field("type") {
-            Some("boolean" | "bool" | "noul") => {
-                m.insert("type".into(), json!("boolean"));
-            }
-            Some("choice") => {
-                m.insert("type".into(), json!("choice"));
-                m.insert("options".into(), Value::Array(options));
-            }
-            Some("score") => {
-                m.insert("type".into(), json!("score"));
-                m.insert("levels".into(), Value::Array(options));
-            }
-            _ => {
-                return Err(bad(format!(
-                    "`questions[{i}].type` must be one of [boolean, choice, score]. Given: {}",
-                    shown(q.get("type").unwrap_or(&Value::Null))
-                )))
-            }
-        }
-        out.push(Value::Object(m));
-    }
+    // The one ad-hoc converter every surface uses (map or list, every type alias).
+    let out = dgem_core::adhoc::adhoc_questions(obj.get("questions").unwrap_or(&Value::Null))
+        .map_err(|e| bad(format!("`{}`: {}", e.field, e.message)))?;
     let mut schema = Map::new();
     if let Some(ins) = obj.get("instructions").and_then(Value::as_str) {
         schema.insert("instructions".into(), json!(ins));
@@ -365,6 +318,20 @@ mod tests {
     }
 
     #[test]
+    fn custom_questions_take_the_systemone_map_form_and_aliases_too() {
+        // The same forms /v1/systemone and MCP take (dgem_core::adhoc).
+        let body = json!({"state": "s", "questions": {
+            "urgent": {"type": "noul", "instructions": "Urgent?"},
+            "ok": {"type": "bool"},
+            "team": {"type": "choice", "criteria": {"infra": "servers", "app": "code"}}}});
+        let r = parse(&dir(), None, &body).expect("parses");
+        let qs = &r.call.schema["questions"];
+        assert_eq!(qs[0]["id"], "urgent");
+        assert_eq!(qs[1]["type"], "boolean");
+        assert_eq!(qs[2]["options"][1]["name"], "app");
+    }
+
+    #[test]
     fn errors_name_field_allowed_and_given() {
         let cases = [
             (
@@ -377,7 +344,7 @@ mod tests {
             ),
             (
                 json!({"state": "s", "questions": [{"id": "a", "type": "maybe"}]}),
-                "`questions[0].type` must be one of [boolean, choice, score]. Given: \"maybe\"",
+                "`questions[0].type`: question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score)",
             ),
             (
                 json!({"variables": [1]}),

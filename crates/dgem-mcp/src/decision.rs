@@ -7,7 +7,7 @@ use dgem_engine::Decision;
 use serde_json::{json, Map, Value};
 
 use crate::error::ToolError;
-use crate::tools::{DecideCustomArgs, QuestionType};
+use crate::tools::DecideCustomArgs;
 
 fn questions_error(detail: String) -> ToolError {
     ToolError::Schema {
@@ -20,68 +20,12 @@ fn questions_error(detail: String) -> ToolError {
 /// question shape turned into `{"questions": [...]}`).
 ///
 /// # Errors
-/// [`ToolError::Schema`] (field `questions`) for an empty question map, a
-/// choice without options, a score without levels.
+/// [`ToolError::Schema`] (field `questions`) for an empty question map, an
+/// unknown type, a choice without options, a score without levels.
 pub fn custom_schema(args: &DecideCustomArgs) -> Result<Value, ToolError> {
-    if args.questions.is_empty() {
-        return Err(questions_error(
-            "needs at least one question: {id: {type, instructions, criteria}}".into(),
-        ));
-    }
-    let mut list = Vec::with_capacity(args.questions.len());
-    for (id, q) in &args.questions {
-        let mut out = Map::new();
-        out.insert("id".into(), json!(id));
-        out.insert("instructions".into(), json!(q.instructions));
-        match q.kind {
-            QuestionType::Noul => {
-                out.insert("type".into(), json!("noul"));
-                match &q.criteria {
-                    Value::Object(c) if c.is_empty() => {}
-                    Value::Object(_) => {
-                        out.insert("criteria".into(), q.criteria.clone());
-                    }
-                    Value::Null => {}
-                    _ => {
-                        return Err(questions_error(format!(
-                            "question `{id}`: noul criteria must be an object with true and false"
-                        )))
-                    }
-                }
-            }
-            QuestionType::Choice => {
-                let Some(criteria) = q.criteria.as_object().filter(|c| !c.is_empty()) else {
-                    return Err(questions_error(format!(
-                        "question `{id}`: a choice needs `criteria` mapping option names to descriptions"
-                    )));
-                };
-                let options: Vec<Value> = criteria
-                    .iter()
-                    .map(|(name, d)| {
-                        let text = d.as_str().map_or_else(|| d.to_string(), str::to_string);
-                        json!({"name": name, "description": text})
-                    })
-                    .collect();
-                out.insert("type".into(), json!("choice"));
-                out.insert("options".into(), Value::Array(options));
-            }
-            QuestionType::Score => {
-                let levels = if q.levels.is_empty() {
-                    q.criteria.as_array().cloned().unwrap_or_default()
-                } else {
-                    q.levels.iter().map(|l| json!(l)).collect()
-                };
-                if levels.len() < 2 {
-                    return Err(questions_error(format!(
-                        "question `{id}`: a score needs `levels`, at least two, lowest first"
-                    )));
-                }
-                out.insert("type".into(), json!("score"));
-                out.insert("levels".into(), Value::Array(levels));
-            }
-        }
-        list.push(Value::Object(out));
-    }
+    // The one ad-hoc converter every surface uses (dgem_core::adhoc).
+    let list = dgem_core::adhoc::adhoc_questions(&args.questions)
+        .map_err(|e| questions_error(format!("at `{}`: {}", e.field, e.message)))?;
     let mut schema = Map::new();
     if !args.instructions.trim().is_empty() {
         schema.insert("instructions".into(), json!(args.instructions));
@@ -182,4 +126,32 @@ fn answer_name(a: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(questions: Value) -> DecideCustomArgs {
+        serde_json::from_value(json!({"state": "s", "questions": questions})).expect("args")
+    }
+
+    #[test]
+    fn custom_questions_take_every_shared_form_in_order() {
+        // Map form keeps the caller's order (it used to come back sorted).
+        let s = custom_schema(&args(
+            json!({"zeta": {"type": "noul"}, "alpha": {"type": "bool"}}),
+        ))
+        .expect("schema");
+        assert_eq!(s["questions"][0]["id"], "zeta");
+        assert_eq!(s["questions"][1]["type"], "boolean");
+        // List form with `question` and `options`, as /api/decide takes it.
+        let s = custom_schema(&args(json!([
+            {"id": "team", "type": "choice", "question": "Who?", "options": ["infra", "app"]}])))
+        .expect("schema");
+        assert_eq!(s["questions"][0]["instructions"], "Who?");
+        assert_eq!(s["questions"][0]["options"], json!(["infra", "app"]));
+        let e = custom_schema(&args(json!({"q": {"type": "maybe"}}))).expect_err("type");
+        assert!(e.to_string().contains("questions.q.type"), "{e}");
+    }
 }

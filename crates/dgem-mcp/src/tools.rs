@@ -51,6 +51,10 @@ fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+fn questions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    generator.subschema_for::<std::collections::BTreeMap<String, CustomQuestion>>()
+}
+
 /// Arguments of `decide_policy`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct DecidePolicyArgs {
@@ -109,7 +113,12 @@ pub struct DecideCustomArgs {
     /// The text the decision is about (a ticket, a message, a log line, …).
     pub state: String,
     /// Questions by id, e.g. {"urgent": {"type": "noul", "instructions": "Does it need someone today?"}}.
-    pub questions: std::collections::BTreeMap<String, CustomQuestion>,
+    /// Kept as JSON (in the order given) and converted by the one ad-hoc
+    /// converter every surface uses (`dgem_core::adhoc`), which also takes a list
+    /// of questions with ids and every type alias; the advertised schema is the
+    /// map of [`CustomQuestion`].
+    #[schemars(schema_with = "questions_schema")]
+    pub questions: Value,
     /// Instructions that apply to every question (optional).
     #[serde(default)]
     pub instructions: String,

@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use dgem_core::envelope::AnswerOut;
-use dgem_core::prompt::{python_json, state_text};
+use dgem_core::prompt::state_text;
 use dgem_core::readout::score_expectation;
 use dgem_core::schema::{QuestionKind, ValidSchema};
 use dgem_engine::DecideRequest;
@@ -45,73 +45,9 @@ fn unprocessable(message: impl Into<String>) -> ApiError {
 /// # Errors
 /// 422 with the exact serving.md §3.3 messages.
 pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
-    let questions = body
-        .get("questions")
-        .and_then(Value::as_object)
-        .filter(|q| !q.is_empty())
-        .ok_or_else(|| unprocessable("questions: needs a non-empty map of id -> question"))?;
-    let mut list = Vec::with_capacity(questions.len());
-    for (id, q) in questions {
-        let Value::Object(q) = q else {
-            return Err(unprocessable(format!("question '{id}': must be an object")));
-        };
-        let mut out = Map::new();
-        out.insert("id".into(), json!(id));
-        let t = match q.get("type") {
-            Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) => "None".into(),
-            Some(other) => python_json(other),
-        };
-        out.insert("type".into(), json!(t));
-        if let Some(i) = q.get("instructions") {
-            let text = i.as_str().map_or_else(|| python_json(i), str::to_string);
-            out.insert("instructions".into(), json!(text));
-        }
-        let criteria = q.get("criteria").unwrap_or(&Value::Null);
-        match t.as_str() {
-            "noul" => {
-                if !(criteria.is_null() || criteria.is_object()) {
-                    return Err(unprocessable(format!(
-                        "question '{id}': noul criteria must be an object with true and false"
-                    )));
-                }
-                out.insert("criteria".into(), criteria.clone());
-            }
-            "choice" => {
-                let options = criteria
-                    .as_object()
-                    .filter(|c| !c.is_empty())
-                    .ok_or_else(|| {
-                        unprocessable(format!(
-                            "question '{id}': choice criteria must map option names to descriptions"
-                        ))
-                    })?
-                    .iter()
-                    .map(|(k, v)| json!({"name": k, "description": v}))
-                    .collect();
-                out.insert("options".into(), Value::Array(options));
-            }
-            "score" => {
-                let levels = criteria.as_array().ok_or_else(|| {
-                    unprocessable(format!(
-                        "question '{id}': score criteria must be an ordered list of levels"
-                    ))
-                })?;
-                out.insert("levels".into(), Value::Array(levels.clone()));
-            }
-            _ => {
-                return Err(unprocessable(format!(
-                    "question '{id}': unknown type '{t}'"
-                )))
-            }
-        }
-        for key in ["depends_on", "ask_if", "alone"] {
-            if let Some(v) = q.get(key) {
-                out.insert(key.into(), v.clone());
-            }
-        }
-        list.push(Value::Object(out));
-    }
+    // The one ad-hoc converter every surface uses (map or list, every type alias).
+    let list = dgem_core::adhoc::adhoc_questions(body.get("questions").unwrap_or(&Value::Null))
+        .map_err(|e| unprocessable(e.message))?;
     let mut schema = Map::new();
     schema.insert("questions".into(), Value::Array(list));
     for key in EXTENSION_KEYS {

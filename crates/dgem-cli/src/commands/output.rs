@@ -24,11 +24,7 @@ pub fn table(d: &Decision) -> String {
                 );
             }
             Some(a) => {
-                let kind = match a.question.kind {
-                    dgem_core::schema::QuestionKind::Boolean => "boolean",
-                    dgem_core::schema::QuestionKind::Choice => "choice",
-                    dgem_core::schema::QuestionKind::Score => "score",
-                };
+                let kind = a.question.kind.as_str();
                 let g = &a.aggregate;
                 let hes = format!(
                     "{:.2} ({})",

@@ -47,6 +47,9 @@ pub enum QuestionKind {
 }
 
 impl QuestionKind {
+    /// Every kind, in the order documentation lists them.
+    pub const ALL: [QuestionKind; 3] = [Self::Boolean, Self::Choice, Self::Score];
+
     /// The type name written in answers on the chat route (`noul`, `choice`, `score`).
     pub fn wire_name(self) -> &'static str {
         match self {
@@ -54,6 +57,53 @@ impl QuestionKind {
             Self::Choice => "choice",
             Self::Score => "score",
         }
+    }
+
+    /// The canonical name in policies (`boolean`, `choice`, `score`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Boolean => "boolean",
+            Self::Choice => "choice",
+            Self::Score => "score",
+        }
+    }
+
+    /// Every accepted spelling of this kind, canonical name first. The single
+    /// source of the type names every surface accepts (`boolean`, `bool` and
+    /// `noul` are one type).
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Self::Boolean => &["boolean", "bool", "noul"],
+            Self::Choice => &["choice"],
+            Self::Score => &["score"],
+        }
+    }
+
+    /// The kind a type name (or alias) names, exactly as spelled; `None` otherwise.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.aliases().contains(&name))
+    }
+
+    /// All accepted names, comma-separated, for error messages.
+    pub fn accepted_names() -> String {
+        Self::ALL
+            .iter()
+            .flat_map(|k| k.aliases().iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl std::str::FromStr for QuestionKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).ok_or_else(|| {
+            format!(
+                "question type must be one of {}. Given: `{s}`",
+                Self::accepted_names()
+            )
+        })
     }
 }
 

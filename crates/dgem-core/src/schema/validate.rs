@@ -284,15 +284,16 @@ fn alternatives_of(
     let type_name = match q.get("type") {
         None | Some(Value::Null) => {
             let msg = format!(
-                "question {name}: unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score)"
+                "question {name}: unknown type 'None' (`type` is missing; it must be one of {})",
+                QuestionKind::accepted_names()
             );
             return Err(SchemaError::new(at(".type"), msg));
         }
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
     };
-    match type_name.as_str() {
-        "noul" | "bool" | "boolean" => {
+    match QuestionKind::parse(&type_name) {
+        Some(QuestionKind::Boolean) => {
             let (yes, no) = match q.get("criteria") {
                 None | Some(Value::Null) => (None, None),
                 Some(Value::Object(c)) => (
@@ -319,7 +320,7 @@ fn alternatives_of(
             ];
             Ok((QuestionKind::Boolean, alts, ".type"))
         }
-        "choice" => {
+        Some(QuestionKind::Choice) => {
             let items = list_field(q, "options", name, at)?;
             let mut alts = Vec::with_capacity(items.len());
             for (j, o) in items.iter().enumerate() {
@@ -345,7 +346,7 @@ fn alternatives_of(
             }
             Ok((QuestionKind::Choice, alts, ".options"))
         }
-        "score" => {
+        Some(QuestionKind::Score) => {
             let items = list_field(q, "levels", name, at)?;
             let alts = items
                 .iter()
@@ -356,10 +357,11 @@ fn alternatives_of(
                 .collect();
             Ok((QuestionKind::Score, alts, ".levels"))
         }
-        _ => {
+        None => {
             let msg = format!(
-                "question {name}: unknown type {} (`type` must be one of boolean, bool, noul, choice, score)",
-                py_repr(&type_name)
+                "question {name}: unknown type {} (`type` must be one of {})",
+                py_repr(&type_name),
+                QuestionKind::accepted_names()
             );
             Err(SchemaError::new(at(".type"), msg))
         }

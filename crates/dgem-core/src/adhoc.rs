@@ -1,0 +1,285 @@
+//! Ad-hoc questions → a raw schema's `questions` list: the one converter behind
+//! `/v1/systemone`, MCP `decide_custom_questions`, the gateway's `/api/decide`
+//! and the Studio, so every surface accepts the same question forms.
+//!
+//! Accepted forms (any mix):
+//! * `questions` as a map `{id: question}` (the `/v1/systemone` shape, key order
+//!   kept) or as a list `[{"id": …, …}]`;
+//! * `type`: any name [`QuestionKind::parse`] accepts (`boolean`, `bool`, `noul`,
+//!   `choice`, `score`);
+//! * the text as `instructions`, `question` or `prompt`;
+//! * yes/no: optional `criteria` `{"true": …, "false": …}`;
+//! * choice: `options` (names or `{name, description}`, or a map name →
+//!   description) or `criteria` (a map name → description, or a list of names);
+//! * score: `levels`, or a list in `criteria` or `options`, lowest first;
+//! * `depends_on`, `ask_if` and `alone` pass through.
+//!
+//! The result still goes through [`crate::schema::ValidSchema::from_value`], which
+//! checks counts, names and dependencies.
+//!
+//! ```
+//! let qs = serde_json::json!({"urgent": {"type": "noul", "instructions": "Today?"},
+//!                             "team": {"type": "choice", "criteria": {"billing": "money"}}});
+//! let list = dgem_core::adhoc::adhoc_questions(&qs)?;
+//! assert_eq!(list[0]["type"], "boolean");
+//! assert_eq!(list[1]["options"][0]["name"], "billing");
+//! # Ok::<(), dgem_core::adhoc::AdhocError>(())
+//! ```
+
+use serde_json::{json, Map, Value};
+
+use crate::prompt::python_json;
+use crate::schema::QuestionKind;
+
+/// A question that cannot be converted; `field` is the path (`questions.urgent`,
+/// `questions[2]`), `message` says what is allowed and what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AdhocError {
+    /// Path of the offending value.
+    pub field: String,
+    /// What is wrong, with the allowed forms and the value given.
+    pub message: String,
+}
+
+fn err(field: String, message: String) -> AdhocError {
+    AdhocError { field, message }
+}
+
+fn shown(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 80 {
+        format!("{}…", s.chars().take(80).collect::<String>())
+    } else {
+        s
+    }
+}
+
+/// Convert ad-hoc questions (see the module docs) into a schema's `questions`.
+///
+/// # Errors
+/// [`AdhocError`] for an empty or non-collection `questions`, a question that is
+/// not an object or has no id, an unknown type, or a criteria/options/levels
+/// value of the wrong shape for its type.
+pub fn adhoc_questions(questions: &Value) -> Result<Vec<Value>, AdhocError> {
+    let entries: Vec<(String, String, &Value)> = match questions {
+        Value::Object(m) if !m.is_empty() => m
+            .iter()
+            .map(|(id, q)| (format!("questions.{id}"), id.clone(), q))
+            .collect(),
+        Value::Array(l) if !l.is_empty() => l
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let id = q.get("id").and_then(Value::as_str).unwrap_or("").trim();
+                (format!("questions[{i}]"), id.to_owned(), q)
+            })
+            .collect(),
+        other => {
+            return Err(err(
+                "questions".into(),
+                format!(
+                    "questions: needs a non-empty map of id -> question (or a list of questions with ids). Given: {}",
+                    shown(other)
+                ),
+            ))
+        }
+    };
+    entries
+        .into_iter()
+        .map(|(field, id, q)| question(&field, &id, q))
+        .collect()
+}
+
+fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
+    let Value::Object(q) = q else {
+        return Err(err(
+            field.into(),
+            format!(
+                "question '{id}': must be an object {{type, instructions, criteria}}. Given: {}",
+                shown(q)
+            ),
+        ));
+    };
+    if id.is_empty() {
+        return Err(err(
+            format!("{field}.id"),
+            format!(
+                "{field}: needs a non-empty string `id`. Given: {}",
+                shown(q.get("id").unwrap_or(&Value::Null))
+            ),
+        ));
+    }
+    let kind = match q.get("type") {
+        Some(Value::String(t)) => QuestionKind::parse(t.trim()).ok_or_else(|| t.clone()),
+        None | Some(Value::Null) => Err("None".to_owned()),
+        Some(other) => Err(other.to_string()),
+    }
+    .map_err(|t| {
+        err(
+            format!("{field}.type"),
+            format!(
+                "question '{id}': unknown type '{t}' (`type` must be one of {})",
+                QuestionKind::accepted_names()
+            ),
+        )
+    })?;
+    let mut out = Map::new();
+    out.insert("id".into(), json!(id));
+    out.insert("type".into(), json!(kind.as_str()));
+    let text = ["instructions", "question", "prompt"]
+        .iter()
+        .find_map(|k| q.get(*k).filter(|v| !v.is_null()));
+    if let Some(t) = text {
+        // A non-string is written the way Python's str() writes it, as the
+        // original server does (`{'rubric': 'severity'}`).
+        let text = t.as_str().map_or_else(|| python_json(t), str::to_owned);
+        out.insert("instructions".into(), json!(text));
+    }
+    let criteria = q.get("criteria").filter(|v| !v.is_null());
+    match kind {
+        QuestionKind::Boolean => match criteria {
+            None => {}
+            Some(Value::Object(c)) if c.is_empty() => {}
+            Some(c @ Value::Object(_)) => {
+                out.insert("criteria".into(), c.clone());
+            }
+            Some(other) => {
+                return Err(err(
+                    format!("{field}.criteria"),
+                    format!(
+                        "question '{id}': noul criteria must be an object with true and false descriptions. Given: {}",
+                        shown(other)
+                    ),
+                ))
+            }
+        },
+        QuestionKind::Choice => {
+            let source = q
+                .get("options")
+                .filter(|v| !v.is_null())
+                .or(criteria)
+                .or_else(|| q.get("choices").filter(|v| !v.is_null()));
+            let options = match source {
+                Some(Value::Object(m)) if !m.is_empty() => m
+                    .iter()
+                    .map(|(name, d)| json!({"name": name, "description": d}))
+                    .collect(),
+                Some(Value::Array(l)) if !l.is_empty() => l.clone(),
+                other => {
+                    return Err(err(
+                        format!("{field}.criteria"),
+                        format!(
+                            "question '{id}': choice criteria must map option names to descriptions (or give `options`: a list of names or {{name, description}}). Given: {}",
+                            shown(other.unwrap_or(&Value::Null))
+                        ),
+                    ))
+                }
+            };
+            out.insert("options".into(), Value::Array(options));
+        }
+        QuestionKind::Score => {
+            let source = q
+                .get("levels")
+                .filter(|v| !v.is_null())
+                .or(criteria)
+                .or_else(|| q.get("options").filter(|v| !v.is_null()));
+            let Some(Value::Array(levels)) = source else {
+                return Err(err(
+                    format!("{field}.levels"),
+                    format!(
+                        "question '{id}': score criteria must be an ordered list of levels (`levels`, lowest first). Given: {}",
+                        shown(source.unwrap_or(&Value::Null))
+                    ),
+                ));
+            };
+            out.insert("levels".into(), Value::Array(levels.clone()));
+        }
+    }
+    for key in ["depends_on", "ask_if", "alone"] {
+        if let Some(v) = q.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{SchemaDefaults, ValidSchema};
+
+    fn schema(qs: Value) -> ValidSchema {
+        let list = adhoc_questions(&qs).expect("converts");
+        ValidSchema::from_value(&json!({"questions": list}), &SchemaDefaults::default())
+            .expect("valid")
+    }
+
+    #[test]
+    fn map_and_list_forms_give_the_same_schema() {
+        let map = schema(json!({
+            "urgent": {"type": "noul", "instructions": "Today?", "criteria": {"true": "now", "false": "later"}},
+            "team": {"type": "choice", "criteria": {"billing": "money", "support": "help"}},
+            "tone": {"type": "score", "criteria": ["calm", "annoyed", "furious"]}}));
+        let list = schema(json!([
+            {"id": "urgent", "type": "boolean", "question": "Today?", "criteria": {"true": "now", "false": "later"}},
+            {"id": "team", "type": "choice", "options": [{"name": "billing", "description": "money"}, {"name": "support", "description": "help"}]},
+            {"id": "tone", "type": "score", "levels": ["calm", "annoyed", "furious"]}]));
+        assert_eq!(map, list);
+        assert_eq!(
+            map.questions[0].alternatives[0].description.as_deref(),
+            Some("now")
+        );
+        let ids: Vec<&str> = map.questions.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, ["urgent", "team", "tone"], "key order kept");
+    }
+
+    #[test]
+    fn every_type_alias_is_accepted() {
+        for t in ["boolean", "bool", "noul"] {
+            let s = schema(json!({"q": {"type": t}}));
+            assert_eq!(s.questions[0].kind, QuestionKind::Boolean, "{t}");
+        }
+        let s = schema(json!({"c": {"type": "choice", "criteria": ["a", "b"]},
+                              "s": {"type": "score", "options": ["lo", "hi"]}}));
+        assert_eq!(s.questions[0].alternatives.len(), 2);
+        assert_eq!(s.questions[1].kind, QuestionKind::Score);
+    }
+
+    #[test]
+    fn errors_name_the_field_the_allowed_forms_and_the_value() {
+        let e = adhoc_questions(&json!({})).expect_err("empty");
+        assert_eq!(e.field, "questions");
+        assert!(e
+            .message
+            .starts_with("questions: needs a non-empty map of id -> question"));
+        let e = adhoc_questions(&json!({"a": "noul"})).expect_err("not object");
+        assert!(
+            e.message.starts_with("question 'a': must be an object"),
+            "{e}"
+        );
+        let e = adhoc_questions(&json!({"a": {"type": "maybe"}})).expect_err("type");
+        assert_eq!(e.field, "questions.a.type");
+        assert_eq!(
+            e.message,
+            "question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score)"
+        );
+        let e = adhoc_questions(&json!([{"id": "a", "type": "choice"}])).expect_err("options");
+        assert_eq!(e.field, "questions[0].criteria");
+        assert!(e
+            .message
+            .contains("choice criteria must map option names to descriptions"));
+        let e = adhoc_questions(&json!({"a": {"type": "score", "criteria": {"low": 1}}}))
+            .expect_err("levels");
+        assert!(e
+            .message
+            .contains("score criteria must be an ordered list of levels"));
+        assert!(e.message.ends_with("Given: {\"low\":1}"), "{e}");
+        let e = adhoc_questions(&json!({"a": {"type": "noul", "criteria": ["x"]}})).expect_err("c");
+        assert!(e
+            .message
+            .starts_with("question 'a': noul criteria must be an object"));
+        let e = adhoc_questions(&json!([{"type": "noul"}])).expect_err("id");
+        assert_eq!(e.field, "questions[0].id");
+    }
+}
