@@ -31,6 +31,7 @@
 mod calibration;
 mod cloze;
 mod decider;
+mod joint;
 mod plan;
 
 use std::sync::{Arc, Mutex};
@@ -44,6 +45,10 @@ pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
 pub use plan::{Plan, PlannedBrackets, PlannedGroup, PlannedSlot};
 
 /// Engine settings.
+///
+/// For a **bidirectional** backend every group of questions is read jointly
+/// from one canvas (`slot_reading = "joint"`, see the `joint` module); for a
+/// causal one each question is read as a cloze.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Label mode; `None` uses the backend's default.
@@ -57,6 +62,10 @@ pub struct EngineConfig {
     pub calibration_cache_entries: usize,
     /// JSON file that keeps calibration priors between runs (one per model), if any.
     pub calibration_store: Option<std::path::PathBuf>,
+    /// Canvas rows of a joint read on a bidirectional backend: the answer
+    /// template plus the end-of-turn token must fit (default 128; a group that
+    /// does not fit is split, as `chunk_rows` does).
+    pub canvas_len: usize,
 }
 
 impl Default for EngineConfig {
@@ -67,6 +76,7 @@ impl Default for EngineConfig {
             note: None,
             calibration_cache_entries: 512,
             calibration_store: None,
+            canvas_len: 128,
         }
     }
 }
@@ -137,12 +147,7 @@ impl Engine {
         let started = Instant::now();
         let out = match self.backend.info().attention {
             Attention::Causal => cloze::decide(self, &req).await?,
-            Attention::Bidirectional => {
-                return Err(EngineError::Unsupported(
-                    "joint canvas reads for bidirectional backends go through the vLLM backend's own reader"
-                        .into(),
-                ))
-            }
+            Attention::Bidirectional => joint::decide(self, &req).await?,
         };
         let mut decision = out;
         decision.diagnostics.timing.total_ms = started.elapsed().as_secs_f64() * 1e3;

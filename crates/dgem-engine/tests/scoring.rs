@@ -200,3 +200,41 @@ async fn a_bracket_routed_question_cannot_take_part_in_dependencies() {
     );
     assert!(err.is_user_error());
 }
+
+#[tokio::test]
+async fn a_bidirectional_backend_is_read_jointly_from_one_canvas_per_group() {
+    // Record each slot's reading context: one backend call, one canvas, every slot.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let b = ScriptedBackend::bidirectional(move |ctx: &SlotContext| {
+        log.lock().expect("lock").push(ctx.prefix.clone());
+        ctx.labels
+            .iter()
+            .map(|l| match l.as_str() {
+                "yes" | "engineering" => 0.7,
+                _ => 0.1,
+            })
+            .collect()
+    });
+    let d = dgem_testkit::engine(b.clone())
+        .decide(req(json!({"questions": [
+            {"id": "urgent", "type": "noul"},
+            {"id": "team", "type": "choice", "options": ["billing", "engineering", "support"]}]})))
+        .await
+        .expect("decision");
+    assert_eq!(d.diagnostics.slot_reading, "joint");
+    assert_eq!(b.calls(), 1, "one pass for the whole group");
+    assert_eq!(d.diagnostics.chunks, [vec!["urgent", "team"]]);
+    let team = d.answers["team"].as_ref().expect("answered");
+    assert_eq!(team.answer_name(), "engineering");
+    assert!((team.aggregate.confidence - 0.7 / 0.9).abs() < 1e-9);
+    let urgent = d.answers["urgent"].as_ref().expect("answered");
+    assert!((urgent.aggregate.mean[0] - 0.875).abs() < 1e-9);
+    assert_eq!(d.diagnostics.questions["team"].scoring, Scoring::Canvas);
+    // Both slots were read from the same canvas: the later slot sees the
+    // earlier one's answer line in the text before it.
+    let prefixes = seen.lock().expect("lock").clone();
+    assert_eq!(prefixes.len(), 2);
+    assert!(prefixes[1].starts_with(&prefixes[0]));
+    assert!(prefixes[1][prefixes[0].len()..].contains("team"));
+}

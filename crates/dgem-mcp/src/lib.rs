@@ -32,7 +32,7 @@ pub use templates::{
     TEMPLATE_SUFFIX,
 };
 pub use tools::{
-    check_backend, has_null_union, input_schema, parse_args, plain_schema, tool_list,
+    check_backend, has_null_union, input_schema, parse_args, plain_schema, schema_lint, tool_list,
     tool_list_for, with_backend_enum, CustomQuestion, DecideCustomArgs, DecidePolicyArgs, NoArgs,
     QuestionType, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };

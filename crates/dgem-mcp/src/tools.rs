@@ -45,14 +45,13 @@ fn empty_object() -> Value {
 fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
-        "additionalProperties": true,
         "default": {},
         "description": "noul: {\"true\": \"when yes\", \"false\": \"when no\"} (optional). choice: option name -> description (required). score: use `levels`."
     })
 }
 
 fn questions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    generator.subschema_for::<std::collections::BTreeMap<String, CustomQuestion>>()
+    generator.subschema_for::<Vec<CustomQuestion>>()
 }
 
 /// Arguments of `decide_policy`.
@@ -87,9 +86,12 @@ pub enum QuestionType {
     Score,
 }
 
-/// One ad-hoc question (the `/v1/systemone` shape).
+/// One ad-hoc question as the tool schema advertises it (a list entry with its
+/// `id`; the `/v1/systemone` map by id is accepted too).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct CustomQuestion {
+    /// Unique question id (no `:` or newline), e.g. `urgent`.
+    pub id: String,
     /// `noul` (yes/no), `choice` (one option of `criteria`) or `score` (one of `levels`).
     #[serde(rename = "type")]
     pub kind: QuestionType,
@@ -97,11 +99,14 @@ pub struct CustomQuestion {
     #[serde(default)]
     pub instructions: String,
     /// noul: {"true": "when yes", "false": "when no"} (optional). choice: option
-    /// name -> description (required). score: give `levels` (a list of levels
-    /// here is accepted too, as on /v1/systemone).
+    /// name -> description (or give `options`). score: give `levels` (a list of
+    /// levels here is accepted too, as on /v1/systemone).
     #[serde(default = "empty_object")]
     #[schemars(schema_with = "criteria_schema")]
     pub criteria: Value,
+    /// choice only: the option names, e.g. ["billing", "support"] (instead of `criteria`).
+    #[serde(default)]
+    pub options: Vec<String>,
     /// score only: the levels from lowest to highest, e.g. ["calm", "annoyed", "furious"].
     #[serde(default)]
     pub levels: Vec<String>,
@@ -112,11 +117,12 @@ pub struct CustomQuestion {
 pub struct DecideCustomArgs {
     /// The text the decision is about (a ticket, a message, a log line, …).
     pub state: String,
-    /// Questions by id, e.g. {"urgent": {"type": "noul", "instructions": "Does it need someone today?"}}.
+    /// The questions, e.g. [{"id": "urgent", "type": "noul", "instructions": "Does it need someone today?"}].
     /// Kept as JSON (in the order given) and converted by the one ad-hoc
-    /// converter every surface uses (`dgem_core::adhoc`), which also takes a list
-    /// of questions with ids and every type alias; the advertised schema is the
-    /// map of [`CustomQuestion`].
+    /// converter every surface uses (`dgem_core::adhoc`), which also takes the
+    /// `/v1/systemone` map by id and every type alias; the advertised schema is a
+    /// list of [`CustomQuestion`] (a map would need `additionalProperties`,
+    /// which Gemini-backed clients refuse).
     #[schemars(schema_with = "questions_schema")]
     pub questions: Value,
     /// Instructions that apply to every question (optional).
@@ -178,12 +184,15 @@ pub fn input_schema<T: JsonSchema>() -> Arc<JsonObject> {
     Arc::new(obj)
 }
 
-/// Remove nullable unions in place: `"type": ["null", X]` becomes `"type": X`,
-/// null branches leave `anyOf`/`oneOf`, and a union left with one branch is
-/// merged into its parent.
+/// Make a schema plain in place, for clients whose schema subset is small
+/// (Gemini's function declarations refuse `additionalProperties`, unions, `$ref`
+/// and type arrays): `"type": ["null", X]` becomes `"type": X`, null branches
+/// leave `anyOf`/`oneOf`, a union left with one branch is merged into its
+/// parent, and `additionalProperties` is dropped (maps stay `"type": "object"`).
 pub fn plain_schema(v: &mut Value) {
     match v {
         Value::Object(o) => {
+            o.remove("additionalProperties");
             if let Some(Value::Array(types)) = o.get_mut("type") {
                 types.retain(|t| t != "null");
                 if types.len() == 1 {
@@ -210,6 +219,38 @@ pub fn plain_schema(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(plain_schema),
         _ => {}
     }
+}
+
+/// Where a tool input schema uses what small-schema clients (Gemini-backed ones)
+/// refuse: `additionalProperties`, `anyOf`/`oneOf`/`allOf`, `$ref` or a type
+/// array. Returns one `path: keyword` entry per finding; empty when plain.
+pub fn schema_lint(v: &Value) -> Vec<String> {
+    fn walk(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(o) => {
+                for key in ["additionalProperties", "anyOf", "oneOf", "allOf", "$ref"] {
+                    if o.contains_key(key) {
+                        out.push(format!("{path}: {key}"));
+                    }
+                }
+                if o.get("type").is_some_and(Value::is_array) {
+                    out.push(format!("{path}: type array"));
+                }
+                for (k, val) in o {
+                    walk(val, &format!("{path}/{k}"), out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, x) in items.iter().enumerate() {
+                    walk(x, &format!("{path}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, "", &mut out);
+    out
 }
 
 /// Whether a schema still holds a nullable union anywhere (for tests).

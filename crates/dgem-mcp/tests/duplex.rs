@@ -85,11 +85,16 @@ async fn lists_five_tools_with_plain_schemas() {
         .iter()
         .find(|t| t.name == "decide_custom_questions")
         .unwrap();
-    let q = &custom.schema_as_json_value()["properties"]["questions"]["additionalProperties"];
+    let q = &custom.schema_as_json_value()["properties"]["questions"]["items"];
     assert_eq!(
         q["properties"]["type"]["enum"],
         json!(["noul", "choice", "score"])
     );
+    // No tool schema uses what Gemini-backed clients refuse.
+    for t in &tools {
+        let problems = dgem_mcp::schema_lint(&t.schema_as_json_value());
+        assert!(problems.is_empty(), "{}: {problems:?}", t.name);
+    }
     client.cancel().await.expect("close");
 }
 

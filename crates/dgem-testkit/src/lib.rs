@@ -3,7 +3,8 @@
 //! Dev-only helpers (`publish = false`, used from `[dev-dependencies]` only): a
 //! deterministic [`ScriptedBackend`] over a whitespace/punctuation
 //! [`ToyTokenizer`], so the engine and the server can be tested end to end
-//! without a model. The label probabilities of every slot come from a closure
+//! without a model. It is causal by default; [`ScriptedBackend::bidirectional`]
+//! makes a scripted masked LM that the engine reads jointly. The label probabilities of every slot come from a closure
 //! that sees the text before the slot and the label words, so a test can make
 //! the answer depend on the state. The backend can fail the next N calls, sleep
 //! to simulate a slow read, and counts its calls.
@@ -85,6 +86,30 @@ impl ScriptedBackend {
                 attention: Attention::Causal,
                 label_mode: LabelMode::Words,
                 max_tokens,
+                supports_images: false,
+            },
+            script: Box::new(script),
+            calls: AtomicUsize::new(0),
+            fail_next: AtomicUsize::new(0),
+            delay_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// A **bidirectional** backend (a scripted masked LM) with a 4096-token
+    /// context: the engine reads it jointly, every slot of a group from one
+    /// canvas, and the script sees the text before each slot position.
+    pub fn bidirectional(
+        script: impl Fn(&SlotContext) -> Vec<f64> + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            tok: Arc::new(ToyTokenizer::default()),
+            info: BackendInfo {
+                engine: "scripted-bidirectional".into(),
+                model_id: "toy-mlm".into(),
+                model_sha256: None,
+                attention: Attention::Bidirectional,
+                label_mode: LabelMode::Words,
+                max_tokens: 4096,
                 supports_images: false,
             },
             script: Box::new(script),

@@ -1,0 +1,267 @@
+//! Joint-canvas reading for bidirectional token-level backends (masked LMs,
+//! diffusion LMs run in process): every question of a group is read in **one**
+//! pass from a canvas that holds the whole answer template.
+//!
+//! Per group: the prompt (BOS and the chat turn listing the group's questions,
+//! or every question when chained, with earlier answer lines prefilled) is
+//! followed by the answer template `id: label` (each question at its first
+//! label), the end-of-turn token and padding to a multiple of 16; every slot
+//! position then gets a random token drawn with Python's `random.Random(seed)`
+//! (the "noise draw", seed `S + 7919·r` for read `r`). The backend returns the
+//! label log-probabilities at each slot position itself (a bidirectional model
+//! sees both sides), and each slot's restricted softmax is its answer. The stage
+//! walk is the shared one of [`dgem_core::walk`]; the canvas and slot rules are
+//! [`dgem_core::slots`]. The vLLM reader (`dgem-backend-vllm`) follows the same
+//! rules over HTTP; this one reads any [`Backend`](dgem_backend::Backend) whose
+//! attention is bidirectional.
+
+use dgem_backend::{SequenceRead, SlotQuery};
+use dgem_core::envelope::Scoring;
+use dgem_core::labels::labels_for;
+use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
+use dgem_core::readout::{auto_extends, entropy, sample_plan, SlotRead};
+use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question};
+use dgem_core::slots::{
+    answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
+    TemplateSpec,
+};
+use dgem_core::tokenizer::{TokenId, Tokenizer};
+use dgem_core::walk::{chunk_groups, policy_json, GroupReads, ReaderFacts, Walk};
+use dgem_core::CoreError;
+
+use crate::{DecideRequest, Decision, Engine, EngineError};
+
+/// Seed stride between reads (the original server's `seed + 7919·r`).
+const READ_SEED_STRIDE: i64 = 7919;
+/// Seed stride between groups of one decision (the original server's 104729).
+const GROUP_SEED_STRIDE: i64 = 104_729;
+/// Canvas widths are rounded up to a multiple of this.
+const CANVAS_STEP: usize = 16;
+
+fn tokens_of(tok: &dyn Tokenizer, text: &str) -> Result<Vec<TokenId>, EngineError> {
+    Ok(tok.encode(text).map_err(CoreError::from)?)
+}
+
+struct Group<'a> {
+    questions: Vec<&'a Question>,
+    prompt: Vec<TokenId>,
+    template: ResolvedTemplate,
+    width: usize,
+}
+
+/// Decide with joint-canvas reads (see the module docs).
+pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
+    let schema = &req.schema;
+    let tok_arc = engine.backend.tokenizer();
+    let tok = tok_arc.as_ref();
+    let info = engine.backend.info();
+    let mode = engine.label_mode();
+    let canvas_len = engine.config.canvas_len;
+    let ids = CanvasTokens {
+        turn_close: tokens_of(tok, "<end_of_turn>")?
+            .first()
+            .copied()
+            .unwrap_or(0),
+        pad: 0,
+        vocab: u32::try_from(tok.vocab_size()).unwrap_or(u32::MAX),
+    };
+    let stages = dgem_core::stages::schedule(schema)?;
+    let chained = stages.len() > 1 || schema.sequential;
+    let state = state_text(&req.state);
+    let every = schema.asked();
+    let join = match schema.format {
+        AnswerFormat::Lines => "\n",
+        AnswerFormat::Indexed => " ",
+    };
+    let limit = schema.chunk_rows.unwrap_or(canvas_len);
+    let mut walk = Walk::new();
+    let mut k: i64 = 0;
+    for stage in &stages {
+        let asked = walk.ask(schema, stage);
+        let groups = chunk_groups(&asked, |trial| {
+            let labels: Vec<Vec<String>> = trial.iter().map(|q| labels_for(q, mode)).collect();
+            let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
+            Ok::<_, EngineError>(tokens_of(tok, &text)?.len() < limit)
+        })?;
+        for questions in groups {
+            let listed: Vec<&Question> = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
+                every.clone()
+            } else {
+                questions.clone()
+            };
+            let sys = system_text(&SystemTextSpec {
+                questions: &listed,
+                instructions: schema.instructions.as_deref(),
+                format: schema.format,
+                mode,
+                chunked: false,
+            });
+            let mut prompt: Vec<TokenId> = tok.bos_id().into_iter().collect();
+            prompt.extend(tokens_of(
+                tok,
+                &gemma_chat_prompt(schema.layout, &sys, &state),
+            )?);
+            let lead = if walk.lines().is_empty() {
+                String::new()
+            } else {
+                prompt.extend(tokens_of(tok, &walk.lines().join(join))?);
+                join.to_owned()
+            };
+            let labels: Vec<Vec<String>> = questions.iter().map(|q| labels_for(q, mode)).collect();
+            let template = resolve_template(
+                tok,
+                &TemplateSpec {
+                    questions: &questions,
+                    labels: &labels,
+                    head: &[],
+                    lead: &lead,
+                    format: schema.format,
+                    canvas_len,
+                },
+            )?;
+            let width = canvas_width(template.tokens.len(), canvas_len, CANVAS_STEP);
+            if prompt.len() + width > info.max_tokens {
+                return Err(EngineError::Schema(dgem_core::SchemaError::new(
+                    "state",
+                    format!(
+                        "the prompt and canvas are {} tokens; the model holds {} (shorten the state)",
+                        prompt.len() + width,
+                        info.max_tokens
+                    ),
+                )));
+            }
+            let group = Group {
+                questions,
+                prompt,
+                template,
+                width,
+            };
+            let seed = req.seed + GROUP_SEED_STRIDE * k;
+            let out = read_group(engine, req, &group, labels, seed, ids).await?;
+            walk.absorb(out, schema.format);
+            k += 1;
+        }
+    }
+    let facts = ReaderFacts {
+        engine: info.engine.clone(),
+        model: info.model_id.clone(),
+        model_sha256: info.model_sha256.clone(),
+        label_mode: mode.as_str().to_owned(),
+        slot_reading: "joint".into(),
+        constrained: false,
+        calibration: None,
+        chained,
+        prefix_thought: None,
+        state_tokens: tokens_of(tok, &state)?.len(),
+    };
+    let (answers, diagnostics) = walk.finish(schema, facts);
+    Ok(Decision {
+        answers,
+        diagnostics,
+    })
+}
+
+/// The canvas reads `reads` of one group, sent in one backend call.
+async fn run_reads(
+    engine: &Engine,
+    group: &Group<'_>,
+    seed: i64,
+    reads: std::ops::Range<u32>,
+    ids: CanvasTokens,
+) -> Result<(Vec<Vec<SlotRead>>, dgem_backend::ForwardStats), EngineError> {
+    let seqs: Vec<SequenceRead> = reads
+        .map(|r| {
+            let canvas = seed_canvas(
+                &group.template,
+                group.width,
+                seed + READ_SEED_STRIDE * i64::from(r),
+                ids,
+            );
+            let mut tokens = group.prompt.clone();
+            tokens.extend(canvas);
+            let slots = group
+                .template
+                .slots
+                .iter()
+                .map(|s| SlotQuery {
+                    pos: group.prompt.len() + s.pos,
+                    labels: s.label_ids.iter().map(|&id| vec![id]).collect(),
+                })
+                .collect();
+            SequenceRead { tokens, slots }
+        })
+        .collect();
+    let n = seqs.len();
+    let out = engine.backend.forward(seqs).await?;
+    if out.sequences.len() != n {
+        return Err(EngineError::Backend(dgem_backend::BackendError::Model(
+            "backend returned fewer canvases than requested".into(),
+        )));
+    }
+    let reads = out
+        .sequences
+        .iter()
+        .map(|slots| {
+            group
+                .template
+                .slots
+                .iter()
+                .zip(slots)
+                .map(|(slot, s)| {
+                    SlotRead::from_label_logprobs(
+                        &s.label_logprobs,
+                        s.vocab_entropy,
+                        slot.label_ids.contains(&s.argmax_token),
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    Ok((reads, out.stats))
+}
+
+async fn read_group(
+    engine: &Engine,
+    req: &DecideRequest,
+    group: &Group<'_>,
+    labels: Vec<Vec<String>>,
+    seed: i64,
+    ids: CanvasTokens,
+) -> Result<GroupReads, EngineError> {
+    let samples = req.schema.samples;
+    let (first, extra) = sample_plan(samples);
+    let (mut reads, stats) = run_reads(engine, group, seed, 0..first, ids).await?;
+    let (mut queue_ms, mut forward_ms) = (stats.queue_ms, stats.forward_ms);
+    let mut cached = stats.cached_tokens;
+    let first_entropy: Vec<(String, f64)> = group
+        .questions
+        .iter()
+        .zip(reads.first().into_iter().flatten())
+        .map(|(q, r)| (q.id.clone(), entropy(&r.probs)))
+        .collect();
+    let ents: Vec<f64> = first_entropy.iter().map(|(_, h)| *h).collect();
+    let extended = auto_extends(samples, &ents);
+    if extended {
+        let (more, s) = run_reads(engine, group, seed, first..first + extra, ids).await?;
+        reads.extend(more);
+        queue_ms += s.queue_ms;
+        forward_ms += s.forward_ms;
+        cached += s.cached_tokens;
+    }
+    let n = group.questions.len();
+    Ok(GroupReads {
+        questions: group.questions.iter().map(|q| (*q).clone()).collect(),
+        labels,
+        reads,
+        pos: group.template.slots.iter().map(|s| s.pos).collect(),
+        scoring: vec![Scoring::Canvas; n],
+        uncalibrated: vec![None; n],
+        policy: policy_json(samples, extended, &first_entropy),
+        thought: None,
+        queue_ms,
+        forward_ms,
+        calibration_ms: 0.0,
+        prompt_tokens: group.prompt.len() + group.width,
+        cached_tokens: cached,
+    })
+}
