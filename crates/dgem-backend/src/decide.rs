@@ -110,3 +110,132 @@ pub trait Decider: Send + Sync + std::fmt::Debug {
     /// the model or upstream fails (see `BackendError::is_retryable`).
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError>;
 }
+
+/// How far an upstream answer's probabilities may sum from 1 before the reply is
+/// refused (they are rounded by the sender and renormalized here).
+pub const PROBABILITY_SUM_TOLERANCE: f64 = 1e-3;
+
+fn malformed(path: &str, what: String) -> EngineError {
+    EngineError::Backend(BackendError::Model(format!(
+        "malformed decision reply at `{path}`: {what}"
+    )))
+}
+
+impl Decision {
+    /// Read a decision back from its `{answers, diagnostics}` envelope (what
+    /// [`Decision::envelope`] writes, and what a remote dgem or the original
+    /// server answers), checked against the request's `schema`.
+    ///
+    /// Every asked question must have an entry (`null` = skipped by `ask_if`);
+    /// its `probabilities` must name exactly the question's alternatives (a
+    /// yes/no answer may key them `true`/`false`), each a finite number in
+    /// [0, 1], summing to 1 within [`PROBABILITY_SUM_TOLERANCE`] (then
+    /// renormalized). `stderr` and `agreement` are kept when present.
+    /// Diagnostics keys the sender left out take their defaults.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] ([`BackendError::Model`], not retryable) naming
+    /// the path of the first value that breaks a rule.
+    pub fn from_envelope(schema: &ValidSchema, envelope: &Value) -> Result<Decision, EngineError> {
+        let answers_in = envelope
+            .get("answers")
+            .and_then(Value::as_object)
+            .ok_or_else(|| malformed("answers", "missing or not an object".into()))?;
+        let mut answers = IndexMap::new();
+        for q in schema.asked() {
+            let path = format!("answers.{}", q.id);
+            let a = answers_in
+                .get(&q.id)
+                .ok_or_else(|| malformed(&path, "no answer for this question".into()))?;
+            if a.is_null() {
+                answers.insert(q.id.clone(), None);
+                continue;
+            }
+            let probs = a
+                .get("probabilities")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    malformed(
+                        &format!("{path}.probabilities"),
+                        "missing or not an object".into(),
+                    )
+                })?;
+            let boolean = q.kind == dgem_core::schema::QuestionKind::Boolean;
+            let mut dist = Vec::with_capacity(q.alternatives.len());
+            for (i, alt) in q.alternatives.iter().enumerate() {
+                let alias = if boolean {
+                    Some(if i == 0 { "true" } else { "false" })
+                } else {
+                    None
+                };
+                let v = probs
+                    .get(&alt.name)
+                    .or_else(|| alias.and_then(|k| probs.get(k)))
+                    .ok_or_else(|| {
+                        malformed(
+                            &format!("{path}.probabilities"),
+                            format!(
+                                "no probability for '{}' (allowed keys: {})",
+                                alt.name,
+                                q.alternatives
+                                    .iter()
+                                    .map(|a| a.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        )
+                    })?;
+                let p = v
+                    .as_f64()
+                    .filter(|p| p.is_finite() && (0.0..=1.0).contains(p));
+                let p = p.ok_or_else(|| {
+                    malformed(
+                        &format!("{path}.probabilities.{}", alt.name),
+                        format!("must be a number in [0, 1]. Given: {v}"),
+                    )
+                })?;
+                dist.push(p);
+            }
+            if probs.len() != dist.len() {
+                return Err(malformed(
+                    &format!("{path}.probabilities"),
+                    format!(
+                        "{} keys for {} alternatives",
+                        probs.len(),
+                        q.alternatives.len()
+                    ),
+                ));
+            }
+            let sum: f64 = dist.iter().sum();
+            if (sum - 1.0).abs() > PROBABILITY_SUM_TOLERANCE {
+                return Err(malformed(
+                    &format!("{path}.probabilities"),
+                    format!(
+                        "must sum to 1 (within {PROBABILITY_SUM_TOLERANCE}). Given: a sum of {sum}"
+                    ),
+                ));
+            }
+            dist.iter_mut().for_each(|p| *p /= sum);
+            let mut aggregate = dgem_core::readout::aggregate(&[dist]);
+            aggregate.stderr = a.get("stderr").and_then(Value::as_f64);
+            aggregate.agreement = a.get("agreement").and_then(Value::as_f64);
+            answers.insert(
+                q.id.clone(),
+                Some(AnswerOut {
+                    question: q.clone(),
+                    labels: q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+                    aggregate,
+                }),
+            );
+        }
+        let diagnostics = match envelope.get("diagnostics") {
+            None | Some(Value::Null) => Diagnostics::default(),
+            Some(d) => serde_json::from_value(d.clone())
+                .map_err(|e| malformed("diagnostics", e.to_string()))?,
+        };
+        Ok(Decision {
+            answers,
+            diagnostics,
+        })
+    }
+}

@@ -7,11 +7,12 @@
 //! the embedded engine's own (model, label mode, calibration, token counts).
 
 use indexmap::IndexMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::labels::LabelMode;
 use crate::readout::{level_values, score_expectation, score_value, Aggregate};
-use crate::schema::{Question, QuestionKind};
+use crate::schema::{Layout, Question, QuestionKind};
 
 /// One answered question, ready to be written out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -84,7 +85,7 @@ impl AnswerOut {
 }
 
 /// Why a question was skipped by `ask_if` (serving.md §8.2 `skipped`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skip {
     /// The dependency whose answer failed the condition.
     pub because: String,
@@ -95,7 +96,7 @@ pub struct Skip {
 }
 
 /// How a question's options were scored at its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Scoring {
     /// One canvas position read jointly with the other slots; each label is one
@@ -116,7 +117,8 @@ pub enum Scoring {
 }
 
 /// Per-question diagnostics (serving.md §8.2 `questions`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QuestionDiagnostics {
     /// Token position of the slot (in the read's sequence).
     pub pos: usize,
@@ -138,7 +140,7 @@ pub struct QuestionDiagnostics {
 
 /// How a choice question with more than 26 options was answered through
 /// brackets (see [`crate::brackets`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BracketDiagnostics {
     /// Options of the question.
     pub options: usize,
@@ -151,7 +153,8 @@ pub struct BracketDiagnostics {
 }
 
 /// The samples block (serving.md §8.2 `samples`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SamplesDiagnostics {
     /// Reads averaged.
     pub n: u32,
@@ -162,7 +165,8 @@ pub struct SamplesDiagnostics {
 }
 
 /// Timing of a decision, all in ms.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Timing {
     /// Wall time of the whole decision.
     pub total_ms: f64,
@@ -176,13 +180,64 @@ pub struct Timing {
     pub calibration_ms: f64,
 }
 
+/// How a decision's slots were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotReading {
+    /// Every slot of a group read from one canvas (bidirectional models).
+    Joint,
+    /// Each slot read after the prompt (causal models).
+    #[default]
+    Cloze,
+}
+
+impl SlotReading {
+    /// The wire name (`joint` / `cloze`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Joint => "joint",
+            Self::Cloze => "cloze",
+        }
+    }
+}
+
+/// What the prompts of a decision listed (diagnostics `chunk_prompt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkPromptUsed {
+    /// Each group's prompt listed its own questions.
+    #[default]
+    Own,
+    /// Each group's prompt listed every question (`chunk_prompt: "shared"`).
+    Shared,
+    /// A chained decision: every prompt listed every question.
+    Full,
+}
+
+impl ChunkPromptUsed {
+    /// The wire name (`own`, `shared`, `full`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Own => "own",
+            Self::Shared => "shared",
+            Self::Full => "full",
+        }
+    }
+}
+
 /// Decision-level diagnostics (serving.md §8.2 plus dgem-rs keys).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Serializes to the envelope's `diagnostics` object and deserializes from it;
+/// keys a peer server may leave out (dgem-rs's own, or the newer original ones)
+/// take their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Diagnostics {
     /// Denoise steps.
     pub steps: u32,
     /// `document_first` or `schema_first`.
-    pub layout: String,
+    #[serde(default)]
+    pub layout: Layout,
     /// Questions read alone.
     pub isolated: Vec<String>,
     /// Asked ids per stage.
@@ -192,7 +247,8 @@ pub struct Diagnostics {
     /// Ids per group, in the order they were read.
     pub chunks: Vec<Vec<String>>,
     /// `full` when chained, else `own`/`shared`.
-    pub chunk_prompt: String,
+    #[serde(default)]
+    pub chunk_prompt: ChunkPromptUsed,
     /// Whether chunks ran in order.
     pub sequential: bool,
     /// `null`, `prefill` or `restated`.
@@ -221,9 +277,11 @@ pub struct Diagnostics {
     /// Model file sha256, if known.
     pub model_sha256: Option<String>,
     /// `letters` or `words`.
-    pub label_mode: String,
+    #[serde(default)]
+    pub label_mode: LabelMode,
     /// How slots were read: `joint` (one canvas) or `cloze` (each slot after the prompt).
-    pub slot_reading: String,
+    #[serde(default)]
+    pub slot_reading: SlotReading,
     /// Contextual calibration: `null` when off, else the content-free states used.
     pub calibration: Option<Vec<String>>,
     /// A plain-words note on how far these numbers can be trusted.

@@ -6,12 +6,12 @@
 //! position only (engine-notes.md §2), so it reads each option by its own word:
 //! [`LabelMode::Words`].
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::schema::{Question, QuestionKind};
 
 /// Which tokens stand for an answer at a slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum LabelMode {
     /// `A`–`Z`, `yes`/`no`, `1`–`9` (serving.md §4.1).

@@ -34,8 +34,10 @@ use indexmap::IndexMap;
 use serde_json::{json, Value};
 
 use crate::envelope::{
-    AnswerOut, Diagnostics, QuestionDiagnostics, SamplesDiagnostics, Scoring, Skip, Timing,
+    AnswerOut, ChunkPromptUsed, Diagnostics, QuestionDiagnostics, SamplesDiagnostics, Scoring,
+    Skip, SlotReading, Timing,
 };
+use crate::labels::LabelMode;
 use crate::readout::{aggregate, argmax, SlotRead};
 use crate::schema::{AnswerFormat, ChunkPrompt, Question, SamplePolicy, ValidSchema};
 use crate::slots::answer_text;
@@ -140,10 +142,10 @@ pub struct ReaderFacts {
     pub model: String,
     /// Model file sha256, if known.
     pub model_sha256: Option<String>,
-    /// `letters` or `words`.
-    pub label_mode: String,
-    /// `joint` or `cloze`.
-    pub slot_reading: String,
+    /// Label mode in effect.
+    pub label_mode: LabelMode,
+    /// How slots were read.
+    pub slot_reading: SlotReading,
     /// Whether backend entropy is over labels only.
     pub constrained: bool,
     /// The content-free states used for contextual calibration, when on.
@@ -304,23 +306,23 @@ impl Walk {
             Value::Array(self.policies)
         };
         let chunk_prompt = if facts.chained {
-            "full"
+            ChunkPromptUsed::Full
         } else if schema.chunk_prompt == ChunkPrompt::Shared {
-            "shared"
+            ChunkPromptUsed::Shared
         } else {
-            "own"
+            ChunkPromptUsed::Own
         };
         // Earlier answers were prefilled only when a later stage was read (or
         // groups ran in order): with every later stage skipped there was none.
         let conditioned = self.stages.len() > 1 || schema.sequential;
         let diagnostics = Diagnostics {
             steps: schema.steps,
-            layout: schema.layout.as_str().to_owned(),
+            layout: schema.layout,
             isolated: schema.isolated(),
             stages: self.stages,
             skipped: self.skipped,
             chunks: self.chunks,
-            chunk_prompt: chunk_prompt.into(),
+            chunk_prompt,
             sequential: schema.sequential,
             conditioning: conditioned.then(|| "prefill".to_owned()),
             thought,

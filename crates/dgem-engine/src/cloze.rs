@@ -540,8 +540,8 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),
-        label_mode: engine.label_mode().as_str().to_owned(),
-        slot_reading: "cloze".into(),
+        label_mode: engine.label_mode(),
+        slot_reading: dgem_core::envelope::SlotReading::Cloze,
         constrained: false,
         calibration: ctx.calibrate.then(|| {
             CONTENT_FREE_STATES

@@ -58,8 +58,8 @@ async fn answers_follow_the_script_exactly() {
     assert!((urgent.aggregate.normalized_entropy - 1.0).abs() < 1e-9);
     // label_mass: the script puts half of the vocabulary mass on the labels.
     assert!((d.diagnostics.questions["team"].label_mass - 0.5).abs() < 1e-9);
-    assert_eq!(d.diagnostics.slot_reading, "cloze");
-    assert_eq!(d.diagnostics.label_mode, "words");
+    assert_eq!(d.diagnostics.slot_reading.as_str(), "cloze");
+    assert_eq!(d.diagnostics.label_mode.as_str(), "words");
     assert_eq!(d.diagnostics.calibration, None);
 }
 

@@ -102,7 +102,7 @@ async fn isolate_auto_gives_each_yes_no_question_its_own_prompt() {
         [vec!["urgent"], vec!["refund"], vec!["team"]]
     );
     assert_eq!(d.diagnostics.timing.reads, 3);
-    assert_eq!(d.diagnostics.chunk_prompt, "own");
+    assert_eq!(d.diagnostics.chunk_prompt.as_str(), "own");
     let prompts = seen.lock().expect("lock").clone();
     assert_eq!(prompts.len(), 3);
     assert!(prompts[0].contains("Is it urgent?") && !prompts[0].contains("Which team?"));
@@ -222,7 +222,7 @@ async fn a_bidirectional_backend_is_read_jointly_from_one_canvas_per_group() {
             {"id": "team", "type": "choice", "options": ["billing", "engineering", "support"]}]})))
         .await
         .expect("decision");
-    assert_eq!(d.diagnostics.slot_reading, "joint");
+    assert_eq!(d.diagnostics.slot_reading.as_str(), "joint");
     assert_eq!(b.calls(), 1, "one pass for the whole group");
     assert_eq!(d.diagnostics.chunks, [vec!["urgent", "team"]]);
     let team = d.answers["team"].as_ref().expect("answered");

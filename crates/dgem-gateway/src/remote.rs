@@ -1,19 +1,18 @@
 //! [`RemoteDecider`]: a [`Decider`] over the gateway's routed backends, so the
 //! MCP server (and anything else that takes `Arc<dyn Decider>`) can run over the
 //! gateway. The validated schema is written back to its wire form, routed like
-//! any decision, and the reply's probabilities become a [`Decision`] again.
+//! any decision, and the reply becomes a [`Decision`] again through
+//! [`Decision::from_envelope`] (every diagnostics key kept, the answers checked
+//! against the request).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dgem_backend::{Attention, BackendError, BackendInfo, Health};
-use dgem_core::envelope::{AnswerOut, Diagnostics, SamplesDiagnostics, Timing};
 use dgem_core::labels::LabelMode;
-use dgem_core::readout::aggregate;
 use dgem_core::schema::{QuestionKind, SamplePolicy, ValidSchema};
 use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 use futures_util::FutureExt as _;
-use indexmap::IndexMap;
 use serde_json::{json, Map, Value};
 
 use crate::error::GatewayError;
@@ -114,94 +113,6 @@ fn to_engine_error(e: GatewayError) -> EngineError {
     }
 }
 
-/// Rebuild a [`Decision`] from an envelope, in the schema's question order.
-fn decision(schema: &ValidSchema, envelope: &Value) -> Decision {
-    let answers_in = envelope.get("answers").and_then(Value::as_object);
-    let mut answers = IndexMap::new();
-    for q in schema.asked() {
-        let a = answers_in
-            .and_then(|m| m.get(&q.id))
-            .filter(|a| !a.is_null());
-        let out = a.map(|a| {
-            let probs = a.get("probabilities").and_then(Value::as_object);
-            let dist: Vec<f64> = q
-                .alternatives
-                .iter()
-                .map(|alt| {
-                    probs
-                        .and_then(|p| p.get(&alt.name))
-                        .and_then(Value::as_f64)
-                        .unwrap_or(0.0)
-                })
-                .collect();
-            AnswerOut {
-                question: q.clone(),
-                labels: q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
-                aggregate: aggregate(&[dist]),
-            }
-        });
-        answers.insert(q.id.clone(), out);
-    }
-    let d = envelope.get("diagnostics").cloned().unwrap_or_default();
-    let num = |k: &str| d.pointer(k).and_then(Value::as_f64).unwrap_or(0.0);
-    let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let diagnostics = Diagnostics {
-        steps: schema.steps,
-        layout: schema.layout.as_str().into(),
-        isolated: Vec::new(),
-        stages: Vec::new(),
-        skipped: IndexMap::new(),
-        chunks: Vec::new(),
-        chunk_prompt: text("chunk_prompt"),
-        sequential: schema.sequential,
-        conditioning: None,
-        thought: None,
-        samples: SamplesDiagnostics {
-            n: d.pointer("/samples/n")
-                .and_then(Value::as_u64)
-                .map_or(1, |n| n as u32),
-            tops: Vec::new(),
-            policy: d.pointer("/samples/policy").cloned().unwrap_or(Value::Null),
-        },
-        timing: Timing {
-            total_ms: num("/timing/total_ms"),
-            reads: d
-                .pointer("/timing/reads")
-                .and_then(Value::as_u64)
-                .map_or(0, |n| n as u32),
-            queue_ms: num("/timing/queue_ms"),
-            forward_ms: num("/timing/forward_ms"),
-            calibration_ms: num("/timing/calibration_ms"),
-        },
-        prompt_tokens: d
-            .get("prompt_tokens")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize),
-        cached_tokens: 0,
-        state_tokens: 0,
-        questions: IndexMap::new(),
-        engine: text("engine"),
-        constrained: d
-            .get("constrained")
-            .and_then(Value::as_bool)
-            .unwrap_or(true),
-        model: text("model"),
-        model_sha256: d
-            .get("model_sha256")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        label_mode: text("label_mode"),
-        slot_reading: text("slot_reading"),
-        calibration: None,
-        note: d.get("note").and_then(Value::as_str).map(str::to_string),
-        brackets: Default::default(),
-    };
-    Decision {
-        answers,
-        diagnostics,
-    }
-}
-
 #[async_trait]
 impl Decider for RemoteDecider {
     fn info(&self) -> BackendInfo {
@@ -245,6 +156,8 @@ impl Decider for RemoteDecider {
             })
             .await
             .map_err(to_engine_error)?;
-        Ok(decision(&req.schema, &routed.value))
+        // The reply is read back through the seam's one envelope reader, which
+        // checks it against the request (ids, alternatives, ranges, sums).
+        Decision::from_envelope(&req.schema, &routed.value)
     }
 }

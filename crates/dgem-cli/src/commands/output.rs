@@ -62,7 +62,9 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let _ = writeln!(
         out,
         "  reading:      {} slots, {} labels, layout {}",
-        g.slot_reading, g.label_mode, g.layout
+        g.slot_reading.as_str(),
+        g.label_mode.as_str(),
+        g.layout.as_str()
     );
     let _ = writeln!(
         out,

@@ -235,7 +235,7 @@ pub enum SamplePolicy {
 }
 
 /// Where the state and the question block go in the prompt (reference.md §1.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
     /// State first inside `<user_text>`, then the question block (default).

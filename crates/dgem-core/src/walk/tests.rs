@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::envelope::{ChunkPromptUsed, SlotReading};
 use crate::schema::SchemaDefaults;
 use crate::stages::schedule;
 
@@ -53,8 +54,8 @@ fn facts(chained: bool) -> ReaderFacts {
         engine: "test".into(),
         model: "m".into(),
         model_sha256: None,
-        label_mode: "words".into(),
-        slot_reading: "cloze".into(),
+        label_mode: crate::labels::LabelMode::Words,
+        slot_reading: SlotReading::Cloze,
         constrained: false,
         calibration: None,
         chained,
@@ -114,7 +115,7 @@ fn ask_if_skips_are_recorded_with_the_dependency_answer() {
     );
     assert_eq!(d.stages, vec![vec!["a".to_owned()]]);
     assert_eq!(d.conditioning, None, "every later stage was skipped");
-    assert_eq!(d.chunk_prompt, "full");
+    assert_eq!(d.chunk_prompt, ChunkPromptUsed::Full);
 }
 
 #[test]
@@ -149,7 +150,7 @@ fn absorb_keeps_tops_per_read_and_schema_order() {
     assert_eq!(d.samples.tops[0]["t"], ("billing".to_owned(), 0.6, 0.5));
     assert_eq!(d.samples.tops[1]["t"].0, "tech");
     assert_eq!(d.chunks, vec![vec!["u".to_owned()], vec!["t".to_owned()]]);
-    assert_eq!(d.chunk_prompt, "own");
+    assert_eq!(d.chunk_prompt, ChunkPromptUsed::Own);
     assert_eq!(d.conditioning, None);
     assert_eq!(d.cached_tokens, 6);
     assert_eq!(d.prompt_tokens, Some(40));

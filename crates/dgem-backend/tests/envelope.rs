@@ -1,0 +1,154 @@
+//! `Decision::from_envelope`: the envelope a decision writes reads back to the
+//! same decision, and a reply that does not answer the request is refused.
+
+use dgem_backend::{Decision, EngineError};
+use dgem_core::envelope::{ChunkPromptUsed, Scoring, SlotReading};
+use dgem_core::labels::LabelMode;
+use dgem_core::readout::SlotRead;
+use dgem_core::schema::{SamplePolicy, SchemaDefaults, ValidSchema};
+use dgem_core::walk::{policy_json, GroupReads, ReaderFacts, Walk};
+use serde_json::{json, Value};
+
+fn schema() -> ValidSchema {
+    ValidSchema::from_value(
+        &json!({"questions": [
+            {"id": "urgent", "type": "noul"},
+            {"id": "team", "type": "choice", "options": ["billing", "support"]},
+            {"id": "refund", "type": "noul", "ask_if": {"urgent": ["yes"]}}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid")
+}
+
+fn read(p: Vec<f64>) -> SlotRead {
+    SlotRead {
+        probs: p,
+        label_mass: 0.4,
+        entropy: 2.5,
+        argmax_is_label: true,
+    }
+}
+
+fn decision(s: &ValidSchema) -> Decision {
+    let mut walk = Walk::new();
+    let stages = dgem_core::stages::schedule(s).expect("stages");
+    let asked = walk.ask(s, &stages[0]);
+    walk.absorb(
+        GroupReads {
+            questions: asked.iter().map(|q| (*q).clone()).collect(),
+            labels: asked
+                .iter()
+                .map(|q| q.alternatives.iter().map(|a| a.name.clone()).collect())
+                .collect(),
+            reads: vec![
+                vec![read(vec![0.3, 0.7]), read(vec![0.6, 0.4])],
+                vec![read(vec![0.1, 0.9]), read(vec![0.8, 0.2])],
+            ],
+            pos: vec![12, 30],
+            scoring: vec![Scoring::FirstToken, Scoring::Sequence],
+            uncalibrated: vec![None, None],
+            policy: policy_json(SamplePolicy::Fixed { n: 2 }, false, &[]),
+            thought: None,
+            queue_ms: 1.0,
+            forward_ms: 5.0,
+            calibration_ms: 0.0,
+            prompt_tokens: 40,
+            cached_tokens: 8,
+        },
+        s.format,
+    );
+    assert!(walk.ask(s, &stages[1]).is_empty(), "urgent said no");
+    let (answers, diagnostics) = walk.finish(
+        s,
+        ReaderFacts {
+            engine: "test".into(),
+            model: "m".into(),
+            model_sha256: Some("abc".into()),
+            label_mode: LabelMode::Words,
+            slot_reading: SlotReading::Cloze,
+            constrained: false,
+            calibration: None,
+            chained: true,
+            prefix_thought: None,
+            state_tokens: 9,
+        },
+    );
+    Decision {
+        answers,
+        diagnostics,
+    }
+}
+
+fn refused(envelope: &Value) -> String {
+    match Decision::from_envelope(&schema(), envelope) {
+        Err(EngineError::Backend(e)) => e.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_envelope_reads_back_to_the_same_decision() {
+    let s = schema();
+    let d = decision(&s);
+    let back = Decision::from_envelope(&s, &d.envelope()).expect("reads back");
+    assert_eq!(
+        back.diagnostics, d.diagnostics,
+        "every diagnostics key kept"
+    );
+    assert_eq!(back.diagnostics.chunk_prompt, ChunkPromptUsed::Full);
+    assert_eq!(
+        back.diagnostics.questions["team"].scoring,
+        Scoring::Sequence
+    );
+    assert_eq!(back.answers.len(), 3);
+    assert!(back.answers["refund"].is_none());
+    for id in ["urgent", "team"] {
+        let (a, b) = (
+            d.answers[id].as_ref().expect("a"),
+            back.answers[id].as_ref().expect("b"),
+        );
+        assert_eq!(a.answer_name(), b.answer_name());
+        for (x, y) in a.aggregate.mean.iter().zip(&b.aggregate.mean) {
+            assert!((x - y).abs() < 1e-12);
+        }
+        assert_eq!(a.aggregate.agreement, b.aggregate.agreement);
+        assert_eq!(a.aggregate.stderr, b.aggregate.stderr);
+    }
+    assert_eq!(back.envelope(), d.envelope());
+}
+
+#[test]
+fn a_reply_that_does_not_answer_the_request_is_refused() {
+    let ok = decision(&schema()).envelope();
+    let mut other_ids = ok.clone();
+    other_ids["answers"] = json!({"something": {"probabilities": {"yes": 1.0, "no": 0.0}}});
+    assert!(refused(&other_ids).contains("`answers.urgent`: no answer"));
+    let mut negative = ok.clone();
+    negative["answers"]["team"]["probabilities"] = json!({"billing": -0.2, "support": 1.2});
+    assert!(refused(&negative)
+        .contains("`answers.team.probabilities.billing`: must be a number in [0, 1]"));
+    let mut half = ok.clone();
+    half["answers"]["team"]["probabilities"] = json!({"billing": 0.25, "support": 0.25});
+    assert!(refused(&half).contains("must sum to 1"));
+    let mut extra = ok.clone();
+    extra["answers"]["team"]["probabilities"]["other"] = json!(0.0);
+    assert!(refused(&extra).contains("3 keys for 2 alternatives"));
+    let mut wrong_name = ok.clone();
+    wrong_name["answers"]["team"]["probabilities"] = json!({"billing": 0.5, "sales": 0.5});
+    assert!(refused(&wrong_name)
+        .contains("no probability for 'support' (allowed keys: billing, support)"));
+    assert!(refused(&json!({"success": false})).contains("`answers`"));
+    let mut bad_diag = ok;
+    bad_diag["diagnostics"]["layout"] = json!("sideways");
+    assert!(refused(&bad_diag).contains("`diagnostics`"));
+}
+
+#[test]
+fn yes_no_answers_keyed_true_false_are_read() {
+    let mut env = decision(&schema()).envelope();
+    env["answers"]["urgent"]["probabilities"] = json!({"true": 0.8, "false": 0.2});
+    let d = Decision::from_envelope(&schema(), &env).expect("reads");
+    let u = d.answers["urgent"].as_ref().expect("answered");
+    assert_eq!(u.answer_name(), "yes");
+    assert!((u.aggregate.confidence - 0.8).abs() < 1e-12);
+}
