@@ -39,12 +39,89 @@ pub fn render(
         name: name.to_string(),
         detail: e.to_string(),
     })?;
+    // gtmpl has no depth limit: a template that calls itself overflows the stack
+    // and aborts the process, so cycles are refused before rendering.
+    check_recursion(&tmpl).map_err(|detail| TemplateError::Parse {
+        name: name.to_string(),
+        detail,
+    })?;
     let data = Value::Map(vars.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect());
     tmpl.render(&Context::from(data))
         .map_err(|e| TemplateError::Render {
             name: name.to_string(),
             detail: e.to_string(),
         })
+}
+
+/// Most spaces `indent` may add per line, and the largest `printf` width or
+/// precision: bounds on what one helper call can make a render allocate.
+pub const MAX_PAD: usize = 10_000;
+
+/// The names of the templates `text` (a parsed tree printed back) calls with
+/// `{{template NAME …}}`; a dynamic name comes back as `None`.
+fn template_calls(text: &str) -> Vec<Option<String>> {
+    text.match_indices("{{template ")
+        .map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            let end = rest.find([' ', '}']).unwrap_or(rest.len());
+            let name = &rest[..end];
+            // A constant name prints bare; a pipeline prints with its own syntax.
+            (!name.is_empty() && !name.starts_with(['(', '$', '.', '"'])).then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// Refuse templates that can call themselves (directly or through others): the
+/// renderer has no depth limit.
+fn check_recursion(tmpl: &Template) -> Result<(), String> {
+    let calls: HashMap<&str, Vec<Option<String>>> = tmpl
+        .tree_set
+        .iter()
+        .map(|(name, tree)| {
+            let text = tree
+                .root
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            (name.as_str(), template_calls(&text))
+        })
+        .collect();
+    fn visit<'a>(
+        name: &'a str,
+        calls: &'a HashMap<&'a str, Vec<Option<String>>>,
+        path: &mut Vec<&'a str>,
+    ) -> Result<(), String> {
+        if let Some(start) = path.iter().position(|p| *p == name) {
+            let mut cycle: Vec<&str> = path[start..].to_vec();
+            cycle.push(name);
+            return Err(format!(
+                "template \"{name}\" calls itself ({}); recursive templates are not supported",
+                cycle.join(" → ")
+            ));
+        }
+        let Some(next) = calls.get(name) else {
+            return Ok(());
+        };
+        path.push(name);
+        for callee in next {
+            match callee {
+                Some(c) => visit(c.as_str(), calls, path)?,
+                None => {
+                    return Err(format!(
+                        "template \"{name}\" calls a template by a computed name; only constant names (`{{{{template \"x\"}}}}`) are supported"
+                    ))
+                }
+            }
+        }
+        path.pop();
+        Ok(())
+    }
+    let mut names: Vec<&&str> = calls.keys().collect();
+    names.sort();
+    for name in names {
+        visit(name, &calls, &mut Vec::new())?;
+    }
+    Ok(())
 }
 
 /// The helper functions registered on every template.
@@ -209,6 +286,11 @@ fn indent(args: &[Value]) -> Result<Value, FuncError> {
             gofmt::go_text(n)
         ))
     })?;
+    if n > MAX_PAD as u64 {
+        return Err(FuncError::Generic(format!(
+            "indent: at most {MAX_PAD} spaces; got {n}"
+        )));
+    }
     let pad = " ".repeat(n as usize);
     let text = text_arg("indent", s)?;
     let out: Vec<String> = text
@@ -257,6 +339,44 @@ mod tests {
 
     fn r(text: &str, v: Json) -> String {
         render("t", text, &vars(v)).expect("renders")
+    }
+
+    fn fails(text: &str) -> String {
+        render("t", text, &serde_json::Map::new())
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn recursive_template_is_refused_instead_of_overflowing_the_stack() {
+        let e = fails(r#"{{ define "a" }}{{ template "a" }}{{ end }}{{ template "a" }}"#);
+        assert!(e.contains("template \"a\" calls itself (a → a)"), "{e}");
+        let e = fails(
+            r#"{{ define "a" }}{{ template "b" . }}{{ end }}{{ define "b" }}{{ if . }}{{ template "a" . }}{{ end }}{{ end }}{{ template "a" 1 }}"#,
+        );
+        assert!(e.contains("recursive templates are not supported"), "{e}");
+        // A template called twice, without a cycle, renders.
+        assert_eq!(
+            r(
+                r#"{{ define "x" }}X{{ end }}{{ template "x" }}{{ template "x" }}"#,
+                json!({})
+            ),
+            "XX"
+        );
+    }
+
+    #[test]
+    fn huge_printf_width_and_indent_are_errors_not_crashes() {
+        let e = fails(r#"{{ printf "%999999999d" 1 }}"#);
+        assert!(e.contains("widths and precisions are at most 10000"), "{e}");
+        let e = fails(r#"{{ printf "%.99999999999s" "x" }}"#);
+        assert!(e.contains("at most 10000"), "{e}");
+        let e = fails(r#"{{ indent 99999999999 "x" }}"#);
+        assert!(e.contains("indent: at most 10000 spaces"), "{e}");
+        assert_eq!(
+            r(r#"{{ printf "%5d|%-3s|" 42 "a" }}"#, json!({})),
+            "   42|a  |"
+        );
     }
 
     #[test]

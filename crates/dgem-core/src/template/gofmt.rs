@@ -147,6 +147,18 @@ pub(crate) fn printf(args: &[Value]) -> Result<Value, FuncError> {
                 "printf: `*` widths and `[n]` argument indexes are not supported (in `%{flags}{verb}`)"
             )));
         }
+        // A huge width or precision would allocate (or, in gtmpl, panic) before
+        // anything checks it: refuse it with the limit.
+        let too_big = flags
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|d| !d.is_empty())
+            .any(|d| d.len() > 5 || d.parse::<usize>().is_ok_and(|n| n > super::MAX_PAD));
+        if too_big {
+            return Err(FuncError::Generic(format!(
+                "printf: widths and precisions are at most {} (in `%{flags}{verb}`)",
+                super::MAX_PAD
+            )));
+        }
         let Some(arg) = rest.get(next) else {
             out.push_str(&format!("%!{verb}(MISSING)"));
             continue;
