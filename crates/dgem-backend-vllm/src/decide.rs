@@ -5,15 +5,15 @@
 
 use std::time::Instant;
 
+use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{DecideRequest, Decision, EngineError};
 use dgem_core::prompt::{state_text, system_text, SystemTextSpec};
 use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question, ValidSchema};
 use dgem_core::slots::answer_text;
 use dgem_core::stages::schedule;
 use dgem_core::tokenizer::TokenId;
-use dgem_core::walk::{chunk_groups, GroupReads, ReaderFacts, Walk};
+use dgem_core::walk::{GroupReads, ReaderFacts};
 use dgem_core::CoreError;
-use futures_util::StreamExt as _;
 
 use crate::config::{GROUP_SEED_STRIDE, MAX_PARALLEL};
 use crate::group::{GroupPlan, Route};
@@ -30,32 +30,120 @@ impl VllmDecider {
         })
     }
 
-    /// serving.md §7.4 `chunk_groups`: `alone` questions read by themselves; the
-    /// rest fill groups up to `chunk_rows` (or the canvas) rows.
-    pub(crate) fn chunk_groups(
+    /// serving.md §7.4 `chunk_groups`' fit: the trial group's answer template,
+    /// with the scaffold and the end-of-turn token, within `chunk_rows` (or the
+    /// canvas) rows.
+    fn group_fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+        let limit = schema.chunk_rows.unwrap_or(self.cfg.canvas_len);
+        let labels: Vec<Vec<String>> = trial
+            .iter()
+            .map(|x| dgem_core::labels::labels_for(x, self.mode))
+            .collect();
+        let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
+        let enc = self
+            .tok
+            .encode(&text)
+            .map_err(|e| EngineError::from(CoreError::from(e)))?;
+        // rows = scaffold + template + the end-of-turn token, at most `limit`.
+        let rows = self.scaffold.full.len() + enc.len() + 1;
+        Ok(rows <= limit)
+    }
+}
+
+/// The vLLM reader under the shared stage walker: what each group sends
+/// (serving.md §7.5's table) from the chained prefix built once per decision.
+struct VllmReader<'a> {
+    d: &'a VllmDecider,
+    state: String,
+    all: Vec<&'a Question>,
+    sys_full: String,
+    join: &'static str,
+    base_ids: Vec<TokenId>,
+    has_prefix_thought: bool,
+}
+
+impl VllmReader<'_> {
+    fn plan(
         &self,
         schema: &ValidSchema,
-        asked: &[&Question],
-    ) -> Result<Vec<Vec<Question>>, EngineError> {
-        let limit = schema.chunk_rows.unwrap_or(self.cfg.canvas_len);
-        let groups = chunk_groups(asked, |trial| {
-            let labels: Vec<Vec<String>> = trial
-                .iter()
-                .map(|x| dgem_core::labels::labels_for(x, self.mode))
-                .collect();
-            let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
-            let enc = self
-                .tok
-                .encode(&text)
-                .map_err(|e| EngineError::from(CoreError::from(e)))?;
-            // rows = scaffold + template + the end-of-turn token, at most `limit`.
-            let rows = self.scaffold.full.len() + enc.len() + 1;
-            Ok::<_, EngineError>(rows <= limit)
-        })?;
-        Ok(groups
-            .into_iter()
-            .map(|g| g.into_iter().cloned().collect())
-            .collect())
+        group: Vec<Question>,
+        lines: &[String],
+        chained: bool,
+    ) -> Result<GroupPlan, EngineError> {
+        let d = self.d;
+        if !lines.is_empty() {
+            let mut ids = self.base_ids.clone();
+            ids.extend(
+                d.tok
+                    .encode(&lines.join(self.join))
+                    .map_err(|e| EngineError::from(CoreError::from(e)))?,
+            );
+            return Ok(GroupPlan {
+                questions: group,
+                route: Route::Tokens(ids),
+                sys: self.sys_full.clone(),
+                head: Vec::new(),
+                lead: self.join.to_owned(),
+                think: 0,
+            });
+        }
+        if chained {
+            let (route, head) = if self.has_prefix_thought {
+                (Route::Tokens(self.base_ids.clone()), Vec::new())
+            } else {
+                (Route::Chat, d.scaffold.full.clone())
+            };
+            return Ok(GroupPlan {
+                questions: group,
+                route,
+                sys: self.sys_full.clone(),
+                head,
+                lead: String::new(),
+                think: 0,
+            });
+        }
+        let sys = if schema.chunk_prompt == ChunkPrompt::Shared {
+            d.system(schema, &self.all, true)
+        } else {
+            let refs: Vec<&Question> = group.iter().collect();
+            d.system(schema, &refs, false)
+        };
+        Ok(GroupPlan {
+            questions: group,
+            route: Route::Chat,
+            sys,
+            head: d.scaffold.full.clone(),
+            lead: String::new(),
+            think: schema.think,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl GroupReader for VllmReader<'_> {
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+        self.d.group_fits(schema, trial)
+    }
+
+    async fn read_group(
+        &self,
+        req: &DecideRequest,
+        call: GroupCall<'_>,
+    ) -> Result<GroupReads, EngineError> {
+        let group: Vec<Question> = call.questions.iter().map(|q| (*q).clone()).collect();
+        let plan = self.plan(&req.schema, group, &call.lines, call.chained)?;
+        self.d
+            .run_group(
+                &req.schema,
+                &self.state,
+                plan,
+                req.seed + GROUP_SEED_STRIDE * call.k,
+            )
+            .await
+    }
+
+    fn concurrency(&self) -> usize {
+        MAX_PARALLEL
     }
 }
 
@@ -87,89 +175,16 @@ pub(crate) async fn decide(d: &VllmDecider, req: DecideRequest) -> Result<Decisi
             base_ids.extend(&d.scaffold.full);
         }
     }
-    let plan = |group: Vec<Question>, lines: &[String]| -> Result<GroupPlan, EngineError> {
-        if !lines.is_empty() {
-            let mut ids = base_ids.clone();
-            ids.extend(
-                d.tok
-                    .encode(&lines.join(join))
-                    .map_err(|e| EngineError::from(CoreError::from(e)))?,
-            );
-            return Ok(GroupPlan {
-                questions: group,
-                route: Route::Tokens(ids),
-                sys: sys_full.clone(),
-                head: Vec::new(),
-                lead: join.to_owned(),
-                think: 0,
-            });
-        }
-        if chained {
-            let (route, head) = if prefix_thought.is_some() {
-                (Route::Tokens(base_ids.clone()), Vec::new())
-            } else {
-                (Route::Chat, d.scaffold.full.clone())
-            };
-            return Ok(GroupPlan {
-                questions: group,
-                route,
-                sys: sys_full.clone(),
-                head,
-                lead: String::new(),
-                think: 0,
-            });
-        }
-        let sys = if schema.chunk_prompt == ChunkPrompt::Shared {
-            d.system(schema, &all, true)
-        } else {
-            let refs: Vec<&Question> = group.iter().collect();
-            d.system(schema, &refs, false)
-        };
-        Ok(GroupPlan {
-            questions: group,
-            route: Route::Chat,
-            sys,
-            head: d.scaffold.full.clone(),
-            lead: String::new(),
-            think: schema.think,
-        })
+    let reader = VllmReader {
+        d,
+        state: state.clone(),
+        all,
+        sys_full,
+        join,
+        base_ids,
+        has_prefix_thought: prefix_thought.is_some(),
     };
-
-    let mut acc = Walk::new();
-    let mut k: i64 = 0;
-    for level in &levels {
-        let asked = acc.ask(schema, level);
-        if asked.is_empty() {
-            continue;
-        }
-        let groups = d.chunk_groups(schema, &asked)?;
-        if schema.sequential || groups.len() == 1 {
-            for g in groups {
-                let p = plan(g, acc.lines())?;
-                let out = d
-                    .run_group(schema, &state, p, req.seed + GROUP_SEED_STRIDE * k)
-                    .await?;
-                acc.absorb(out, schema.format);
-                k += 1;
-            }
-        } else {
-            let n = i64::try_from(groups.len()).unwrap_or(i64::MAX);
-            let mut futs = Vec::with_capacity(groups.len());
-            for (i, g) in groups.into_iter().enumerate() {
-                let p = plan(g, acc.lines())?;
-                let seed = req.seed + GROUP_SEED_STRIDE * (k + i as i64);
-                futs.push(d.run_group(schema, &state, p, seed));
-            }
-            let outs: Vec<Result<GroupReads, EngineError>> = futures_util::stream::iter(futs)
-                .buffered(MAX_PARALLEL)
-                .collect()
-                .await;
-            for out in outs {
-                acc.absorb(out?, schema.format);
-            }
-            k += n;
-        }
-    }
+    let (acc, _) = walker::walk(&reader, &req).await?;
     let state_tokens = d
         .tok
         .encode(&state)

@@ -20,6 +20,7 @@
 pub mod brackets;
 mod decide;
 mod error;
+pub mod walker;
 
 use std::sync::Arc;
 

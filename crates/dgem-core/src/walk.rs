@@ -10,9 +10,9 @@
 //! [`Walk::finish`] then builds the answers in schema order and the one
 //! [`Diagnostics`] value of the decision.
 //!
-//! The walk itself (when to read, what prompt a group gets) belongs to the
-//! reader; this module only keeps what every reader must keep the same way, so a
-//! readout fix is made once.
+//! The async loop over stages and groups is `dgem_backend::walker::walk`, which
+//! every reader runs under (cloze, joint canvas, vLLM); this module keeps the
+//! synchronous bookkeeping it folds reads into, so a readout fix is made once.
 //!
 //! ```
 //! use dgem_core::schema::{SchemaDefaults, ValidSchema};

@@ -1,7 +1,7 @@
 //! Cloze reading for causal backends: every question is read after `id:` at the
 //! end of its group's prompt.
 //!
-//! The stage walk is the shared one of [`dgem_core::walk`]: stages in order,
+//! The stage walk is the shared one ([`dgem_backend::walker`]): stages in order,
 //! `ask_if` skips, groups from [`chunk_groups`] (an `alone` question — set by
 //! the schema or by `isolate` — gets a prompt of its own; a causal read has no
 //! canvas, so the other questions of a stage always share one group), earlier
@@ -13,6 +13,7 @@
 
 use std::time::Instant;
 
+use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
@@ -20,10 +21,10 @@ use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSp
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
-use dgem_core::schema::{ChunkPrompt, Question, ValidSchema};
+use dgem_core::schema::{Question, ValidSchema};
 use dgem_core::slots::{python_random, python_randrange, resolve_cloze, ClozeSlot};
 use dgem_core::tokenizer::{TokenId, Tokenizer};
-use dgem_core::walk::{chunk_groups, policy_json, GroupReads, ReaderFacts, Walk};
+use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::SchemaError;
 
 use crate::calibration::{PriorKey, CONTENT_FREE_STATES};
@@ -494,48 +495,59 @@ impl Ctx<'_> {
     }
 }
 
+/// The cloze reader under the shared stage walker.
+struct ClozeReader<'a> {
+    ctx: Ctx<'a>,
+    state: String,
+}
+
+#[async_trait::async_trait]
+impl GroupReader for ClozeReader<'_> {
+    /// A causal read has no canvas: the questions of a stage always share one group.
+    fn fits(&self, _schema: &ValidSchema, _trial: &[&Question]) -> Result<bool, EngineError> {
+        Ok(true)
+    }
+
+    async fn read_group(
+        &self,
+        _req: &DecideRequest,
+        call: GroupCall<'_>,
+    ) -> Result<GroupReads, EngineError> {
+        // Earlier answers are prefilled in the model's turn, one line each.
+        let prefill = match call.lines.as_slice() {
+            [] => String::new(),
+            lines => format!("{}\n", lines.join("\n")),
+        };
+        self.ctx
+            .read_group(&call.questions, &call.listed, &self.state, &prefill)
+            .await
+    }
+}
+
 /// Decide with cloze reads (see the module docs).
 pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
     let schema = &req.schema;
     let tok_arc = engine.backend.tokenizer();
     let info = engine.backend.info();
-    let ctx = Ctx {
-        engine,
-        tok: tok_arc.as_ref(),
-        schema,
-        seed: req.seed,
-        calibrate: engine.calibrates(),
-        max_tokens: info.max_tokens,
-    };
-    let stages = dgem_core::stages::schedule(schema)?;
-    let chained = stages.len() > 1 || schema.sequential;
     let state = state_text(&req.state);
-    let state_tokens = ctx
+    let reader = ClozeReader {
+        ctx: Ctx {
+            engine,
+            tok: tok_arc.as_ref(),
+            schema,
+            seed: req.seed,
+            calibrate: engine.calibrates(),
+            max_tokens: info.max_tokens,
+        },
+        state,
+    };
+    let state_tokens = reader
+        .ctx
         .tok
-        .encode(&state)
+        .encode(&reader.state)
         .map_err(dgem_core::CoreError::from)?
         .len();
-    let every = schema.asked();
-    let mut walk = Walk::new();
-    for stage in &stages {
-        let asked = walk.ask(schema, stage);
-        let groups = chunk_groups(&asked, |_| Ok::<_, EngineError>(true))?;
-        for group in groups {
-            // A chained decision lists every question (the prefill names them);
-            // otherwise a group sees its own questions unless chunk_prompt is shared.
-            let listed: Vec<&Question> = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
-                every.clone()
-            } else {
-                group.clone()
-            };
-            let prefill = match walk.lines() {
-                [] => String::new(),
-                lines => format!("{}\n", lines.join("\n")),
-            };
-            let out = ctx.read_group(&group, &listed, &state, &prefill).await?;
-            walk.absorb(out, schema.format);
-        }
-    }
+    let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         engine: info.engine.clone(),
         model: info.model_id.clone(),
@@ -543,7 +555,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         label_mode: engine.label_mode(),
         slot_reading: dgem_core::envelope::SlotReading::Cloze,
         constrained: false,
-        calibration: ctx.calibrate.then(|| {
+        calibration: reader.ctx.calibrate.then(|| {
             CONTENT_FREE_STATES
                 .iter()
                 .map(|s| (*s).to_owned())

@@ -10,23 +10,24 @@
 //! (the "noise draw", seed `S + 7919·r` for read `r`). The backend returns the
 //! label log-probabilities at each slot position itself (a bidirectional model
 //! sees both sides), and each slot's restricted softmax is its answer. The stage
-//! walk is the shared one of [`dgem_core::walk`]; the canvas and slot rules are
+//! walk is the shared one ([`dgem_backend::walker`]); the canvas and slot rules are
 //! [`dgem_core::slots`]. The vLLM reader (`dgem-backend-vllm`) follows the same
 //! rules over HTTP; this one reads any [`Backend`](dgem_backend::Backend) whose
 //! attention is bidirectional.
 
+use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{SequenceRead, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::{auto_extends, entropy, sample_plan, SlotRead};
-use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question};
+use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
     TemplateSpec,
 };
 use dgem_core::tokenizer::{TokenId, Tokenizer};
-use dgem_core::walk::{chunk_groups, policy_json, GroupReads, ReaderFacts, Walk};
+use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 
 use crate::{DecideRequest, Decision, Engine, EngineError};
@@ -49,112 +50,130 @@ struct Group<'a> {
     width: usize,
 }
 
+/// The joint-canvas reader under the shared stage walker.
+struct JointReader<'a> {
+    engine: &'a Engine,
+    tok: &'a dyn Tokenizer,
+    mode: dgem_core::labels::LabelMode,
+    canvas_len: usize,
+    max_tokens: usize,
+    ids: CanvasTokens,
+    state: String,
+}
+
+#[async_trait::async_trait]
+impl GroupReader for JointReader<'_> {
+    /// The group's answer template plus the end-of-turn token fits the canvas
+    /// (`chunk_rows` when set).
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+        let limit = schema.chunk_rows.unwrap_or(self.canvas_len);
+        let labels: Vec<Vec<String>> = trial.iter().map(|q| labels_for(q, self.mode)).collect();
+        let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
+        Ok(tokens_of(self.tok, &text)?.len() < limit)
+    }
+
+    async fn read_group(
+        &self,
+        req: &DecideRequest,
+        call: GroupCall<'_>,
+    ) -> Result<GroupReads, EngineError> {
+        let schema = &req.schema;
+        let join = match schema.format {
+            AnswerFormat::Lines => "\n",
+            AnswerFormat::Indexed => " ",
+        };
+        let sys = system_text(&SystemTextSpec {
+            questions: &call.listed,
+            instructions: schema.instructions.as_deref(),
+            format: schema.format,
+            mode: self.mode,
+            chunked: false,
+        });
+        let mut prompt: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
+        prompt.extend(tokens_of(
+            self.tok,
+            &gemma_chat_prompt(schema.layout, &sys, &self.state),
+        )?);
+        // Earlier answers are prefilled; the template then continues their line.
+        let lead = if call.lines.is_empty() {
+            String::new()
+        } else {
+            prompt.extend(tokens_of(self.tok, &call.lines.join(join))?);
+            join.to_owned()
+        };
+        let labels: Vec<Vec<String>> = call
+            .questions
+            .iter()
+            .map(|q| labels_for(q, self.mode))
+            .collect();
+        let template = resolve_template(
+            self.tok,
+            &TemplateSpec {
+                questions: &call.questions,
+                labels: &labels,
+                head: &[],
+                lead: &lead,
+                format: schema.format,
+                canvas_len: self.canvas_len,
+            },
+        )?;
+        let width = canvas_width(template.tokens.len(), self.canvas_len, CANVAS_STEP);
+        if prompt.len() + width > self.max_tokens {
+            return Err(EngineError::Schema(dgem_core::SchemaError::new(
+                "state",
+                format!(
+                    "the prompt and canvas are {} tokens; the model holds {} (shorten the state)",
+                    prompt.len() + width,
+                    self.max_tokens
+                ),
+            )));
+        }
+        let group = Group {
+            questions: call.questions,
+            prompt,
+            template,
+            width,
+        };
+        let seed = req.seed + GROUP_SEED_STRIDE * call.k;
+        read_group(self.engine, req, &group, labels, seed, self.ids).await
+    }
+}
+
 /// Decide with joint-canvas reads (see the module docs).
 pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
-    let schema = &req.schema;
     let tok_arc = engine.backend.tokenizer();
     let tok = tok_arc.as_ref();
     let info = engine.backend.info();
-    let mode = engine.label_mode();
-    let canvas_len = engine.config.canvas_len;
-    let ids = CanvasTokens {
-        turn_close: tokens_of(tok, "<end_of_turn>")?
-            .first()
-            .copied()
-            .unwrap_or(0),
-        pad: 0,
-        vocab: u32::try_from(tok.vocab_size()).unwrap_or(u32::MAX),
+    let reader = JointReader {
+        engine,
+        tok,
+        mode: engine.label_mode(),
+        canvas_len: engine.config.canvas_len,
+        max_tokens: info.max_tokens,
+        ids: CanvasTokens {
+            turn_close: tokens_of(tok, "<end_of_turn>")?
+                .first()
+                .copied()
+                .unwrap_or(0),
+            pad: 0,
+            vocab: u32::try_from(tok.vocab_size()).unwrap_or(u32::MAX),
+        },
+        state: state_text(&req.state),
     };
-    let stages = dgem_core::stages::schedule(schema)?;
-    let chained = stages.len() > 1 || schema.sequential;
-    let state = state_text(&req.state);
-    let every = schema.asked();
-    let join = match schema.format {
-        AnswerFormat::Lines => "\n",
-        AnswerFormat::Indexed => " ",
-    };
-    let limit = schema.chunk_rows.unwrap_or(canvas_len);
-    let mut walk = Walk::new();
-    let mut k: i64 = 0;
-    for stage in &stages {
-        let asked = walk.ask(schema, stage);
-        let groups = chunk_groups(&asked, |trial| {
-            let labels: Vec<Vec<String>> = trial.iter().map(|q| labels_for(q, mode)).collect();
-            let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
-            Ok::<_, EngineError>(tokens_of(tok, &text)?.len() < limit)
-        })?;
-        for questions in groups {
-            let listed: Vec<&Question> = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
-                every.clone()
-            } else {
-                questions.clone()
-            };
-            let sys = system_text(&SystemTextSpec {
-                questions: &listed,
-                instructions: schema.instructions.as_deref(),
-                format: schema.format,
-                mode,
-                chunked: false,
-            });
-            let mut prompt: Vec<TokenId> = tok.bos_id().into_iter().collect();
-            prompt.extend(tokens_of(
-                tok,
-                &gemma_chat_prompt(schema.layout, &sys, &state),
-            )?);
-            let lead = if walk.lines().is_empty() {
-                String::new()
-            } else {
-                prompt.extend(tokens_of(tok, &walk.lines().join(join))?);
-                join.to_owned()
-            };
-            let labels: Vec<Vec<String>> = questions.iter().map(|q| labels_for(q, mode)).collect();
-            let template = resolve_template(
-                tok,
-                &TemplateSpec {
-                    questions: &questions,
-                    labels: &labels,
-                    head: &[],
-                    lead: &lead,
-                    format: schema.format,
-                    canvas_len,
-                },
-            )?;
-            let width = canvas_width(template.tokens.len(), canvas_len, CANVAS_STEP);
-            if prompt.len() + width > info.max_tokens {
-                return Err(EngineError::Schema(dgem_core::SchemaError::new(
-                    "state",
-                    format!(
-                        "the prompt and canvas are {} tokens; the model holds {} (shorten the state)",
-                        prompt.len() + width,
-                        info.max_tokens
-                    ),
-                )));
-            }
-            let group = Group {
-                questions,
-                prompt,
-                template,
-                width,
-            };
-            let seed = req.seed + GROUP_SEED_STRIDE * k;
-            let out = read_group(engine, req, &group, labels, seed, ids).await?;
-            walk.absorb(out, schema.format);
-            k += 1;
-        }
-    }
+    let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),
-        label_mode: mode,
+        label_mode: reader.mode,
         slot_reading: dgem_core::envelope::SlotReading::Joint,
         constrained: false,
         calibration: None,
         chained,
         prefix_thought: None,
-        state_tokens: tokens_of(tok, &state)?.len(),
+        state_tokens: tokens_of(tok, &reader.state)?.len(),
     };
-    let (answers, diagnostics) = walk.finish(schema, facts);
+    let (answers, diagnostics) = walk.finish(&req.schema, facts);
     Ok(Decision {
         answers,
         diagnostics,

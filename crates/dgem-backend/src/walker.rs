@@ -1,0 +1,144 @@
+//! The one stage walker every reader runs under.
+//!
+//! [`walk`] takes a decision through its stages (`depends_on` levels), skips
+//! questions whose `ask_if` fails, splits each stage into groups
+//! ([`chunk_groups`]: `alone` questions by themselves, the rest while the
+//! reader's [`GroupReader::fits`] holds), hands each group to the reader with
+//! the questions its prompt must list and the answer lines of the groups before
+//! it, and folds the reads in ([`Walk`]). A reader — the embedded cloze reader,
+//! the embedded joint-canvas reader, the vLLM reader — only says how one group
+//! is read.
+//!
+//! Groups of one stage see the answer lines of earlier stages only, unless the
+//! schema is `sequential`, when each group also sees the groups read before it;
+//! a reader that allows it ([`GroupReader::concurrency`] > 1) has the groups of a
+//! non-sequential stage read concurrently, in order of absorption.
+
+use async_trait::async_trait;
+use dgem_core::schema::{ChunkPrompt, Question, ValidSchema};
+use dgem_core::walk::{chunk_groups, GroupReads, Walk};
+use futures_util::StreamExt as _;
+
+use crate::{DecideRequest, EngineError};
+
+/// One group to read.
+#[derive(Debug, Clone)]
+pub struct GroupCall<'a> {
+    /// The group's questions, in order.
+    pub questions: Vec<&'a Question>,
+    /// The questions its prompt lists: every asked question when the decision is
+    /// chained or `chunk_prompt` is `shared`, else the group's own.
+    pub listed: Vec<&'a Question>,
+    /// Answer lines of the groups it sees (one entry per group, each that
+    /// group's answer template with the chosen labels), for prefilling.
+    pub lines: Vec<String>,
+    /// Whether the decision is chained (more than one stage, or sequential).
+    pub chained: bool,
+    /// The group's index in read order (joint readers seed it `S + 104729·k`).
+    pub k: i64,
+}
+
+/// How one group of questions is read; [`walk`] does the rest.
+#[async_trait]
+pub trait GroupReader: Send + Sync {
+    /// Whether `trial` (a group being filled) still fits one read.
+    ///
+    /// # Errors
+    /// When the fit cannot be measured (tokenization failed).
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError>;
+
+    /// Read one group.
+    ///
+    /// # Errors
+    /// [`EngineError`] from the model or for a group that cannot be read.
+    async fn read_group(
+        &self,
+        req: &DecideRequest,
+        call: GroupCall<'_>,
+    ) -> Result<GroupReads, EngineError>;
+
+    /// Groups of one non-sequential stage read at once (1 = one after another).
+    fn concurrency(&self) -> usize {
+        1
+    }
+}
+
+/// The call for one group: what its prompt lists follows the chunk-prompt rule.
+fn make_call<'a>(
+    schema: &ValidSchema,
+    every: &[&'a Question],
+    chained: bool,
+    questions: Vec<&'a Question>,
+    lines: Vec<String>,
+    k: i64,
+) -> GroupCall<'a> {
+    let listed = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
+        every.to_vec()
+    } else {
+        questions.clone()
+    };
+    GroupCall {
+        questions,
+        listed,
+        lines,
+        chained,
+        k,
+    }
+}
+
+/// Walk `req` with `reader` (see the module docs). Returns the filled [`Walk`]
+/// (for [`Walk::finish`]) and whether the decision was chained.
+///
+/// # Errors
+/// A dependency cycle, or the first error a group read returns.
+pub async fn walk(
+    reader: &dyn GroupReader,
+    req: &DecideRequest,
+) -> Result<(Walk, bool), EngineError> {
+    let schema = &req.schema;
+    let stages = dgem_core::stages::schedule(schema)?;
+    let chained = stages.len() > 1 || schema.sequential;
+    let every = schema.asked();
+    let mut walk = Walk::new();
+    let mut k: i64 = 0;
+    for stage in &stages {
+        let asked = walk.ask(schema, stage);
+        let groups = chunk_groups(&asked, |trial| reader.fits(schema, trial))?;
+        if schema.sequential || groups.len() == 1 || reader.concurrency() <= 1 {
+            // Groups of a non-sequential stage see the lines of earlier stages only.
+            let stage_lines = walk.lines().to_vec();
+            for group in groups {
+                let lines = if schema.sequential {
+                    walk.lines().to_vec()
+                } else {
+                    stage_lines.clone()
+                };
+                let out = reader
+                    .read_group(req, make_call(schema, &every, chained, group, lines, k))
+                    .await?;
+                walk.absorb(out, schema.format);
+                k += 1;
+            }
+        } else {
+            let lines = walk.lines().to_vec();
+            let n = groups.len();
+            let futs: Vec<_> = groups
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let call = make_call(schema, &every, chained, g, lines.clone(), k + i as i64);
+                    reader.read_group(req, call)
+                })
+                .collect();
+            let outs: Vec<Result<GroupReads, EngineError>> = futures_util::stream::iter(futs)
+                .buffered(reader.concurrency())
+                .collect()
+                .await;
+            for out in outs {
+                walk.absorb(out?, schema.format);
+            }
+            k += i64::try_from(n).unwrap_or(i64::MAX);
+        }
+    }
+    Ok((walk, chained))
+}
