@@ -46,7 +46,6 @@ pub use api::{ApiState, BACKEND_HEADER, BACKEND_USED_HEADER};
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use error::GatewayError;
 pub use http::{HttpTarget, HttpTargetConfig};
-pub use remote::RemoteDecider;
 pub use routing::{
     BackendSpec, BackendStatus, Gateway, GatewayConfig, RouteConfig, Routed, VERTEX_FIRST,
 };

@@ -1,7 +1,8 @@
-//! [`RemoteDecider`]: a [`Decider`] over the gateway's routed backends, so the
-//! MCP server (and anything else that takes `Arc<dyn Decider>`) can run over the
-//! gateway. The validated schema is written back to its wire form, routed like
-//! any decision, and the reply becomes a [`Decision`] again through
+//! The [`Gateway`] is itself a [`Decider`]: a composite over its routed
+//! backends, so the MCP server (and anything else that takes `Arc<dyn Decider>`)
+//! runs over the gateway like over one model. The validated schema is written
+//! back to its wire form, routed like any decision (modes, failover, breakers,
+//! cold-start holds), and the reply becomes a [`Decision`] again through
 //! [`Decision::from_envelope`] (every diagnostics key kept, the answers checked
 //! against the request).
 
@@ -18,19 +19,6 @@ use serde_json::{json, Map, Value};
 use crate::error::GatewayError;
 use crate::routing::Gateway;
 use crate::target::DecideCall;
-
-/// A decider that routes every decision through a [`Gateway`].
-#[derive(Debug, Clone)]
-pub struct RemoteDecider {
-    gateway: Arc<Gateway>,
-}
-
-impl RemoteDecider {
-    /// Decide through `gateway` with its default mode.
-    pub fn new(gateway: Arc<Gateway>) -> Self {
-        Self { gateway }
-    }
-}
 
 /// The wire form (serving.md §3.1) of a validated schema.
 pub fn wire_schema(s: &ValidSchema) -> Value {
@@ -114,11 +102,11 @@ fn to_engine_error(e: GatewayError) -> EngineError {
 }
 
 #[async_trait]
-impl Decider for RemoteDecider {
+impl Decider for Gateway {
     fn info(&self) -> BackendInfo {
         BackendInfo {
             engine: "dgem-gateway".into(),
-            model_id: format!("gateway:{}", self.gateway.default_backend()),
+            model_id: format!("gateway:{}", self.default_backend()),
             model_sha256: None,
             attention: Attention::Causal,
             label_mode: LabelMode::Words,
@@ -128,7 +116,7 @@ impl Decider for RemoteDecider {
     }
 
     async fn health(&self) -> Health {
-        let rows = self.gateway.health().await;
+        let rows = Gateway::health(self).await;
         if rows.iter().any(|r| r.health.ready) {
             Health::Ready
         } else if let Some(w) = rows.iter().find(|r| r.health.is_warming()) {
@@ -149,7 +137,6 @@ impl Decider for RemoteDecider {
             seed: req.seed,
         });
         let routed = self
-            .gateway
             .route(None, |t| {
                 let call = call.clone();
                 async move { t.decide(&call).await }.boxed()

@@ -1,4 +1,4 @@
-//! `RemoteDecider` round trip: a decision routed through the gateway comes back
+//! The gateway as a composite `Decider`: a decision routed through it comes back
 //! with the same probabilities as the engine gives directly, and the wire
 //! schema re-validates to the same policy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{DecideRequest, Decider};
 use dgem_gateway::remote::wire_schema;
-use dgem_gateway::{DeciderTarget, Gateway, Kind, RemoteDecider};
+use dgem_gateway::{DeciderTarget, Gateway, Kind};
 use dgem_testkit::{scripts, ScriptedBackend};
 use serde_json::json;
 
@@ -46,7 +46,7 @@ async fn remote_decision_matches_the_engine() {
         Kind::Local,
         Arc::new(DeciderTarget::new(engine)),
     ));
-    let remote = RemoteDecider::new(gw);
+    let remote: Arc<dyn Decider> = gw;
     let routed = remote
         .decide(DecideRequest {
             schema: schema(),
@@ -58,6 +58,13 @@ async fn remote_decision_matches_the_engine() {
     assert_eq!(
         routed.answers.keys().collect::<Vec<_>>(),
         ["urgent", "team", "mood"]
+    );
+    // Every diagnostics key comes through (stages, chunks, per-question).
+    assert_eq!(routed.diagnostics.stages, direct.diagnostics.stages);
+    assert_eq!(routed.diagnostics.chunks, direct.diagnostics.chunks);
+    assert_eq!(
+        routed.diagnostics.questions.keys().collect::<Vec<_>>(),
+        direct.diagnostics.questions.keys().collect::<Vec<_>>()
     );
     for (id, a) in &direct.answers {
         let (a, b) = (a.as_ref().unwrap(), routed.answers[id].as_ref().unwrap());

@@ -14,7 +14,7 @@ use dgem_gateway::auth::{
 };
 use dgem_gateway::{
     BackendSpec, DeciderTarget, Gateway, GatewayConfig, GatewayState, HttpTarget, HttpTargetConfig,
-    Kind, RemoteDecider, RouteConfig, Target,
+    Kind, RouteConfig, Target,
 };
 use dgem_mcp::TemplateDir;
 use serde::Deserialize;
@@ -277,7 +277,7 @@ pub fn run(args: GatewayArgs) -> Result<(), Failure> {
             .with_context(|| format!("could not listen on {addr}"))
             .map_err(user)?;
         // MCP over Streamable HTTP at /mcp, deciding through the gateway.
-        let mcp = dgem_mcp::http_router(Arc::new(RemoteDecider::new(gateway.clone())), templates.clone());
+        let mcp = dgem_mcp::http_router(gateway.clone(), templates.clone());
         let app = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates }).merge(mcp);
         tracing::info!(%addr, default = gateway.default_backend(), available = ?gateway.available(), "dgem gateway listening");
         eprintln!(
