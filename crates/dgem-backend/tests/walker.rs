@@ -12,9 +12,12 @@ use dgem_core::schema::{Question, SamplePolicy, SchemaDefaults, ValidSchema};
 use dgem_core::walk::{policy_json, GroupReads};
 use serde_json::json;
 
+/// One recorded group call: its ids, the ids its prompt lists, its lines, its k.
+type Call = (Vec<String>, Vec<String>, Vec<String>, i64);
+
 #[derive(Default)]
 struct Recorder {
-    calls: Mutex<Vec<(Vec<String>, Vec<String>, Vec<String>, i64)>>,
+    calls: Mutex<Vec<Call>>,
     concurrency: usize,
 }
 
