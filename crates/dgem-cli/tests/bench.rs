@@ -115,3 +115,17 @@ fn bench_on_the_real_model_writes_a_full_receipt() {
         "partial removed after a finished run"
     );
 }
+
+#[test]
+fn missing_bench_dataset_exits_1_naming_the_flag() {
+    // Regression: a dataset path that does not exist exited 2 (internal).
+    for cmd in ["bench", "bench-intents", "bench-permutation"] {
+        let o = common::dgem(&[cmd, "-d", "/nonexistent/rows.jsonl"], None);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", common::stderr(&o));
+        let e = common::stderr(&o);
+        assert!(
+            e.contains("`--dataset` must be a JSON Lines file. Given: `/nonexistent/rows.jsonl` (no such file)"),
+            "{cmd}: {e}"
+        );
+    }
+}

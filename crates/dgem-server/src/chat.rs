@@ -67,9 +67,11 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
         Some(Value::Number(n)) => n
             .as_i64()
             .or_else(|| {
+                // A whole float (`7.0`) is the integer it names; a fraction is
+                // refused rather than silently truncated.
                 n.as_f64()
-                    .filter(|f| f.is_finite() && f.abs() < 9.2e18)
-                    .map(|f| f.trunc() as i64)
+                    .filter(|f| f.is_finite() && f.abs() < 9.2e18 && f.fract() == 0.0)
+                    .map(|f| f as i64)
             })
             .ok_or_else(|| format!("`seed` must be an integer (got {n})")),
         Some(Value::String(s)) => s
@@ -186,4 +188,23 @@ async fn respond(
     .await?;
     let body = response_body(&req.model, &timed)?;
     Ok((decide::timing_headers(&timed), Json(body)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn fractional_seed_is_refused_not_truncated() {
+        assert_eq!(seed_of(Some(&json!(7))), Ok(7));
+        assert_eq!(seed_of(Some(&json!(7.0))), Ok(7));
+        assert_eq!(seed_of(Some(&json!("12"))), Ok(12));
+        assert_eq!(
+            seed_of(Some(&json!(1.5))),
+            Err("`seed` must be an integer (got 1.5)".to_owned())
+        );
+        assert!(seed_of(Some(&json!(1e300))).is_err());
+    }
 }

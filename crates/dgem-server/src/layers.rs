@@ -29,11 +29,18 @@ pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Re
     ApiError::new(ErrorKind::Authentication, "missing or wrong bearer token").into_response()
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme name is
+/// case-insensitive (RFC 7235 §2.1), so `bearer` and `BEARER` work too.
+fn bearer_token(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 fn presented_keys(h: &HeaderMap) -> impl Iterator<Item = &str> {
     let bearer = h
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
         .map(str::trim);
     let own = h
         .get(KEY_HEADER)
@@ -116,4 +123,18 @@ pub fn panic_response(err: Box<dyn Any + Send + 'static>) -> Response {
         "internal error: the request handler failed",
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowercase_bearer_scheme_is_accepted() {
+        assert_eq!(bearer_token("Bearer k1"), Some("k1"));
+        assert_eq!(bearer_token("bearer k1"), Some("k1"));
+        assert_eq!(bearer_token("BEARER k1"), Some("k1"));
+        assert_eq!(bearer_token("Basic k1"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
 }

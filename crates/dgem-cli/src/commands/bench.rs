@@ -194,6 +194,19 @@ pub fn prepare<T: Row>(
         .dataset
         .clone()
         .unwrap_or_else(|| PathBuf::from(default_dataset));
+    // A dataset that is not there is the user's to fix (exit 1), not an
+    // internal failure (exit 2).
+    if !path.is_file() {
+        return Err(user(anyhow::anyhow!(
+            "`--dataset` must be a JSON Lines file. Given: `{}` ({})",
+            path.display(),
+            if path.exists() {
+                "not a file"
+            } else {
+                "no such file"
+            }
+        )));
+    }
     let mut ds = dataset::load::<T>(&path, args.strict).map_err(bench_err)?;
     for m in &ds.skipped {
         eprintln!(
