@@ -51,9 +51,10 @@ pub fn parse_named_payload(
     rendered: &str,
     vars: &Map<String, Value>,
 ) -> Result<Payload, TemplateError> {
-    let value: Value = serde_json::from_str(rendered).map_err(|e| TemplateError::Json {
+    // Strict: a key a template writes twice is an error, not "last one wins".
+    let value: Value = crate::json::parse_strict(rendered).map_err(|e| TemplateError::Json {
         name: name.to_string(),
-        detail: e.to_string(),
+        detail: e.message,
     })?;
     let Value::Object(mut obj) = value else {
         return Err(TemplateError::Json {
@@ -273,6 +274,22 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "rendered template `p.json.tmpl` is not valid JSON: the rendering must be a JSON object; got a list"
+        );
+    }
+
+    #[test]
+    fn a_rendered_template_that_repeats_a_key_is_refused() {
+        // Regression: the last of two equal keys won silently.
+        let e = parse_named_payload(
+            "dup",
+            r#"{"schema": {"questions": [{"id": "a", "type": "noul", "type": "choice"}]}, "state": "s"}"#,
+            &vars(),
+        )
+        .expect_err("duplicate");
+        assert!(
+            e.to_string()
+                .contains("duplicate key `type` in `schema.questions[0]`"),
+            "{e}"
         );
     }
 

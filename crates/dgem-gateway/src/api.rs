@@ -108,7 +108,7 @@ async fn decide_inner(
     let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        serde_json::from_slice(body)
+        dgem_core::json::parse_strict_slice(body)
             .map_err(|e| GatewayError::BadRequest(format!("body must be JSON: {e}")))?
     };
     let templates = s.templates.clone();

@@ -28,6 +28,15 @@ fn invalid(detail: impl std::fmt::Display) -> ApiError {
     ApiError::new(ErrorKind::InvalidRequest, format!("invalid body: {detail}"))
 }
 
+/// Parse JSON refusing duplicate keys: a repeated key is a 422 naming it (the
+/// last one would otherwise win silently), other syntax errors a 400.
+pub fn strict_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    dgem_core::json::parse_strict_slice(bytes).map_err(|e| match e.duplicate {
+        Some(_) => ApiError::new(ErrorKind::Validation, format!("invalid body: {e}")),
+        None => invalid(e),
+    })
+}
+
 /// Turn the body extractor's rejection into our error shape (413 over the limit).
 pub fn rejection(r: &BytesRejection) -> ApiError {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -56,7 +65,7 @@ pub async fn parse(headers: &HeaderMap, bytes: Bytes) -> Result<RequestBody, Api
     {
         return multipart(ctype, bytes).await;
     }
-    let json = serde_json::from_slice(&bytes).map_err(invalid)?;
+    let json = strict_json(&bytes)?;
     Ok(RequestBody {
         json,
         images: Vec::new(),
@@ -77,7 +86,7 @@ async fn multipart(ctype: &str, bytes: Bytes) -> Result<RequestBody, ApiError> {
             .unwrap_or_default();
         if name == "request" {
             let data = field.bytes().await.map_err(invalid)?;
-            request = Some(serde_json::from_slice(&data).map_err(invalid)?);
+            request = Some(strict_json(&data)?);
         } else if part_type.starts_with("image/") {
             if images.len() >= MAX_IMAGE_PARTS {
                 return Err(invalid(format!("at most {MAX_IMAGE_PARTS} image parts")));

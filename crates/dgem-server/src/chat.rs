@@ -102,8 +102,12 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
     if !matches!(role(system).as_str(), "system" | "developer") || role(user) != "user" {
         return Err(invalid(SHAPE_MESSAGE));
     }
-    let raw_schema: Value = serde_json::from_str(&message_text(system))
-        .map_err(|e| invalid(format!("{PARSE_PREFIX}{e}")))?;
+    let raw_schema: Value =
+        dgem_core::json::parse_strict(&message_text(system)).map_err(|e| match e.duplicate {
+            // A repeated key would make the last one win silently: refused.
+            Some(_) => ApiError::new(ErrorKind::Validation, format!("schema: {e}")),
+            None => invalid(format!("{PARSE_PREFIX}{}", e.message)),
+        })?;
     let schema = ValidSchema::from_value(&raw_schema, defaults).map_err(|e| invalid(e.message))?;
     let state = match user.get("content") {
         Some(content @ Value::Array(_)) if decide::has_images(content) => content.clone(),

@@ -318,3 +318,16 @@ async fn engine_errors_are_422_or_502() {
     assert_eq!(r.status, 502, "{}", r.text);
     assert_eq!(r.body["error"]["type"], "server_error");
 }
+
+/// Regression: `{"questions": {"u": …, "u": …}}` was answered with one question
+/// (the last key silently won). A repeated key is a 422 naming it.
+#[tokio::test]
+async fn duplicate_question_ids_in_the_body_are_refused() {
+    let (app, backend) = app();
+    let body = r#"{"questions": {"u": {"type": "noul"}, "u": {"type": "noul"}}, "state": "s"}"#;
+    let r = call(&app, post_raw("/v1/systemone", "application/json", body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("duplicate key `u` in `questions`"), "{msg}");
+    assert_eq!(backend.calls(), 0);
+}
