@@ -37,6 +37,20 @@ fn malformed_variable_exits_1() {
 }
 
 #[test]
+fn misspelled_variable_exits_1_with_a_suggestion() {
+    // Regression: `-v tikcet=…` rendered the placeholder ticket and decided on it.
+    for cmd in ["render", "decide"] {
+        let o = dgem(&[cmd, "-t", "support_triage", "-v", "tikcet=refund"], None);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("does not read `tikcet` (did you mean `ticket`?)"),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn bad_samples_flag_exits_1() {
     let o = dgem(&["decide", "-t", "support_triage", "--samples", "0"], None);
     assert_eq!(o.status.code(), Some(1));

@@ -124,6 +124,49 @@ fn check_recursion(tmpl: &Template) -> Result<(), String> {
     Ok(())
 }
 
+/// Variables referenced as `.name` inside `{{ … }}` actions (comments skipped),
+/// in order of first use.
+pub fn template_variables(text: &str) -> Vec<String> {
+    let mut vars: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        let action = &after[..end];
+        rest = &after[end + 2..];
+        if action
+            .trim_start_matches('-')
+            .trim_start()
+            .starts_with("/*")
+        {
+            continue;
+        }
+        let bytes = action.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            if b != b'.' {
+                continue;
+            }
+            let prev_ok = i == 0
+                || matches!(
+                    bytes[i - 1],
+                    b' ' | b'(' | b'\t' | b'\n' | b'|' | b',' | b'-' | b'$'
+                );
+            let ident: String = action[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let starts_alpha = ident
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+            if prev_ok && starts_alpha && !vars.contains(&ident) {
+                vars.push(ident);
+            }
+        }
+    }
+    vars
+}
+
 /// The helper functions registered on every template.
 fn helpers() -> Vec<(&'static str, Func)> {
     vec![

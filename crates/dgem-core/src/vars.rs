@@ -178,3 +178,56 @@ mod tests {
         }
     }
 }
+
+/// A message refusing the variables of `given` that the template does not read
+/// (`declared`, see [`crate::template::template_variables`]), each with the
+/// closest declared name when one is near (edit distance ≤ 2, or one name is a
+/// prefix of the other); `None` when every variable is read. A misspelled
+/// `-v tikcet=…` would otherwise render the template's placeholder text and
+/// decide on that.
+pub fn unknown_variables<'a>(
+    template: &str,
+    given: impl IntoIterator<Item = &'a str>,
+    declared: &[String],
+) -> Option<String> {
+    let unknown: Vec<String> = given
+        .into_iter()
+        .filter(|g| !declared.iter().any(|d| d == g))
+        .map(|g| {
+            let near = declared
+                .iter()
+                .map(|d| (strsim::levenshtein(g, d), d))
+                .filter(|(dist, d)| *dist <= 2 || d.starts_with(g) || g.starts_with(d.as_str()))
+                .min_by_key(|(dist, _)| *dist);
+            match near {
+                Some((_, d)) => format!("`{g}` (did you mean `{d}`?)"),
+                None => format!("`{g}`"),
+            }
+        })
+        .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "template `{template}` does not read {}; its variables are [{}]",
+        unknown.join(", "),
+        declared.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod unknown_tests {
+    use super::*;
+
+    #[test]
+    fn misspelled_variable_is_named_with_a_suggestion() {
+        let declared = vec!["ticket".to_owned(), "samples".to_owned()];
+        assert_eq!(unknown_variables("t", ["ticket"], &declared), None);
+        let msg =
+            unknown_variables("support_triage", ["tikcet", "zzz"], &declared).expect("refused");
+        assert_eq!(
+            msg,
+            "template `support_triage` does not read `tikcet` (did you mean `ticket`?), `zzz`; its variables are [ticket, samples]"
+        );
+    }
+}

@@ -85,7 +85,9 @@ impl DecisionServer {
 
     async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
         check_backend(DECIDE_POLICY, &args.backend, &self.backends)?;
-        let payload = self.templates.render(&args.template, &args.variables)?;
+        let payload = self
+            .templates
+            .render_checked(&args.template, &args.variables)?;
         let schema = valid_schema(&payload.schema, "variables")?;
         self.decide(&args.template, schema, payload.state, args.seed)
             .await

@@ -99,6 +99,33 @@ impl TemplateDir {
         Ok(real)
     }
 
+    /// Like [`TemplateDir::render`], but first refuses variables the template
+    /// does not read (a misspelled name would otherwise render the template's
+    /// placeholder text), naming the closest variable it does read.
+    ///
+    /// # Errors
+    /// [`ToolError::Schema`] (field `variables`) for an unknown variable, and
+    /// everything [`TemplateDir::render`] returns.
+    pub fn render_checked(
+        &self,
+        name: &str,
+        vars: &Map<String, Value>,
+    ) -> Result<Payload, ToolError> {
+        let path = self.resolve(name)?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ToolError::Template(format!("cannot read `{name}`: {e}")))?;
+        let declared = template_variables(&text);
+        if let Some(detail) =
+            dgem_core::vars::unknown_variables(name, vars.keys().map(String::as_str), &declared)
+        {
+            return Err(ToolError::Schema {
+                field: "variables",
+                detail,
+            });
+        }
+        self.render(name, vars)
+    }
+
     /// Render template `name` with `vars` into a payload.
     ///
     /// # Errors
@@ -211,48 +238,8 @@ pub fn leading_comment(text: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Variables referenced as `.name` inside `{{ … }}` actions (comments skipped),
-/// in order of first use.
-pub fn template_variables(text: &str) -> Vec<String> {
-    let mut vars: Vec<String> = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        let action = &after[..end];
-        rest = &after[end + 2..];
-        if action
-            .trim_start_matches('-')
-            .trim_start()
-            .starts_with("/*")
-        {
-            continue;
-        }
-        let bytes = action.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            if b != b'.' {
-                continue;
-            }
-            let prev_ok = i == 0
-                || matches!(
-                    bytes[i - 1],
-                    b' ' | b'(' | b'\t' | b'\n' | b'|' | b',' | b'-' | b'$'
-                );
-            let ident: String = action[i + 1..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let starts_alpha = ident
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-            if prev_ok && starts_alpha && !vars.contains(&ident) {
-                vars.push(ident);
-            }
-        }
-    }
-    vars
-}
+/// Variables a template reads; the one scanner lives in `dgem_core::template`.
+pub use dgem_core::template::template_variables;
 
 #[cfg(test)]
 mod tests {

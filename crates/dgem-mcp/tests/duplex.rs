@@ -193,6 +193,12 @@ async fn bad_arguments_are_tool_errors() {
         ),
         ("decide_policy", json!({"template": 5}), "template"),
         ("decide_policy", json!({"variables": "ticket"}), "variables"),
+        // Regression: a misspelled variable rendered the placeholder and decided.
+        (
+            "decide_policy",
+            json!({"template": "support_triage", "variables": {"tikcet": "x"}}),
+            "did you mean `ticket`?",
+        ),
         (
             "decide_custom_questions",
             json!({"state": "x", "questions": {}}),

@@ -106,6 +106,14 @@ pub fn load_payload(
         .map_err(user)?;
     let vars = merge_vars(file_vars, cli);
     let name = path.display().to_string();
+    // A misspelled `-v tikcet=…` would render the template's placeholder text
+    // and decide on that: refuse variables the template does not read.
+    let declared = dgem_core::template::template_variables(&text);
+    if let Some(msg) =
+        dgem_core::vars::unknown_variables(&name, vars.keys().map(String::as_str), &declared)
+    {
+        return Err(user(anyhow::anyhow!("`--var`: {msg}")));
+    }
     let rendered = dgem_core::template::render(&name, &text, &vars).map_err(user)?;
     let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
     Ok((payload, vars))
