@@ -108,6 +108,20 @@ async def exercise(session, transport):
                       "criteria": {"billing": "money", "engineering": "outages and bugs"}},
          }},
     )
+    # Answers come back in the order the questions were given (they used to be
+    # sorted by id).
+    check_decision(r, "decide_custom_questions", ["urgent", "team"])
+
+    # The advertised list form works too.
+    r = await session.call_tool(
+        "decide_custom_questions",
+        {"state": "The checkout page returns 500 errors for every customer.",
+         "questions": [
+             {"id": "team", "type": "choice", "instructions": "Which team?",
+              "options": ["billing", "engineering"]},
+             {"id": "urgent", "type": "noul", "instructions": "Does this need someone today?"},
+         ]},
+    )
     check_decision(r, "decide_custom_questions", ["team", "urgent"])
 
     bad = await session.call_tool("decide_policy", {"template": "support_triage", "backend": "vertex"})
