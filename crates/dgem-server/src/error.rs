@@ -24,6 +24,9 @@ pub enum ErrorKind {
     Authentication,
     /// No such route (404, message only).
     NotFound,
+    /// The route exists but not for this method (405 `invalid_request_error`,
+    /// with an `Allow` header).
+    MethodNotAllowed,
     /// The free-form generation route (410 `route_removed`).
     RouteRemoved,
     /// Body over the size limit (413 `invalid_request_error`).
@@ -46,6 +49,7 @@ impl ErrorKind {
             Self::Validation => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Authentication => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RouteRemoved => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
@@ -58,7 +62,9 @@ impl ErrorKind {
     /// The error `type` string (also the stable metrics label); `None` for 404.
     pub fn error_type(self) -> Option<&'static str> {
         match self {
-            Self::InvalidRequest | Self::PayloadTooLarge => Some("invalid_request_error"),
+            Self::InvalidRequest | Self::PayloadTooLarge | Self::MethodNotAllowed => {
+                Some("invalid_request_error")
+            }
             Self::Validation => Some("validation_error"),
             Self::Authentication => Some("authentication_error"),
             Self::NotFound => None,
@@ -107,6 +113,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for the `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// Methods for the `Allow` header of a 405.
+    pub allow: Option<&'static str>,
 }
 
 impl ApiError {
@@ -116,12 +124,25 @@ impl ApiError {
             kind,
             message: message.into(),
             retry_after: None,
+            allow: None,
         }
     }
 
     /// A user error on `flavor`'s route (400 chat, 422 systemone).
     pub fn user(flavor: Flavor, message: impl Into<String>) -> Self {
         Self::new(flavor.user_kind(), message)
+    }
+
+    /// The 405 of a known route asked with another method; `allow` lists the
+    /// methods it takes (`POST`, `GET, HEAD`).
+    pub fn method_not_allowed(method: &str, allow: &'static str) -> Self {
+        Self {
+            allow: Some(allow),
+            ..Self::new(
+                ErrorKind::MethodNotAllowed,
+                format!("method {method} is not allowed on this route; use {allow}"),
+            )
+        }
     }
 
     /// The 404 of an unknown route.
@@ -167,6 +188,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (self.kind.status(), Json(self.body())).into_response();
+        if let Some(allow) = self.allow {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
         if let Some(s) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
@@ -192,6 +217,7 @@ mod tests {
             (ErrorKind::Validation, 422),
             (ErrorKind::Authentication, 401),
             (ErrorKind::NotFound, 404),
+            (ErrorKind::MethodNotAllowed, 405),
             (ErrorKind::RouteRemoved, 410),
             (ErrorKind::PayloadTooLarge, 413),
             (ErrorKind::Overloaded, 503),

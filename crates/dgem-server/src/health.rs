@@ -86,6 +86,16 @@ pub async fn raw_removed(_body: Result<Bytes, BytesRejection>) -> ApiError {
     )
 }
 
+/// A POST-only route asked with another method: 405 with `Allow: POST`.
+pub async fn post_only_fallback(method: Method) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), "POST")
+}
+
+/// A GET-only route asked with another method: 405 with `Allow: GET, HEAD`.
+pub async fn get_only_fallback(method: Method) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), "GET, HEAD")
+}
+
 /// Everything else: 404, except that a POST whose body does not parse is 400 first.
 pub async fn fallback(
     method: Method,

@@ -71,7 +71,7 @@ pub enum ServeError {
 }
 
 fn post_only(r: MethodRouter<AppState>) -> MethodRouter<AppState> {
-    r.fallback(health::fallback)
+    r.fallback(health::post_only_fallback)
 }
 
 /// The full router over `state`: routes, auth, limits, timeout, metrics, spans
@@ -93,14 +93,23 @@ pub fn router(state: AppState) -> Router {
             );
     }
     let max_body = state.config().max_body_bytes;
-    r.route("/", get(health::health).fallback(health::fallback))
-        .route("/health", get(health::health).fallback(health::fallback))
+    r.route("/", get(health::health).fallback(health::get_only_fallback))
+        .route(
+            "/health",
+            get(health::health).fallback(health::get_only_fallback),
+        )
         .route(
             "/invoke/health",
-            get(health::health).fallback(health::fallback),
+            get(health::health).fallback(health::get_only_fallback),
         )
-        .route("/ready", get(health::ready).fallback(health::fallback))
-        .route("/metrics", get(health::metrics).fallback(health::fallback))
+        .route(
+            "/ready",
+            get(health::ready).fallback(health::get_only_fallback),
+        )
+        .route(
+            "/metrics",
+            get(health::metrics).fallback(health::get_only_fallback),
+        )
         .fallback(health::fallback)
         // Innermost first; auth runs before the body limit reads anything.
         .layer(DefaultBodyLimit::disable())

@@ -34,17 +34,27 @@ async fn raw_route_is_gone_and_unknown_routes_are_404() {
     let r = call(&app, post("/invoke/v1/raw/chat/completions", &json!({}))).await;
     assert_eq!(r.status, 410);
     let not_found = json!({"error": {"message": "unknown route"}});
-    for req in [
-        get("/nope"),
-        get("/v1/chat/completions"),
-        get("/v1/systemone"),
-        post("/v2/decide", &json!({})),
-        post("/health", &json!({})),
-    ] {
+    for req in [get("/nope"), post("/v2/decide", &json!({}))] {
         let path = req.uri().to_string();
         let r = call(&app, req).await;
         assert_eq!(r.status, 404, "{path}");
         assert_eq!(r.body, not_found, "{path}");
+    }
+    // Regression: a known route asked with the wrong method was a 404; it is a
+    // 405 naming the methods it takes, in `Allow` too.
+    for (req, allow) in [
+        (get("/v1/chat/completions"), "POST"),
+        (get("/v1/systemone"), "POST"),
+        (get("/invoke/v1/systemone"), "POST"),
+        (post("/health", &json!({})), "GET, HEAD"),
+    ] {
+        let path = req.uri().to_string();
+        let r = call(&app, req).await;
+        assert_eq!(r.status, 405, "{path}");
+        assert_eq!(r.headers["allow"], allow, "{path}");
+        assert_eq!(r.body["error"]["type"], "invalid_request_error", "{path}");
+        let msg = r.body["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains(&format!("use {allow}")), "{path}: {msg}");
     }
     // A bad body on an unknown path is 400 first.
     let r = call(&app, post_raw("/v2/decide", "application/json", "{oops")).await;
