@@ -2,23 +2,19 @@
 
 use std::time::Duration;
 
+/// Canvas and seed constants shared with every joint reader (`dgem_core::slots`).
+pub use dgem_core::slots::{
+    DEFAULT_CANVAS_LEN, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE,
+};
 use dgem_core::tokenizer::TokenId;
 use thiserror::Error;
 
-/// Served canvas length (serving.md §3.6 `CANVAS_LEN`, container default 128).
-pub const DEFAULT_CANVAS_LEN: usize = 128;
-/// Request canvas widths are multiples of this (serving.md §3.6 `CANVAS_STEP`).
-pub const DEFAULT_CANVAS_STEP: usize = 16;
 /// `top_logprobs` of every read (serving.md §3.6 `TOPK`).
 pub const TOP_LOGPROBS: u32 = 20;
 /// vLLM's cap on `logprob_token_ids` per request (serving.md §3.6).
 pub const LOGPROB_TOKEN_IDS_MAX: usize = 128;
 /// Groups read at once in a stage (serving.md §3.6 `MAX_PARALLEL`).
 pub const MAX_PARALLEL: usize = 16;
-/// Seed stride between groups (serving.md §6.2).
-pub const GROUP_SEED_STRIDE: i64 = 104_729;
-/// Seed stride between reads of a batch (serving.md §6.2).
-pub const READ_SEED_STRIDE: i64 = 7919;
 
 /// Token ids and texts that frame a DiffusionGemma canvas (serving.md §4.5, §4.7).
 #[derive(Debug, Clone, PartialEq, Eq)]

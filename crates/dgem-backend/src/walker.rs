@@ -63,7 +63,22 @@ pub trait GroupReader: Send + Sync {
     }
 }
 
-/// The call for one group: what its prompt lists follows the chunk-prompt rule.
+/// The questions a group's prompt lists: every asked question (`every`) when
+/// the decision is chained or `chunk_prompt` is `shared`, else the group's own.
+pub fn listed_questions<'a>(
+    schema: &ValidSchema,
+    every: &[&'a Question],
+    chained: bool,
+    group: &[&'a Question],
+) -> Vec<&'a Question> {
+    if chained || schema.chunk_prompt == ChunkPrompt::Shared {
+        every.to_vec()
+    } else {
+        group.to_vec()
+    }
+}
+
+/// The call for one group.
 fn make_call<'a>(
     schema: &ValidSchema,
     every: &[&'a Question],
@@ -72,11 +87,7 @@ fn make_call<'a>(
     lines: Vec<String>,
     k: i64,
 ) -> GroupCall<'a> {
-    let listed = if chained || schema.chunk_prompt == ChunkPrompt::Shared {
-        every.to_vec()
-    } else {
-        questions.clone()
-    };
+    let listed = listed_questions(schema, every, chained, &questions);
     GroupCall {
         questions,
         listed,

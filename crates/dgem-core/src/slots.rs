@@ -23,6 +23,17 @@ use crate::error::{CoreError, SchemaError};
 use crate::schema::{AnswerFormat, Question};
 use crate::tokenizer::{TokenId, Tokenizer};
 
+/// Canvas length of a joint read: the answer template plus the end-of-turn
+/// token must fit (the original server's container default `CANVAS_LEN`).
+pub const DEFAULT_CANVAS_LEN: usize = 128;
+/// Canvas widths are rounded up to a multiple of this (`CANVAS_STEP`).
+pub const DEFAULT_CANVAS_STEP: usize = 16;
+/// Seed stride between the reads (noise draws) of one group: read `r` uses
+/// `seed + 7919·r`; the causal reader seeds its option orders the same way.
+pub const READ_SEED_STRIDE: i64 = 7919;
+/// Seed stride between the groups of one decision: group `k` uses `seed + 104729·k`.
+pub const GROUP_SEED_STRIDE: i64 = 104_729;
+
 /// One resolved canvas slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CanvasSlot {

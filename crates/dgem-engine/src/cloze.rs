@@ -22,16 +22,15 @@ use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
 use dgem_core::schema::{Question, ValidSchema};
-use dgem_core::slots::{python_random, python_randrange, resolve_cloze, ClozeSlot};
+use dgem_core::slots::{
+    python_random, python_randrange, resolve_cloze, ClozeSlot, READ_SEED_STRIDE,
+};
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::SchemaError;
 
 use crate::calibration::{PriorKey, CONTENT_FREE_STATES};
 use crate::{DecideRequest, Decision, Engine, EngineError};
-
-/// Seed stride between reads (the original server's per-read seed `seed + 7919·r`).
-const READ_SEED_STRIDE: i64 = 7919;
 
 /// One question as listed in one read: alternatives possibly permuted.
 pub(crate) struct ReadQuestion {
@@ -43,6 +42,7 @@ pub(crate) struct ReadQuestion {
 /// What one read of one question gave, mapped back to original alternative order.
 struct QRead {
     read: SlotRead,
+    scoring: Scoring,
     /// Distribution before calibration, original order.
     raw: Vec<f64>,
     pos: usize,
@@ -421,7 +421,12 @@ impl Ctx<'_> {
                 }
                 read.probs = unpermute(&read.probs, &rq.perm);
                 let pos = positions.get(range.start).copied().unwrap_or(0);
-                per_q.push(QRead { read, raw, pos });
+                per_q.push(QRead {
+                    read,
+                    raw,
+                    pos,
+                    scoring: rq.slot.scoring,
+                });
             }
             result.push(per_q);
         }
@@ -463,14 +468,20 @@ impl Ctx<'_> {
             reads.extend(more);
         }
         let mode = self.engine.label_mode();
-        let qs = self.read_questions(0, group)?;
         Ok(GroupReads {
             questions: group.iter().map(|q| (*q).clone()).collect(),
             labels: group.iter().map(|q| labels_for(q, mode)).collect(),
             pos: (0..group.len())
                 .map(|qi| reads.first().and_then(|r| r.get(qi)).map_or(0, |x| x.pos))
                 .collect(),
-            scoring: qs.iter().map(|rq| rq.slot.scoring).collect(),
+            scoring: (0..group.len())
+                .map(|qi| {
+                    reads
+                        .first()
+                        .and_then(|r| r.get(qi))
+                        .map_or(Scoring::FirstToken, |x| x.scoring)
+                })
+                .collect(),
             uncalibrated: (0..group.len())
                 .map(|qi| {
                     self.calibrate.then(|| {
@@ -495,6 +506,15 @@ impl Ctx<'_> {
     }
 }
 
+/// Earlier answers prefilled in the model's turn: each group's answer lines,
+/// one per line, ending with a newline ("" when there are none).
+pub(crate) fn prefill_text(lines: &[String]) -> String {
+    match lines {
+        [] => String::new(),
+        lines => format!("{}\n", lines.join("\n")),
+    }
+}
+
 /// The cloze reader under the shared stage walker.
 struct ClozeReader<'a> {
     ctx: Ctx<'a>,
@@ -513,11 +533,7 @@ impl GroupReader for ClozeReader<'_> {
         _req: &DecideRequest,
         call: GroupCall<'_>,
     ) -> Result<GroupReads, EngineError> {
-        // Earlier answers are prefilled in the model's turn, one line each.
-        let prefill = match call.lines.as_slice() {
-            [] => String::new(),
-            lines => format!("{}\n", lines.join("\n")),
-        };
+        let prefill = prefill_text(&call.lines);
         self.ctx
             .read_group(&call.questions, &call.listed, &self.state, &prefill)
             .await

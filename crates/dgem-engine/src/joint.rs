@@ -24,20 +24,13 @@ use dgem_core::readout::{auto_extends, entropy, sample_plan, SlotRead};
 use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
-    TemplateSpec,
+    TemplateSpec, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE,
 };
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 
 use crate::{DecideRequest, Decision, Engine, EngineError};
-
-/// Seed stride between reads (the original server's `seed + 7919·r`).
-const READ_SEED_STRIDE: i64 = 7919;
-/// Seed stride between groups of one decision (the original server's 104729).
-const GROUP_SEED_STRIDE: i64 = 104_729;
-/// Canvas widths are rounded up to a multiple of this.
-const CANVAS_STEP: usize = 16;
 
 fn tokens_of(tok: &dyn Tokenizer, text: &str) -> Result<Vec<TokenId>, EngineError> {
     Ok(tok.encode(text).map_err(CoreError::from)?)
@@ -117,7 +110,7 @@ impl GroupReader for JointReader<'_> {
                 canvas_len: self.canvas_len,
             },
         )?;
-        let width = canvas_width(template.tokens.len(), self.canvas_len, CANVAS_STEP);
+        let width = canvas_width(template.tokens.len(), self.canvas_len, DEFAULT_CANVAS_STEP);
         if prompt.len() + width > self.max_tokens {
             return Err(EngineError::Schema(dgem_core::SchemaError::new(
                 "state",

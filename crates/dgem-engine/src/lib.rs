@@ -76,7 +76,7 @@ impl Default for EngineConfig {
             note: None,
             calibration_cache_entries: 512,
             calibration_store: None,
-            canvas_len: 128,
+            canvas_len: dgem_core::slots::DEFAULT_CANVAS_LEN,
         }
     }
 }

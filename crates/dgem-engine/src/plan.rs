@@ -10,17 +10,18 @@
 
 use std::time::Instant;
 
+use dgem_backend::walker::listed_questions;
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::state_text;
 use dgem_core::readout::sample_plan;
-use dgem_core::schema::{ChunkPrompt, Question};
+use dgem_core::schema::Question;
 use dgem_core::slots::answer_text;
 use dgem_core::tokenizer::TokenId;
 use dgem_core::walk::chunk_groups;
 use serde::Serialize;
 
-use crate::cloze::{question_sequences, Ctx};
+use crate::cloze::{prefill_text, question_sequences, Ctx};
 use crate::{DecideRequest, Engine, EngineError};
 
 /// One question's slot in read 0 of its group.
@@ -151,16 +152,8 @@ impl Engine {
             let groups = chunk_groups(&asked, |_| Ok::<_, EngineError>(true))?;
             let mut out = Vec::with_capacity(groups.len());
             for group in groups {
-                let listed: Vec<&Question> =
-                    if chained || schema.chunk_prompt == ChunkPrompt::Shared {
-                        every.clone()
-                    } else {
-                        group.clone()
-                    };
-                let prefill = match lines.as_slice() {
-                    [] => String::new(),
-                    l => format!("{}\n", l.join("\n")),
-                };
+                let listed = listed_questions(schema, &every, chained, &group);
+                let prefill = prefill_text(&lines);
                 let prompt = ctx.prompt(0, &listed, &state, &prefill)?;
                 let qs = ctx.read_questions(0, &group)?;
                 let mut slots = Vec::with_capacity(qs.len());

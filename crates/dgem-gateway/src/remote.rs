@@ -31,7 +31,7 @@ pub fn wire_schema(s: &ValidSchema) -> Value {
             m.insert("instructions".into(), json!(q.instructions));
             match q.kind {
                 QuestionKind::Boolean => {
-                    m.insert("type".into(), json!("boolean"));
+                    m.insert("type".into(), json!(q.kind.as_str()));
                     let yes = q.alternatives.first().and_then(|a| a.description.clone());
                     let no = q.alternatives.get(1).and_then(|a| a.description.clone());
                     if yes.is_some() || no.is_some() {
@@ -39,7 +39,7 @@ pub fn wire_schema(s: &ValidSchema) -> Value {
                     }
                 }
                 QuestionKind::Choice => {
-                    m.insert("type".into(), json!("choice"));
+                    m.insert("type".into(), json!(q.kind.as_str()));
                     let opts: Vec<Value> = q
                         .alternatives
                         .iter()
@@ -48,7 +48,7 @@ pub fn wire_schema(s: &ValidSchema) -> Value {
                     m.insert("options".into(), Value::Array(opts));
                 }
                 QuestionKind::Score => {
-                    m.insert("type".into(), json!("score"));
+                    m.insert("type".into(), json!(q.kind.as_str()));
                     let levels: Vec<&str> =
                         q.alternatives.iter().map(|a| a.name.as_str()).collect();
                     m.insert("levels".into(), json!(levels));

@@ -77,22 +77,7 @@ impl ScriptedBackend {
         max_tokens: usize,
         script: impl Fn(&SlotContext) -> Vec<f64> + Send + Sync + 'static,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            tok: Arc::new(ToyTokenizer::default()),
-            info: BackendInfo {
-                engine: "scripted".into(),
-                model_id: "toy".into(),
-                model_sha256: None,
-                attention: Attention::Causal,
-                label_mode: LabelMode::Words,
-                max_tokens,
-                supports_images: false,
-            },
-            script: Box::new(script),
-            calls: AtomicUsize::new(0),
-            fail_next: AtomicUsize::new(0),
-            delay_ms: AtomicU64::new(0),
-        })
+        Self::build("scripted", "toy", Attention::Causal, max_tokens, script)
     }
 
     /// A **bidirectional** backend (a scripted masked LM) with a 4096-token
@@ -101,15 +86,31 @@ impl ScriptedBackend {
     pub fn bidirectional(
         script: impl Fn(&SlotContext) -> Vec<f64> + Send + Sync + 'static,
     ) -> Arc<Self> {
+        Self::build(
+            "scripted-bidirectional",
+            "toy-mlm",
+            Attention::Bidirectional,
+            4096,
+            script,
+        )
+    }
+
+    fn build(
+        engine: &str,
+        model_id: &str,
+        attention: Attention,
+        max_tokens: usize,
+        script: impl Fn(&SlotContext) -> Vec<f64> + Send + Sync + 'static,
+    ) -> Arc<Self> {
         Arc::new(Self {
             tok: Arc::new(ToyTokenizer::default()),
             info: BackendInfo {
-                engine: "scripted-bidirectional".into(),
-                model_id: "toy-mlm".into(),
+                engine: engine.into(),
+                model_id: model_id.into(),
                 model_sha256: None,
-                attention: Attention::Bidirectional,
+                attention,
                 label_mode: LabelMode::Words,
-                max_tokens: 4096,
+                max_tokens,
                 supports_images: false,
             },
             script: Box::new(script),

@@ -69,8 +69,7 @@ pub fn run(args: PlanArgs) -> Result<(), Failure> {
             }
         }
     }
-    times.sort_by(f64::total_cmp);
-    let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    let median = dgem_bench::metrics::stats::percentile(&times, 0.5);
     let mut out = json!({
         "dataset": args.dataset.display().to_string(),
         "items": data.rows.len(),
