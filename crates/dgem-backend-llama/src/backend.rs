@@ -27,7 +27,8 @@ pub struct LlamaBackend {
     tokenizer: Arc<LlamaTokenizer>,
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
-    timeout: Option<Duration>,
+    model_timeout: Option<Duration>,
+    queue_timeout: Option<Duration>,
     queue_capacity: usize,
 }
 
@@ -35,7 +36,8 @@ impl std::fmt::Debug for LlamaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlamaBackend")
             .field("info", &self.info)
-            .field("timeout", &self.timeout)
+            .field("model_timeout", &self.model_timeout)
+            .field("queue_timeout", &self.queue_timeout)
             .field("queue_capacity", &self.queue_capacity)
             .finish_non_exhaustive()
     }
@@ -118,7 +120,8 @@ impl LlamaBackend {
             tokenizer: Arc::new(tokenizer),
             tx: Some(tx),
             thread: Some(thread),
-            timeout: config.timeout,
+            model_timeout: config.model_timeout,
+            queue_timeout: config.queue_timeout,
             queue_capacity: config.queue_capacity,
         })
     }
@@ -199,10 +202,12 @@ impl Backend for LlamaBackend {
             .as_ref()
             .ok_or_else(|| BackendError::Unavailable("backend is shutting down".into()))?;
         let (reply, rx) = oneshot::channel();
+        let (started, started_rx) = oneshot::channel();
         let job = Job {
             reads,
             enqueued: Instant::now(),
             span: tracing::Span::current(),
+            started: Some(started),
             reply,
         };
         tx.try_send(job).map_err(|e| match e {
@@ -214,14 +219,31 @@ impl Backend for LlamaBackend {
                 BackendError::Unavailable("model thread has stopped".into())
             }
         })?;
+        // Two budgets: the wait in the queue, then the model time. A job whose
+        // queue wait runs out is dropped unrun (the worker skips a job whose
+        // caller is gone) and the caller hears `Overloaded`, not `Timeout`.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if let Some(limit) = self.queue_timeout {
+            match tokio::time::timeout(limit, started_rx).await {
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(BackendError::Overloaded(format!(
+                        "waited {} ms in the llama.cpp queue (the queue timeout) before the model could start",
+                        ms(limit)
+                    )))
+                }
+            }
+        } else {
+            let _ = started_rx.await;
+        }
         let answer = async {
             rx.await
                 .map_err(|_| BackendError::Unavailable("model thread dropped the request".into()))?
         };
-        match self.timeout {
-            Some(limit) => tokio::time::timeout(limit, answer).await.map_err(|_| {
-                BackendError::Timeout(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX))
-            })?,
+        match self.model_timeout {
+            Some(limit) => tokio::time::timeout(limit, answer)
+                .await
+                .map_err(|_| BackendError::Timeout(ms(limit)))?,
             None => answer.await,
         }
     }
@@ -232,9 +254,7 @@ impl Backend for LlamaBackend {
         if alive {
             Health::Ready
         } else {
-            Health::Failed {
-                reason: "llama.cpp model thread has stopped".into(),
-            }
+            Health::failed("llama.cpp model thread has stopped")
         }
     }
 }

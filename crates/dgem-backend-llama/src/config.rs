@@ -9,8 +9,12 @@ use thiserror::Error;
 pub const DEFAULT_CONTEXT_SIZE: usize = 2048;
 /// Default capacity of the bounded job queue.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 64;
-/// Default per-call timeout.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default limit on the model time of one call (from the moment the model
+/// thread starts it).
+pub const DEFAULT_MODEL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Default limit on the time one call may wait in the queue before the model
+/// thread starts it (the server's own request timeout, 300 s, bounds it too).
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How to load and run a GGUF model with llama.cpp.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,8 +31,14 @@ pub struct LlamaConfig {
     pub context_size: usize,
     /// Capacity of the bounded job queue; a full queue answers `Overloaded`.
     pub queue_capacity: usize,
-    /// Per-call timeout (queue wait + model time); `None` waits forever.
-    pub timeout: Option<Duration>,
+    /// Limit on the model time of one call, counted from the moment the model
+    /// thread starts it; past it the call is [`dgem_backend::BackendError::Timeout`]
+    /// and the thread stops at its next read. `None` waits forever.
+    pub model_timeout: Option<Duration>,
+    /// Limit on the time one call waits in the queue before the model thread
+    /// starts it; past it the call is [`dgem_backend::BackendError::Overloaded`]
+    /// (retryable, 503) and the job is dropped unrun. `None` waits forever.
+    pub queue_timeout: Option<Duration>,
     /// Benchmark hook: request output logits at **every** position instead of only
     /// the rows that predict a slot. Slower (the 262k head runs per row); results
     /// are identical. Leave `false` outside benchmarks.
@@ -42,7 +52,7 @@ pub struct LlamaConfig {
 
 impl LlamaConfig {
     /// A config with defaults: all available threads, 2048-token context, a
-    /// 64-deep queue and a 120 s timeout.
+    /// 64-deep queue, 300 s of queue wait and 120 s of model time per call.
     pub fn new(model_path: impl Into<PathBuf>, model_id: impl Into<String>) -> Self {
         Self {
             model_path: model_path.into(),
@@ -51,7 +61,8 @@ impl LlamaConfig {
             n_threads: std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
             context_size: DEFAULT_CONTEXT_SIZE,
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
-            timeout: Some(DEFAULT_TIMEOUT),
+            model_timeout: Some(DEFAULT_MODEL_TIMEOUT),
+            queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
             logits_all: false,
             batch_reads: false,
         }

@@ -21,6 +21,8 @@ pub(crate) struct Job {
     pub enqueued: Instant,
     /// Span of the caller, entered while the job runs.
     pub span: tracing::Span,
+    /// Told when the model thread starts the job (ends the queue wait).
+    pub started: Option<oneshot::Sender<()>>,
     /// Where the result goes.
     pub reply: oneshot::Sender<Result<ForwardOutput, BackendError>>,
 }
@@ -82,10 +84,13 @@ fn run(
     tracing::debug!("llama model thread stopping: queue closed");
 }
 
-fn handle(engine: &mut Engine<'_>, job: Job) {
+fn handle(engine: &mut Engine<'_>, mut job: Job) {
     if job.reply.is_closed() {
         // The caller timed out or went away while the job waited.
         return;
+    }
+    if let Some(started) = job.started.take() {
+        let _ = started.send(());
     }
     let _guard = job.span.enter();
     let started = Instant::now();

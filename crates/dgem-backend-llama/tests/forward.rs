@@ -267,7 +267,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
 
     let mut cfg = LlamaConfig::new(&path, "tight");
     cfg.context_size = 1024;
-    cfg.timeout = Some(Duration::from_millis(1));
+    cfg.model_timeout = Some(Duration::from_millis(1));
     let tight = LlamaBackend::load(cfg).expect("loads");
     let read = question(tok.as_ref(), "Which team?");
     let err = tight.forward(vec![read]).await.expect_err("times out");
@@ -314,7 +314,7 @@ async fn timed_out_job_stops_and_frees_the_model_thread() {
     };
     let mut cfg = LlamaConfig::new(&path, "cancel");
     cfg.context_size = 1024;
-    cfg.timeout = Some(Duration::from_secs(3));
+    cfg.model_timeout = Some(Duration::from_secs(3));
     let be = LlamaBackend::load(cfg).expect("loads");
     let tok = be.tokenizer();
     // 400 reads that share no prefix (the leading number differs), so none
@@ -335,4 +335,48 @@ async fn timed_out_job_stops_and_frees_the_model_thread() {
         .expect("the model thread is free again");
     assert_eq!(out.sequences.len(), 1);
     assert!(out.sequences[0][0].label_logprobs[0].is_finite());
+}
+
+/// Issue 12, defect 4: one fixed 120 s timeout counted queue time and model
+/// time together, so calls queued behind others timed out before they ran. The
+/// queue wait is now its own budget: a call that cannot start in time is
+/// `Overloaded` (503, retryable) and never runs; the model budget starts when
+/// the model thread takes the call.
+#[tokio::test]
+async fn queue_wait_is_its_own_budget_not_model_time() {
+    let Some(path) = model_path("queue_wait_is_its_own_budget_not_model_time") else {
+        return;
+    };
+    let mut cfg = LlamaConfig::new(&path, "budgets");
+    cfg.context_size = 1024;
+    cfg.queue_timeout = Some(Duration::from_millis(200));
+    cfg.model_timeout = None;
+    let be = std::sync::Arc::new(LlamaBackend::load(cfg).expect("loads"));
+    let tok = be.tokenizer();
+    let long: Vec<SequenceRead> = (0..40)
+        .map(|i| {
+            let text = format!("Case {i}. {LONG_PROMPT}Question: Which team?\nAnswer:");
+            read_at_end(prompt(tok.as_ref(), &text), labels(tok.as_ref(), &ROUTES))
+        })
+        .collect();
+    let busy = {
+        let be = be.clone();
+        tokio::spawn(async move { be.forward(long).await })
+    };
+    // Let the long job reach the model thread, then queue a short one behind it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let short = read_at_end(prompt(tok.as_ref(), "Hello there"), vec![vec![5]]);
+    let err = be
+        .forward(vec![short.clone()])
+        .await
+        .expect_err("queued past its wait");
+    assert!(matches!(err, BackendError::Overloaded(_)), "{err}");
+    assert!(err.to_string().contains("queue timeout"), "{err}");
+    assert!(err.is_retryable());
+    // The long job ran to the end: its model time was not cut by the queue budget.
+    let out = busy.await.expect("joins").expect("long job finishes");
+    assert_eq!(out.sequences.len(), 40);
+    assert!(out.stats.forward_ms > 200.0, "{:?}", out.stats);
+    let out = be.forward(vec![short]).await.expect("idle queue: runs");
+    assert_eq!(out.sequences.len(), 1);
 }

@@ -77,9 +77,7 @@ impl VllmClient {
             self.ready.store(true, Ordering::SeqCst);
             Health::Ready
         } else {
-            Health::Starting {
-                phase: "waiting_for_vllm".into(),
-            }
+            Health::starting("waiting_for_vllm")
         }
     }
 

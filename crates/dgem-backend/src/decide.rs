@@ -116,8 +116,8 @@ pub trait Decider: Send + Sync + std::fmt::Debug {
 pub const PROBABILITY_SUM_TOLERANCE: f64 = 1e-3;
 
 fn malformed(path: &str, what: String) -> EngineError {
-    EngineError::Backend(BackendError::Model(format!(
-        "malformed decision reply at `{path}`: {what}"
+    EngineError::Backend(BackendError::BadReply(format!(
+        "decision reply at `{path}`: {what}"
     )))
 }
 
@@ -126,7 +126,8 @@ impl Decision {
     /// [`Decision::envelope`] writes, and what a remote dgem or the original
     /// server answers), checked against the request's `schema`.
     ///
-    /// Every asked question must have an entry (`null` = skipped by `ask_if`);
+    /// Every asked question must have an entry (`null` = skipped, only for a
+    /// question with `ask_if`);
     /// its `probabilities` must name exactly the question's alternatives (a
     /// yes/no answer may key them `true`/`false`), each a finite number in
     /// [0, 1], summing to 1 within [`PROBABILITY_SUM_TOLERANCE`] (then
@@ -134,8 +135,8 @@ impl Decision {
     /// Diagnostics keys the sender left out take their defaults.
     ///
     /// # Errors
-    /// [`EngineError::Backend`] ([`BackendError::Model`], not retryable) naming
-    /// the path of the first value that breaks a rule.
+    /// [`EngineError::Backend`] ([`BackendError::BadReply`], retryable on
+    /// another replica) naming the path of the first value that breaks a rule.
     pub fn from_envelope(schema: &ValidSchema, envelope: &Value) -> Result<Decision, EngineError> {
         let answers_in = envelope
             .get("answers")
@@ -148,6 +149,15 @@ impl Decision {
                 .get(&q.id)
                 .ok_or_else(|| malformed(&path, "no answer for this question".into()))?;
             if a.is_null() {
+                // Only a question with `ask_if` can be skipped: a `null` for any
+                // other is a reply that left the question unanswered.
+                if q.ask_if.is_empty() {
+                    return Err(malformed(
+                        &path,
+                        "null (skipped), but this question has no `ask_if` and cannot be skipped"
+                            .into(),
+                    ));
+                }
                 answers.insert(q.id.clone(), None);
                 continue;
             }

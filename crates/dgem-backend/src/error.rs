@@ -34,6 +34,12 @@ pub enum BackendError {
     /// The backend's worker is gone (thread died, shut down). Not retryable.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// A remote answered with a success status but its reply is not a valid
+    /// decision for the request (not JSON, answers for other ids, labels that
+    /// are not the question's, probabilities out of range or not summing to 1).
+    /// Retryable: another replica may answer correctly.
+    #[error("malformed reply: {0}")]
+    BadReply(String),
 }
 
 impl BackendError {
@@ -41,9 +47,11 @@ impl BackendError {
     /// not-ready, connection loss, HTTP 429 and 5xx).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Overloaded(_) | Self::Timeout(_) | Self::NotReady(_) | Self::Connection(_) => {
-                true
-            }
+            Self::Overloaded(_)
+            | Self::Timeout(_)
+            | Self::NotReady(_)
+            | Self::Connection(_)
+            | Self::BadReply(_) => true,
             Self::Upstream { status, .. } => *status == 429 || *status >= 500,
             Self::InvalidRequest(_) | Self::Model(_) | Self::Unavailable(_) => false,
         }
@@ -73,5 +81,6 @@ mod tests {
         }
         .is_retryable());
         assert!(!BackendError::Model("x".into()).is_retryable());
+        assert!(BackendError::BadReply("x".into()).is_retryable());
     }
 }

@@ -120,22 +120,78 @@ pub struct ForwardOutput {
     pub stats: ForwardStats,
 }
 
-/// Health of a backend, for `/health` and readiness.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Health of a backend or a decider, for `/health`, readiness probes and the
+/// gateway's cold-start holds.
+///
+/// `Starting` means "on its way to ready: worth waiting for" (a request may be
+/// held); `Failed` means "broken: nothing to wait for" (fail over at once).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
     /// Loaded and serving.
     Ready,
     /// Still starting; the phase says what it is doing.
     Starting {
-        /// Phase name, e.g. `loading_model`.
+        /// Phase name, e.g. `loading_model`, `staging_tmpfs`, `scaled_to_zero`.
         phase: String,
+        /// Weights staged so far during a cold start (GB), when reported.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_staged_gb: Option<f64>,
     },
     /// Broken; the reason says why.
     Failed {
+        /// Phase name: [`Health::FAILED`], `unreachable`, or the one a remote
+        /// server reported (`warmup_failed`).
+        phase: String,
         /// Human-readable reason.
         reason: String,
     },
+}
+
+impl Health {
+    /// The phase of a ready backend.
+    pub const READY: &'static str = "ready";
+    /// The phase of a backend that failed without naming a phase of its own.
+    pub const FAILED: &'static str = "failed";
+
+    /// Starting in `phase`, with no staging progress.
+    pub fn starting(phase: impl Into<String>) -> Self {
+        Self::Starting {
+            phase: phase.into(),
+            bytes_staged_gb: None,
+        }
+    }
+
+    /// Failed in phase [`Health::FAILED`] for `reason`.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        Self::Failed {
+            phase: Self::FAILED.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The phase name (`ready` when ready).
+    pub fn phase(&self) -> &str {
+        match self {
+            Self::Ready => Self::READY,
+            Self::Starting { phase, .. } | Self::Failed { phase, .. } => phase,
+        }
+    }
+
+    /// Whether it serves now.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Self::Ready)
+    }
+
+    /// Whether it is on its way to ready (a request is worth holding for it).
+    pub fn is_warming(&self) -> bool {
+        matches!(self, Self::Starting { .. })
+    }
+
+    /// Whether it is broken (nothing to wait for).
+    pub fn is_failed(&self) -> bool {
+        matches!(self, Self::Failed { .. })
+    }
 }
 
 /// A model that reads label probabilities at answer slots.

@@ -101,11 +101,15 @@ fn make_call<'a>(
 /// (for [`Walk::finish`]) and whether the decision was chained.
 ///
 /// # Errors
-/// A dependency cycle, or the first error a group read returns.
+/// An empty state (`state`, see `dgem_core::state`), a dependency cycle, or
+/// the first error a group read returns.
 pub async fn walk(
     reader: &dyn GroupReader,
     req: &DecideRequest,
 ) -> Result<(Walk, bool), EngineError> {
+    // One rule on every surface: a state with nothing in it is refused before
+    // any read (dgem_core::state).
+    dgem_core::state::check_informative(&req.state)?;
     let schema = &req.schema;
     let stages = dgem_core::stages::schedule(schema)?;
     let chained = stages.len() > 1 || schema.sequential;

@@ -152,3 +152,16 @@ fn yes_no_answers_keyed_true_false_are_read() {
     assert_eq!(u.answer_name(), "yes");
     assert!((u.aggregate.confidence - 0.8).abs() < 1e-12);
 }
+
+/// Found by the envelope property test: a reply of `null` for every question
+/// was read as "all skipped", though only a question with `ask_if` can be
+/// skipped, so a reply that answered nothing passed as a decision.
+#[test]
+fn null_for_a_question_without_ask_if_is_refused() {
+    let env = json!({"answers": {"urgent": null, "team": null, "refund": null}});
+    let err = Decision::from_envelope(&schema(), &env).expect_err("refused");
+    assert!(
+        err.to_string().contains("answers.urgent") && err.to_string().contains("cannot be skipped"),
+        "{err}"
+    );
+}

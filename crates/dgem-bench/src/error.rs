@@ -95,6 +95,20 @@ impl BenchError {
         }
     }
 
+    /// Whether this error concerns one item only, so a run records it and goes
+    /// on: an engine failure that a retry may fix (a timeout, an overloaded or
+    /// not-ready backend, a dropped connection, a malformed upstream reply).
+    /// A backend that is gone, a model failure or a user error stops the run.
+    pub fn is_item_failure(&self) -> bool {
+        match self {
+            Self::Engine {
+                source: dgem_engine::EngineError::Backend(b),
+                ..
+            } => b.is_retryable(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),

@@ -112,6 +112,10 @@ pub struct RunInfo {
     pub elapsed_s: f64,
     /// Decisions per second in the last session (engine calls / wall time).
     pub decisions_per_s: f64,
+    /// Items that failed on their own (a timeout, an overloaded backend): not
+    /// scored; `--resume` runs them again. Absent when none failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<crate::runner::ItemFailure>,
 }
 
 /// One benchmark receipt.

@@ -7,9 +7,14 @@
 //! (a hash of the dataset and the settings); each further line is
 //! `{"id":…,"row":…}`. On resume, rows whose id is still in the dataset are kept,
 //! a line cut short by the kill is dropped (its item runs again), the file is
-//! rewritten clean and only the missing items are run. A job that fails with an
-//! error stops the run: the rows already written stay, the in-flight ones are
-//! cancelled and run again on resume.
+//! rewritten clean and only the missing items are run.
+//!
+//! A job that fails in a way that concerns that item alone (a timeout, an
+//! overloaded or restarting backend, a malformed upstream reply: see
+//! [`BenchError::is_item_failure`]) is recorded as an [`ItemFailure`] and the
+//! run goes on; the item has no row (it is not scored), and `--resume` runs it
+//! again. Any other error stops the run: the rows already written stay, the
+//! in-flight ones are cancelled and run again on resume.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -60,14 +65,25 @@ pub struct RunConfig {
 /// What a run produced.
 #[derive(Debug, Clone)]
 pub struct RunOutcome<R> {
-    /// One row per item, in item order.
+    /// One row per item that finished, in item order.
     pub rows: Vec<R>,
+    /// Items that failed on their own (see the module docs), in item order.
+    pub failed: Vec<ItemFailure>,
     /// Rows restored from the partial file.
     pub resumed: usize,
     /// Rows run in this session.
     pub ran: usize,
     /// Wall time of this session, seconds.
     pub elapsed_s: f64,
+}
+
+/// One item that failed without stopping the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemFailure {
+    /// Item id.
+    pub id: String,
+    /// What went wrong.
+    pub error: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -195,6 +211,7 @@ where
     let mut todo = pending.into_iter();
     let mut set: JoinSet<(String, Result<R, BenchError>)> = JoinSet::new();
     let mut ran = 0;
+    let mut failed: Vec<ItemFailure> = Vec::new();
     let workers = cfg.workers.max(1);
     loop {
         while set.len() < workers {
@@ -208,6 +225,15 @@ where
         let (id, result) = joined.map_err(|e| BenchError::Worker(e.to_string()))?;
         let row = match result {
             Ok(r) => r,
+            Err(e) if e.is_item_failure() => {
+                tracing::warn!(item = %id, error = %e, "item failed; the run goes on");
+                failed.push(ItemFailure {
+                    id: id.clone(),
+                    error: e.to_string(),
+                });
+                progress.advance(&id);
+                continue;
+            }
             Err(e) => {
                 set.abort_all();
                 progress.end();
@@ -236,8 +262,10 @@ where
         .filter_map(|id| done.remove(id))
         .map(|v| serde_json::from_value(v).map_err(|e| BenchError::json("row", e)))
         .collect::<Result<Vec<R>, _>>()?;
+    failed.sort_by_key(|f| order.iter().position(|id| id == &f.id));
     Ok(RunOutcome {
         rows,
+        failed,
         resumed,
         ran,
         elapsed_s: started.elapsed().as_secs_f64(),

@@ -258,3 +258,75 @@ async fn unscorable_expected_values_are_item_errors_not_wrong_answers() {
     assert!(e.contains("`expected.team` must be one of [\"billing\", \"support\", \"engineering\"]. Given: `marketing`"), "{e}");
     assert!(item.slots.is_empty(), "nothing was scored");
 }
+
+/// Issue 12, defect 10: one slow item (a backend timeout) aborted the whole
+/// run. It is now recorded as an item failure, the others are scored, and a
+/// `--resume` runs only the failed item again; a model failure still stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_timed_out_item_is_recorded_and_the_run_goes_on() {
+    use dgem_backend::BackendError;
+    use dgem_engine::EngineError;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let partial = dir.path().join("r.json.partial");
+    let cfg = RunConfig {
+        workers: 2,
+        partial: Some(partial.clone()),
+        resume: false,
+        fingerprint: "fp".into(),
+    };
+    let items: Vec<(String, u32)> = (0..5).map(|i| (format!("i{i}"), i)).collect();
+    let slow_once = Arc::new(AtomicUsize::new(1));
+    let job = |slow: Arc<AtomicUsize>| {
+        move |i: u32| {
+            let slow = slow.clone();
+            async move {
+                if i == 2 && slow.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    return Err(BenchError::Engine {
+                        id: format!("i{i}"),
+                        source: EngineError::Backend(BackendError::Timeout(120_000)),
+                    });
+                }
+                Ok(i * 10)
+            }
+        }
+    };
+    let out = runner::run(items.clone(), &cfg, &NoProgress, job(slow_once.clone()))
+        .await
+        .expect("the run goes on");
+    assert_eq!(out.rows, vec![0, 10, 30, 40]);
+    assert_eq!(out.failed.len(), 1);
+    assert_eq!(out.failed[0].id, "i2");
+    assert!(
+        out.failed[0].error.contains("timed out"),
+        "{:?}",
+        out.failed
+    );
+    // Resume: only the failed item runs.
+    let out = runner::run(
+        items.clone(),
+        &RunConfig {
+            resume: true,
+            ..cfg.clone()
+        },
+        &NoProgress,
+        job(slow_once),
+    )
+    .await
+    .expect("resumed");
+    assert_eq!((out.resumed, out.ran), (4, 1));
+    assert_eq!(out.rows, vec![0, 10, 20, 30, 40]);
+    assert!(out.failed.is_empty());
+    // A model failure is not an item's own problem: it stops the run.
+    let err = runner::run(items, &cfg, &NoProgress, |i: u32| async move {
+        if i == 1 {
+            return Err(BenchError::Engine {
+                id: "i1".into(),
+                source: EngineError::Backend(BackendError::Model("weights gone".into())),
+            });
+        }
+        Ok(i)
+    })
+    .await
+    .expect_err("stops");
+    assert!(err.to_string().contains("weights gone"), "{err}");
+}

@@ -35,6 +35,29 @@ pub struct ModelArgs {
     /// Contextual calibration against content-free states: auto, on or off.
     #[arg(long, env = "DGEM_CALIBRATION", default_value = "auto")]
     pub calibration: CalibrationMode,
+    /// Seconds one model call may wait in the model's queue before it starts
+    /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.
+    /// Queue time is not model time: see `--model-timeout`.
+    #[arg(long, env = "DGEM_QUEUE_TIMEOUT_S", default_value_t = 300.0, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub queue_timeout: f64,
+    /// Seconds one model call may run once started (past it: 504, and the model
+    /// thread stops at its next read); 0 = no limit.
+    #[arg(long, env = "DGEM_MODEL_TIMEOUT_S", default_value_t = 120.0, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub model_timeout: f64,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "must be a number of seconds from 0 (no limit) to 86400. Given: `{s}`"
+        )),
+    }
+}
+
+/// `Some(limit)` for a positive number of seconds, `None` (no limit) for 0.
+fn limit(seconds: f64) -> Option<std::time::Duration> {
+    (seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
 }
 
 fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
@@ -126,6 +149,8 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
     if let Some(t) = args.threads {
         cfg.n_threads = t;
     }
+    cfg.queue_timeout = limit(args.queue_timeout);
+    cfg.model_timeout = limit(args.model_timeout);
     let backend = LlamaBackend::load(cfg)
         .with_context(|| format!("could not load the model {}", path.display()))
         .map_err(internal)?;

@@ -174,4 +174,18 @@ async fn killed_replica_mid_run_loses_no_request() {
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["phase"], "unreachable", "{h}");
     assert_eq!(rows[1]["ready"], true, "{h}");
+    // Issue 12: `dgem gateway` never exported `/metrics`; the failovers above
+    // are counted there.
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("dgem_gateway_attempts_total{backend=\"local\",outcome=\"failover\"}"),
+        "{text}"
+    );
 }

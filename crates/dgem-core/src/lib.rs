@@ -41,6 +41,7 @@ pub mod readout;
 pub mod schema;
 pub mod slots;
 pub mod stages;
+pub mod state;
 pub mod template;
 pub mod tokenizer;
 pub mod vars;

@@ -46,12 +46,26 @@ pub fn render(
         detail,
     })?;
     let data = Value::Map(vars.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect());
-    tmpl.render(&Context::from(data))
+    let out = tmpl
+        .render(&Context::from(data))
         .map_err(|e| TemplateError::Render {
             name: name.to_string(),
             detail: e.to_string(),
-        })
+        })?;
+    if out.len() > MAX_RENDER_BYTES {
+        return Err(TemplateError::Render {
+            name: name.to_string(),
+            detail: format!(
+                "the rendered policy is {} bytes; at most {MAX_RENDER_BYTES} are allowed (a policy is a schema and a state, not a document store)",
+                out.len()
+            ),
+        });
+    }
+    Ok(out)
 }
+
+/// Largest rendered template, bytes (8 MiB: the server's default body limit).
+pub const MAX_RENDER_BYTES: usize = 8 * 1024 * 1024;
 
 /// Most spaces `indent` may add per line, and the largest `printf` width or
 /// precision: bounds on what one helper call can make a render allocate.
@@ -406,6 +420,21 @@ mod tests {
             ),
             "XX"
         );
+    }
+
+    /// Issue 12, defect 1: rendering is bounded in output size too.
+    #[test]
+    fn rendered_output_over_the_limit_is_an_error() {
+        // 2000 × 10000 spaces from one `indent` per line = 20 MB.
+        let lines = "x\n".repeat(2000);
+        let e = render(
+            "t",
+            r#"{{ indent 10000 .s }}"#,
+            &vars(json!({ "s": lines })),
+        )
+        .expect_err("too large")
+        .to_string();
+        assert!(e.contains("at most 8388608 are allowed"), "{e}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::envelope::{fill_timing, max_entropy};
 use crate::error::GatewayError;
+use crate::replica::engine_error;
 use crate::routing::Gateway;
 
 /// Request header that picks a backend (overrides the body's `backend`).
@@ -120,16 +121,16 @@ async fn decide_inner(
     .map_err(|e| GatewayError::Unavailable(format!("render task failed: {e}")))??;
     tracing::Span::current().record("template", parsed.template.as_str());
     let requested = header_backend(headers).or(parsed.backend.clone());
-    let call = Arc::new(parsed.call);
+    let request = parsed.request;
     let routed = s
         .gateway
-        .route(requested.as_deref(), |t| {
-            let call = call.clone();
-            async move { t.decide(&call).await }.boxed()
+        .route(requested.as_deref(), |replica| {
+            let request = request.clone();
+            async move { replica.decider.decide(request).await.map_err(engine_error) }.boxed()
         })
         .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
-    let mut envelope = routed.value;
+    let mut envelope = routed.value.envelope();
     let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
     let answers = envelope
         .get("answers")

@@ -130,6 +130,27 @@ impl Breaker {
         }
     }
 
+    /// How long until an open breaker lets a trial through (`None` when it is
+    /// not open).
+    pub fn retry_in(&self) -> Option<Duration> {
+        let g = self.lock();
+        g.opened_at
+            .map(|at| self.config.open_for.saturating_sub(at.elapsed()))
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Let a trial through now (half-open), e.g. because the replica's health
+    /// probe answers ready again: a replica that came back is not shunned for
+    /// the rest of `open_for`.
+    pub fn allow_trial(&self) {
+        let mut g = self.lock();
+        if let Some(at) = g.opened_at {
+            let now = Instant::now();
+            let back = now.checked_sub(self.config.open_for).unwrap_or(at);
+            g.opened_at = Some(back.min(at));
+        }
+    }
+
     /// Release a half-open trial slot without a verdict (e.g. the target was
     /// warming, which is not a fault).
     pub fn release(&self) {

@@ -71,9 +71,18 @@ pub enum GatewayError {
     /// The server itself is misconfigured (e.g. the templates folder is missing).
     #[error("server misconfiguration: {0}")]
     Internal(String),
-    /// Nothing could be tried (all breakers open, retry budget spent).
+    /// Nothing could be tried (retry budget spent, a task failed).
     #[error("no backend available: {0}")]
     Unavailable(String),
+    /// Every replica of the chain has an open circuit breaker and none answers
+    /// ready: 503 with `Retry-After` (seconds until the first half-open trial).
+    #[error(
+        "no backend available: every backend's circuit breaker is open; retry in {retry_after_s} s"
+    )]
+    BreakersOpen {
+        /// Seconds until the first breaker lets a trial through (at least 1).
+        retry_after_s: u64,
+    },
     /// The gateway configuration is invalid (startup only).
     #[error("gateway configuration: {0}")]
     Config(String),
@@ -98,7 +107,9 @@ impl GatewayError {
                 _ => StatusCode::BAD_GATEWAY,
             },
             Self::WakeupTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Unavailable(_) | Self::BackendDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable(_) | Self::BackendDown { .. } | Self::BreakersOpen { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Config(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -112,9 +123,60 @@ impl GatewayError {
             Self::Upstream { .. } => "upstream",
             Self::WakeupTimeout { .. } => "wakeup_timeout",
             Self::Unavailable(_) => "unavailable",
+            Self::BreakersOpen { .. } => "breakers_open",
             Self::BackendDown { .. } => "backend_down",
             Self::Internal(_) => "internal",
             Self::Config(_) => "config",
+        }
+    }
+}
+
+/// What a caller is told of a backend failure: its class and status, never the
+/// upstream's body or its internal URL (those go to the log).
+fn public(e: &BackendError) -> String {
+    match e {
+        BackendError::Upstream { status, .. } => format!("upstream answered HTTP {status}"),
+        BackendError::Connection(_) => {
+            "could not reach the backend (connection refused, reset or closed)".into()
+        }
+        BackendError::NotReady(_) => "backend not ready".into(),
+        BackendError::Overloaded(_) => "backend overloaded".into(),
+        other => other.to_string(),
+    }
+}
+
+impl GatewayError {
+    /// The message a caller sees: as [`Display`](std::fmt::Display), except
+    /// that a failed backend's reply body and URLs are left out (`Upstream`,
+    /// `BackendDown`); [`IntoResponse`] logs the full error. A `Rejected`
+    /// request keeps the upstream's words: they say what to fix.
+    pub fn public_message(&self) -> String {
+        match self {
+            Self::Upstream {
+                backend,
+                attempts,
+                error,
+            } => format!(
+                "upstream ({backend}) decision failed after {attempts} attempt(s): {}",
+                public(error)
+            ),
+            Self::BackendDown {
+                backend,
+                phase,
+                error,
+            } => format!(
+                "backend `{backend}` is `{phase}` (failed, not warming up; nothing to wait for): {}",
+                public(error)
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// `Retry-After` seconds, for the errors that know them.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            Self::BreakersOpen { retry_after_s } => Some(*retry_after_s),
+            _ => None,
         }
     }
 }
@@ -123,13 +185,65 @@ impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
         let status = self.status();
         metrics::counter!("dgem_gateway_errors_total", "type" => self.error_type()).increment(1);
-        (status, Json(json!({"error": self.to_string()}))).into_response()
+        if status.is_server_error() {
+            tracing::warn!(error = %self, status = status.as_u16(), "gateway request failed");
+        }
+        let mut resp = (status, Json(json!({"error": self.public_message()}))).into_response();
+        if let Some(s) = self.retry_after_s() {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        resp
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12, defect 10: 502 bodies carried the upstream's body and its
+    /// internal URL to the caller.
+    #[test]
+    fn failed_backend_messages_leave_out_upstream_bodies_and_urls() {
+        let up = |error| GatewayError::Upstream {
+            backend: "cloudrun".into(),
+            attempts: 2,
+            error,
+        };
+        let e = up(BackendError::Upstream {
+            status: 502,
+            body: "Traceback at http://10.1.2.3:8080/internal".into(),
+        });
+        assert_eq!(
+            e.public_message(),
+            "upstream (cloudrun) decision failed after 2 attempt(s): upstream answered HTTP 502"
+        );
+        assert!(e.to_string().contains("10.1.2.3"), "the log keeps it");
+        let e = up(BackendError::Connection(
+            "error sending request for url (http://10.1.2.3:8080/v1/chat/completions)".into(),
+        ));
+        assert!(
+            !e.public_message().contains("10.1.2.3"),
+            "{}",
+            e.public_message()
+        );
+        let e = GatewayError::BackendDown {
+            backend: "local".into(),
+            phase: "warmup_failed".into(),
+            error: BackendError::Upstream {
+                status: 503,
+                body: "secret".into(),
+            },
+        };
+        assert!(!e.public_message().contains("secret"));
+        // A malformed reply keeps the path that names what was wrong.
+        let e = up(BackendError::BadReply(
+            "decision reply at `answers.u.probabilities`: sum 0.5".into(),
+        ));
+        assert!(e.public_message().contains("answers.u.probabilities"));
+    }
 
     #[test]
     fn status_table() {

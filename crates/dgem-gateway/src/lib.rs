@@ -10,8 +10,10 @@
 //! Google Cloud ([`auth`]).
 //!
 //! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine`, `dgem-mcp`
-//! ← `dgem-gateway` ← `dgem-cli`. Routing sees only [`Target`]s: an
-//! [`HttpTarget`] (reqwest) or a [`DeciderTarget`] (in process).
+//! ← `dgem-gateway` ← `dgem-cli`. Routing sees only [`Replica`]s: a
+//! [`Decider`](dgem_engine::Decider) (a [`RemoteDgem`] over reqwest, or the
+//! embedded engine in process) plus, when it can, a raw [`Forward`] of the
+//! OpenAI-shaped routes. The [`Gateway`] is itself a `Decider` (a composite).
 //!
 //! ```no_run
 //! # fn demo(engine: std::sync::Arc<dyn dgem_engine::Decider>) {
@@ -26,14 +28,14 @@ pub mod api;
 pub mod auth;
 pub mod breaker;
 pub mod catalog;
+pub mod composite;
 pub mod envelope;
 pub mod error;
-pub mod http;
 pub mod remote;
+pub mod replica;
 pub mod request;
 pub mod routing;
 pub mod server;
-pub mod target;
 pub mod vertex;
 
 use std::sync::Arc;
@@ -45,12 +47,12 @@ use dgem_mcp::TemplateDir;
 pub use api::{ApiState, BACKEND_HEADER, BACKEND_USED_HEADER};
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use error::GatewayError;
-pub use http::{HttpTarget, HttpTargetConfig};
+pub use remote::{RemoteConfig, RemoteDgem};
+pub use replica::{Forward, Forwarded, Kind, Replica};
 pub use routing::{
     BackendSpec, BackendStatus, Gateway, GatewayConfig, RouteConfig, Routed, VERTEX_FIRST,
 };
 pub use server::{router, GatewayState};
-pub use target::{DecideCall, DeciderTarget, Forwarded, Kind, Target, TargetHealth};
 
 /// Largest upstream reply body read (bytes).
 pub const MAX_UPSTREAM_BODY: usize = 16 * 1024 * 1024;
@@ -59,7 +61,10 @@ pub const MAX_UPSTREAM_BODY: usize = 16 * 1024 * 1024;
 /// `dgem serve --studio`: `GET /api/templates`, `POST /api/decide[/{template}]`,
 /// `GET /api/health`, `GET /api/backends`.
 pub fn local_api(decider: Arc<dyn Decider>, templates: TemplateDir) -> Router {
-    let target: Arc<dyn Target> = Arc::new(DeciderTarget::new(decider));
-    let gateway = Arc::new(Gateway::single("local", Kind::Local, target));
+    let gateway = Arc::new(Gateway::single(
+        "local",
+        Kind::Local,
+        Replica::in_process(decider),
+    ));
     api::routes(ApiState { gateway, templates })
 }

@@ -1,150 +1,407 @@
-//! The [`Gateway`] is itself a [`Decider`]: a composite over its routed
-//! backends, so the MCP server (and anything else that takes `Arc<dyn Decider>`)
-//! runs over the gateway like over one model. The validated schema is written
-//! back to its wire form, routed like any decision (modes, failover, breakers,
-//! cold-start holds), and the reply becomes a [`Decision`] again through
-//! [`Decision::from_envelope`] (every diagnostics key kept, the answers checked
-//! against the request).
+//! [`RemoteDgem`]: a dgem-compatible server over HTTP (a local or remote
+//! `dgem serve`, a Cloud Run service, a Vertex dedicated endpoint's `/invoke`
+//! base), as a [`Decider`] and a [`Forward`].
+//!
+//! A decision goes out as `POST {base}/v1/chat/completions` with the schema's
+//! wire form ([`ValidSchema::to_wire`](dgem_core::schema::ValidSchema::to_wire))
+//! as the system message and the state as the user message. The reply is
+//! parsed tolerantly ([`crate::envelope`]: the OpenAI wrapper, a bare envelope,
+//! fenced or chatty text) and then checked strictly against the request by
+//! [`Decision::from_envelope`]: an id that was not asked or is missing, labels
+//! that are not the question's, a probability outside [0, 1] or NaN, sums more
+//! than 1e-3 from 1. A reply that fails is [`BackendError::BadReply`], the
+//! replica's failure, so the router fails over to the next one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use axum::body::Bytes;
 use dgem_backend::{Attention, BackendError, BackendInfo, Health};
 use dgem_core::labels::LabelMode;
-use dgem_core::schema::{QuestionKind, SamplePolicy, ValidSchema};
 use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
-use futures_util::FutureExt as _;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::error::GatewayError;
-use crate::routing::Gateway;
-use crate::target::DecideCall;
+use crate::auth::BearerSource;
+use crate::envelope::parse_reply;
+use crate::replica::{phase, status_fails_over, Forward, Forwarded};
 
-/// The wire form (serving.md §3.1) of a validated schema.
-pub fn wire_schema(s: &ValidSchema) -> Value {
-    let questions: Vec<Value> = s
-        .questions
-        .iter()
-        .map(|q| {
-            let mut m = Map::new();
-            m.insert("id".into(), json!(q.id));
-            m.insert("instructions".into(), json!(q.instructions));
-            match q.kind {
-                QuestionKind::Boolean => {
-                    m.insert("type".into(), json!(q.kind.as_str()));
-                    let yes = q.alternatives.first().and_then(|a| a.description.clone());
-                    let no = q.alternatives.get(1).and_then(|a| a.description.clone());
-                    if yes.is_some() || no.is_some() {
-                        m.insert("criteria".into(), json!({"true": yes, "false": no}));
-                    }
-                }
-                QuestionKind::Choice => {
-                    m.insert("type".into(), json!(q.kind.as_str()));
-                    let opts: Vec<Value> = q
-                        .alternatives
-                        .iter()
-                        .map(|a| json!({"name": a.name, "description": a.description}))
-                        .collect();
-                    m.insert("options".into(), Value::Array(opts));
-                }
-                QuestionKind::Score => {
-                    m.insert("type".into(), json!(q.kind.as_str()));
-                    let levels: Vec<&str> =
-                        q.alternatives.iter().map(|a| a.name.as_str()).collect();
-                    m.insert("levels".into(), json!(levels));
-                }
-            }
-            if !q.depends_on.is_empty() {
-                m.insert("depends_on".into(), json!(q.depends_on));
-            }
-            if !q.ask_if.is_empty() {
-                m.insert("ask_if".into(), json!(q.ask_if));
-            }
-            if let Some(a) = q.alone {
-                m.insert("alone".into(), json!(a));
-            }
-            Value::Object(m)
-        })
-        .collect();
-    let mut out = Map::new();
-    if let Some(i) = &s.instructions {
-        out.insert("instructions".into(), json!(i));
-    }
-    out.insert("questions".into(), Value::Array(questions));
-    match s.samples {
-        SamplePolicy::Fixed { n } => out.insert("samples".into(), json!(n)),
-        SamplePolicy::Auto { max, threshold } => {
-            out.insert("auto_max".into(), json!(max));
-            out.insert("auto_threshold".into(), json!(threshold));
-            out.insert("samples".into(), json!("auto"))
-        }
-    };
-    out.insert("steps".into(), json!(s.steps));
-    out.insert("think".into(), json!(s.think));
-    if let Some(ask) = &s.ask {
-        out.insert("ask".into(), json!(ask));
-    }
-    if let Some(rows) = s.chunk_rows {
-        out.insert("chunk_rows".into(), json!(rows));
-    }
-    out.insert("chunk_prompt".into(), json!(s.chunk_prompt));
-    out.insert("sequential".into(), json!(s.sequential));
-    out.insert("layout".into(), json!(s.layout.as_str()));
-    Value::Object(out)
+/// Settings of one remote dgem.
+#[derive(Clone)]
+pub struct RemoteConfig {
+    /// Base URL without a trailing `/` or `/v1` (`http://127.0.0.1:8080`,
+    /// `https://…/endpoints/123/invoke`).
+    pub base: String,
+    /// Limit of one request, connect included (default 90 s).
+    pub timeout: Duration,
+    /// Limit of one health probe (default 2.5 s).
+    pub health_timeout: Duration,
+    /// Where bearer tokens come from, if the target needs one.
+    pub auth: Option<Arc<dyn BearerSource>>,
+    /// `model` sent in chat bodies (the server echoes it).
+    pub model: String,
 }
 
-fn to_engine_error(e: GatewayError) -> EngineError {
-    match e {
-        GatewayError::Rejected { error, .. } | GatewayError::Upstream { error, .. } => error.into(),
-        GatewayError::WakeupTimeout { .. } => BackendError::NotReady(e.to_string()).into(),
-        other => BackendError::Unavailable(other.to_string()).into(),
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("base", &self.base)
+            .field("timeout", &self.timeout)
+            .field("auth", &self.auth.as_ref().map(|a| a.describe()))
+            .finish()
+    }
+}
+
+impl RemoteConfig {
+    /// Defaults for `base` (trailing `/`, `/v1` and `/v1/chat/completions` trimmed).
+    pub fn new(base: &str) -> Self {
+        Self {
+            base: trim_base(base),
+            timeout: Duration::from_secs(90),
+            health_timeout: Duration::from_millis(2500),
+            auth: None,
+            model: "dgem".into(),
+        }
+    }
+}
+
+/// `base` without a trailing `/`, `/chat/completions` or `/v1`.
+pub fn trim_base(base: &str) -> String {
+    let mut b = base.trim().trim_end_matches('/').to_string();
+    for suffix in ["/chat/completions", "/v1"] {
+        if let Some(s) = b.strip_suffix(suffix) {
+            b = s.trim_end_matches('/').to_string();
+        }
+    }
+    b
+}
+
+/// A dgem-compatible server over HTTP (see the module docs).
+#[derive(Debug, Clone)]
+pub struct RemoteDgem {
+    config: RemoteConfig,
+    client: reqwest::Client,
+}
+
+impl RemoteDgem {
+    /// A remote with its own connection pool.
+    ///
+    /// # Errors
+    /// [`BackendError::Unavailable`] when the HTTP client cannot be built.
+    pub fn new(config: RemoteConfig) -> Result<Self, BackendError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| BackendError::Unavailable(format!("http client: {e}")))?;
+        Ok(Self { config, client })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.config.base
+    }
+
+    async fn bearer(&self) -> Result<Option<String>, BackendError> {
+        match &self.config.auth {
+            None => Ok(None),
+            Some(a) => a
+                .bearer()
+                .await
+                .map(Some)
+                .map_err(|e| BackendError::NotReady(format!("auth: {e}"))),
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, Option<String>, Bytes), BackendError> {
+        let url = format!("{}{path}", self.config.base);
+        let mut req = self
+            .client
+            .post(&url)
+            .timeout(self.config.timeout)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(token) = self.bearer().await? {
+            req = req.bearer_auth(token);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| transport(&e, self.config.timeout))?;
+        let status = resp.status().as_u16();
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        // A reset while the body streams is a failure *during* the request: it
+        // surfaces here as a retryable connection error, so it fails over.
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| transport(&e, self.config.timeout))?;
+        if bytes.len() > crate::MAX_UPSTREAM_BODY {
+            return Err(BackendError::Model(format!(
+                "reply of {} bytes exceeds {} bytes",
+                bytes.len(),
+                crate::MAX_UPSTREAM_BODY
+            )));
+        }
+        Ok((status, ctype, bytes))
+    }
+}
+
+fn transport(e: &reqwest::Error, limit: Duration) -> BackendError {
+    if e.is_timeout() {
+        BackendError::Timeout(limit.as_millis() as u64)
+    } else {
+        BackendError::Connection(error_chain(e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+fn snippet(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(300).collect()
+}
+
+/// The chat body of a decision: the schema JSON as the system message, the
+/// state as the user message, and the seed. The protocol wants the user
+/// message to be JSON text, so any state (a string too) goes as its JSON text,
+/// except a list of content parts (images), which goes as it is.
+pub fn chat_body(model: &str, schema: &Value, state: &Value, seed: i64) -> Value {
+    let state = match state {
+        Value::Array(parts) if parts.iter().any(|p| p.get("type").is_some()) => state.clone(),
+        other => Value::String(other.to_string()),
+    };
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": schema.to_string()},
+            {"role": "user", "content": state},
+        ],
+        "seed": seed,
+    })
+}
+
+impl RemoteDgem {
+    /// One `/health` probe: unreachable, a 429/503 front end (scaled to zero)
+    /// or the body's phase (see [`health_from_body`]). Never fails.
+    pub async fn probe(&self) -> Health {
+        let mut req = self
+            .client
+            .get(format!("{}/health", self.config.base))
+            .timeout(self.config.health_timeout);
+        match self.bearer().await {
+            Ok(Some(t)) => req = req.bearer_auth(t),
+            Ok(None) => {}
+            Err(e) => return unreachable(e.to_string()),
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return unreachable(error_chain(&e)),
+        };
+        let status = resp.status().as_u16();
+        if matches!(status, 429 | 503) {
+            return Health::starting(phase::SCALED_TO_ZERO);
+        }
+        if !(200..300).contains(&status) {
+            return unreachable(format!("health answered {status}"));
+        }
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        health_from_body(&body)
+    }
+}
+
+fn unreachable(reason: String) -> Health {
+    Health::Failed {
+        phase: phase::UNREACHABLE.into(),
+        reason,
     }
 }
 
 #[async_trait]
-impl Decider for Gateway {
+impl Decider for RemoteDgem {
+    /// What is known before the remote answers: the engine is `dgem-remote` and
+    /// the model id is empty (a reply's `diagnostics.model` names it).
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            engine: "dgem-gateway".into(),
-            model_id: format!("gateway:{}", self.default_backend()),
+            engine: "dgem-remote".into(),
+            model_id: String::new(),
             model_sha256: None,
             attention: Attention::Causal,
             label_mode: LabelMode::Words,
             max_tokens: 0,
-            supports_images: false,
+            supports_images: true,
         }
     }
 
     async fn health(&self) -> Health {
-        let rows = Gateway::health(self).await;
-        if rows.iter().any(|r| r.health.ready) {
-            Health::Ready
-        } else if let Some(w) = rows.iter().find(|r| r.health.is_warming()) {
-            Health::Starting {
-                phase: w.health.phase.clone(),
-            }
-        } else {
-            Health::Failed {
-                reason: "no backend is reachable".into(),
-            }
-        }
+        self.probe().await
     }
 
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        let call = Arc::new(DecideCall {
-            schema: wire_schema(&req.schema),
-            state: req.state,
-            seed: req.seed,
-        });
-        let routed = self
-            .route(None, |t| {
-                let call = call.clone();
-                async move { t.decide(&call).await }.boxed()
-            })
-            .await
-            .map_err(to_engine_error)?;
-        // The reply is read back through the seam's one envelope reader, which
-        // checks it against the request (ids, alternatives, ranges, sums).
-        Decision::from_envelope(&req.schema, &routed.value)
+        let body = chat_body(
+            &self.config.model,
+            &req.schema.to_wire(),
+            &req.state,
+            req.seed,
+        );
+        let (status, _, bytes) = self
+            .post("/v1/chat/completions", Bytes::from(body.to_string()))
+            .await?;
+        if !(200..300).contains(&status) {
+            return Err(BackendError::Upstream {
+                status,
+                body: snippet(&bytes),
+            }
+            .into());
+        }
+        let envelope = parse_reply(&bytes).map_err(|e| BackendError::BadReply(e.to_string()))?;
+        Decision::from_envelope(&req.schema, &envelope)
+    }
+}
+
+#[async_trait]
+impl Forward for RemoteDgem {
+    async fn forward(&self, path: &str, body: Bytes) -> Result<Forwarded, BackendError> {
+        let (status, content_type, body) = self.post(path, body).await?;
+        if status_fails_over(status) {
+            return Err(BackendError::Upstream {
+                status,
+                body: snippet(&body),
+            });
+        }
+        Ok(Forwarded {
+            status,
+            content_type,
+            body,
+        })
+    }
+}
+
+/// Words in a phase that name a failure rather than a stage of start-up
+/// (compared case-insensitively): `warmup_failed` of a `dgem serve` whose vLLM
+/// upstream is down, `crashed`, `unhealthy`, …
+const FAILURE_WORDS: [&str; 6] = ["fail", "error", "crash", "unhealthy", "dead", "stopped"];
+
+/// Read a `/health` body: `phase` (default `ready`), `ready`/`vllm_ready`,
+/// `bytes_staged_gb` (GB). Not ready in a phase that names a failure
+/// ([`FAILURE_WORDS`], or `unreachable`/`failed`) is [`Health::Failed`]:
+/// nothing to wait for; any other phase is [`Health::Starting`].
+pub fn health_from_body(body: &Value) -> Health {
+    let phase = body
+        .get("phase")
+        .and_then(Value::as_str)
+        .unwrap_or(phase::READY)
+        .to_string();
+    let ready = body
+        .get("ready")
+        .or_else(|| body.get("vllm_ready"))
+        .and_then(Value::as_bool)
+        .unwrap_or(phase == phase::READY);
+    if ready {
+        return Health::Ready;
+    }
+    let lower = phase.to_ascii_lowercase();
+    if lower == phase::UNREACHABLE
+        || lower == phase::FAILED
+        || FAILURE_WORDS.iter().any(|w| lower.contains(w))
+    {
+        let reason = body
+            .get("detail")
+            .or_else(|| body.get("error"))
+            .and_then(Value::as_str)
+            .map_or_else(
+                || format!("the server reports phase `{phase}`"),
+                str::to_string,
+            );
+        return Health::Failed { phase, reason };
+    }
+    Health::Starting {
+        phase,
+        bytes_staged_gb: body.get("bytes_staged_gb").and_then(Value::as_f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_bases() {
+        assert_eq!(trim_base("http://h:1/v1/"), "http://h:1");
+        assert_eq!(trim_base("http://h:1/v1/chat/completions"), "http://h:1");
+        assert_eq!(trim_base("https://x/invoke"), "https://x/invoke");
+    }
+
+    #[test]
+    fn reads_health_bodies() {
+        let h = health_from_body(
+            &json!({"phase": "staging_tmpfs", "vllm_ready": false, "bytes_staged_gb": 4.5}),
+        );
+        assert_eq!(
+            h,
+            Health::Starting {
+                phase: "staging_tmpfs".into(),
+                bytes_staged_gb: Some(4.5)
+            }
+        );
+        assert!(h.is_warming());
+        assert_eq!(health_from_body(&json!({"status": "ok"})), Health::Ready);
+    }
+
+    #[test]
+    fn phases_that_name_a_failure_are_failed_not_warming() {
+        for p in [
+            "warmup_failed",
+            "FAILED",
+            "unreachable",
+            "ERROR",
+            "crashed",
+            "model_error",
+            "unhealthy",
+            "dead",
+            "stopped",
+        ] {
+            let h = health_from_body(&json!({"phase": p, "ready": false}));
+            assert!(h.is_failed() && h.phase() == p, "{p}: {h:?}");
+        }
+        for p in [
+            "warming_up",
+            "loading",
+            "starting",
+            "loading_model",
+            "staging_tmpfs",
+            "scaled_to_zero",
+            "mounting_gcs",
+        ] {
+            let h = health_from_body(&json!({"phase": p, "ready": false}));
+            assert!(h.is_warming(), "{p}: {h:?}");
+        }
+    }
+
+    #[test]
+    fn chat_body_sends_the_state_as_json_text() {
+        let schema = json!({"questions": []});
+        let b = chat_body("m", &schema, &json!({"ticket": "x"}), 3);
+        assert_eq!(b["messages"][0]["content"], "{\"questions\":[]}");
+        assert_eq!(b["messages"][1]["content"], "{\"ticket\":\"x\"}");
+        assert_eq!(b["seed"], 3);
+        let b = chat_body("m", &schema, &json!("on fire"), 3);
+        assert_eq!(b["messages"][1]["content"], "\"on fire\"");
     }
 }

@@ -3,11 +3,11 @@
 //! Every error names the field, the allowed values and the value received.
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
+use dgem_engine::DecideRequest;
 use dgem_mcp::{template_variables, TemplateDir};
 use serde_json::{json, Map, Value};
 
 use crate::error::GatewayError;
-use crate::target::DecideCall;
 
 /// Template used when neither the body nor the path names one.
 pub const DEFAULT_TEMPLATE: &str = "support_triage";
@@ -20,8 +20,8 @@ pub const CUSTOM_LABEL: &str = "custom_questions";
 pub struct ApiDecide {
     /// Template id, or [`CUSTOM_LABEL`].
     pub template: String,
-    /// What to send.
-    pub call: DecideCall,
+    /// The decision to make: the schema validated once, here.
+    pub request: DecideRequest,
     /// Backend named in the body, if any.
     pub backend: Option<String>,
 }
@@ -147,11 +147,11 @@ pub fn parse(
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
         s.insert("samples".into(), json!(n));
     }
-    ValidSchema::from_value(&schema, &SchemaDefaults::default())
+    let schema = ValidSchema::from_value(&schema, &SchemaDefaults::default())
         .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
     Ok(ApiDecide {
         template,
-        call: DecideCall {
+        request: DecideRequest {
             schema,
             state,
             seed,
@@ -291,9 +291,12 @@ mod tests {
         let body = json!({"variables": {"ticket": "refund me"}, "samples": 3, "seed": 7, "backend": "local"});
         let r = parse(&dir(), Some("support_triage"), &body).expect("parses");
         assert_eq!(r.template, "support_triage");
-        assert_eq!(r.call.seed, 7);
-        assert_eq!(r.call.schema["samples"], 3);
-        assert_eq!(r.call.state["ticket"], "refund me");
+        assert_eq!(r.request.seed, 7);
+        assert_eq!(
+            r.request.schema.samples,
+            dgem_core::schema::SamplePolicy::Fixed { n: 3 }
+        );
+        assert_eq!(r.request.state["ticket"], "refund me");
         assert_eq!(r.backend.as_deref(), Some("local"));
     }
 
@@ -306,15 +309,16 @@ mod tests {
         ]});
         let r = parse(&dir(), None, &body).expect("parses");
         assert_eq!(r.template, CUSTOM_LABEL);
+        let wire = r.request.schema.to_wire();
         assert_eq!(
-            r.call.schema["questions"][1]["options"],
-            json!(["infra", "app"])
+            wire["questions"][1]["options"],
+            json!([{"name": "infra"}, {"name": "app"}])
         );
         assert_eq!(
-            r.call.schema["questions"][2]["levels"],
+            wire["questions"][2]["levels"],
             json!(["fine", "bad", "awful"])
         );
-        assert_eq!(r.call.state, json!("the build is red"));
+        assert_eq!(r.request.state, json!("the build is red"));
     }
 
     #[test]
@@ -325,10 +329,10 @@ mod tests {
             "ok": {"type": "bool"},
             "team": {"type": "choice", "criteria": {"infra": "servers", "app": "code"}}}});
         let r = parse(&dir(), None, &body).expect("parses");
-        let qs = &r.call.schema["questions"];
-        assert_eq!(qs[0]["id"], "urgent");
-        assert_eq!(qs[1]["type"], "boolean");
-        assert_eq!(qs[2]["options"][1]["name"], "app");
+        let qs = &r.request.schema.questions;
+        assert_eq!(qs[0].id, "urgent");
+        assert_eq!(qs[1].kind, dgem_core::schema::QuestionKind::Boolean);
+        assert_eq!(qs[2].alternatives[1].name, "app");
     }
 
     #[test]

@@ -14,12 +14,12 @@
 //! that fails mid-way fails over too. A non-retryable answer (a 4xx) is returned
 //! at once. When every replica failed but one of them reports a warming phase
 //! on `/health` (not a failed phase such as `warmup_failed`: see
-//! [`TargetHealth::is_failed`](crate::TargetHealth::is_failed)), the request
+//! [`Health::is_failed`](dgem_backend::Health::is_failed)), the request
 //! is held: health is polled with exponential backoff until it is ready
 //! (then the chain is walked again) or the wake-up timeout passes. Attempts
 //! are capped per request and by a shared retry budget.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use dgem_backend::BackendError;
@@ -29,7 +29,8 @@ use tokio::time::Instant;
 
 use crate::breaker::{Breaker, BreakerConfig, BreakerState};
 use crate::error::GatewayError;
-use crate::target::{status_fails_over, Kind, Target, TargetHealth};
+use crate::replica::{status_fails_over, Kind, Replica};
+use dgem_backend::Health;
 
 /// The mode that tries Vertex first and fails over to the other backends.
 pub const VERTEX_FIRST: &str = "vertex_first";
@@ -78,7 +79,7 @@ pub struct BackendSpec {
     /// Where it runs.
     pub kind: Kind,
     /// Its replicas, tried in order.
-    pub targets: Vec<Arc<dyn Target>>,
+    pub replicas: Vec<Replica>,
 }
 
 /// Everything a [`Gateway`] is built from.
@@ -95,9 +96,9 @@ pub struct GatewayConfig {
 }
 
 #[derive(Debug)]
-struct Replica {
+struct Slot {
     backend: usize,
-    target: Arc<dyn Target>,
+    replica: Replica,
     breaker: Breaker,
 }
 
@@ -122,8 +123,10 @@ pub struct Routed<T> {
     pub total_ms: f64,
 }
 
-/// One row of `/api/health`.
-#[derive(Debug, Clone, Serialize)]
+/// One row of `/api/health`: `name`, `kind`, `url`, `phase`, `ready`,
+/// `bytes_staged_gb` (GB, when reported), `detail` (why a probe failed) and
+/// `breaker`.
+#[derive(Debug, Clone)]
 pub struct BackendStatus {
     /// Backend name.
     pub name: String,
@@ -132,17 +135,41 @@ pub struct BackendStatus {
     /// Replica URL.
     pub url: String,
     /// Health probe result.
-    #[serde(flatten)]
-    pub health: TargetHealth,
+    pub health: Health,
     /// Breaker state.
     pub breaker: BreakerState,
+}
+
+impl Serialize for BackendStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("kind", &self.kind)?;
+        m.serialize_entry("url", &self.url)?;
+        m.serialize_entry("phase", self.health.phase())?;
+        m.serialize_entry("ready", &self.health.is_ready())?;
+        match &self.health {
+            Health::Ready => {}
+            Health::Starting {
+                bytes_staged_gb, ..
+            } => {
+                if let Some(gb) = bytes_staged_gb {
+                    m.serialize_entry("bytes_staged_gb", gb)?;
+                }
+            }
+            Health::Failed { reason, .. } => m.serialize_entry("detail", reason)?,
+        }
+        m.serialize_entry("breaker", &self.breaker)?;
+        m.end()
+    }
 }
 
 /// The router over configured backends. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Gateway {
     names: Vec<(String, Kind)>,
-    replicas: Vec<Replica>,
+    replicas: Vec<Slot>,
     allowed: Vec<String>,
     default: String,
     config: RouteConfig,
@@ -172,16 +199,16 @@ impl Gateway {
                     b.name
                 )));
             }
-            if b.targets.is_empty() {
+            if b.replicas.is_empty() {
                 return Err(GatewayError::Config(format!(
                     "backend `{}` has no URL",
                     b.name
                 )));
             }
             names.push((b.name.clone(), b.kind));
-            replicas.extend(b.targets.iter().map(|t| Replica {
+            replicas.extend(b.replicas.iter().map(|r| Slot {
                 backend: i,
-                target: t.clone(),
+                replica: r.clone(),
                 breaker: Breaker::new(config.route.breaker),
             }));
         }
@@ -229,13 +256,13 @@ impl Gateway {
     /// A gateway over one backend named `name` (e.g. `local` for `local_api`),
     /// default settings. Errors speak of "this server" (it is the in-process
     /// router of `dgem serve --studio`, not `dgem gateway`).
-    pub fn single(name: &str, kind: Kind, target: Arc<dyn Target>) -> Self {
+    pub fn single(name: &str, kind: Kind, replica: Replica) -> Self {
         let config = RouteConfig::default();
         Self {
             names: vec![(name.to_string(), kind)],
-            replicas: vec![Replica {
+            replicas: vec![Slot {
                 backend: 0,
-                target,
+                replica,
                 breaker: Breaker::new(config.breaker),
             }],
             allowed: vec![name.to_string()],
@@ -334,8 +361,8 @@ impl Gateway {
             BackendStatus {
                 name,
                 kind,
-                url: r.target.url(),
-                health: r.target.health().await,
+                url: r.replica.url.clone(),
+                health: r.replica.health().await,
                 breaker: r.breaker.state(),
             }
         });
@@ -355,7 +382,7 @@ impl Gateway {
         op: F,
     ) -> Result<Routed<T>, GatewayError>
     where
-        F: Fn(Arc<dyn Target>) -> BoxFuture<'static, Result<T, BackendError>>,
+        F: Fn(Replica) -> BoxFuture<'static, Result<T, BackendError>>,
     {
         let chain = self.chain(requested)?;
         let started = Instant::now();
@@ -366,13 +393,16 @@ impl Gateway {
         // Phase of the last failed replica when its health names a failure.
         let mut last_failed_phase: Option<String> = None;
         let mut backoff = self.config.backoff_initial;
+        // Once per request: when every breaker of the chain is open, replicas
+        // whose health probe answers ready get a trial at once.
+        let mut probed_open = false;
         loop {
             let mut warming: Vec<usize> = Vec::new();
             for &i in &chain {
                 let rep = &self.replicas[i];
                 let name = &self.names[rep.backend].0;
                 if !rep.breaker.try_acquire() {
-                    tracing::debug!(backend = %name, url = %rep.target.url(), "breaker open: skipped");
+                    tracing::debug!(backend = %name, url = %rep.replica.url, "breaker open: skipped");
                     continue;
                 }
                 if attempts >= self.config.max_attempts || (attempts > 0 && !self.withdraw_retry())
@@ -388,7 +418,7 @@ impl Gateway {
                 attempts += 1;
                 let t0 = Instant::now();
                 let limit = self.config.attempt_timeout;
-                let res = match tokio::time::timeout(limit, op(rep.target.clone())).await {
+                let res = match tokio::time::timeout(limit, op(rep.replica.clone())).await {
                     Ok(r) => r,
                     Err(_) => Err(BackendError::Timeout(limit.as_millis() as u64)),
                 };
@@ -404,8 +434,8 @@ impl Gateway {
                             value,
                             backend: name.clone(),
                             kind: self.names[rep.backend].1,
-                            upstream_url: rep.target.url(),
-                            model: rep.target.model(),
+                            upstream_url: rep.replica.url.clone(),
+                            model: rep.replica.model(),
                             attempts,
                             forward_ms,
                             total_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -420,7 +450,7 @@ impl Gateway {
                         });
                     }
                     Err(error) => {
-                        let health = rep.target.health().await;
+                        let health = rep.replica.health().await;
                         let outcome = if health.is_warming() {
                             rep.breaker.release();
                             warming.push(i);
@@ -428,18 +458,26 @@ impl Gateway {
                             "warming"
                         } else {
                             last_failed_phase = (health.is_failed()
-                                && health.phase != crate::target::phase::UNREACHABLE)
-                                .then(|| health.phase.clone());
+                                && health.phase() != crate::replica::phase::UNREACHABLE)
+                                .then(|| health.phase().to_string());
                             rep.breaker.on_failure();
                             "failover"
                         };
                         metrics::counter!("dgem_gateway_attempts_total", "backend" => name.clone(), "outcome" => outcome).increment(1);
-                        tracing::warn!(backend = %name, url = %rep.target.url(), %error, phase = %health.phase, attempt = attempts, outcome, "hop failed");
+                        tracing::warn!(backend = %name, url = %rep.replica.url, %error, phase = %health.phase(), attempt = attempts, outcome, "hop failed");
                         last = Some((name.clone(), error));
                     }
                 }
             }
             if warming.is_empty() {
+                if last.is_none() && !probed_open {
+                    // Nothing was tried: every breaker is open. A replica whose
+                    // health answers ready again gets its trial now.
+                    probed_open = true;
+                    if self.reopen_ready(&chain).await {
+                        continue;
+                    }
+                }
                 return Err(match (last, last_failed_phase) {
                     (Some((backend, error)), Some(phase)) => GatewayError::BackendDown {
                         backend,
@@ -449,13 +487,37 @@ impl Gateway {
                     (last @ Some(_), None) => {
                         self.exhausted(last, attempts, "every backend failed")
                     }
-                    (None, _) => GatewayError::Unavailable(
-                        "every backend's circuit breaker is open; retry later".into(),
-                    ),
+                    (None, _) => {
+                        let wait = chain
+                            .iter()
+                            .filter_map(|&i| self.replicas[i].breaker.retry_in())
+                            .min()
+                            .unwrap_or(Duration::from_secs(1));
+                        GatewayError::BreakersOpen {
+                            retry_after_s: wait.as_secs_f64().ceil().max(1.0) as u64,
+                        }
+                    }
                 });
             }
             self.hold(&warming, &mut backoff, deadline, started).await?;
         }
+    }
+
+    /// Probe the chain's replicas; give each one that answers ready a trial now.
+    /// Returns whether any did.
+    async fn reopen_ready(&self, chain: &[usize]) -> bool {
+        let probes = chain.iter().map(|&i| async move {
+            let r = &self.replicas[i];
+            let ready = r.replica.health().await.is_ready();
+            if ready {
+                r.breaker.allow_trial();
+            }
+            ready
+        });
+        futures_util::future::join_all(probes)
+            .await
+            .into_iter()
+            .any(|ready| ready)
     }
 
     /// Poll the warming replicas' health with backoff until one is ready.
@@ -472,7 +534,7 @@ impl Gateway {
             if Instant::now() + *backoff > deadline {
                 for &i in warming {
                     name.clone_from(&self.names[self.replicas[i].backend].0);
-                    phase = self.replicas[i].target.health().await.phase;
+                    phase = self.replicas[i].replica.health().await.phase().to_string();
                 }
                 return Err(GatewayError::WakeupTimeout {
                     backend: name,
@@ -483,9 +545,9 @@ impl Gateway {
             tokio::time::sleep(*backoff).await;
             *backoff = (*backoff * 2).min(self.config.backoff_max);
             for &i in warming {
-                let h = self.replicas[i].target.health().await;
-                tracing::info!(backend = %self.names[self.replicas[i].backend].0, phase = %h.phase, "holding for cold start");
-                if h.ready || !h.is_warming() {
+                let h = self.replicas[i].replica.health().await;
+                tracing::info!(backend = %self.names[self.replicas[i].backend].0, phase = %h.phase(), "holding for cold start");
+                if !h.is_warming() {
                     return Ok(());
                 }
             }

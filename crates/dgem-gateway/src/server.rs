@@ -57,21 +57,6 @@ pub fn cors() -> CorsLayer {
         .expose_headers([h("mcp-session-id"), h("x-dgem-backend-used")])
 }
 
-/// Serve `app` (usually [`router`] merged with `/mcp` and the Studio) on
-/// `listener` until `shutdown` resolves; in-flight requests finish.
-///
-/// # Errors
-/// The listener's I/O error.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
 /// The full gateway router, with the Decision Studio page at `/` (`dgem_studio`);
 /// `/mcp` is merged in by the CLI.
 pub fn router(state: GatewayState) -> Router {
@@ -152,9 +137,18 @@ fn openai_error(e: &GatewayError) -> Response {
         _ => "server_error",
     };
     metrics::counter!("dgem_gateway_errors_total", "type" => e.error_type()).increment(1);
-    (
+    if e.status().is_server_error() {
+        tracing::warn!(error = %e, status = e.status().as_u16(), "gateway request failed");
+    }
+    let mut resp = (
         e.status(),
-        Json(json!({"error": {"message": e.to_string(), "type": kind}})),
+        Json(json!({"error": {"message": e.public_message(), "type": kind}})),
     )
-        .into_response()
+        .into_response();
+    if let Some(s) = e.retry_after_s() {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&s.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    resp
 }

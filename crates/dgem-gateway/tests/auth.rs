@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use dgem_gateway::auth::{
     AuthConfig, BearerSource, TokenKind, TokenProvider, CLOUD_PLATFORM_SCOPE,
 };
-use dgem_gateway::{HttpTarget, HttpTargetConfig, Target};
+use dgem_gateway::{RemoteConfig, RemoteDgem};
 use serde_json::{json, Value};
 
 #[derive(Clone, Default)]
@@ -217,10 +217,10 @@ async fn cloud_run_target_sends_the_identity_token() {
             ..AuthConfig::default()
         },
     );
-    let mut cfg = HttpTargetConfig::new(&format!("{svc}/v1"));
+    let mut cfg = RemoteConfig::new(&format!("{svc}/v1"));
     cfg.auth = Some(Arc::new(provider));
-    let t = HttpTarget::new(cfg).unwrap();
-    let h = t.health().await;
-    assert_eq!(h.phase, "ready", "{h:?}");
+    let t = RemoteDgem::new(cfg).unwrap();
+    let h = t.probe().await;
+    assert!(h.is_ready(), "{h:?}");
     assert_eq!(*fake.seen.lock().unwrap(), vec![svc]);
 }

@@ -1,15 +1,19 @@
-//! [`HttpTarget`] over real TCP on port 0: a tolerant decision reply, a
+//! [`RemoteDgem`] over real TCP on port 0: a tolerant decision reply, a
 //! connection dropped mid-reply (retryable, so it fails over), a 4xx kept as
-//! is, and health phases.
+//! is, health phases, and upstream replies that are not valid decisions for
+//! the request (each a `BadReply` that fails over).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dgem_backend::BackendError;
+use dgem_backend::{BackendError, Health};
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::{DecideRequest, Decider, EngineError};
 use dgem_gateway::routing::fails_over;
-use dgem_gateway::{DecideCall, HttpTarget, HttpTargetConfig, Target};
+use dgem_gateway::{RemoteConfig, RemoteDgem};
+use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -20,15 +24,27 @@ async fn serve(app: Router) -> String {
     format!("http://{addr}")
 }
 
-fn target(base: &str) -> HttpTarget {
-    HttpTarget::new(HttpTargetConfig::new(&format!("{base}/v1"))).unwrap()
+fn target(base: &str) -> RemoteDgem {
+    RemoteDgem::new(RemoteConfig::new(&format!("{base}/v1"))).unwrap()
 }
 
-fn call() -> DecideCall {
-    DecideCall {
-        schema: json!({"questions": [{"id": "u", "type": "boolean"}]}),
+fn call() -> DecideRequest {
+    DecideRequest {
+        schema: ValidSchema::from_value(
+            &json!({"questions": [{"id": "u", "type": "boolean"}]}),
+            &SchemaDefaults::default(),
+        )
+        .unwrap(),
         state: json!("x"),
         seed: 42,
+    }
+}
+
+/// The backend error inside a decider failure.
+fn backend(e: EngineError) -> BackendError {
+    match e {
+        EngineError::Backend(b) => b,
+        other => panic!("not a backend error: {other}"),
     }
 }
 
@@ -54,14 +70,27 @@ async fn decides_through_the_chat_route() {
     )
     .await;
     let t = target(&base);
-    let env = t.decide(&call()).await.unwrap();
+    let d = t.decide(call()).await.unwrap();
+    let env = d.envelope();
+    assert_eq!(env["answers"]["u"]["label"], "yes");
+    assert!(
+        (env["answers"]["u"]["probabilities"]["yes"]
+            .as_f64()
+            .unwrap()
+            - 0.9)
+            .abs()
+            < 1e-9
+    );
     assert!(
         (env["answers"]["u"]["entropy"].as_f64().unwrap() - 0.325_082_973_391_448_2).abs() < 1e-9
     );
     let h = t.health().await;
     assert_eq!(
-        (h.phase.as_str(), h.ready, h.bytes_staged_gb),
-        ("loading_model", false, Some(1.5))
+        h,
+        Health::Starting {
+            phase: "loading_model".into(),
+            bytes_staged_gb: Some(1.5)
+        }
     );
     assert!(h.is_warming());
 }
@@ -78,10 +107,12 @@ async fn connection_dropped_mid_reply_is_retryable() {
         sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"choices\"").await.unwrap();
         drop(sock);
     });
-    let err = target(&format!("http://{addr}"))
-        .decide(&call())
-        .await
-        .unwrap_err();
+    let err = backend(
+        target(&format!("http://{addr}"))
+            .decide(call())
+            .await
+            .unwrap_err(),
+    );
     assert!(matches!(err, BackendError::Connection(_)), "{err}");
     assert!(fails_over(&err));
 }
@@ -94,12 +125,12 @@ async fn refused_and_client_errors() {
         .unwrap()
         .port();
     let t = target(&format!("http://127.0.0.1:{port}"));
-    let err = t.decide(&call()).await.unwrap_err();
+    let err = backend(t.decide(call()).await.unwrap_err());
     assert!(
         matches!(err, BackendError::Connection(_)) && fails_over(&err),
         "{err}"
     );
-    assert_eq!(t.health().await.phase, "unreachable");
+    assert_eq!(t.health().await.phase(), "unreachable");
     async fn reject() -> (axum::http::StatusCode, Json<Value>) {
         (
             axum::http::StatusCode::BAD_REQUEST,
@@ -115,8 +146,8 @@ async fn refused_and_client_errors() {
             .route("/health", get(cold)),
     )
     .await;
-    let t: Arc<dyn Target> = Arc::new(target(&base));
-    let err = t.decide(&call()).await.unwrap_err();
+    let t: Arc<dyn Decider> = Arc::new(target(&base));
+    let err = backend(t.decide(call()).await.unwrap_err());
     assert_eq!(
         err,
         BackendError::Upstream {
@@ -125,5 +156,163 @@ async fn refused_and_client_errors() {
         }
     );
     assert!(!fails_over(&err));
-    assert_eq!(t.health().await.phase, "scaled_to_zero");
+    assert_eq!(t.health().await.phase(), "scaled_to_zero");
+}
+
+/// A server that answers every chat request 200 with `reply` as the body.
+async fn answering(reply: &'static str) -> String {
+    serve(Router::new().route(
+        "/v1/chat/completions",
+        post(move || async move { ([("content-type", "application/json")], reply) }),
+    ))
+    .await
+}
+
+fn wrapped(content: &Value) -> &'static str {
+    let body =
+        json!({"choices": [{"message": {"role": "assistant", "content": content.to_string()}}]});
+    Box::leak(body.to_string().into_boxed_str())
+}
+
+/// Issue 12, defect 5: upstream replies that are not valid decisions for the
+/// request were accepted as success (answers for other ids, negative
+/// probabilities, sums of 0.5 renormalized, a non-JSON body).
+#[tokio::test]
+async fn gateway_refuses_bad_upstream_replies_as_bad_reply() {
+    let cases: Vec<(&str, &'static str, &str)> = vec![
+        ("not JSON", "<html>oops</html>", "not JSON"),
+        (
+            "answers for other ids",
+            wrapped(
+                &json!({"answers": {"other": {"label": "yes", "probabilities": {"yes": 0.9, "no": 0.1}}}}),
+            ),
+            "answers.u",
+        ),
+        (
+            "negative probability",
+            wrapped(
+                &json!({"answers": {"u": {"label": "yes", "probabilities": {"yes": 1.2, "no": -0.2}}}}),
+            ),
+            "answers.u.probabilities",
+        ),
+        (
+            "sum of 0.5",
+            wrapped(
+                &json!({"answers": {"u": {"label": "yes", "probabilities": {"yes": 0.25, "no": 0.25}}}}),
+            ),
+            "answers.u.probabilities",
+        ),
+        (
+            "labels that are not the question's",
+            wrapped(
+                &json!({"answers": {"u": {"label": "maybe", "probabilities": {"maybe": 1.0}}}}),
+            ),
+            "answers.u.probabilities",
+        ),
+        (
+            "success false",
+            r#"{"success": false, "error": "model crashed"}"#,
+            "answers",
+        ),
+    ];
+    for (what, reply, names) in cases {
+        let base = answering(reply).await;
+        let err = backend(target(&base).decide(call()).await.unwrap_err());
+        assert!(matches!(err, BackendError::BadReply(_)), "{what}: {err:?}");
+        assert!(fails_over(&err), "{what}");
+        assert!(err.to_string().contains(names), "{what}: {err}");
+    }
+}
+
+/// Yes/no answers keyed `true`/`false` are read as yes/no, not as `0.000`.
+#[tokio::test]
+async fn true_false_keys_are_read_as_yes_no() {
+    let base = answering(wrapped(
+        &json!({"answers": {"u": {"label": "true", "probabilities": {"true": 0.7, "false": 0.3}}}}),
+    ))
+    .await;
+    let d = target(&base).decide(call()).await.unwrap();
+    let env = d.envelope();
+    assert_eq!(env["answers"]["u"]["label"], "yes");
+    assert!(
+        (env["answers"]["u"]["probabilities"]["yes"]
+            .as_f64()
+            .unwrap()
+            - 0.7)
+            .abs()
+            < 1e-9
+    );
+}
+
+/// A primary answering 200 with a non-JSON body gave the caller 400 on every
+/// request and never reached the healthy secondary; now it fails over.
+#[tokio::test]
+async fn primary_with_a_malformed_reply_fails_over_to_the_secondary() {
+    use dgem_gateway::{BackendSpec, Gateway, GatewayConfig, Kind, Replica};
+    let bad = answering("not json at all").await;
+    let good = answering(wrapped(
+        &json!({"answers": {"u": {"label": "no", "probabilities": {"yes": 0.2, "no": 0.8}}}}),
+    ))
+    .await;
+    let g = Gateway::new(GatewayConfig {
+        backends: vec![
+            BackendSpec {
+                name: "cloudrun".into(),
+                kind: Kind::Cloudrun,
+                replicas: vec![Replica::remote(target(&bad))],
+            },
+            BackendSpec {
+                name: "local".into(),
+                kind: Kind::Local,
+                replicas: vec![Replica::remote(target(&good))],
+            },
+        ],
+        default: None,
+        allowed: None,
+        route: dgem_gateway::RouteConfig::default(),
+    })
+    .unwrap();
+    // `cloudrun` alone has nowhere to go: a 502-class upstream failure naming the reply.
+    let req = call();
+    let only = g
+        .route(Some("cloudrun"), |r| {
+            let req = req.clone();
+            async move { r.decider.decide(req).await.map_err(backend) }.boxed()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(only.status(), axum::http::StatusCode::BAD_GATEWAY, "{only}");
+    assert!(only.to_string().contains("not JSON"), "{only}");
+    // `vertex_first` walks vertex (malformed) then cloudrun: the healthy one answers.
+    let g = Gateway::new(GatewayConfig {
+        backends: vec![
+            BackendSpec {
+                name: "vertex".into(),
+                kind: Kind::Vertex,
+                replicas: vec![Replica::remote(target(&bad))],
+            },
+            BackendSpec {
+                name: "cloudrun".into(),
+                kind: Kind::Cloudrun,
+                replicas: vec![Replica::remote(target(&good))],
+            },
+        ],
+        default: Some("vertex_first".into()),
+        allowed: None,
+        route: dgem_gateway::RouteConfig::default(),
+    })
+    .unwrap();
+    let req = call();
+    let routed = g
+        .route(Some("vertex_first"), |r| {
+            let req = req.clone();
+            async move { r.decider.decide(req).await.map_err(backend) }.boxed()
+        })
+        .await
+        .unwrap();
+    assert_eq!((routed.backend.as_str(), routed.attempts), ("cloudrun", 2));
+    assert_eq!(routed.value.envelope()["answers"]["u"]["label"], "no");
+    // The composite decider takes the same path.
+    let d = g.decide(call()).await.unwrap();
+    assert_eq!(d.envelope()["answers"]["u"]["label"], "no");
 }

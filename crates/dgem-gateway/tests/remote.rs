@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{DecideRequest, Decider};
-use dgem_gateway::remote::wire_schema;
-use dgem_gateway::{DeciderTarget, Gateway, Kind};
+use dgem_gateway::{Gateway, Kind, Replica};
 use dgem_testkit::{scripts, ScriptedBackend};
 use serde_json::json;
 
@@ -24,7 +23,7 @@ fn schema() -> ValidSchema {
 #[test]
 fn wire_schema_round_trips() {
     let s = schema();
-    let again = ValidSchema::from_value(&wire_schema(&s), &SchemaDefaults::default()).unwrap();
+    let again = ValidSchema::from_value(&s.to_wire(), &SchemaDefaults::default()).unwrap();
     assert_eq!(again, s);
 }
 
@@ -44,7 +43,7 @@ async fn remote_decision_matches_the_engine() {
     let gw = Arc::new(Gateway::single(
         "local",
         Kind::Local,
-        Arc::new(DeciderTarget::new(engine)),
+        Replica::in_process(engine),
     ));
     let remote: Arc<dyn Decider> = gw;
     let routed = remote

@@ -7,11 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{refused, send, upstream, Scripted, Step};
-use dgem_backend::BackendError;
+use common::{refused, request, send, upstream, Scripted, Step};
+use dgem_backend::{BackendError, Health};
+use dgem_gateway::replica::engine_error;
 use dgem_gateway::{
     BackendSpec, BreakerConfig, Gateway, GatewayConfig, GatewayError, GatewayState, Kind,
-    RouteConfig, Target, TargetHealth,
+    RouteConfig,
 };
 use dgem_mcp::TemplateDir;
 use futures_util::FutureExt as _;
@@ -23,7 +24,7 @@ fn spec(name: &str, kind: Kind, targets: Vec<Arc<Scripted>>) -> BackendSpec {
     BackendSpec {
         name: name.into(),
         kind,
-        targets: targets.into_iter().map(|t| t as Arc<dyn Target>).collect(),
+        replicas: targets.iter().map(Scripted::replica).collect(),
     }
 }
 
@@ -50,14 +51,10 @@ fn route() -> RouteConfig {
 }
 
 async fn decide(g: &Gateway, mode: Option<&str>) -> Result<(String, u32), GatewayError> {
-    let call = Arc::new(dgem_gateway::DecideCall {
-        schema: json!({}),
-        state: json!("s"),
-        seed: 42,
-    });
-    g.route(mode, |t| {
-        let call = call.clone();
-        async move { t.decide(&call).await }.boxed()
+    let req = request();
+    g.route(mode, |r| {
+        let req = req.clone();
+        async move { r.decider.decide(req).await.map_err(engine_error) }.boxed()
     })
     .await
     .map(|r| (r.backend, r.attempts))
@@ -317,19 +314,44 @@ async fn breaker_opens_half_opens_and_closes() {
     assert!(decide(&g, None).await.is_err());
     let err = decide(&g, None).await.unwrap_err();
     assert_eq!((err.status().as_u16(), x.calls()), (503, 2), "{err}");
+    // Issue 12, defect 10: the 503 had no Retry-After.
+    assert_eq!(err.retry_after_s(), Some(30), "{err}");
+}
+
+/// Issue 12, defect 10: a replica that came back was shunned for the rest of
+/// the breaker's 30 s. When every breaker of the chain is open, a replica whose
+/// health answers ready gets a trial at once.
+#[tokio::test(start_paused = true)]
+async fn replica_that_came_back_is_tried_before_its_breaker_times_out() {
+    let unreachable = || Health::Failed {
+        phase: "unreachable".into(),
+        reason: "refused".into(),
+    };
+    let x = Scripted::new(
+        "x",
+        vec![Step::Err(MS, refused()), Step::Err(MS, refused())],
+    )
+    .with_health(vec![unreachable(), unreachable(), Health::Ready]);
+    let g = gateway(vec![spec("local", Kind::Local, vec![x.clone()])], route());
+    assert!(decide(&g, None).await.is_err());
+    assert!(decide(&g, None).await.is_err());
+    let t0 = tokio::time::Instant::now();
+    assert_eq!(decide(&g, None).await.unwrap(), ("local".into(), 1));
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(x.calls(), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn cold_start_is_held_until_ready() {
-    let warming = |gb: f64| TargetHealth {
+    let warming = |gb: f64| Health::Starting {
+        phase: "staging_tmpfs".into(),
         bytes_staged_gb: Some(gb),
-        ..TargetHealth::not_ready("staging_tmpfs", None)
     };
     let c = Scripted::new("cloudrun", vec![Step::Err(MS, upstream(503))]).with_health(vec![
-        TargetHealth::not_ready("scaled_to_zero", None),
+        Health::starting("scaled_to_zero"),
         warming(2.0),
         warming(9.0),
-        TargetHealth::ready(),
+        Health::Ready,
     ]);
     let g = gateway(
         vec![spec("cloudrun", Kind::Cloudrun, vec![c.clone()])],
@@ -342,7 +364,7 @@ async fn cold_start_is_held_until_ready() {
     assert_eq!(c.health_calls(), 4);
     let rows = g.health().await;
     assert_eq!(
-        (rows[0].health.phase.as_str(), rows[0].breaker.as_str()),
+        (rows[0].health.phase(), rows[0].breaker.as_str()),
         ("ready", "closed"),
         "warming is not a fault"
     );
@@ -351,7 +373,7 @@ async fn cold_start_is_held_until_ready() {
 #[tokio::test(start_paused = true)]
 async fn cold_start_hold_gives_up_at_the_wakeup_timeout() {
     let c = Scripted::new("cloudrun", vec![Step::Err(MS, upstream(503))])
-        .with_health(vec![TargetHealth::not_ready("loading_vllm_siglip", None)]);
+        .with_health(vec![Health::starting("loading_vllm_siglip")]);
     let g = gateway(
         vec![spec("cloudrun", Kind::Cloudrun, vec![c.clone()])],
         RouteConfig {
@@ -525,8 +547,12 @@ async fn gateway_serves_the_studio_page_at_root() {
 
 #[tokio::test(start_paused = true)]
 async fn warmup_failed_backend_is_not_held_and_fails_over() {
-    let l = Scripted::new("local", vec![Step::Err(MS, upstream(503))])
-        .with_health(vec![TargetHealth::not_ready("warmup_failed", None)]);
+    let l = Scripted::new("local", vec![Step::Err(MS, upstream(503))]).with_health(vec![
+        Health::Failed {
+            phase: "warmup_failed".into(),
+            reason: "vLLM did not answer".into(),
+        },
+    ]);
     let c = Scripted::new("cloudrun", vec![]);
     let g = gateway(
         vec![
@@ -557,8 +583,12 @@ async fn warmup_failed_backend_is_not_held_and_fails_over() {
 
 #[tokio::test(start_paused = true)]
 async fn warmup_failed_backend_fails_over_to_the_next_backend() {
-    let v = Scripted::new("vertex", vec![Step::Err(MS, upstream(503))])
-        .with_health(vec![TargetHealth::not_ready("warmup_failed", None)]);
+    let v = Scripted::new("vertex", vec![Step::Err(MS, upstream(503))]).with_health(vec![
+        Health::Failed {
+            phase: "warmup_failed".into(),
+            reason: "vLLM did not answer".into(),
+        },
+    ]);
     let c = Scripted::new("cloudrun", vec![]);
     let g = gateway(
         vec![
@@ -574,30 +604,6 @@ async fn warmup_failed_backend_fails_over_to_the_next_backend() {
         "not held: {:?}",
         t0.elapsed()
     );
-}
-
-#[test]
-fn failed_phases_are_not_warming() {
-    for p in [
-        "warmup_failed",
-        "failed",
-        "unreachable",
-        "ERROR",
-        "crashed",
-        "unhealthy",
-    ] {
-        assert!(!TargetHealth::not_ready(p, None).is_warming(), "{p}");
-    }
-    for p in [
-        "warming_up",
-        "staging_tmpfs",
-        "loading",
-        "starting",
-        "scaled_to_zero",
-        "mounting_gcs",
-    ] {
-        assert!(TargetHealth::not_ready(p, None).is_warming(), "{p}");
-    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -97,7 +97,7 @@ impl DecisionServer {
         check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
         let raw = custom_schema(&args)?;
         let schema = valid_schema(&raw, "questions")?;
-        self.decide("custom_questions", schema, json!(args.state), args.seed)
+        self.decide("custom_questions", schema, args.state, args.seed)
             .await
     }
 
@@ -158,8 +158,8 @@ impl DecisionServer {
         let gpu = GpuFacts::of(&info.engine, &health);
         let state = match &health {
             Health::Ready => "ready".to_string(),
-            Health::Starting { phase } => format!("starting ({phase})"),
-            Health::Failed { reason } => format!("failed: {reason}"),
+            Health::Starting { phase, .. } => format!("starting ({phase})"),
+            Health::Failed { reason, .. } => format!("failed: {reason}"),
         };
         let structured = json!({
             "healthy": healthy,
@@ -315,12 +315,7 @@ mod gpu_tests {
         let cpu = GpuFacts::of("llama.cpp", &Health::Ready);
         assert_eq!(cpu.available, json!(false));
         assert_eq!(cpu.note, NO_GPU_NOTE);
-        let vllm = GpuFacts::of(
-            "vllm",
-            &Health::Starting {
-                phase: "waiting_for_vllm".into(),
-            },
-        );
+        let vllm = GpuFacts::of("vllm", &Health::starting("waiting_for_vllm"));
         assert_eq!(vllm.available, json!(false));
         assert_eq!(vllm.state, "warming_up");
         assert!(!vllm.note.contains("embedded"), "{}", vllm.note);

@@ -50,6 +50,13 @@ fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+fn state_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "description": "The text the decision is about (a ticket, a message, a log line, …); a JSON object of fields is accepted too."
+    })
+}
+
 fn questions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     generator.subschema_for::<Vec<CustomQuestion>>()
 }
@@ -116,7 +123,12 @@ pub struct CustomQuestion {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 pub struct DecideCustomArgs {
     /// The text the decision is about (a ticket, a message, a log line, …).
-    pub state: String,
+    /// A JSON object of fields is taken too, as `/v1/systemone` and
+    /// `/api/decide` take it; the advertised type is `string` because the
+    /// lint-clean schema (no `anyOf`, no type arrays) cannot say "string or
+    /// object".
+    #[schemars(schema_with = "state_schema")]
+    pub state: Value,
     /// The questions, e.g. [{"id": "urgent", "type": "noul", "instructions": "Does it need someone today?"}].
     /// Kept as JSON (in the order given) and converted by the one ad-hoc
     /// converter every surface uses (`dgem_core::adhoc`), which also takes the

@@ -39,6 +39,14 @@ pub mod env {
     pub const DGEM_SERVED_MODEL: &str = "DGEM_SERVED_MODEL";
     /// Directory `dgem stage` fills; `/health` then reports its progress.
     pub const DGEM_STAGING_DIR: &str = "DGEM_STAGING_DIR";
+    /// Seconds a request head may take to arrive; also the idle timeout of a
+    /// kept-alive connection (default 30).
+    pub const HEADER_READ_TIMEOUT_S: &str = "HEADER_READ_TIMEOUT_S";
+    /// Most connections open at once (default 1024).
+    pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";
+    /// Seconds the drain after SIGTERM may take before open connections are
+    /// dropped (default 10, Cloud Run's grace period).
+    pub const SHUTDOWN_TIMEOUT_S: &str = "SHUTDOWN_TIMEOUT_S";
 }
 
 /// A setting in the environment has a value that cannot be used.
@@ -82,6 +90,8 @@ pub struct ServeConfig {
     pub warmup: bool,
     /// Weight-staging directory whose progress `/health` reports (serving.md §9.5).
     pub staging_dir: Option<std::path::PathBuf>,
+    /// Header-read timeout, connection cap and shutdown deadline.
+    pub conn: crate::conn::ConnLimits,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -103,6 +113,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("schema_defaults", &self.schema_defaults)
             .field("warmup", &self.warmup)
             .field("staging_dir", &self.staging_dir)
+            .field("conn", &self.conn)
             .finish()
     }
 }
@@ -123,6 +134,7 @@ impl Default for ServeConfig {
             schema_defaults: SchemaDefaults::default(),
             warmup: true,
             staging_dir: None,
+            conn: crate::conn::ConnLimits::default(),
         }
     }
 }
@@ -209,12 +221,54 @@ impl ServeConfig {
             c.model_name = v;
         }
         c.staging_dir = get(env::DGEM_STAGING_DIR).map(std::path::PathBuf::from);
+        c.conn = conn_limits(&get)?;
         Ok(c)
     }
 
     /// The socket address to bind.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.host, self.port)
+    }
+}
+
+/// The connection limits from `HEADER_READ_TIMEOUT_S`, `MAX_CONNECTIONS` and
+/// `SHUTDOWN_TIMEOUT_S` (`dgem gateway` reads the same variables).
+///
+/// # Errors
+/// [`ConfigError`] for a value that cannot be used (a timeout of 0 or less, a
+/// cap of 0).
+pub fn conn_limits_from_env() -> Result<crate::conn::ConnLimits, ConfigError> {
+    conn_limits(&|k: &str| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    })
+}
+
+fn conn_limits(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<crate::conn::ConnLimits, ConfigError> {
+    let mut l = crate::conn::ConnLimits::default();
+    if let Some(v) = get(env::HEADER_READ_TIMEOUT_S) {
+        l.header_read_timeout = positive_seconds(env::HEADER_READ_TIMEOUT_S, &v)?;
+    }
+    if let Some(v) = get(env::MAX_CONNECTIONS) {
+        l.max_connections = parse(env::MAX_CONNECTIONS, &v, "a positive connection count")?;
+        if l.max_connections == 0 {
+            return Err(err(env::MAX_CONNECTIONS, "a positive connection count", &v));
+        }
+    }
+    if let Some(v) = get(env::SHUTDOWN_TIMEOUT_S) {
+        l.shutdown_timeout = positive_seconds(env::SHUTDOWN_TIMEOUT_S, &v)?;
+    }
+    Ok(l)
+}
+
+fn positive_seconds(var: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    match v.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(err(var, "a number of seconds above 0 and at most 86400", v)),
     }
 }
 

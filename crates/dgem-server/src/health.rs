@@ -17,9 +17,11 @@ use crate::state::{unix_now, AppState};
 /// The `server` name reported by `/health` (kept from the original server).
 pub const SERVER_NAME: &str = "dgem-structured-server";
 
-/// The readiness JSON.
-pub fn health_body(state: &AppState) -> Value {
-    let r = state.readiness();
+/// The readiness JSON: the warm-up's record combined with a live probe of the
+/// backend ([`AppState::current_readiness`]), so `ready`/`vllm_ready` turn
+/// false and `phase` names the backend's phase as soon as it stops serving.
+pub async fn health_body(state: &AppState) -> Value {
+    let (r, live) = state.current_readiness().await;
     let info = state.engine().info();
     let cfg = state.config();
     let mut m = Map::new();
@@ -49,6 +51,9 @@ pub fn health_body(state: &AppState) -> Value {
     if let Some(e) = r.error {
         m.insert("warmup_error".into(), json!(e));
     }
+    if let dgem_backend::Health::Failed { reason, .. } = &live {
+        m.insert("backend_error".into(), json!(reason));
+    }
     if let Some(dir) = &cfg.staging_dir {
         crate::staging::merge(dir, &mut m);
     }
@@ -57,12 +62,12 @@ pub fn health_body(state: &AppState) -> Value {
 
 /// `GET /health`, `/invoke/health`, `/`: always 200.
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
-    Json(health_body(&state))
+    Json(health_body(&state).await)
 }
 
-/// `GET /ready`: 200 once warmed, 503 before.
+/// `GET /ready`: 200 once warmed while the backend serves, 503 otherwise.
 pub async fn ready(State(state): State<AppState>) -> Response {
-    let r = state.readiness();
+    let (r, _) = state.current_readiness().await;
     let body = json!({"ready": r.ready, "phase": r.phase});
     let status = if r.ready {
         StatusCode::OK

@@ -30,8 +30,10 @@
 pub mod body;
 pub mod chat;
 pub mod config;
+pub mod conn;
 pub mod decide;
 pub mod error;
+pub mod gate;
 pub mod health;
 pub mod layers;
 pub mod staging;
@@ -205,10 +207,9 @@ pub async fn serve_with(
             upkeep.run_upkeep();
         }
     }));
+    let limits = state.config().conn;
     let app = router_with(state, extra);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let result = conn::serve_app(listener, app, limits, shutdown).await;
     for t in tasks {
         t.abort();
     }

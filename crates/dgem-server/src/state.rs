@@ -3,8 +3,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dgem_backend::Health;
 use dgem_engine::Decider;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
@@ -28,6 +29,11 @@ pub struct Readiness {
     pub error: Option<String>,
 }
 
+/// How long one live probe of the decider's health is reused by `/health` and
+/// `/ready`: short enough that a backend that died shows within a second, long
+/// enough that a probe storm does not reach vLLM.
+pub const HEALTH_CACHE: Duration = Duration::from_secs(1);
+
 /// The state every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -41,6 +47,7 @@ struct Inner {
     gate: Option<Arc<Semaphore>>,
     key_digests: Vec<[u8; 32]>,
     readiness: Mutex<Readiness>,
+    live: Mutex<Option<(Instant, Health)>>,
     inflight: AtomicUsize,
     boot_ts: f64,
     metrics: PrometheusHandle,
@@ -81,6 +88,7 @@ impl AppState {
                     ready_ts: None,
                     error: None,
                 }),
+                live: Mutex::new(None),
                 inflight: AtomicUsize::new(0),
                 boot_ts: unix_now(),
                 metrics: telemetry::handle(),
@@ -116,6 +124,42 @@ impl AppState {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The decider's health now: one probe (for vLLM, a `GET /health` of the
+    /// upstream), reused for [`HEALTH_CACHE`].
+    pub async fn live_health(&self) -> Health {
+        let cached = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((at, h)) = cached {
+            if at.elapsed() < HEALTH_CACHE {
+                return h;
+            }
+        }
+        let h = self.inner.engine.health().await;
+        *self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), h.clone()));
+        h
+    }
+
+    /// Readiness now: the warm-up's record, and not ready (in the backend's own
+    /// phase) while the live probe says the backend is not serving, however the
+    /// warm-up went.
+    pub async fn current_readiness(&self) -> (Readiness, Health) {
+        let mut r = self.readiness();
+        let live = self.live_health().await;
+        if !live.is_ready() {
+            r.ready = false;
+            r.phase = live.phase().to_string();
+        }
+        (r, live)
     }
 
     /// Whether a warm-up decision has succeeded.

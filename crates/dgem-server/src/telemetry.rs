@@ -139,3 +139,26 @@ pub async fn track(req: Request, next: Next) -> Response {
     });
     resp
 }
+
+/// `GET /metrics` (Prometheus text) over the process-wide recorder, for a
+/// listener that is not `dgem serve` (`dgem gateway` merges it). Installs the
+/// recorder now, so counters from the first request on are kept (a counter
+/// incremented before the recorder exists goes nowhere).
+pub fn metrics_router() -> axum::Router {
+    let h = handle();
+    axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let text = h.render();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    text,
+                )
+            }
+        }),
+    )
+}

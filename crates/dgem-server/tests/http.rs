@@ -408,3 +408,104 @@ async fn extra_routes_are_not_an_auth_bypass() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(call(&app, get("/health")).await.status, 200);
 }
+
+/// A decider whose backend can be switched off, as vLLM dies under a server.
+#[derive(Debug)]
+struct Switchable {
+    inner: Arc<dyn dgem_engine::Decider>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl dgem_engine::Decider for Switchable {
+    fn info(&self) -> dgem_backend::BackendInfo {
+        self.inner.info()
+    }
+    async fn health(&self) -> dgem_backend::Health {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            dgem_backend::Health::starting("waiting_for_vllm")
+        } else {
+            dgem_backend::Health::Ready
+        }
+    }
+    async fn decide(
+        &self,
+        req: dgem_engine::DecideRequest,
+    ) -> Result<dgem_engine::Decision, dgem_engine::EngineError> {
+        self.inner.decide(req).await
+    }
+}
+
+/// Issue 12, defect 8: `/health` and `/ready` stayed ready after the backend
+/// died (vLLM killed: every decision 502 while `vllm_ready: true`). They now
+/// probe the backend live (cached for 1 s).
+#[tokio::test]
+async fn health_and_ready_follow_the_backend_live() {
+    let sw = Arc::new(Switchable {
+        inner: Arc::new(dgem_testkit::engine(common::backend())),
+        down: std::sync::atomic::AtomicBool::new(false),
+    });
+    let st = dgem_server::AppState::new(sw.clone(), config());
+    dgem_server::warmup::run(&st).await.expect("warm-up");
+    let app = dgem_server::router(st);
+    assert_eq!(call(&app, get("/ready")).await.status, 200);
+    sw.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(dgem_server::state::HEALTH_CACHE + Duration::from_millis(100)).await;
+    let r = call(&app, get("/ready")).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body, json!({"ready": false, "phase": "waiting_for_vllm"}));
+    let h = call(&app, get("/health")).await;
+    assert_eq!(h.status, 200, "liveness stays 200");
+    assert_eq!(
+        (
+            h.body["ready"].clone(),
+            h.body["vllm_ready"].clone(),
+            h.body["phase"].clone()
+        ),
+        (json!(false), json!(false), json!("waiting_for_vllm"))
+    );
+    sw.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(dgem_server::state::HEALTH_CACHE + Duration::from_millis(100)).await;
+    assert_eq!(call(&app, get("/ready")).await.status, 200);
+}
+
+/// Issue 12 ("one surface"): `/mcp` and `/api` skipped the `MAX_INFLIGHT`
+/// gate. They decide through `AppState::gated_decider`, which shares it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_decider_shares_the_inflight_gate() {
+    let b = common::backend();
+    b.set_delay(Duration::from_millis(400));
+    let cfg = ServeConfig {
+        max_inflight: 1,
+        inflight_wait: Duration::from_millis(100),
+        ..config()
+    };
+    let st = state(b, cfg);
+    let d = st.gated_decider();
+    let schema = dgem_core::schema::ValidSchema::from_value(
+        &json!({"questions": [{"id": "urgent", "type": "boolean"}]}),
+        &dgem_core::schema::SchemaDefaults::default(),
+    )
+    .unwrap();
+    let req = dgem_engine::DecideRequest {
+        schema,
+        state: json!("want_yes"),
+        seed: 42,
+    };
+    let (a, c) = tokio::join!(d.decide(req.clone()), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        d.decide(req.clone()).await
+    });
+    assert!(a.is_ok(), "{a:?}");
+    let err = c.expect_err("the gate is full");
+    assert!(
+        err.to_string()
+            .contains("server busy: 1 decisions in flight"),
+        "{err}"
+    );
+    assert!(matches!(
+        err,
+        dgem_engine::EngineError::Backend(dgem_backend::BackendError::Overloaded(_))
+    ));
+    assert_eq!(st.inflight(), 0);
+}

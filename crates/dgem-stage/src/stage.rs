@@ -198,9 +198,21 @@ impl Ctx<'_> {
         let path = dest.join(&entry.path);
         let jpath = journal::journal_path(dest, &entry.path);
         let on_disk = tokio::fs::metadata(&path).await.map(|m| m.len()).ok();
-        let kept = journal::load(jpath.clone())
+        let mut kept = journal::load(jpath.clone())
             .await
             .filter(|j| j.matches(entry, self.cfg.chunk_size) && on_disk == Some(entry.size));
+        // A file finished by an earlier run is checked again when its sha256 is
+        // known: bytes changed at the destination since (a bad disk, a stray
+        // write) are fetched again instead of being served.
+        if kept
+            .as_ref()
+            .is_some_and(|j| j.complete && entry.sha256.is_some())
+        {
+            if let Err(e) = verify_file(entry, &path).await {
+                tracing::warn!(file = %entry.path, error = %e, "staged file changed since it was verified; fetching it again");
+                kept = None;
+            }
+        }
         let done = |journal: Journal, target| Prepared {
             entry: entry.clone(),
             target,

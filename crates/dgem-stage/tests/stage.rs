@@ -452,3 +452,30 @@ async fn resume_refetches_an_http_file_whose_etag_changed() {
     let gets = requests_for(&fake.seen(), "nosha/config.json");
     assert_eq!(gets, [None, Some(0)], "HEAD, then the whole file again");
 }
+
+/// Issue 12, defect 10: bytes corrupted at the destination after a finished
+/// run went undetected on resume (only the size was checked). A finished file
+/// whose sha256 is known is hashed again, and fetched again when it differs.
+#[tokio::test]
+async fn resume_refetches_a_finished_file_corrupted_at_the_destination() {
+    let (fake, base) = server().await;
+    let dir = tempfile::tempdir().expect("tmp");
+    stage(config(http(&base), dir.path()))
+        .await
+        .expect("first run");
+    let m1 = dir.path().join(M1);
+    let mut bytes = std::fs::read(&m1).expect("m1");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&m1, &bytes).expect("corrupt");
+    fake.clear_log();
+    let summary = stage(config(http(&base), dir.path()))
+        .await
+        .expect("second run");
+    assert_staged(dir.path());
+    assert_eq!(summary.bytes_fetched, files()[M1].len() as u64);
+    assert!(fake
+        .seen()
+        .iter()
+        .all(|(p, _)| p == M1 || p == "dgem-manifest.json"));
+}

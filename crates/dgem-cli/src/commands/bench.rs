@@ -315,14 +315,26 @@ pub fn finish<T, R: Serialize>(
                 .get("decisions_per_s")
                 .copied()
                 .unwrap_or(0.0),
+            failed: outcome.failed.clone(),
         },
         metrics: summary.metrics.clone(),
         breakdown: summary.breakdown.clone(),
         items,
     };
+    if !outcome.failed.is_empty() {
+        eprintln!(
+            "{} item(s) failed and are not scored (first: `{}`: {}); `--resume` runs them again",
+            outcome.failed.len(),
+            outcome.failed[0].id,
+            outcome.failed[0].error
+        );
+    }
     if let Some(out) = &args.out {
         receipt.write(out).map_err(internal)?;
-        let _ = std::fs::remove_file(runner::partial_path(out));
+        // With failed items the partial file stays, so `--resume` runs only them.
+        if outcome.failed.is_empty() {
+            let _ = std::fs::remove_file(runner::partial_path(out));
+        }
         eprintln!("receipt written to {}", out.display());
     }
     print_and_gate(p.format, summary, &p.gates, headline)

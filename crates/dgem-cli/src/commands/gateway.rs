@@ -13,8 +13,8 @@ use dgem_gateway::auth::{
     audience_of, AuthConfig, BearerSource, StaticToken, TokenKind, TokenProvider,
 };
 use dgem_gateway::{
-    BackendSpec, DeciderTarget, Gateway, GatewayConfig, GatewayState, HttpTarget, HttpTargetConfig,
-    Kind, RouteConfig, Target,
+    BackendSpec, Gateway, GatewayConfig, GatewayState, Kind, RemoteConfig, RemoteDgem, Replica,
+    RouteConfig,
 };
 use dgem_mcp::TemplateDir;
 use serde::Deserialize;
@@ -119,15 +119,15 @@ impl OneOrMany {
     }
 }
 
-fn http_target(
+fn remote(
     url: &str,
     auth: Option<Arc<dyn BearerSource>>,
     timeout: Duration,
-) -> Result<Arc<dyn Target>, Failure> {
-    let mut cfg = HttpTargetConfig::new(url);
+) -> Result<Replica, Failure> {
+    let mut cfg = RemoteConfig::new(url);
     cfg.auth = auth;
     cfg.timeout = timeout;
-    Ok(Arc::new(HttpTarget::new(cfg).map_err(internal)?))
+    Ok(Replica::remote(RemoteDgem::new(cfg).map_err(internal)?))
 }
 
 fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16), Failure> {
@@ -164,7 +164,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name: "vertex".into(),
             kind: Kind::Vertex,
-            targets: vec![http_target(&base, Some(auth), attempt)?],
+            replicas: vec![remote(&base, Some(auth), attempt)?],
         });
     }
     if let Some(url) = pick(args.cloudrun_url, file.cloudrun_url) {
@@ -181,7 +181,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name: "cloudrun".into(),
             kind: Kind::Cloudrun,
-            targets: vec![http_target(&url, Some(auth), attempt)?],
+            replicas: vec![remote(&url, Some(auth), attempt)?],
         });
     }
     let local_urls: Vec<String> = if args.local_url.is_empty() {
@@ -189,23 +189,23 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
     } else {
         args.local_url
     };
-    let mut local: Vec<Arc<dyn Target>> = Vec::new();
+    let mut local: Vec<Replica> = Vec::new();
     for url in local_urls
         .iter()
         .map(|u| u.trim())
         .filter(|u| !u.is_empty())
     {
-        local.push(http_target(url, static_auth.clone(), attempt)?);
+        local.push(remote(url, static_auth.clone(), attempt)?);
     }
     if args.embedded {
         let engine = Arc::new(setup::engine(&args.model)?);
-        local.push(Arc::new(DeciderTarget::new(engine)));
+        local.push(Replica::in_process(engine));
     }
     if !local.is_empty() {
         backends.push(BackendSpec {
             name: "local".into(),
             kind: Kind::Local,
-            targets: local,
+            replicas: local,
         });
     }
     let remotes: Vec<(String, String)> = if args.remotes.is_empty() {
@@ -226,7 +226,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name,
             kind: Kind::Remote,
-            targets: vec![http_target(&url, static_auth.clone(), attempt)?],
+            replicas: vec![remote(&url, static_auth.clone(), attempt)?],
         });
     }
     let allowed: Vec<String> = if args.backends.is_empty() {
@@ -278,14 +278,20 @@ pub fn run(args: GatewayArgs) -> Result<(), Failure> {
             .map_err(user)?;
         // MCP over Streamable HTTP at /mcp, deciding through the gateway.
         let mcp = dgem_mcp::http_router(gateway.clone(), templates.clone());
-        let app = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates }).merge(mcp);
+        // /metrics: the gateway's counters (attempts, errors) in Prometheus text.
+        let app = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates })
+            .merge(mcp)
+            .merge(dgem_server::telemetry::metrics_router());
         tracing::info!(%addr, default = gateway.default_backend(), available = ?gateway.available(), "dgem gateway listening");
         eprintln!(
             "dgem gateway: listening on http://{addr}; default backend `{}`; allowed [{}]",
             gateway.default_backend(),
             gateway.available().join(", ")
         );
-        dgem_gateway::server::serve(listener, app, dgem_server::shutdown_signal())
+        // The same connection limits as `dgem serve` (HEADER_READ_TIMEOUT_S,
+        // MAX_CONNECTIONS, SHUTDOWN_TIMEOUT_S).
+        let limits = dgem_server::config::conn_limits_from_env().map_err(user)?;
+        dgem_server::conn::serve_app(listener, app, limits, dgem_server::shutdown_signal())
             .await
             .map_err(internal)
     })

@@ -83,15 +83,17 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             .map_err(user)?;
         // MCP over Streamable HTTP at /mcp (and the Studio) sit in front of the
         // server's own routes; merged here so dgem-server needs no dgem-mcp.
-        let mut extra = dgem_mcp::http_router(engine.clone(), templates.clone());
+        // They decide through the server's MAX_INFLIGHT gate, as its routes do.
+        let state = AppState::new(engine, config);
+        let gated = state.gated_decider();
+        let mut extra = dgem_mcp::http_router(gated.clone(), templates.clone());
         if studio {
             extra = extra
                 .merge(dgem_studio::router())
-                .merge(dgem_gateway::local_api(engine.clone(), templates));
+                .merge(dgem_gateway::local_api(gated, templates));
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");
-        let state = AppState::new(engine, config);
         dgem_server::serve_with(listener, state, extra, dgem_server::shutdown_signal())
             .await
             .map_err(internal)

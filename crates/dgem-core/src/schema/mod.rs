@@ -7,6 +7,7 @@
 //! stops other crates from building one by hand.
 
 mod validate;
+mod wire;
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -15,6 +16,9 @@ use crate::error::SchemaError;
 
 /// Most questions one schema may hold (serving.md §3.6 `MAX_QUESTIONS`).
 pub const MAX_QUESTIONS: usize = 64;
+/// Longest question id, in characters (ids also may not contain whitespace).
+/// 100 is the limit peer decision APIs put on field names.
+pub const MAX_ID_CHARS: usize = 100;
 /// Fewest alternatives a question may have.
 pub const MIN_ALTERNATIVES: usize = 2;
 /// Most alternatives one slot reads: labels `A`–`Z`. Score levels are limited to

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{
     Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
-    LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_QUESTIONS, MIN_ALTERNATIVES,
+    LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_ID_CHARS, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
 use crate::brackets::MAX_BRACKET_OPTIONS;
 use crate::error::SchemaError;
@@ -167,6 +167,19 @@ fn parse_question(
         let msg = format!(
             "question id {} must be non-empty, no ':' or newline",
             py_repr(&id)
+        );
+        return Err(SchemaError::new(at(".id"), msg));
+    }
+    // Ids are keys in answers, metrics labels and JSON paths: no whitespace and
+    // at most MAX_ID_CHARS characters (the limit peer decision APIs use).
+    if id.chars().any(char::is_whitespace) || id.chars().count() > MAX_ID_CHARS {
+        let shown_id: String = id.chars().take(40).collect();
+        let msg = format!(
+            "question id {}{} must have no spaces or other whitespace and at most {MAX_ID_CHARS} characters (got {} characters); use snake_case, e.g. {}",
+            py_repr(&shown_id),
+            if id.chars().count() > 40 { "…" } else { "" },
+            id.chars().count(),
+            py_repr(&id.split_whitespace().collect::<Vec<_>>().join("_").chars().take(MAX_ID_CHARS).collect::<String>()),
         );
         return Err(SchemaError::new(at(".id"), msg));
     }

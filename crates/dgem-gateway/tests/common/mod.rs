@@ -9,8 +9,10 @@ use async_trait::async_trait;
 use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use dgem_backend::BackendError;
-use dgem_gateway::{DecideCall, Forwarded, Target, TargetHealth};
+use dgem_backend::{Attention, BackendError, BackendInfo, Health, LabelMode};
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_gateway::{Forward, Forwarded, Replica};
 use http_body_util::BodyExt as _;
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
@@ -24,12 +26,13 @@ pub enum Step {
     Err(Duration, BackendError),
 }
 
-/// A target that answers from a script; when the script runs out it answers Ok.
+/// A replica (decider and pass-through) that answers from a script; when the
+/// script runs out it answers Ok.
 #[derive(Debug)]
 pub struct Scripted {
     pub name: &'static str,
     steps: Mutex<VecDeque<Step>>,
-    health: Mutex<VecDeque<TargetHealth>>,
+    health: Mutex<VecDeque<Health>>,
     calls: Mutex<u32>,
     health_calls: Mutex<u32>,
 }
@@ -46,7 +49,7 @@ impl Scripted {
     }
 
     /// Health answers in order; the last one repeats. Default: unreachable.
-    pub fn with_health(self: Arc<Self>, hs: Vec<TargetHealth>) -> Arc<Self> {
+    pub fn with_health(self: Arc<Self>, hs: Vec<Health>) -> Arc<Self> {
         *self.health.lock().unwrap() = hs.into();
         self
     }
@@ -60,38 +63,66 @@ impl Scripted {
     }
 }
 
-pub fn envelope(who: &str) -> Value {
-    json!({"answers": {"urgent": {"type": "noul", "label": "yes", "confidence": 0.8,
-        "probabilities": {"yes": 0.8, "no": 0.2}, "noul": 0.8}},
+/// A reply to `schema` from replica `who`: every asked question answered with
+/// its first alternative at 0.8 and the rest sharing 0.2.
+pub fn envelope(schema: &ValidSchema, who: &str) -> Value {
+    let answers: serde_json::Map<String, Value> = schema
+        .asked()
+        .iter()
+        .map(|q| {
+            let rest = 0.2 / (q.alternatives.len() - 1) as f64;
+            let probs: serde_json::Map<String, Value> = q
+                .alternatives
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.name.clone(), json!(if i == 0 { 0.8 } else { rest })))
+                .collect();
+            let first = &q.alternatives[0].name;
+            (
+                q.id.clone(),
+                json!({"type": q.kind.as_str(), "label": first, "confidence": 0.8, "probabilities": probs}),
+            )
+        })
+        .collect();
+    json!({"answers": answers,
         "diagnostics": {"engine": who, "timing": {"total_ms": 5.0, "reads": 1}}})
 }
 
-#[async_trait]
-impl Target for Scripted {
-    fn url(&self) -> String {
-        format!("scripted://{}", self.name)
-    }
+/// The one-question schema the scripted replicas answer.
+pub fn schema() -> ValidSchema {
+    ValidSchema::from_value(
+        &json!({"questions": [{"id": "urgent", "type": "boolean"}]}),
+        &SchemaDefaults::default(),
+    )
+    .unwrap()
+}
 
-    async fn health(&self) -> TargetHealth {
-        *self.health_calls.lock().unwrap() += 1;
-        let mut h = self.health.lock().unwrap();
-        if h.len() > 1 {
-            h.pop_front().unwrap()
-        } else {
-            h.front()
-                .cloned()
-                .unwrap_or_else(|| TargetHealth::not_ready("unreachable", None))
+pub fn request() -> DecideRequest {
+    DecideRequest {
+        schema: schema(),
+        state: json!("s"),
+        seed: 42,
+    }
+}
+
+impl Scripted {
+    /// This scripted replica, deciding and forwarding.
+    pub fn replica(self: &Arc<Self>) -> Replica {
+        Replica {
+            decider: self.clone(),
+            forward: Some(self.clone()),
+            url: format!("scripted://{}", self.name),
         }
     }
 
-    async fn decide(&self, _call: &DecideCall) -> Result<Value, BackendError> {
+    async fn step(&self) -> Result<(), BackendError> {
         *self.calls.lock().unwrap() += 1;
         let step = self.steps.lock().unwrap().pop_front();
         match step {
-            None => Ok(envelope(self.name)),
+            None => Ok(()),
             Some(Step::Ok(d)) => {
                 tokio::time::sleep(d).await;
-                Ok(envelope(self.name))
+                Ok(())
             }
             Some(Step::Err(d, e)) => {
                 tokio::time::sleep(d).await;
@@ -99,14 +130,45 @@ impl Target for Scripted {
             }
         }
     }
+}
 
+#[async_trait]
+impl Decider for Scripted {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            engine: "scripted".into(),
+            model_id: String::new(),
+            model_sha256: None,
+            attention: Attention::Causal,
+            label_mode: LabelMode::Words,
+            max_tokens: 0,
+            supports_images: false,
+        }
+    }
+
+    async fn health(&self) -> Health {
+        *self.health_calls.lock().unwrap() += 1;
+        let mut h = self.health.lock().unwrap();
+        if h.len() > 1 {
+            h.pop_front().unwrap()
+        } else {
+            h.front().cloned().unwrap_or_else(|| Health::Failed {
+                phase: "unreachable".into(),
+                reason: "scripted".into(),
+            })
+        }
+    }
+
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        self.step().await?;
+        Decision::from_envelope(&req.schema, &envelope(&req.schema, self.name))
+    }
+}
+
+#[async_trait]
+impl Forward for Scripted {
     async fn forward(&self, path: &str, body: Bytes) -> Result<Forwarded, BackendError> {
-        self.decide(&DecideCall {
-            schema: Value::Null,
-            state: Value::Null,
-            seed: 0,
-        })
-        .await?;
+        self.step().await?;
         Ok(Forwarded {
             status: 200,
             content_type: Some("application/json".into()),

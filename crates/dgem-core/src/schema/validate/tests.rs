@@ -219,6 +219,31 @@ fn rule_3_ids() {
         "questions[0].id",
         "question id 'a\\nb' must be non-empty, no ':' or newline",
     );
+    // Issue 12, defect 6: ids with spaces or over 100 characters were accepted.
+    assert_err(
+        json!({"questions": [noul("is urgent")]}),
+        "questions[0].id",
+        "question id 'is urgent' must have no spaces or other whitespace and at most 100 characters (got 9 characters); use snake_case, e.g. 'is_urgent'",
+    );
+    let long = "x".repeat(101);
+    let err = ValidSchema::from_value(
+        &json!({"questions": [noul(&long)]}),
+        &SchemaDefaults::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(err.field, "questions[0].id");
+    assert!(
+        err.message
+            .contains("at most 100 characters (got 101 characters)"),
+        "{}",
+        err.message
+    );
+    assert!(
+        ok(json!({"questions": [noul(&"y".repeat(100)), noul("b")]})).questions[0]
+            .id
+            .len()
+            == 100
+    );
     assert_err(
         json!({"questions": [{"id": ["x"], "type": "noul"}]}),
         "questions[0].id",
