@@ -26,6 +26,15 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// The message with its cause chain on one line (`a: b: c`).
+    pub fn message(&self) -> String {
+        match self {
+            Self::User(e) | Self::Internal(e) => format!("{e:#}"),
+        }
+    }
+}
+
 /// Wrap any error as a user error.
 pub fn user<E: Into<anyhow::Error>>(e: E) -> Failure {
     Failure::User(e.into())

@@ -70,6 +70,47 @@ fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
     }
 }
 
+/// The checks of [`engine`] that are the user's to fix and cost no model load
+/// (the `--model` file exists and is a Gemma 3 GGUF, `--context`, `--threads`),
+/// and the model id the engine will report: for `dgem serve`, which binds its
+/// port before it loads the model.
+///
+/// # Errors
+/// A user [`Failure`] naming the flag, as [`engine`] gives.
+pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
+    if args.context < 64 || args.context > 131_072 {
+        return Err(user(anyhow::anyhow!(
+            "`--context` must be between 64 and 131072 tokens. Given: `{}`",
+            args.context
+        )));
+    }
+    if args.threads == Some(0) {
+        return Err(user(anyhow::anyhow!(
+            "`--threads` must be at least 1. Given: `0`"
+        )));
+    }
+    let spec = dgem_model::default_model();
+    match &args.model {
+        None => Ok(spec.id),
+        Some(p) => {
+            if !p.is_file() {
+                return Err(user(anyhow::anyhow!(
+                    "`--model` must be an existing GGUF file. Given: `{}`",
+                    p.display()
+                )));
+            }
+            dgem_model::validate_gemma3(p).map_err(user)?;
+            // The default file passed by path keeps its id (`engine` confirms it
+            // by sha256; the size is enough for the id shown while loading).
+            if std::fs::metadata(p).is_ok_and(|m| m.len() == spec.size) {
+                return Ok(spec.id);
+            }
+            Ok(p.file_stem()
+                .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned()))
+        }
+    }
+}
+
 /// Resolve the model file (pulling the default on first use) and load the engine.
 pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
     let (path, id, sha, note) = match &args.model {

@@ -36,6 +36,7 @@ pub mod error;
 pub mod gate;
 pub mod health;
 pub mod layers;
+pub mod loading;
 pub mod staging;
 pub mod state;
 pub mod systemone;

@@ -24,6 +24,13 @@ pub async fn run(state: &AppState) -> Result<(), String> {
     });
     let schema = ValidSchema::from_value(&schema, &state.config().schema_defaults)
         .map_err(|e| format!("warm-up schema: {e}"))?;
+    // A model still loading behind the bound port (`crate::loading`) is waited
+    // for; the attempts start once it is in place (or failed).
+    while state.engine().health().await.is_warming()
+        && state.engine().info().engine == crate::loading::PLACEHOLDER_ENGINE
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut last = String::new();
     for attempt in 1..=ATTEMPTS {
         let req = DecideRequest {

@@ -509,3 +509,47 @@ async fn gated_decider_shares_the_inflight_gate() {
     ));
     assert_eq!(st.inflight(), 0);
 }
+
+/// Issue 14: `/health` answered only after the model loaded (0.99 s after
+/// start). With `LoadingDecider` the port is bound first: `/health` says
+/// `loading_model`, decisions are 503 until the model is set, then the
+/// warm-up runs and the server is ready.
+#[tokio::test]
+async fn health_answers_while_the_model_loads() {
+    let loading = dgem_server::loading::LoadingDecider::new("gemma-3-270m");
+    let st = dgem_server::AppState::new(loading.clone(), config());
+    let app = dgem_server::router(st.clone());
+    let h = call(&app, get("/health")).await;
+    assert_eq!(h.status, 200);
+    assert_eq!(
+        (
+            h.body["phase"].clone(),
+            h.body["ready"].clone(),
+            h.body["engine"].clone()
+        ),
+        (json!("loading_model"), json!(false), json!("loading"))
+    );
+    let r = call(
+        &app,
+        post(
+            "/v1/chat/completions",
+            &chat(&triage(), &json!({"ticket": "x"})),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 503, "{}", r.text);
+    let warm = tokio::spawn({
+        let st = st.clone();
+        async move { dgem_server::warmup::run(&st).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!warm.is_finished(), "the warm-up waits for the load");
+    loading.set(Arc::new(dgem_testkit::engine(common::backend())));
+    warm.await.unwrap().expect("warm-up after the load");
+    tokio::time::sleep(dgem_server::state::HEALTH_CACHE + Duration::from_millis(100)).await;
+    let h = call(&app, get("/health")).await;
+    assert_eq!(
+        (h.body["ready"].clone(), h.body["engine"].clone()),
+        (json!(true), json!("scripted"))
+    );
+}

@@ -64,11 +64,24 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             args.templates.display()
         )));
     }
-    let engine: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
-        Some(url) => Arc::new(crate::vllm::decider(&url, &args.vllm)?),
-        None => Arc::new(setup::engine(&args.model)?),
-    };
+    // The embedded model loads behind the bound port (`dgem_server::loading`):
+    // `/health` answers at once with `phase: loading_model`. What the user must
+    // fix (a missing `--model`, a bad `--context`) still fails here, before
+    // binding; a load that fails later stops the server with exit 1.
+    let (engine, pending): (Arc<dyn dgem_engine::Decider>, _) =
+        match crate::vllm::backend_url(&args.vllm)? {
+            Some(url) => (Arc::new(crate::vllm::decider(&url, &args.vllm)?), None),
+            None => {
+                let id = setup::precheck(&args.model)?;
+                let loading = dgem_server::loading::LoadingDecider::new(id);
+                (
+                    loading.clone() as Arc<dyn dgem_engine::Decider>,
+                    Some(loading),
+                )
+            }
+        };
     config.model_name = args.served_model.unwrap_or_else(|| engine.info().model_id);
+    let model_args = args.model.clone();
     let templates = dgem_mcp::TemplateDir::new(args.templates);
     let studio = args.studio;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -94,8 +107,41 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");
-        dgem_server::serve_with(listener, state, extra, dgem_server::shutdown_signal())
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Failure>();
+        if let Some(loading) = pending {
+            tokio::spawn(async move {
+                let loaded = tokio::task::spawn_blocking(move || setup::engine(&model_args)).await;
+                match loaded {
+                    Ok(Ok(engine)) => loading.set(Arc::new(engine)),
+                    Ok(Err(failure)) => {
+                        loading.fail(failure.message());
+                        let _ = failed_tx.send(failure);
+                    }
+                    Err(join) => {
+                        loading.fail(join.to_string());
+                        let _ =
+                            failed_tx.send(internal(anyhow::anyhow!("model load task: {join}")));
+                    }
+                }
+            });
+        }
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Failure>();
+        let shutdown = async move {
+            tokio::select! {
+                () = dgem_server::shutdown_signal() => {}
+                f = failed_rx => {
+                    if let Ok(f) = f {
+                        let _ = stop_tx.send(f);
+                    }
+                }
+            }
+        };
+        dgem_server::serve_with(listener, state, extra, shutdown)
             .await
-            .map_err(internal)
+            .map_err(internal)?;
+        match stop_rx.await {
+            Ok(load_failure) => Err(load_failure),
+            Err(_) => Ok(()),
+        }
     })
 }
