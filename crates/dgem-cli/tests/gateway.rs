@@ -85,7 +85,8 @@ async fn killed_replica_mid_run_loses_no_request() {
     for p in [pa, pb] {
         wait_ok(
             &client,
-            &format!("http://127.0.0.1:{p}/health"),
+            // Ready, not only bound: the model loads behind the port.
+            &format!("http://127.0.0.1:{p}/ready"),
             Duration::from_secs(180),
         )
         .await;

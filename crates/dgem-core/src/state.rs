@@ -8,7 +8,10 @@
 //!
 //! - `null`, a string that is empty or only whitespace;
 //! - an object or a list with no entries, or whose entries are all themselves
-//!   empty by this rule (`{"ticket": ""}`, `[" ", {}]`).
+//!   empty by this rule (`{"ticket": ""}`, `[" ", {}]`);
+//! - a string that is the JSON text of one of these (`"{}"`, `"null"`,
+//!   `"\"  \""`): the OpenAI route carries the state as JSON text in the user
+//!   message, so `{}` arrives as the string `"{}"`.
 //!
 //! Numbers and booleans are information (`{"retries": 0}` is not empty), and so
 //! is any content part that is not text (an image).
@@ -21,7 +24,12 @@ use crate::error::SchemaError;
 pub fn is_empty(state: &Value) -> bool {
     match state {
         Value::Null => true,
-        Value::String(s) => s.trim().is_empty(),
+        Value::String(s) => {
+            let t = s.trim();
+            t.is_empty()
+                || ((t.starts_with(['{', '[', '"']) || t == "null")
+                    && serde_json::from_str::<Value>(t).is_ok_and(|v| is_empty(&v)))
+        }
         Value::Bool(_) | Value::Number(_) => false,
         Value::Array(items) => items.iter().all(is_empty),
         Value::Object(m) => {
@@ -72,6 +80,14 @@ mod tests {
             json!([]),
             json!({"ticket": "", "notes": "  "}),
             json!([" ", {}, {"type": "text", "text": " "}]),
+            // The JSON text of an empty state, as the OpenAI route carries it
+            // (found by a hostile-input run: `"{}"` was answered with 200).
+            json!("{}"),
+            json!("[]"),
+            json!("null"),
+            json!("  {\"ticket\": \"\"}  "),
+            json!("\"   \""),
+            json!("{\"a\":[{}],\"b\":\" \",\"c\":[[]]}"),
         ] {
             let err = check_informative(&s).expect_err("refused");
             assert_eq!(err.field, "state");
@@ -92,6 +108,10 @@ mod tests {
             json!({"flag": false}),
             json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]),
             json!([{"type": "text", "text": "hi"}]),
+            json!("{\"ticket\": \"refund\"}"),
+            json!("\"hello\""),
+            json!("{not json"),
+            json!("0"),
         ] {
             assert!(check_informative(&s).is_ok(), "{s}");
         }

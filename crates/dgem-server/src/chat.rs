@@ -113,8 +113,12 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         Some(content @ Value::Array(_)) if decide::has_images(content) => content.clone(),
         _ => {
             let text = message_text(user).trim().to_string();
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| invalid(format!("{PARSE_PREFIX}{e}")))?;
+            // Strict, as the schema is: a repeated key in the state would make
+            // the model read one value while the caller meant the other.
+            dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {
+                Some(_) => ApiError::new(ErrorKind::Validation, format!("state: {e}")),
+                None => invalid(format!("{PARSE_PREFIX}{}", e.message)),
+            })?;
             Value::String(text)
         }
     };

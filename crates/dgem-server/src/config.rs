@@ -42,10 +42,12 @@ pub mod env {
     /// Seconds a request head may take to arrive; also the idle timeout of a
     /// kept-alive connection (default 30).
     pub const HEADER_READ_TIMEOUT_S: &str = "HEADER_READ_TIMEOUT_S";
+    /// Longest pause, seconds, between two pieces of a request body (default 30).
+    pub const BODY_READ_TIMEOUT_S: &str = "BODY_READ_TIMEOUT_S";
     /// Most connections open at once (default 1024).
     pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";
     /// Seconds the drain after SIGTERM may take before open connections are
-    /// dropped (default 10, Cloud Run's grace period).
+    /// dropped (default 8, inside Cloud Run's 10 s grace period).
     pub const SHUTDOWN_TIMEOUT_S: &str = "SHUTDOWN_TIMEOUT_S";
 }
 
@@ -252,6 +254,9 @@ fn conn_limits(
     let mut l = crate::conn::ConnLimits::default();
     if let Some(v) = get(env::HEADER_READ_TIMEOUT_S) {
         l.header_read_timeout = positive_seconds(env::HEADER_READ_TIMEOUT_S, &v)?;
+    }
+    if let Some(v) = get(env::BODY_READ_TIMEOUT_S) {
+        l.body_read_timeout = positive_seconds(env::BODY_READ_TIMEOUT_S, &v)?;
     }
     if let Some(v) = get(env::MAX_CONNECTIONS) {
         l.max_connections = parse(env::MAX_CONNECTIONS, &v, "a positive connection count")?;

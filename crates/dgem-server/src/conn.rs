@@ -12,13 +12,19 @@
 //!   arrive in full within this time. hyper starts the timer whenever the
 //!   connection waits for a head, including between requests on a keep-alive
 //!   connection, so it is also the idle timeout of a kept-alive connection.
+//! - **Body read** ([`ConnLimits::body_read_timeout`]): once the head is in,
+//!   each piece of the body must arrive within this time (tower-http's
+//!   `RequestBodyTimeoutLayer`), so a client that promises 1000 bytes and
+//!   sends 10 holds its connection for this long, not for the whole request
+//!   timeout; the handler then answers 400.
 //! - **Connections** ([`ConnLimits::max_connections`]): at the cap, the accept
 //!   loop stops accepting; new clients wait in the kernel's backlog until a
 //!   connection closes.
 //! - **Shutdown** ([`ConnLimits::shutdown_timeout`]): when the shutdown signal
 //!   comes, the listener closes, every connection is told to finish its
 //!   request in flight and close; connections still open at the deadline are
-//!   dropped. Cloud Run sends SIGKILL 10 s after SIGTERM, hence the default.
+//!   dropped. Cloud Run sends SIGKILL 10 s after SIGTERM, hence the default of
+//!   8 s (the model thread may need one more read to stop).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,6 +36,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 /// Connection limits of one listener (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +44,13 @@ pub struct ConnLimits {
     /// A request head must arrive within this time; also the idle timeout of a
     /// kept-alive connection (default 30 s, hyper's own default).
     pub header_read_timeout: Duration,
+    /// Longest pause between two pieces of a request body (default 30 s).
+    pub body_read_timeout: Duration,
     /// Most connections open at once (default 1024).
     pub max_connections: usize,
-    /// How long the drain after the shutdown signal may take (default 10 s).
+    /// How long the drain after the shutdown signal may take (default 8 s:
+    /// Cloud Run kills 10 s after SIGTERM, and a model call in progress needs
+    /// up to one more read to notice its caller is gone).
     pub shutdown_timeout: Duration,
 }
 
@@ -47,8 +58,9 @@ impl Default for ConnLimits {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(30),
             max_connections: 1024,
-            shutdown_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(8),
         }
     }
 }
@@ -94,7 +106,12 @@ pub async fn serve_app(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(
+            tower::ServiceBuilder::new()
+                .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
+                .map_request(|r: axum::http::Request<_>| r.map(axum::body::Body::new))
+                .service(app.clone()),
+        );
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -194,7 +194,10 @@ async fn respond(
     let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
     let mut images = parsed.images;
     json_images(req, &mut images)?;
-    decide::check_images(state, Flavor::SystemOne, !images.is_empty())?;
+    // Image parts inside `state` count as images too (they were turned into
+    // text and read as such by a backend without vision).
+    let state_images = req.get("state").is_some_and(decide::has_images);
+    decide::check_images(state, Flavor::SystemOne, !images.is_empty() || state_images)?;
     let decide_state = if images.is_empty() {
         Value::String(text)
     } else {

@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use axum::routing::get;
+use axum::body::Bytes;
+use axum::routing::{get, post};
 use axum::Router;
 use dgem_server::conn::{serve_app, ConnLimits};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -16,6 +17,7 @@ use tokio::sync::oneshot;
 fn app() -> Router {
     Router::new()
         .route("/health", get(|| async { "ok" }))
+        .route("/echo", post(|b: Bytes| async move { b.len().to_string() }))
         .route(
             "/stuck",
             get(|| async {
@@ -147,4 +149,44 @@ async fn shutdown_drain_ends_at_its_deadline() {
     );
     // The listener is closed: nothing new is accepted.
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+/// Found by a hostile-input run: a client that promised 1000 body bytes and
+/// sent 10 held its connection until the 300 s request timeout. The body read
+/// timeout ends it.
+#[tokio::test]
+async fn stalled_request_body_is_cut_at_the_body_read_timeout() {
+    let (addr, stop, server) = start(ConnLimits {
+        body_read_timeout: Duration::from_millis(400),
+        ..ConnLimits::default()
+    })
+    .await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    let got = read_to_close(&mut s, Duration::from_secs(5))
+        .await
+        .expect("answered and closed well before 5 s");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 4"), "{text}");
+    // A whole body is read as usual.
+    let mut ok = TcpStream::connect(addr).await.unwrap();
+    ok.write_all(
+        b"POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc",
+    )
+    .await
+    .unwrap();
+    let body = read_to_close(&mut ok, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&body).ends_with("\r\n\r\n3"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }

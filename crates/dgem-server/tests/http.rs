@@ -553,3 +553,58 @@ async fn health_answers_while_the_model_loads() {
         (json!(true), json!("scripted"))
     );
 }
+
+/// Found by a hostile-input run: on the OpenAI and systemone routes an empty
+/// state (`{}`, `[]`, `{"ticket": ""}`, `null`) was answered with 200, because
+/// it travels as JSON text; a repeated key inside the state text was read
+/// silently; image parts inside a systemone `state` were read as text by a
+/// backend without vision.
+#[tokio::test]
+async fn empty_states_duplicate_state_keys_and_state_images_are_refused() {
+    let (app, backend) = common::app();
+    for state in [
+        json!({}),
+        json!([]),
+        json!({"ticket": ""}),
+        json!(null),
+        json!("   "),
+    ] {
+        let r = call(&app, post("/v1/chat/completions", &chat(&triage(), &state))).await;
+        assert!(
+            r.status.is_client_error(),
+            "{state}: {} {}",
+            r.status,
+            r.text
+        );
+        assert!(
+            r.text.contains("nothing to decide on"),
+            "{state}: {}",
+            r.text
+        );
+        let body = json!({"state": state, "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}});
+        let r = call(&app, post("/v1/systemone", &body)).await;
+        assert!(
+            r.status.is_client_error(),
+            "{state}: {} {}",
+            r.status,
+            r.text
+        );
+    }
+    let mut body = chat(&triage(), &json!({}));
+    body["messages"][1]["content"] = json!(r#"{"ticket": "a", "ticket": "b"}"#);
+    let r = call(&app, post("/v1/chat/completions", &body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert!(
+        r.text.contains("state") && r.text.contains("ticket"),
+        "{}",
+        r.text
+    );
+    let body = json!({
+        "state": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+        "questions": {"u": {"type": "noul", "instructions": "Urgent?"}}
+    });
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert!(r.text.contains("cannot read images"), "{}", r.text);
+    assert_eq!(backend.calls(), 0, "nothing reached the model");
+}

@@ -127,12 +127,17 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Failure>();
         let shutdown = async move {
+            // A load that succeeded drops its sender: that is not a reason to stop.
+            let load_failed = async {
+                match failed_rx.await {
+                    Ok(f) => f,
+                    Err(_) => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = dgem_server::shutdown_signal() => {}
-                f = failed_rx => {
-                    if let Ok(f) = f {
-                        let _ = stop_tx.send(f);
-                    }
+                f = load_failed => {
+                    let _ = stop_tx.send(f);
                 }
             }
         };

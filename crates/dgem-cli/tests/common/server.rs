@@ -45,7 +45,8 @@ impl Drop for Served {
 }
 
 /// Start `dgem serve` on the real model with `extra` arguments, and wait (up to
-/// `ready_within`) until `GET /health` answers 200.
+/// `ready_within`) until `GET /ready` answers 200: `/health` answers as soon as
+/// the port is bound, while the model is still loading.
 pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Served {
     let port = free_port();
     let root = crate::common::root();
@@ -77,14 +78,14 @@ pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Serve
     let http = reqwest::Client::new();
     let started = Instant::now();
     loop {
-        if let Ok(r) = http.get(format!("{}/health", served.base)).send().await {
+        if let Ok(r) = http.get(format!("{}/ready", served.base)).send().await {
             if r.status().is_success() {
                 break;
             }
         }
         assert!(
             started.elapsed() < ready_within,
-            "dgem serve did not answer /health within {ready_within:?}"
+            "dgem serve was not ready within {ready_within:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -172,10 +172,10 @@ fn parse_question(
     }
     // Ids are keys in answers, metrics labels and JSON paths: no whitespace and
     // at most MAX_ID_CHARS characters (the limit peer decision APIs use).
-    if id.chars().any(char::is_whitespace) || id.chars().count() > MAX_ID_CHARS {
+    if id.chars().any(invisible) || id.chars().count() > MAX_ID_CHARS {
         let shown_id: String = id.chars().take(40).collect();
         let msg = format!(
-            "question id {}{} must have no spaces or other whitespace and at most {MAX_ID_CHARS} characters (got {} characters); use snake_case, e.g. {}",
+            "question id {}{} must have no spaces, other whitespace or invisible characters and at most {MAX_ID_CHARS} characters (got {} characters); use snake_case, e.g. {}",
             py_repr(&shown_id),
             if id.chars().count() > 40 { "…" } else { "" },
             id.chars().count(),
@@ -399,6 +399,14 @@ fn list_field<'a>(
             Err(SchemaError::new(at(&format!(".{key}")), msg))
         }
     }
+}
+
+/// Characters an id may not hold: whitespace, control characters (NUL…) and
+/// the zero-width ones, which would make two ids that look the same differ.
+fn invisible(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}')
 }
 
 /// Rule 5: every dependency is a known id other than the question itself.

@@ -223,8 +223,16 @@ fn rule_3_ids() {
     assert_err(
         json!({"questions": [noul("is urgent")]}),
         "questions[0].id",
-        "question id 'is urgent' must have no spaces or other whitespace and at most 100 characters (got 9 characters); use snake_case, e.g. 'is_urgent'",
+        "question id 'is urgent' must have no spaces, other whitespace or invisible characters and at most 100 characters (got 9 characters); use snake_case, e.g. 'is_urgent'",
     );
+    for id in ["a\u{0}b", "a\u{200B}b", "a\u{FEFF}"] {
+        let err = ValidSchema::from_value(
+            &json!({"questions": [noul(id)]}),
+            &SchemaDefaults::default(),
+        )
+        .expect_err("invisible characters refused");
+        assert_eq!(err.field, "questions[0].id", "{id:?}");
+    }
     let long = "x".repeat(101);
     let err = ValidSchema::from_value(
         &json!({"questions": [noul(&long)]}),
