@@ -139,6 +139,7 @@ impl Engine {
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
     #[tracing::instrument(skip_all, fields(questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        check_state_size(&req.state, self.backend.info().max_tokens)?;
         if dgem_backend::brackets::routes(&req.schema) {
             let mut decision = dgem_backend::brackets::decide(self, req).await?;
             decision.diagnostics.note = self.config.note.clone();
@@ -159,4 +160,33 @@ impl Engine {
         );
         Ok(decision)
     }
+}
+
+/// Bytes of state text one token of context can hold at most, for the cheap
+/// check before tokenizing. No Gemma token spells more than a few dozen bytes,
+/// so a state over `max_tokens × 64` bytes cannot fit and is refused at once,
+/// instead of after tokenizing all of it (a 7 MiB state took 11.9 s of CPU
+/// before the context check refused it).
+pub const MAX_STATE_BYTES_PER_TOKEN: usize = 64;
+
+/// Refuse a state whose text cannot fit the context (see
+/// [`MAX_STATE_BYTES_PER_TOKEN`]); `max_tokens` 0 means unknown (no check).
+fn check_state_size(state: &serde_json::Value, max_tokens: usize) -> Result<(), EngineError> {
+    if max_tokens == 0 {
+        return Ok(());
+    }
+    let bytes = match state {
+        serde_json::Value::String(s) => s.len(),
+        other => other.to_string().len(),
+    };
+    let limit = max_tokens.saturating_mul(MAX_STATE_BYTES_PER_TOKEN);
+    if bytes > limit {
+        return Err(EngineError::Schema(dgem_core::SchemaError::new(
+            "state",
+            format!(
+                "the state is {bytes} bytes; a context of {max_tokens} tokens holds at most about {limit} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)"
+            ),
+        )));
+    }
+    Ok(())
 }

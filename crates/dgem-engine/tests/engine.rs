@@ -190,3 +190,24 @@ async fn state_longer_than_context_is_a_user_error() {
     assert!(matches!(err, EngineError::Schema(ref s) if s.field == "state"));
     assert!(err.to_string().contains("the context holds 32"));
 }
+
+/// Found by a hostile-input run: a 7 MiB state was tokenized in full (11.9 s
+/// of CPU) before the context check refused it. A state that cannot fit is
+/// refused before any tokenizing or model call.
+#[tokio::test]
+async fn state_too_large_for_the_context_is_refused_before_reading() {
+    let backend = ScriptedBackend::with_context(100, scripts::want_marker(0.8));
+    let e = dgem_testkit::engine(backend.clone());
+    let schema = schema(json!({"questions": [{"id": "urgent", "type": "boolean"}]}));
+    let err = e
+        .decide(DecideRequest {
+            schema,
+            state: json!("x".repeat(100 * dgem_engine::MAX_STATE_BYTES_PER_TOKEN + 1)),
+            seed: 42,
+        })
+        .await
+        .expect_err("refused");
+    assert!(err.is_user_error(), "{err}");
+    assert!(err.to_string().contains("the state is 6401 bytes"), "{err}");
+    assert_eq!(backend.calls(), 0);
+}

@@ -66,10 +66,68 @@ pub fn handle() -> PrometheusHandle {
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder is already installed; /metrics will be empty");
+            } else {
+                describe();
             }
             handle
         })
         .clone()
+}
+
+/// `# HELP` text for every series (Prometheus' `promtool check metrics` wants
+/// one per metric), the gateway's included.
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by route and status."
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "HTTP request latency, by route and status."
+    );
+    describe_counter!(
+        DECISIONS,
+        "Finished decisions, by route and outcome (ok or the error type)."
+    );
+    describe_counter!(QUESTIONS, "Answered questions, by question type.");
+    describe_histogram!(
+        NORMALIZED_ENTROPY,
+        "Hesitation of each answer: entropy of the restricted softmax over its labels divided by ln K (0 = certain, 1 = uniform), by question type."
+    );
+    describe_histogram!(
+        DECISION_DURATION,
+        Unit::Seconds,
+        "Wall time of one decision."
+    );
+    describe_histogram!(
+        FORWARD_DURATION,
+        Unit::Seconds,
+        "Model time of one decision."
+    );
+    describe_histogram!(
+        QUEUE_WAIT,
+        Unit::Seconds,
+        "Waiting time, by stage: gate (a MAX_INFLIGHT slot) or backend (the model queue)."
+    );
+    describe_gauge!(INFLIGHT, "Decisions running now.");
+    describe_histogram!(
+        PROMPT_TOKENS,
+        "Prompt tokens of the longest read of a decision."
+    );
+    describe_histogram!(
+        CACHED_TOKENS,
+        "Prompt tokens served from the prefix KV cache, per decision."
+    );
+    describe_counter!(
+        "dgem_gateway_attempts_total",
+        "Gateway attempts on a replica, by backend and outcome (ok, failover, warming, rejected)."
+    );
+    describe_counter!(
+        "dgem_gateway_errors_total",
+        "Gateway requests that failed, by error type."
+    );
 }
 
 /// Set the in-flight gauge.

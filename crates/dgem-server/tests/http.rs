@@ -301,6 +301,20 @@ async fn metrics_expose_the_series() {
     ] {
         assert!(text.contains(series), "missing {series} in\n{text}");
     }
+    // Issue 16: no metric had a `# HELP` line (promtool refuses that). Every
+    // family shown has one now.
+    let families: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() >= 11, "{families:?}");
+    for f in families {
+        assert!(
+            text.contains(&format!("# HELP {f} ")),
+            "no HELP for {f} in\n{text}"
+        );
+    }
 }
 
 #[tokio::test]
