@@ -35,12 +35,31 @@ pub struct ApiState {
 /// The `/api/*` routes over `state`.
 pub fn routes(state: ApiState) -> Router {
     Router::new()
-        .route("/api/templates", get(templates))
-        .route("/api/decide", post(decide_default))
-        .route("/api/decide/{*template}", post(decide_named))
-        .route("/api/health", get(health))
-        .route("/api/backends", get(backends))
+        .route("/api/templates", get(templates).fallback(get_only))
+        .route("/api/decide", post(decide_default).fallback(post_only))
+        .route(
+            "/api/decide/{*template}",
+            post(decide_named).fallback(post_only),
+        )
+        .route("/api/health", get(health).fallback(get_only))
+        .route("/api/backends", get(backends).fallback(get_only))
         .with_state(state)
+}
+
+/// A POST route asked with another method: 405 with `Allow: POST`.
+async fn post_only(method: axum::http::Method) -> GatewayError {
+    GatewayError::MethodNotAllowed {
+        method: method.to_string(),
+        allow: "POST",
+    }
+}
+
+/// A GET route asked with another method: 405 with `Allow: GET, HEAD`.
+async fn get_only(method: axum::http::Method) -> GatewayError {
+    GatewayError::MethodNotAllowed {
+        method: method.to_string(),
+        allow: "GET, HEAD",
+    }
 }
 
 /// The backend named by the `X-DGem-Backend` header, if any.

@@ -86,6 +86,14 @@ pub enum GatewayError {
     /// The gateway configuration is invalid (startup only).
     #[error("gateway configuration: {0}")]
     Config(String),
+    /// A known route asked with a method it does not take: 405 with `Allow`.
+    #[error("method {method} is not allowed on this route; use {allow}")]
+    MethodNotAllowed {
+        /// The method received.
+        method: String,
+        /// The methods the route takes (the `Allow` header).
+        allow: &'static str,
+    },
 }
 
 impl GatewayError {
@@ -111,6 +119,7 @@ impl GatewayError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::Config(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
 
@@ -127,6 +136,7 @@ impl GatewayError {
             Self::BackendDown { .. } => "backend_down",
             Self::Internal(_) => "internal",
             Self::Config(_) => "config",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
         }
     }
 }
@@ -194,6 +204,12 @@ impl IntoResponse for GatewayError {
                 resp.headers_mut()
                     .insert(axum::http::header::RETRY_AFTER, v);
             }
+        }
+        if let Self::MethodNotAllowed { allow, .. } = &self {
+            resp.headers_mut().insert(
+                axum::http::header::ALLOW,
+                axum::http::HeaderValue::from_static(allow),
+            );
         }
         resp
     }

@@ -360,3 +360,29 @@ async fn render_failure_names_the_missing_variables() {
         "{msg}"
     );
 }
+
+/// Found by a hostile-input run: GET `/api/decide` and POST `/api/templates`
+/// answered 404 "unknown route". They are 405 with `Allow` now.
+#[tokio::test]
+async fn wrong_method_on_an_api_route_is_405_with_allow() {
+    use tower::ServiceExt as _;
+    for (method, uri, allow) in [
+        ("GET", "/api/decide", "POST"),
+        ("GET", "/api/decide/support_triage", "POST"),
+        ("POST", "/api/templates", "GET, HEAD"),
+        ("DELETE", "/api/health", "GET, HEAD"),
+    ] {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = app().oneshot(req).await.unwrap();
+        assert_eq!(
+            resp.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        assert_eq!(resp.headers()["allow"], allow, "{method} {uri}");
+    }
+}
