@@ -113,15 +113,10 @@ pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
 
 /// Resolve the model file (pulling the default on first use) and load the engine.
 pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
+    // The user's mistakes first, before any pull or load.
+    precheck(args)?;
     let (path, id, sha, note) = match &args.model {
         Some(p) => {
-            if !p.is_file() {
-                return Err(user(anyhow::anyhow!(
-                    "`--model` must be an existing GGUF file. Given: `{}`",
-                    p.display()
-                )));
-            }
-            dgem_model::validate_gemma3(p).map_err(user)?;
             let spec = dgem_model::default_model();
             // The default 270M file passed by path is still the 270M model: it
             // keeps its id, sha256 and plain-words note (checked by size, then
@@ -156,17 +151,6 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
             )
         }
     };
-    if args.context < 64 || args.context > 131_072 {
-        return Err(user(anyhow::anyhow!(
-            "`--context` must be between 64 and 131072 tokens. Given: `{}`",
-            args.context
-        )));
-    }
-    if args.threads == Some(0) {
-        return Err(user(anyhow::anyhow!(
-            "`--threads` must be at least 1. Given: `0`"
-        )));
-    }
     // Priors belong to one model's weights: key them by the verified sha256 of the
     // default model, or by name, size and modification time of any other file.
     let key = match &sha {

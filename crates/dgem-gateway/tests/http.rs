@@ -244,6 +244,19 @@ async fn true_false_keys_are_read_as_yes_no() {
     );
 }
 
+/// One decision through `g` in `mode`.
+async fn route(
+    g: &dgem_gateway::Gateway,
+    mode: &str,
+) -> Result<dgem_gateway::Routed<dgem_engine::Decision>, dgem_gateway::GatewayError> {
+    let req = call();
+    g.route(Some(mode), move |r| {
+        let req = req.clone();
+        async move { r.decider.decide(req).await.map_err(backend) }.boxed()
+    })
+    .await
+}
+
 /// A primary answering 200 with a non-JSON body gave the caller 400 on every
 /// request and never reached the healthy secondary; now it fails over.
 #[tokio::test]
@@ -254,62 +267,37 @@ async fn primary_with_a_malformed_reply_fails_over_to_the_secondary() {
         &json!({"answers": {"u": {"label": "no", "probabilities": {"yes": 0.2, "no": 0.8}}}}),
     ))
     .await;
-    let g = Gateway::new(GatewayConfig {
-        backends: vec![
-            BackendSpec {
-                name: "cloudrun".into(),
-                kind: Kind::Cloudrun,
-                replicas: vec![Replica::remote(target(&bad))],
-            },
-            BackendSpec {
-                name: "local".into(),
-                kind: Kind::Local,
-                replicas: vec![Replica::remote(target(&good))],
-            },
-        ],
-        default: None,
-        allowed: None,
-        route: dgem_gateway::RouteConfig::default(),
-    })
-    .unwrap();
-    // `cloudrun` alone has nowhere to go: a 502-class upstream failure naming the reply.
-    let req = call();
-    let only = g
-        .route(Some("cloudrun"), |r| {
-            let req = req.clone();
-            async move { r.decider.decide(req).await.map_err(backend) }.boxed()
+    // Two backends, each one remote replica.
+    let gateway = |first: (&str, Kind, &str), second: (&str, Kind, &str), default: Option<&str>| {
+        let spec = |(name, kind, base): (&str, Kind, &str)| BackendSpec {
+            name: name.into(),
+            kind,
+            replicas: vec![Replica::remote(target(base))],
+        };
+        Gateway::new(GatewayConfig {
+            backends: vec![spec(first), spec(second)],
+            default: default.map(str::to_string),
+            allowed: None,
+            route: dgem_gateway::RouteConfig::default(),
         })
-        .await
-        .unwrap_err();
+        .unwrap()
+    };
+    let g = gateway(
+        ("cloudrun", Kind::Cloudrun, &bad),
+        ("local", Kind::Local, &good),
+        None,
+    );
+    // `cloudrun` alone has nowhere to go: a 502-class upstream failure naming the reply.
+    let only = route(&g, "cloudrun").await.unwrap_err();
     assert_eq!(only.status(), axum::http::StatusCode::BAD_GATEWAY, "{only}");
     assert!(only.to_string().contains("not JSON"), "{only}");
     // `vertex_first` walks vertex (malformed) then cloudrun: the healthy one answers.
-    let g = Gateway::new(GatewayConfig {
-        backends: vec![
-            BackendSpec {
-                name: "vertex".into(),
-                kind: Kind::Vertex,
-                replicas: vec![Replica::remote(target(&bad))],
-            },
-            BackendSpec {
-                name: "cloudrun".into(),
-                kind: Kind::Cloudrun,
-                replicas: vec![Replica::remote(target(&good))],
-            },
-        ],
-        default: Some("vertex_first".into()),
-        allowed: None,
-        route: dgem_gateway::RouteConfig::default(),
-    })
-    .unwrap();
-    let req = call();
-    let routed = g
-        .route(Some("vertex_first"), |r| {
-            let req = req.clone();
-            async move { r.decider.decide(req).await.map_err(backend) }.boxed()
-        })
-        .await
-        .unwrap();
+    let g = gateway(
+        ("vertex", Kind::Vertex, &bad),
+        ("cloudrun", Kind::Cloudrun, &good),
+        Some("vertex_first"),
+    );
+    let routed = route(&g, "vertex_first").await.unwrap();
     assert_eq!((routed.backend.as_str(), routed.attempts), ("cloudrun", 2));
     assert_eq!(routed.value.envelope()["answers"]["u"]["label"], "no");
     // The composite decider takes the same path.

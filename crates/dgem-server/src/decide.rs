@@ -60,33 +60,25 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
     let span = tracing::Span::current();
     span.record("questions", req.schema.asked().len());
     let waited = Instant::now();
-    let _permit = match state.gate() {
-        Some(gate) => {
-            let wait = state.config().inflight_wait;
-            match tokio::time::timeout(wait, gate.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => Some(permit),
-                Ok(Err(_closed)) => {
-                    return Err(ApiError::new(ErrorKind::Internal, "decision gate closed"))
-                }
-                Err(_elapsed) => {
-                    telemetry::record_gate_wait(waited.elapsed().as_secs_f64());
-                    telemetry::record_failed_decision(flavor.name(), "overloaded");
-                    let secs = wait.as_secs().clamp(1, 60);
-                    return Err(ApiError::new(
-                        ErrorKind::Overloaded,
-                        format!(
-                            "server busy: {} decisions in flight",
-                            state.config().max_inflight
-                        ),
-                    )
-                    .with_retry_after(secs));
-                }
-            }
+    let _permit = match state.acquire_slot().await {
+        Ok(permit) => permit,
+        Err(crate::gate::GateError::Closed) => {
+            return Err(ApiError::new(ErrorKind::Internal, "decision gate closed"))
         }
-        None => None,
+        Err(crate::gate::GateError::Busy) => {
+            telemetry::record_failed_decision(flavor.name(), "overloaded");
+            let secs = state.config().inflight_wait.as_secs().clamp(1, 60);
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!(
+                    "server busy: {} decisions in flight",
+                    state.config().max_inflight
+                ),
+            )
+            .with_retry_after(secs));
+        }
     };
     let gate_ms = waited.elapsed().as_secs_f64() * 1e3;
-    telemetry::record_gate_wait(gate_ms / 1e3);
     let _inflight = state.enter();
     match state.engine().decide(req).await {
         Ok(decision) => {

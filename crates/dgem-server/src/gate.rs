@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use async_trait::async_trait;
 use dgem_backend::{BackendError, BackendInfo, Health};
 use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
@@ -20,7 +22,39 @@ pub struct GatedDecider {
     state: AppState,
 }
 
+/// Why no decision slot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateError {
+    /// No slot freed up within `INFLIGHT_WAIT_S` (the gate wait is recorded).
+    Busy,
+    /// The gate was closed (the server is going away).
+    Closed,
+}
+
 impl AppState {
+    /// Take one of the `MAX_INFLIGHT` decision slots, waiting at most
+    /// `INFLIGHT_WAIT_S`; `None` when the gate is off. The wait is recorded in
+    /// `dgem_queue_wait_seconds{stage="gate"}`. Shared by the server's routes
+    /// and [`GatedDecider`], so every surface counts against one budget.
+    ///
+    /// # Errors
+    /// [`GateError`] when no slot was taken.
+    pub async fn acquire_slot(&self) -> Result<Option<OwnedSemaphorePermit>, GateError> {
+        let Some(gate) = self.gate() else {
+            telemetry::record_gate_wait(0.0);
+            return Ok(None);
+        };
+        let waited = Instant::now();
+        let taken =
+            tokio::time::timeout(self.config().inflight_wait, gate.clone().acquire_owned()).await;
+        telemetry::record_gate_wait(waited.elapsed().as_secs_f64());
+        match taken {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            Ok(Err(_closed)) => Err(GateError::Closed),
+            Err(_elapsed) => Err(GateError::Busy),
+        }
+    }
+
     /// The decider behind this server's `MAX_INFLIGHT` gate, for surfaces the
     /// server does not route itself (`/mcp`, `/api`).
     pub fn gated_decider(&self) -> Arc<dyn Decider> {
@@ -48,28 +82,13 @@ impl Decider for GatedDecider {
     /// [`BackendError::Overloaded`] (retryable, 503) when no slot frees up within
     /// `INFLIGHT_WAIT_S`; otherwise what the decider returns.
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        let waited = Instant::now();
-        let _permit = match self.state.gate() {
-            Some(gate) => {
-                let wait = self.state.config().inflight_wait;
-                match tokio::time::timeout(wait, gate.clone().acquire_owned()).await {
-                    Ok(Ok(permit)) => Some(permit),
-                    Ok(Err(_closed)) => {
-                        return Err(BackendError::Unavailable("decision gate closed".into()).into())
-                    }
-                    Err(_elapsed) => {
-                        telemetry::record_gate_wait(waited.elapsed().as_secs_f64());
-                        return Err(BackendError::Overloaded(format!(
-                            "server busy: {} decisions in flight",
-                            self.state.config().max_inflight
-                        ))
-                        .into());
-                    }
-                }
-            }
-            None => None,
-        };
-        telemetry::record_gate_wait(waited.elapsed().as_secs_f64());
+        let _permit = self.state.acquire_slot().await.map_err(|e| match e {
+            GateError::Closed => BackendError::Unavailable("decision gate closed".into()),
+            GateError::Busy => BackendError::Overloaded(format!(
+                "server busy: {} decisions in flight",
+                self.state.config().max_inflight
+            )),
+        })?;
         let _inflight = self.state.enter();
         self.state.engine().decide(req).await
     }
