@@ -190,3 +190,88 @@ async fn killed_replica_mid_run_loses_no_request() {
         "{text}"
     );
 }
+
+/// Regression (issue 12, "one surface"): `dgem gateway` had CORS alone — no
+/// key check, no body limit, no `/metrics`, no JSON 404 — and its router
+/// carried the Studio page. Now it is served through the same layer stack as
+/// `dgem serve`. Needs no model: every request here is refused or is a GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_shares_the_servers_surface() {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(common::root())
+        .args([
+            "gateway",
+            "--port",
+            &port.to_string(),
+            "--templates",
+            "templates",
+        ])
+        .args(["--local-url", "http://127.0.0.1:9"])
+        .env("API_KEY", "k-gateway")
+        .env("MAX_BODY_BYTES", "1000")
+        .env("DGEM_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn dgem gateway");
+    let _g = Proc(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    wait_ok(&client, &format!("{base}/health"), Duration::from_secs(30)).await;
+
+    // The Studio page is at `/`, from the CLI's layer list.
+    let r = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ctype = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ctype.contains("text/html"), "{ctype}");
+
+    // A POST without the key is 401 in the one error shape.
+    let r = client
+        .post(format!("{base}/api/decide"))
+        .json(&json!({"variables": {"ticket": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+
+    // Over the body limit: 413 JSON, before any routing work.
+    let r = client
+        .post(format!("{base}/api/decide"))
+        .header("authorization", "Bearer k-gateway")
+        .body(vec![b' '; 5000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("size limit"),
+        "{v}"
+    );
+
+    // An unknown route is a JSON 404 in the same shape.
+    let r = client.get(format!("{base}/nope")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+
+    // `/metrics` is there and counts the requests above by route template.
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("dgem_http_requests_total{route=\"/api/decide\",status=\"401\"}"),
+        "{text}"
+    );
+}

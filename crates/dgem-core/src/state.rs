@@ -6,7 +6,9 @@
 //! surface (HTTP, `/api`, MCP, the CLI), before any model call, with an error
 //! naming `state`:
 //!
-//! - `null`, a string that is empty or only whitespace;
+//! - `null`, a string that is empty or holds only invisible characters
+//!   ([`is_invisible`]: whitespace, control characters, and Unicode format
+//!   characters such as U+200B ZERO WIDTH SPACE or U+00AD SOFT HYPHEN);
 //! - an object or a list with no entries, or whose entries are all themselves
 //!   empty by this rule (`{"ticket": ""}`, `[" ", {}]`);
 //! - a string that is the JSON text of one of these (`"{}"`, `"null"`,
@@ -20,13 +22,47 @@ use serde_json::Value;
 
 use crate::error::SchemaError;
 
+/// Whether `c` shows nothing: whitespace, a control character, or a Unicode
+/// format character (general category Cf: soft hyphen, zero-width space and
+/// joiners, bidirectional marks and overrides, invisible operators, the byte
+/// order mark, tag characters). The ranges are those of the Unicode 15
+/// character database for category Cf.
+pub fn is_invisible(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{061C}'
+                | '\u{06DD}'
+                | '\u{070F}'
+                | '\u{0890}'..='\u{0891}'
+                | '\u{08E2}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{110BD}'
+                | '\u{110CD}'
+                | '\u{13430}'..='\u{1343F}'
+                | '\u{1BCA0}'..='\u{1BCA3}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0001}'
+                | '\u{E0020}'..='\u{E007F}'
+        )
+}
+
 /// Whether `state` holds nothing to decide on (see the module docs).
 pub fn is_empty(state: &Value) -> bool {
     match state {
         Value::Null => true,
         Value::String(s) => {
             let t = s.trim();
-            t.is_empty()
+            t.chars().all(is_invisible)
                 || ((t.starts_with(['{', '[', '"']) || t == "null")
                     && serde_json::from_str::<Value>(t).is_ok_and(|v| is_empty(&v)))
         }
@@ -115,5 +151,23 @@ mod tests {
         ] {
             assert!(check_informative(&s).is_ok(), "{s}");
         }
+    }
+}
+
+#[cfg(test)]
+mod invisible_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Regression (issue 12, bad-input suite): a state of one zero-width space
+    /// was decided on as if it were text.
+    #[test]
+    fn a_state_of_invisible_characters_is_empty() {
+        for s in ["\u{200B}", " \u{00AD} ", "\u{202E}\u{2063}", "\u{FEFF}"] {
+            assert!(is_empty(&json!(s)), "{s:?}");
+            assert!(is_empty(&json!({"ticket": s})), "{s:?}");
+        }
+        assert!(!is_empty(&json!("a\u{200B}")));
+        assert!(!is_empty(&json!("é")));
     }
 }

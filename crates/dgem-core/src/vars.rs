@@ -215,6 +215,43 @@ pub fn unknown_variables<'a>(
     ))
 }
 
+/// Template variables that tune the decision rather than carry the state
+/// (`samples`); a request that gives only these gives no information.
+pub const KNOB_VARIABLES: &[&str] = &["samples"];
+
+/// Why a decision request gives the template no state: the template reads at
+/// least one state variable (any `declared` name outside [`KNOB_VARIABLES`])
+/// and `given` has none of them with content (a value that is empty by
+/// [`crate::state::is_empty`], such as `""`, counts as not given: the template's
+/// `default` would replace it). The template would then render its own
+/// placeholder text ("No ticket text was provided.") and the model would
+/// decide on that. `None` when the template reads no state variable, or one
+/// is given. The caller names its own field (`--var`, `variables`).
+pub fn missing_state_variables(
+    template: &str,
+    given: &serde_json::Map<String, serde_json::Value>,
+    declared: &[String],
+) -> Option<String> {
+    let state: Vec<&str> = declared
+        .iter()
+        .map(String::as_str)
+        .filter(|d| !KNOB_VARIABLES.contains(d))
+        .collect();
+    if state.is_empty() {
+        return None;
+    }
+    if given
+        .iter()
+        .any(|(k, v)| state.contains(&k.as_str()) && !crate::state::is_empty(v))
+    {
+        return None;
+    }
+    Some(format!(
+        "template `{template}` needs its state: give at least one of [{}]; without one it would decide on its placeholder text",
+        state.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod unknown_tests {
     use super::*;
@@ -228,6 +265,37 @@ mod unknown_tests {
         assert_eq!(
             msg,
             "template `support_triage` does not read `tikcet` (did you mean `ticket`?), `zzz`; its variables are [ticket, samples]"
+        );
+    }
+
+    #[test]
+    fn a_request_with_no_state_variable_is_refused() {
+        let declared = vec!["samples".to_string(), "ticket".to_string()];
+        let vars = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        let msg = missing_state_variables(
+            "support_triage",
+            &vars(serde_json::json!({"samples": 2})),
+            &declared,
+        )
+        .expect("only a knob is given");
+        assert!(msg.contains("[ticket]"), "{msg}");
+        // An empty or blank value is no state either (the template's default
+        // text would stand in for it).
+        for blank in ["", "   ", "\u{200B}"] {
+            let given = vars(serde_json::json!({"ticket": blank}));
+            assert!(missing_state_variables("support_triage", &given, &declared).is_some());
+        }
+        assert_eq!(
+            missing_state_variables(
+                "support_triage",
+                &vars(serde_json::json!({"ticket": "refund"})),
+                &declared
+            ),
+            None
+        );
+        assert_eq!(
+            missing_state_variables("plain", &serde_json::Map::new(), &["samples".to_string()]),
+            None
         );
     }
 }

@@ -33,6 +33,7 @@ mod cloze;
 mod decider;
 mod joint;
 mod plan;
+pub mod templates;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

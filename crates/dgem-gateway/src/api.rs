@@ -9,7 +9,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dgem_mcp::TemplateDir;
+use dgem_core::schema::SchemaDefaults;
+use dgem_engine::templates::TemplateDir;
 use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 
@@ -30,6 +31,10 @@ pub struct ApiState {
     pub gateway: Arc<Gateway>,
     /// The policy templates folder.
     pub templates: TemplateDir,
+    /// Schema defaults a policy is validated under (the deployment's for
+    /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
+    /// replicas receive every field explicitly).
+    pub defaults: SchemaDefaults,
 }
 
 /// The `/api/*` routes over `state`.
@@ -128,13 +133,17 @@ async fn decide_inner(
     let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        dgem_core::json::parse_strict_slice(body)
-            .map_err(|e| GatewayError::BadRequest(format!("body must be JSON: {e}")))?
+        dgem_core::json::parse_strict_slice(body).map_err(|e| match e.duplicate {
+            // As on every route: a repeated key is 422 naming it.
+            Some(_) => GatewayError::Validation(format!("body: {e}")),
+            None => GatewayError::BadRequest(format!("body must be JSON: {e}")),
+        })?
     };
     let templates = s.templates.clone();
     let path = path_template.map(str::to_string);
+    let defaults = s.defaults;
     let parsed = tokio::task::spawn_blocking(move || {
-        crate::request::parse(&templates, path.as_deref(), &value)
+        crate::request::parse(&templates, path.as_deref(), &value, &defaults)
     })
     .await
     .map_err(|e| GatewayError::Unavailable(format!("render task failed: {e}")))??;

@@ -5,7 +5,7 @@
 //! symlinks that lead out).
 
 use dgem_core::schema::{QuestionKind, SchemaDefaults, ValidSchema};
-use dgem_mcp::{leading_comment, template_variables, TemplateDir};
+use dgem_engine::templates::{leading_comment, template_variables, TemplateDir};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 

@@ -1,11 +1,12 @@
-//! Gateway errors and the one error → HTTP table (house style rule 9). Bodies
-//! are `{"error": "<message>"}` (reference.md §4.3).
+//! Gateway errors, mapped onto the server's one error → HTTP table
+//! ([`dgem_server::ApiError`]): every route answers `{"error": {"message",
+//! "type", "param"?}}`. (The original gateway's `/api` routes answered a bare
+//! `{"error": "<message>"}`; one shape on every route replaced it.)
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use dgem_backend::BackendError;
-use serde_json::json;
+use dgem_server::{ApiError, ErrorKind};
 use thiserror::Error;
 
 /// Why a gateway request failed.
@@ -15,6 +16,9 @@ pub enum GatewayError {
     /// The request itself is wrong (bad JSON, unknown template, render failure).
     #[error("{0}")]
     BadRequest(String),
+    /// The body is JSON but cannot be accepted as sent (a duplicate key): 422.
+    #[error("{0}")]
+    Validation(String),
     /// A backend name the gateway does not know or does not allow.
     #[error("backend `{given}` is not available on this {scope}; allowed: [{}]", allowed.join(", "))]
     UnknownBackend {
@@ -97,36 +101,74 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
-    /// The HTTP status of this error.
-    pub fn status(&self) -> StatusCode {
+    /// The kind of this error in the server's one table, which decides the
+    /// status and the `type`. A `Rejected` request keeps the class of the
+    /// upstream's 4xx (422 stays 422, 401 stays 401).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::BadRequest(_) | Self::UnknownBackend { .. } => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) => ErrorKind::InvalidRequest,
+            Self::Validation(_) => ErrorKind::Validation,
+            Self::UnknownBackend { .. } => ErrorKind::UnknownBackend,
             Self::Rejected { error, .. } => match error {
-                BackendError::Upstream { status, .. } => {
-                    StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
-                }
-                _ => StatusCode::BAD_REQUEST,
+                BackendError::Upstream { status, .. } => match status {
+                    401 | 403 => ErrorKind::Authentication,
+                    404 => ErrorKind::NotFound,
+                    413 => ErrorKind::PayloadTooLarge,
+                    422 => ErrorKind::Validation,
+                    _ => ErrorKind::InvalidRequest,
+                },
+                _ => ErrorKind::InvalidRequest,
             },
             Self::Upstream { error, .. } => match error {
-                BackendError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-                BackendError::NotReady(_) | BackendError::Overloaded(_) => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
-                _ => StatusCode::BAD_GATEWAY,
+                BackendError::Timeout(_) => ErrorKind::Timeout,
+                BackendError::NotReady(_) | BackendError::Overloaded(_) => ErrorKind::Overloaded,
+                _ => ErrorKind::Upstream,
             },
-            Self::WakeupTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::WakeupTimeout { .. } => ErrorKind::Timeout,
             Self::Unavailable(_) | Self::BackendDown { .. } | Self::BreakersOpen { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
+                ErrorKind::Unavailable
             }
-            Self::Config(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Config(_) | Self::Internal(_) => ErrorKind::Internal,
+            Self::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
         }
+    }
+
+    /// The HTTP status of this error (from [`GatewayError::kind`]).
+    pub fn status(&self) -> StatusCode {
+        self.kind().status()
+    }
+
+    /// The error as the server's [`ApiError`]: kind, public message, the
+    /// field at fault (`backend`), `Retry-After` and `Allow`.
+    pub fn to_api(&self) -> ApiError {
+        let mut e = ApiError::new(self.kind(), self.public_message());
+        match self {
+            Self::UnknownBackend { .. } => e = e.with_param("backend"),
+            // Request messages open with the field at fault: "`samples` must be …".
+            Self::BadRequest(m) => {
+                if let Some(field) = m
+                    .strip_prefix('`')
+                    .and_then(|rest| rest.split_once('`'))
+                    .map(|(f, _)| f)
+                    .filter(|f| !f.is_empty() && !f.contains(' '))
+                {
+                    e = e.with_param(field);
+                }
+            }
+            _ => {}
+        }
+        if let Self::MethodNotAllowed { allow, .. } = self {
+            e.allow = Some(allow);
+        }
+        e.retry_after = self.retry_after_s();
+        e
     }
 
     /// A stable snake_case name for metrics labels.
     pub fn error_type(&self) -> &'static str {
         match self {
             Self::BadRequest(_) => "bad_request",
+            Self::Validation(_) => "validation",
             Self::UnknownBackend { .. } => "unknown_backend",
             Self::Rejected { .. } => "rejected",
             Self::Upstream { .. } => "upstream",
@@ -139,6 +181,21 @@ impl GatewayError {
             Self::MethodNotAllowed { .. } => "method_not_allowed",
         }
     }
+}
+
+/// The message inside an upstream's error body: `error.message` of the
+/// `{"error": {"message", …}}` shape, `error` when it is a string, else the
+/// body's text (so a caller reads words, not escaped JSON).
+fn upstream_words(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let from_json = parsed.as_ref().and_then(|v| {
+        let e = v.get("error")?;
+        e.get("message")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| e.as_str())
+            .map(str::to_string)
+    });
+    from_json.unwrap_or_else(|| body.trim().to_string())
 }
 
 /// What a caller is told of a backend failure: its class and status, never the
@@ -178,6 +235,13 @@ impl GatewayError {
                 "backend `{backend}` is `{phase}` (failed, not warming up; nothing to wait for): {}",
                 public(error)
             ),
+            Self::Rejected {
+                backend,
+                error: BackendError::Upstream { status, body },
+            } => format!(
+                "backend `{backend}` rejected the request (HTTP {status}): {}",
+                upstream_words(body)
+            ),
             other => other.to_string(),
         }
     }
@@ -193,25 +257,12 @@ impl GatewayError {
 
 impl IntoResponse for GatewayError {
     fn into_response(self) -> Response {
-        let status = self.status();
         metrics::counter!("dgem_gateway_errors_total", "type" => self.error_type()).increment(1);
+        let status = self.status();
         if status.is_server_error() {
             tracing::warn!(error = %self, status = status.as_u16(), "gateway request failed");
         }
-        let mut resp = (status, Json(json!({"error": self.public_message()}))).into_response();
-        if let Some(s) = self.retry_after_s() {
-            if let Ok(v) = axum::http::HeaderValue::from_str(&s.to_string()) {
-                resp.headers_mut()
-                    .insert(axum::http::header::RETRY_AFTER, v);
-            }
-        }
-        if let Self::MethodNotAllowed { allow, .. } = &self {
-            resp.headers_mut().insert(
-                axum::http::header::ALLOW,
-                axum::http::HeaderValue::from_static(allow),
-            );
-        }
-        resp
+        self.to_api().into_response()
     }
 }
 
@@ -279,6 +330,19 @@ mod tests {
             },
         };
         assert_eq!(rejected.status(), 422);
+        // Regression (bad-input suite): the upstream's JSON error body was
+        // pasted escaped into the message.
+        let rejected = GatewayError::Rejected {
+            backend: "local".into(),
+            error: BackendError::Upstream {
+                status: 400,
+                body: r#"{"error":{"message":"question 'a': unknown type 'maybe'","type":"invalid_request_error"}}"#.into(),
+            },
+        };
+        assert_eq!(
+            rejected.public_message(),
+            "backend `local` rejected the request (HTTP 400): question 'a': unknown type 'maybe'"
+        );
         let unknown = GatewayError::UnknownBackend {
             given: "gpu".into(),
             scope: "gateway",

@@ -17,7 +17,9 @@
 //!
 //! ```no_run
 //! # fn demo(engine: std::sync::Arc<dyn dgem_engine::Decider>) {
-//! let app = dgem_gateway::local_api(engine, dgem_mcp::TemplateDir::new("templates"));
+//! let templates = dgem_engine::templates::TemplateDir::new("templates");
+//! let defaults = dgem_core::schema::SchemaDefaults::default();
+//! let app = dgem_gateway::local_api(engine, templates, defaults);
 //! // `app` serves /api/templates, /api/decide[/{template}], /api/health, /api/backends.
 //! # let _ = app;
 //! # }
@@ -41,8 +43,9 @@ pub mod vertex;
 use std::sync::Arc;
 
 use axum::Router;
+use dgem_core::schema::SchemaDefaults;
+use dgem_engine::templates::TemplateDir;
 use dgem_engine::Decider;
-use dgem_mcp::TemplateDir;
 
 pub use api::{ApiState, BACKEND_HEADER, BACKEND_USED_HEADER};
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
@@ -59,12 +62,21 @@ pub const MAX_UPSTREAM_BODY: usize = 16 * 1024 * 1024;
 
 /// The `/api/*` routes over one in-process decider (backend name `local`), for
 /// `dgem serve --studio`: `GET /api/templates`, `POST /api/decide[/{template}]`,
-/// `GET /api/health`, `GET /api/backends`.
-pub fn local_api(decider: Arc<dyn Decider>, templates: TemplateDir) -> Router {
+/// `GET /api/health`, `GET /api/backends`. Policies are validated under
+/// `defaults`, the deployment's schema defaults.
+pub fn local_api(
+    decider: Arc<dyn Decider>,
+    templates: TemplateDir,
+    defaults: SchemaDefaults,
+) -> Router {
     let gateway = Arc::new(Gateway::single(
         "local",
         Kind::Local,
         Replica::in_process(decider),
     ));
-    api::routes(ApiState { gateway, templates })
+    api::routes(ApiState {
+        gateway,
+        templates,
+        defaults,
+    })
 }

@@ -3,8 +3,8 @@
 //! Every error names the field, the allowed values and the value received.
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
+use dgem_engine::templates::{template_variables, TemplateDir};
 use dgem_engine::DecideRequest;
-use dgem_mcp::{template_variables, TemplateDir};
 use serde_json::{json, Map, Value};
 
 use crate::error::GatewayError;
@@ -39,7 +39,8 @@ fn shown(v: &Value) -> String {
     }
 }
 
-/// Parse `body` (already JSON) for `path_template` (the `{template}` path part).
+/// Parse `body` (already JSON) for `path_template` (the `{template}` path
+/// part), validating the policy under the deployment's `defaults`.
 ///
 /// # Errors
 /// [`GatewayError::BadRequest`] naming the field at fault.
@@ -47,6 +48,7 @@ pub fn parse(
     templates: &TemplateDir,
     path_template: Option<&str>,
     body: &Value,
+    defaults: &SchemaDefaults,
 ) -> Result<ApiDecide, GatewayError> {
     let Value::Object(obj) = body else {
         return Err(bad(format!(
@@ -119,6 +121,9 @@ pub fn parse(
         let declared = template_variables(&text);
         check_unknown_variables(&name, &vars, &declared)?;
         alias_variables(&mut vars);
+        if let Some(msg) = dgem_core::vars::missing_state_variables(&name, &vars, &declared) {
+            return Err(bad(format!("`variables`: {msg}")));
+        }
         if let Some(n) = samples {
             vars.insert("samples".into(), json!(n));
         }
@@ -139,7 +144,7 @@ pub fn parse(
             };
             bad(format!(
                 "`template` `{name}`: {}{hint}",
-                api_wording(&e.to_string())
+                e.with_list_hint(LIST_HINT)
             ))
         })?;
         (name, payload.schema, payload.state)
@@ -147,7 +152,7 @@ pub fn parse(
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
         s.insert("samples".into(), json!(n));
     }
-    let schema = ValidSchema::from_value(&schema, &SchemaDefaults::default())
+    let schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
     Ok(ApiDecide {
         template,
@@ -160,11 +165,8 @@ pub fn parse(
     })
 }
 
-/// The HTTP API's wording of a template-folder message: the MCP tool name
-/// `list_policy_templates` becomes `GET /api/templates`.
-fn api_wording(msg: &str) -> String {
-    msg.replace("list_policy_templates", "GET /api/templates")
-}
+/// How the HTTP API tells a caller where the template names are.
+const LIST_HINT: &str = "GET /api/templates lists the names";
 
 /// The text of template `name`.
 ///
@@ -182,7 +184,7 @@ pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, Gate
     let path = templates.resolve(name).map_err(|e| {
         bad(format!(
             "`template` `{name}`: {}",
-            api_wording(&e.to_string())
+            e.with_list_hint(LIST_HINT)
         ))
     })?;
     std::fs::read_to_string(&path).map_err(|e| {
@@ -225,11 +227,16 @@ pub fn check_unknown_variables(
     if unknown.is_empty() {
         return Ok(());
     }
-    Err(bad(format!(
-        "`variables` of template `{name}` must be among [{}]. Unknown: [{}]",
-        declared.join(", "),
-        unknown.join(", ")
-    )))
+    // The shared wording, with the closest declared name for each unknown one.
+    let detail = dgem_core::vars::unknown_variables(name, unknown.iter().copied(), declared)
+        .unwrap_or_else(|| {
+            format!(
+                "template `{name}` does not read [{}]; its variables are [{}]",
+                unknown.join(", "),
+                declared.join(", ")
+            )
+        });
+    Err(bad(format!("`variables`: {detail}")))
 }
 
 /// Variable aliasing of reference.md §4.3: `document` ← `context`,
@@ -289,7 +296,13 @@ mod tests {
     #[test]
     fn template_with_variables_and_samples() {
         let body = json!({"variables": {"ticket": "refund me"}, "samples": 3, "seed": 7, "backend": "local"});
-        let r = parse(&dir(), Some("support_triage"), &body).expect("parses");
+        let r = parse(
+            &dir(),
+            Some("support_triage"),
+            &body,
+            &SchemaDefaults::default(),
+        )
+        .expect("parses");
         assert_eq!(r.template, "support_triage");
         assert_eq!(r.request.seed, 7);
         assert_eq!(
@@ -307,7 +320,7 @@ mod tests {
             {"id": "team", "type": "choice", "question": "Who?", "options": ["infra", "app"]},
             {"id": "mood", "type": "score", "question": "How bad?", "options": ["fine", "bad", "awful"]}
         ]});
-        let r = parse(&dir(), None, &body).expect("parses");
+        let r = parse(&dir(), None, &body, &SchemaDefaults::default()).expect("parses");
         assert_eq!(r.template, CUSTOM_LABEL);
         let wire = r.request.schema.to_wire();
         assert_eq!(
@@ -328,7 +341,7 @@ mod tests {
             "urgent": {"type": "noul", "instructions": "Urgent?"},
             "ok": {"type": "bool"},
             "team": {"type": "choice", "criteria": {"infra": "servers", "app": "code"}}}});
-        let r = parse(&dir(), None, &body).expect("parses");
+        let r = parse(&dir(), None, &body, &SchemaDefaults::default()).expect("parses");
         let qs = &r.request.schema.questions;
         assert_eq!(qs[0].id, "urgent");
         assert_eq!(qs[1].kind, dgem_core::schema::QuestionKind::Boolean);
@@ -357,7 +370,9 @@ mod tests {
             (json!([1]), "body must be a JSON object"),
         ];
         for (body, want) in cases {
-            let err = parse(&dir(), None, &body).expect_err("refused").to_string();
+            let err = parse(&dir(), None, &body, &SchemaDefaults::default())
+                .expect_err("refused")
+                .to_string();
             assert!(err.contains(want), "{err} !~ {want}");
         }
     }
@@ -371,7 +386,13 @@ mod tests {
             "..",
             "a/./b",
         ] {
-            let err = parse(&dir(), None, &json!({"template": name})).expect_err("refused");
+            let err = parse(
+                &dir(),
+                None,
+                &json!({"template": name}),
+                &SchemaDefaults::default(),
+            )
+            .expect_err("refused");
             assert!(err.to_string().starts_with("`template`"), "{name}: {err}");
         }
     }

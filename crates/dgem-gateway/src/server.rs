@@ -1,8 +1,7 @@
 //! The full gateway router: the `/api/*` routes over every configured backend,
 //! the pass-through routes `POST /v1/chat/completions` and `POST /v1/systemone`
 //! (reference.md §4.6: same selection and failover; the upstream status and
-//! body come back verbatim), `GET /health`, the Decision Studio page at `/`,
-//! and CORS on everything (§4.2).
+//! body come back verbatim), `GET /health`, and CORS on everything (§4.2).
 
 use std::sync::Arc;
 
@@ -12,13 +11,12 @@ use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dgem_mcp::TemplateDir;
+use dgem_engine::templates::TemplateDir;
 use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::api::{header_backend, with_backend_used, ApiState};
-use crate::error::GatewayError;
 use crate::routing::Gateway;
 
 /// Service name in `GET /health`.
@@ -57,21 +55,22 @@ pub fn cors() -> CorsLayer {
         .expose_headers([h("mcp-session-id"), h("x-dgem-backend-used")])
 }
 
-/// The full gateway router, with the Decision Studio page at `/` (`dgem_studio`);
-/// `/mcp` is merged in by the CLI.
+/// The gateway's own routes: `/api/*`, the pass-through routes and
+/// `/health`, with CORS. The CLI adds `/mcp` and the Studio page and serves
+/// the whole through `dgem_server::surface` (auth, limits, timeout, panic
+/// catcher, telemetry, `/metrics`).
 pub fn router(state: GatewayState) -> Router {
     let api = crate::api::routes(ApiState {
         gateway: state.gateway.clone(),
         templates: state.templates.clone(),
+        defaults: dgem_core::schema::SchemaDefaults::default(),
     });
     let passthrough = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/systemone", post(systemone))
         .route("/health", get(health))
         .with_state(state);
-    api.merge(passthrough)
-        .merge(dgem_studio::router())
-        .layer(cors())
+    api.merge(passthrough).layer(cors())
 }
 
 async fn health(State(s): State<GatewayState>) -> Json<Value> {
@@ -119,7 +118,7 @@ async fn forward(
         .await;
     let routed = match routed {
         Ok(r) => r,
-        Err(e) => return openai_error(&e),
+        Err(e) => return e.into_response(),
     };
     tracing::Span::current().record("backend", routed.backend.as_str());
     let f = routed.value;
@@ -127,28 +126,4 @@ async fn forward(
     let ctype = f.content_type.unwrap_or_else(|| "application/json".into());
     let resp = (status, [(header::CONTENT_TYPE, ctype)], f.body).into_response();
     with_backend_used(resp, &routed.backend)
-}
-
-/// Errors on the OpenAI-shaped routes: `{"error": {"message", "type"}}`.
-fn openai_error(e: &GatewayError) -> Response {
-    let kind = match e {
-        GatewayError::UnknownBackend { .. } => "backend_unavailable",
-        GatewayError::BadRequest(_) | GatewayError::Rejected { .. } => "invalid_request_error",
-        _ => "server_error",
-    };
-    metrics::counter!("dgem_gateway_errors_total", "type" => e.error_type()).increment(1);
-    if e.status().is_server_error() {
-        tracing::warn!(error = %e, status = e.status().as_u16(), "gateway request failed");
-    }
-    let mut resp = (
-        e.status(),
-        Json(json!({"error": {"message": e.public_message(), "type": kind}})),
-    )
-        .into_response();
-    if let Some(s) = e.retry_after_s() {
-        if let Ok(v) = axum::http::HeaderValue::from_str(&s.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-    }
-    resp
 }

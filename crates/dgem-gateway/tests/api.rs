@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use common::send;
-use dgem_mcp::TemplateDir;
+use dgem_core::schema::SchemaDefaults;
+use dgem_engine::templates::TemplateDir;
 use dgem_testkit::{scripts, ScriptedBackend};
 use serde_json::json;
 
@@ -21,7 +22,11 @@ fn templates() -> PathBuf {
 fn app() -> axum::Router {
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    dgem_gateway::local_api(engine, TemplateDir::new(templates()))
+    dgem_gateway::local_api(
+        engine,
+        TemplateDir::new(templates()),
+        SchemaDefaults::default(),
+    )
 }
 
 #[tokio::test]
@@ -136,7 +141,7 @@ async fn errors_are_400_with_a_named_field() {
         ),
         (
             "/api/decide",
-            Some(json!({"backend": "vertex"})),
+            Some(json!({"backend": "vertex", "variables": {"ticket": "refund me"}})),
             "backend `vertex` is not available on this server; allowed: [local]",
         ),
         (
@@ -148,7 +153,7 @@ async fn errors_are_400_with_a_named_field() {
     for (uri, body, want) in cases {
         let (status, _, r) = send(&app, "POST", uri, &[], body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {r}");
-        let msg = r["error"].as_str().unwrap();
+        let msg = r["error"]["message"].as_str().unwrap();
         assert!(msg.contains(want), "{msg} !~ {want}");
     }
     let (status, _, r) = send(
@@ -156,11 +161,16 @@ async fn errors_are_400_with_a_named_field() {
         "POST",
         "/api/decide",
         &[("x-dgem-backend", "cloudrun")],
-        Some(json!({})),
+        Some(json!({"variables": {"ticket": "refund me"}})),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(r["error"].as_str().unwrap().contains("`cloudrun`"));
+    assert_eq!(r["error"]["type"], "backend_unavailable", "{r}");
+    assert_eq!(r["error"]["param"], "backend", "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("`cloudrun`"));
 }
 
 #[tokio::test]
@@ -187,11 +197,15 @@ async fn symlink_out_of_the_folder_is_refused() {
     std::os::unix::fs::symlink(&secret, dir.path().join("leak.json.tmpl")).unwrap();
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    let app = dgem_gateway::local_api(engine, TemplateDir::new(dir.path()));
+    let app = dgem_gateway::local_api(
+        engine,
+        TemplateDir::new(dir.path()),
+        SchemaDefaults::default(),
+    );
     let (status, _, r) = send(&app, "POST", "/api/decide/leak", &[], Some(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
-        r["error"]
+        r["error"]["message"]
             .as_str()
             .unwrap()
             .contains("outside the templates folder"),
@@ -206,7 +220,13 @@ async fn error_of(
     body: serde_json::Value,
 ) -> (StatusCode, String) {
     let (status, _, r) = send(app, "POST", uri, headers, Some(body)).await;
-    (status, r["error"].as_str().unwrap_or_default().to_string())
+    (
+        status,
+        r["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
 }
 
 #[tokio::test]
@@ -221,7 +241,7 @@ async fn misspelled_variable_is_refused_naming_it_and_the_templates_variables() 
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         msg,
-        "`variables` of template `support_triage` must be among [samples, ticket]. Unknown: [tickt]"
+        "`variables`: template `support_triage` does not read `tickt` (did you mean `ticket`?); its variables are [samples, ticket]"
     );
 }
 
@@ -279,8 +299,13 @@ async fn backend_header_is_case_insensitive_and_local_api_says_server() {
     .await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(used.as_deref(), Some("local"));
-    let (status, msg) =
-        error_of(&app, "/api/decide", &[("x-dgem-backend", "gpu")], json!({})).await;
+    let (status, msg) = error_of(
+        &app,
+        "/api/decide",
+        &[("x-dgem-backend", "gpu")],
+        json!({"variables": {"ticket": "refund me"}}),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(
         msg,
@@ -294,7 +319,7 @@ async fn missing_templates_folder_is_a_500_naming_the_folder() {
     let gone = dir.path().join("no-such-templates");
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    let app = dgem_gateway::local_api(engine, TemplateDir::new(&gone));
+    let app = dgem_gateway::local_api(engine, TemplateDir::new(&gone), SchemaDefaults::default());
     let (status, msg) = error_of(&app, "/api/decide", &[], json!({})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(
@@ -307,7 +332,7 @@ async fn missing_templates_folder_is_a_500_naming_the_folder() {
     let (status, _, r) = send(&app, "GET", "/api/templates", &[], None).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(
-        r["error"]
+        r["error"]["message"]
             .as_str()
             .unwrap()
             .contains(&gone.display().to_string()),
@@ -385,4 +410,30 @@ async fn wrong_method_on_an_api_route_is_405_with_allow() {
         );
         assert_eq!(resp.headers()["allow"], allow, "{method} {uri}");
     }
+}
+
+/// Regression (issue 12): `/api/decide` with no variables decided on the
+/// template's placeholder text ("No ticket text was provided.") and answered
+/// 200 as if that were information.
+#[tokio::test]
+async fn decide_with_no_state_variable_is_refused_not_run_on_placeholder_text() {
+    for body in [json!({}), json!({"variables": {}}), json!({"samples": 2})] {
+        let (status, msg) = error_of(&app(), "/api/decide/support_triage", &[], body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            msg,
+            "`variables`: template `support_triage` needs its state: give at least one of [ticket]; without one it would decide on its placeholder text"
+        );
+    }
+    let (status, _, r) = send(
+        &app(),
+        "POST",
+        "/api/decide/support_triage",
+        &[],
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(r["error"]["param"], "variables", "{r}");
+    assert_eq!(r["error"]["type"], "invalid_request_error", "{r}");
 }

@@ -2,7 +2,8 @@
 //! caller sees the message); [`McpError`] ends the server.
 
 /// Why one tool call failed. The message names the argument to fix; it is sent
-/// back to the client as a tool error result, never as a protocol error.
+/// back to the client as a tool error result, except [`ToolError::UnknownTool`],
+/// which is the JSON-RPC error -32602 (invalid params) the MCP spec asks for.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ToolError {
@@ -43,4 +44,29 @@ pub enum McpError {
     /// The server task ended abnormally.
     #[error("MCP server task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+}
+
+impl From<dgem_engine::templates::TemplateError> for ToolError {
+    /// Folder messages get the MCP hint for listing the templates.
+    fn from(e: dgem_engine::templates::TemplateError) -> Self {
+        use dgem_engine::templates::TemplateError as T;
+        match &e {
+            T::Name { .. } => {
+                let text = e.with_list_hint("call list_policy_templates for the names");
+                Self::Template(text.strip_prefix("template: ").unwrap_or(&text).to_string())
+            }
+            T::Variables(detail) => Self::Schema {
+                field: "variables",
+                detail: detail.clone(),
+            },
+            T::Schema { .. } => Self::Schema {
+                field: "template",
+                detail: e.to_string(),
+            },
+            _ => Self::Schema {
+                field: "template",
+                detail: e.to_string(),
+            },
+        }
+    }
 }

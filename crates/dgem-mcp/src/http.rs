@@ -7,6 +7,8 @@
 //!   route works behind load balancers and needs no session store;
 //! * `Host` checks are off, as in the original gateway: `dgem serve` binds
 //!   `0.0.0.0` and is reached by its public name;
+//! * a body that is not one JSON-RPC request is answered with a JSON-RPC error
+//!   object and its standard code before rmcp sees it ([`crate::jsonrpc`]);
 //! * the `Accept` header is made lenient ([`normalize_accept`]): rmcp answers
 //!   406 unless a POST accepts both `application/json` and
 //!   `text/event-stream`, but real clients send `application/json` alone, `*/*`
@@ -27,7 +29,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tracing::Instrument as _;
 
 use crate::server::DecisionServer;
-use crate::templates::TemplateDir;
+use dgem_engine::templates::TemplateDir;
 
 /// The route MCP is served at (also with a trailing slash).
 pub const MCP_PATH: &str = "/mcp";
@@ -55,7 +57,12 @@ const FULL_ACCEPT: &str = "application/json, text/event-stream";
 /// # }
 /// ```
 pub fn http_router(decider: Arc<dyn Decider>, templates: TemplateDir) -> Router {
-    let server = DecisionServer::new(decider, templates);
+    http_router_for(DecisionServer::new(decider, templates))
+}
+
+/// [`http_router`] over a configured `server` (e.g. one with the deployment's
+/// schema defaults, [`DecisionServer::with_defaults`]).
+pub fn http_router_for(server: DecisionServer) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -70,6 +77,7 @@ pub fn http_router(decider: Arc<dyn Decider>, templates: TemplateDir) -> Router 
     Router::new()
         .route_service(MCP_PATH, service.clone())
         .route_service(&format!("{MCP_PATH}/"), service)
+        .layer(middleware::from_fn(crate::jsonrpc::guard))
         .layer(middleware::from_fn(bounded))
         .layer(middleware::map_request(normalize_accept))
 }

@@ -14,8 +14,8 @@
 mod decision;
 mod error;
 mod http;
+pub mod jsonrpc;
 mod server;
-mod templates;
 mod tools;
 
 use std::sync::Arc;
@@ -24,13 +24,15 @@ use dgem_engine::Decider;
 use rmcp::ServiceExt as _;
 
 pub use decision::{custom_schema, report, DecisionReport};
-pub use error::{McpError, ToolError};
-pub use http::{http_router, normalize_accept, MCP_MAX_BODY_BYTES, MCP_PATH, MCP_TIMEOUT};
-pub use server::{DecisionServer, NO_GPU_NOTE, SERVER_NAME};
-pub use templates::{
-    leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateSummary,
-    TEMPLATE_SUFFIX,
+pub use dgem_engine::templates::{
+    leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateError,
+    TemplateSummary, TEMPLATE_SUFFIX,
 };
+pub use error::{McpError, ToolError};
+pub use http::{
+    http_router, http_router_for, normalize_accept, MCP_MAX_BODY_BYTES, MCP_PATH, MCP_TIMEOUT,
+};
+pub use server::{DecisionServer, NO_GPU_NOTE, SERVER_NAME};
 pub use tools::{
     check_backend, has_null_union, input_schema, parse_args, plain_schema, schema_lint, tool_list,
     tool_list_for, with_backend_enum, CustomQuestion, DecideCustomArgs, DecidePolicyArgs, NoArgs,

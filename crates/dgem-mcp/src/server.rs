@@ -17,11 +17,11 @@ use serde_json::{json, Value};
 
 use crate::decision::{custom_schema, report};
 use crate::error::ToolError;
-use crate::templates::TemplateDir;
 use crate::tools::{
     check_backend, parse_args, tool_list_for, DecideCustomArgs, DecidePolicyArgs, NoArgs,
     DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };
+use dgem_engine::templates::TemplateDir;
 
 /// Implementation name announced in `initialize`.
 pub const SERVER_NAME: &str = "dgem-decision-studio-mcp";
@@ -36,6 +36,7 @@ pub struct DecisionServer {
     templates: TemplateDir,
     tools: Arc<Vec<Tool>>,
     backends: Arc<Vec<String>>,
+    defaults: SchemaDefaults,
 }
 
 impl DecisionServer {
@@ -47,7 +48,17 @@ impl DecisionServer {
             templates,
             tools: Arc::new(tool_list_for(&backends)),
             backends: Arc::new(backends),
+            defaults: SchemaDefaults::default(),
         }
+    }
+
+    /// Validate policies under `defaults` (the deployment's `DEFAULT_SAMPLES`,
+    /// `DEFAULT_LAYOUT`, `DEFAULT_ISOLATE`) instead of the built-in ones, as the
+    /// server's HTTP routes do.
+    #[must_use]
+    pub fn with_defaults(mut self, defaults: SchemaDefaults) -> Self {
+        self.defaults = defaults;
+        self
     }
 
     /// The tools this server offers.
@@ -85,10 +96,9 @@ impl DecisionServer {
 
     async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
         check_backend(DECIDE_POLICY, &args.backend, &self.backends)?;
-        let payload = self
-            .templates
-            .render_checked(&args.template, &args.variables)?;
-        let schema = valid_schema(&payload.schema, "variables")?;
+        let (payload, schema) =
+            self.templates
+                .render_schema(&args.template, &args.variables, &self.defaults)?;
         self.decide(&args.template, schema, payload.state, args.seed)
             .await
     }
@@ -96,7 +106,7 @@ impl DecisionServer {
     async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {
         check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
         let raw = custom_schema(&args)?;
-        let schema = valid_schema(&raw, "questions")?;
+        let schema = valid_schema(&raw, "questions", &self.defaults)?;
         self.decide("custom_questions", schema, args.state, args.seed)
             .await
     }
@@ -180,7 +190,7 @@ impl DecisionServer {
 
     async fn warmup(&self) -> Result<CallToolResult, ToolError> {
         let raw = json!({"questions": [{"id": "ready", "type": "noul", "instructions": "Is this a warm-up check?"}]});
-        let schema = valid_schema(&raw, "warmup")?;
+        let schema = valid_schema(&raw, "warmup", &self.defaults)?;
         let started = Instant::now();
         self.engine
             .decide(DecideRequest {
@@ -252,8 +262,12 @@ impl GpuFacts {
     }
 }
 
-fn valid_schema(raw: &Value, field: &'static str) -> Result<ValidSchema, ToolError> {
-    ValidSchema::from_value(raw, &SchemaDefaults::default()).map_err(|e| ToolError::Schema {
+fn valid_schema(
+    raw: &Value,
+    field: &'static str,
+    defaults: &SchemaDefaults,
+) -> Result<ValidSchema, ToolError> {
+    ValidSchema::from_value(raw, defaults).map_err(|e| ToolError::Schema {
         field,
         detail: e.to_string(),
     })
@@ -295,6 +309,13 @@ impl ServerHandler for DecisionServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let out = match self.run_tool(&request.name, request.arguments).await {
             Ok(r) => r,
+            // An unknown tool is a protocol error (MCP spec, "Error Handling":
+            // -32602); everything else is a tool result with `isError`, whose
+            // text names the argument to fix so a model can correct its call.
+            Err(e @ ToolError::UnknownTool(_)) => {
+                tracing::info!(tool = %request.name, "unknown tool");
+                return Err(ErrorData::invalid_params(e.to_string(), None));
+            }
             Err(e) => {
                 tracing::info!(tool = %request.name, error = %e, "tool error");
                 CallToolResult::error(vec![ContentBlock::text(e.to_string())])

@@ -214,7 +214,6 @@ async fn bad_arguments_are_tool_errors() {
             json!({"state": "x", "questions": {"q": {"type": "choice"}}}),
             "questions",
         ),
-        ("no_such_tool", json!({}), "unknown tool"),
     ];
     for (tool, args, needle) in cases {
         let r = call(&client, tool, args.clone()).await;
@@ -222,6 +221,16 @@ async fn bad_arguments_are_tool_errors() {
         let text = text_of(&r);
         assert!(text.contains(needle), "{tool} {args}: {text}");
     }
+    // An unknown tool is a protocol error, -32602 (MCP spec, "Error Handling").
+    let err = client
+        .call_tool(
+            CallToolRequestParams::new("no_such_tool").with_arguments(serde_json::Map::new()),
+        )
+        .await
+        .expect_err("an unknown tool is a JSON-RPC error");
+    let text = err.to_string();
+    assert!(text.contains("unknown tool `no_such_tool`"), "{text}");
+    assert!(text.contains("-32602") || text.contains("nvalid"), "{text}");
     // The session survives the errors.
     let ok = call(&client, "get_health_and_gpu_status", json!({})).await;
     assert_eq!(ok.is_error, Some(false));
@@ -245,8 +254,21 @@ async fn symlink_outside_the_folder_is_refused() {
     let r = call(&client, "decide_policy", json!({"template": "evil"})).await;
     assert_eq!(r.is_error, Some(true));
     assert!(text_of(&r).contains("outside"), "{}", text_of(&r));
-    let r = call(&client, "decide_policy", json!({"template": "inside"})).await;
+    let r = call(
+        &client,
+        "decide_policy",
+        json!({"template": "inside", "variables": {"ticket": "refund me"}}),
+    )
+    .await;
     assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    // Regression (issue 12): no variables decided on the placeholder text.
+    let r = call(&client, "decide_policy", json!({"template": "inside"})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        text_of(&r).contains("needs its state: give at least one of [ticket]"),
+        "{}",
+        text_of(&r)
+    );
     client.cancel().await.expect("close");
 }
 

@@ -108,11 +108,20 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
             Some(_) => ApiError::new(ErrorKind::Validation, format!("schema: {e}")),
             None => invalid(format!("{PARSE_PREFIX}{}", e.message)),
         })?;
-    let schema = ValidSchema::from_value(&raw_schema, defaults).map_err(|e| invalid(e.message))?;
+    let schema = ValidSchema::from_value(&raw_schema, defaults)
+        .map_err(|e| invalid(e.message).with_param(e.field))?;
     let state = match user.get("content") {
         Some(content @ Value::Array(_)) if decide::has_images(content) => content.clone(),
         _ => {
             let text = message_text(user).trim().to_string();
+            // An empty user message is an empty state: the one rule's message
+            // (naming `state`), not a JSON syntax error.
+            if dgem_core::state::is_empty(&Value::String(text.clone())) {
+                let e = dgem_core::state::check_informative(&Value::String(text))
+                    .err()
+                    .map_or_else(|| "state: empty".to_string(), |e| e.message);
+                return Err(invalid(e).with_param("state"));
+            }
             // Strict, as the schema is: a repeated key in the state would make
             // the model read one value while the caller meant the other.
             dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {

@@ -99,10 +99,7 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
         }
         Err(e) => {
             let err = ApiError::from_engine(&e, flavor);
-            telemetry::record_failed_decision(
-                flavor.name(),
-                err.kind.error_type().unwrap_or("error"),
-            );
+            telemetry::record_failed_decision(flavor.name(), err.kind.error_type());
             tracing::warn!(route = flavor.name(), error = %e, "decision failed");
             Err(err)
         }

@@ -1,9 +1,12 @@
 //! The one error → HTTP table (house style rule 9).
 //!
 //! Every failure of a request becomes an [`ApiError`]: an [`ErrorKind`] (which
-//! alone decides the status code and the error `type`) and a message. The body
-//! is always `{"error": {"message": …, "type": …}}` (serving.md §3.5); the 404
-//! body has only `message`.
+//! alone decides the status code and the error `type`), a message and, where
+//! one field is at fault, its path as `param`. Every route of every dgem
+//! listener (`/v1/*`, `/api/*`, the gateway's pass-through routes) answers an
+//! error with the one body shape `{"error": {"message": …, "type": …,
+//! "param"?: …}}`: the OpenAI error object, which the original structured
+//! server also used for its `/v1` routes.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,8 +25,11 @@ pub enum ErrorKind {
     Validation,
     /// Missing or wrong key (401 `authentication_error`).
     Authentication,
-    /// No such route (404, message only).
+    /// No such route (404 `invalid_request_error`, as OpenAI answers one).
     NotFound,
+    /// A request named a backend this listener does not route to (400
+    /// `backend_unavailable`, the original gateway's type).
+    UnknownBackend,
     /// The route exists but not for this method (405 `invalid_request_error`,
     /// with an `Allow` header).
     MethodNotAllowed,
@@ -33,6 +39,9 @@ pub enum ErrorKind {
     PayloadTooLarge,
     /// No decision slot in time, or the backend queue is full (503 `overloaded`).
     Overloaded,
+    /// Nothing can take the request now: every backend's breaker is open or
+    /// the one left reports a failed phase (503 `unavailable_error`).
+    Unavailable,
     /// The request ran past its time limit (504 `timeout_error`).
     Timeout,
     /// The backend failed (502 `server_error`).
@@ -45,33 +54,35 @@ impl ErrorKind {
     /// The HTTP status of this kind: the single mapping table.
     pub fn status(self) -> StatusCode {
         match self {
-            Self::InvalidRequest => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest | Self::UnknownBackend => StatusCode::BAD_REQUEST,
             Self::Validation => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Authentication => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RouteRemoved => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Overloaded | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream => StatusCode::BAD_GATEWAY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The error `type` string (also the stable metrics label); `None` for 404.
-    pub fn error_type(self) -> Option<&'static str> {
+    /// The error `type` string (also the stable metrics label).
+    pub fn error_type(self) -> &'static str {
         match self {
-            Self::InvalidRequest | Self::PayloadTooLarge | Self::MethodNotAllowed => {
-                Some("invalid_request_error")
-            }
-            Self::Validation => Some("validation_error"),
-            Self::Authentication => Some("authentication_error"),
-            Self::NotFound => None,
-            Self::RouteRemoved => Some("route_removed"),
-            Self::Overloaded => Some("overloaded"),
-            Self::Timeout => Some("timeout_error"),
-            Self::Upstream | Self::Internal => Some("server_error"),
+            Self::InvalidRequest
+            | Self::PayloadTooLarge
+            | Self::MethodNotAllowed
+            | Self::NotFound => "invalid_request_error",
+            Self::UnknownBackend => "backend_unavailable",
+            Self::Validation => "validation_error",
+            Self::Authentication => "authentication_error",
+            Self::RouteRemoved => "route_removed",
+            Self::Overloaded => "overloaded",
+            Self::Unavailable => "unavailable_error",
+            Self::Timeout => "timeout_error",
+            Self::Upstream | Self::Internal => "server_error",
         }
     }
 }
@@ -115,6 +126,9 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// Methods for the `Allow` header of a 405.
     pub allow: Option<&'static str>,
+    /// Path of the request field at fault (`questions[2].options`,
+    /// `variables`), when one is.
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -125,7 +139,16 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             allow: None,
+            param: None,
         }
+    }
+
+    /// Name the request field at fault (`param` in the body).
+    #[must_use]
+    pub fn with_param(mut self, field: impl Into<String>) -> Self {
+        let field = field.into();
+        self.param = (!field.is_empty()).then_some(field);
+        self
     }
 
     /// A user error on `flavor`'s route (400 chat, 422 systemone).
@@ -150,6 +173,15 @@ impl ApiError {
         Self::new(ErrorKind::NotFound, "unknown route")
     }
 
+    /// The 404 of an unknown route, naming the method and path asked.
+    pub fn no_route(method: &str, path: &str) -> Self {
+        let shown: String = path.chars().take(200).collect();
+        Self::new(
+            ErrorKind::NotFound,
+            format!("unknown route: {method} {shown}"),
+        )
+    }
+
     /// Add a `Retry-After` (seconds).
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
@@ -160,7 +192,11 @@ impl ApiError {
     /// backend queue is `overloaded`, other backend failures are 502.
     pub fn from_engine(e: &EngineError, flavor: Flavor) -> Self {
         if e.is_user_error() {
-            return Self::user(flavor, e.to_string());
+            let err = Self::user(flavor, e.to_string());
+            return match e {
+                EngineError::Schema(s) => err.with_param(s.field.clone()),
+                _ => err,
+            };
         }
         match e {
             EngineError::Backend(BackendError::Overloaded(_) | BackendError::NotReady(_)) => {
@@ -178,8 +214,9 @@ impl ApiError {
     pub fn body(&self) -> Value {
         let mut inner = Map::new();
         inner.insert("message".into(), json!(self.message));
-        if let Some(t) = self.kind.error_type() {
-            inner.insert("type".into(), json!(t));
+        inner.insert("type".into(), json!(self.kind.error_type()));
+        if let Some(p) = &self.param {
+            inner.insert("param".into(), json!(p));
         }
         json!({ "error": Value::Object(inner) })
     }
@@ -221,6 +258,8 @@ mod tests {
             (ErrorKind::RouteRemoved, 410),
             (ErrorKind::PayloadTooLarge, 413),
             (ErrorKind::Overloaded, 503),
+            (ErrorKind::Unavailable, 503),
+            (ErrorKind::UnknownBackend, 400),
             (ErrorKind::Timeout, 504),
             (ErrorKind::Upstream, 502),
             (ErrorKind::Internal, 500),
@@ -230,7 +269,7 @@ mod tests {
         }
         assert_eq!(
             ApiError::not_found().body(),
-            json!({"error": {"message": "unknown route"}})
+            json!({"error": {"message": "unknown route", "type": "invalid_request_error"}})
         );
     }
 
@@ -250,7 +289,7 @@ mod tests {
         let down = EngineError::Backend(BackendError::Model("boom".into()));
         let e = ApiError::from_engine(&down, Flavor::Chat);
         assert_eq!(e.kind.status(), 502);
-        assert_eq!(e.kind.error_type(), Some("server_error"));
+        assert_eq!(e.kind.error_type(), "server_error");
         let full = EngineError::Backend(BackendError::Overloaded("queue".into()));
         assert_eq!(
             ApiError::from_engine(&full, Flavor::Chat).retry_after,

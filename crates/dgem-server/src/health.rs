@@ -78,8 +78,8 @@ pub async fn ready(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text.
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics().render();
+pub async fn metrics() -> Response {
+    let text = crate::telemetry::handle().render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -104,6 +104,7 @@ pub async fn get_only_fallback(method: Method) -> ApiError {
 /// Everything else: 404, except that a POST whose body does not parse is 400 first.
 pub async fn fallback(
     method: Method,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiError {
@@ -116,5 +117,5 @@ pub async fn fallback(
             return e;
         }
     }
-    ApiError::not_found()
+    ApiError::no_route(method.as_str(), uri.path())
 }

@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ErrorKind};
-use crate::state::{key_digest, AppState};
+use crate::state::key_digest;
+use crate::surface::Guard;
 
 /// The header that carries the key when `Authorization` holds a platform token.
 pub const KEY_HEADER: &str = "x-dgem-key";
@@ -18,11 +19,11 @@ pub const KEY_HEADER: &str = "x-dgem-key";
 /// Middleware: with keys configured, every POST needs `Authorization: Bearer
 /// <key>` or `X-DGem-Key: <key>` (serving.md §9.3). Keys are compared as
 /// sha256 digests in constant time and never logged. GETs stay open.
-pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if req.method() != Method::POST || state.key_digests().is_empty() {
+pub async fn auth(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || guard.key_digests().is_empty() {
         return next.run(req).await;
     }
-    if presented_keys(req.headers()).any(|k| accepted(&state, k.as_bytes())) {
+    if presented_keys(req.headers()).any(|k| accepted(&guard, k.as_bytes())) {
         return next.run(req).await;
     }
     tracing::info!(path = %req.uri().path(), "rejected: missing or wrong key");
@@ -49,10 +50,10 @@ fn presented_keys(h: &HeaderMap) -> impl Iterator<Item = &str> {
     bearer.into_iter().chain(own).filter(|k| !k.is_empty())
 }
 
-fn accepted(state: &AppState, key: &[u8]) -> bool {
+fn accepted(guard: &Guard, key: &[u8]) -> bool {
     let d = key_digest(key);
     // Check every configured key so the time does not depend on which one matched.
-    state
+    guard
         .key_digests()
         .iter()
         .fold(subtle::Choice::from(0), |acc, k| acc | k.ct_eq(&d))
@@ -60,8 +61,8 @@ fn accepted(state: &AppState, key: &[u8]) -> bool {
 }
 
 /// Middleware: a whole request gets `request_timeout`, then 504 JSON.
-pub async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let limit = state.config().request_timeout;
+pub async fn timeout(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    let limit = guard.request_timeout;
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => ApiError::new(
@@ -75,6 +76,8 @@ pub async fn timeout(State(state): State<AppState>, req: Request, next: Next) ->
 /// Middleware: an error response that is not our JSON (the body-limit layer's
 /// 413, an extractor rejection) is rewritten into `{"error": {…}}`.
 pub async fn json_errors(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -88,9 +91,28 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     {
         return resp;
     }
+    if status.as_u16() == 405 {
+        // A route that answers other methods only (the Studio's `/`, a GET on
+        // stateless `/mcp`): say so, keeping the router's `Allow`.
+        let allow = resp.headers().get(header::ALLOW).cloned();
+        let shown = allow
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("another method")
+            .to_string();
+        let mut fixed = ApiError::new(
+            ErrorKind::MethodNotAllowed,
+            format!("method {method} is not allowed on this route; use {shown}"),
+        )
+        .into_response();
+        if let Some(v) = allow {
+            fixed.headers_mut().insert(header::ALLOW, v);
+        }
+        return fixed;
+    }
     let kind = match status.as_u16() {
         413 => ErrorKind::PayloadTooLarge,
-        404 | 405 => ErrorKind::NotFound,
+        404 => ErrorKind::NotFound,
         401 => ErrorKind::Authentication,
         504 | 408 => ErrorKind::Timeout,
         503 => ErrorKind::Overloaded,
@@ -99,7 +121,15 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     };
     let message = match kind {
         ErrorKind::PayloadTooLarge => "request body is over the size limit".to_string(),
-        ErrorKind::NotFound => "unknown route".to_string(),
+        // An extractor that could not read the body (a cut connection, a
+        // body-read timeout) answers a bare 400.
+        ErrorKind::InvalidRequest if status.as_u16() == 400 => {
+            "bad request: the request body could not be read in full".to_string()
+        }
+        ErrorKind::NotFound => format!(
+            "unknown route: {method} {}",
+            path.chars().take(200).collect::<String>()
+        ),
         _ => status
             .canonical_reason()
             .unwrap_or("request failed")

@@ -39,6 +39,7 @@ pub mod layers;
 pub mod loading;
 pub mod staging;
 pub mod state;
+pub mod surface;
 pub mod systemone;
 pub mod telemetry;
 pub mod warmup;
@@ -47,13 +48,10 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, MethodRouter};
-use axum::{middleware, Router};
+use axum::Router;
 use thiserror::Error;
 use tokio::net::{TcpListener, TcpSocket};
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::limit::RequestBodyLimitLayer;
 
 pub use config::{ConfigError, ServeConfig};
 pub use error::{ApiError, ErrorKind, Flavor};
@@ -77,9 +75,9 @@ fn post_only(r: MethodRouter<AppState>) -> MethodRouter<AppState> {
     r.fallback(health::post_only_fallback)
 }
 
-/// The full router over `state`: routes, auth, limits, timeout, metrics, spans
-/// and the panic fallback.
-pub fn router(state: AppState) -> Router {
+/// The server's own routes over `state` (chat, systemone, health, ready),
+/// without the layer stack: [`router`] and [`router_with`] add it.
+fn own_routes(state: AppState) -> Router {
     let mut r: Router<AppState> = Router::new();
     for prefix in ["", "/invoke"] {
         for path in CHAT_PATHS {
@@ -95,7 +93,6 @@ pub fn router(state: AppState) -> Router {
                 post_only(post(health::raw_removed)),
             );
     }
-    let max_body = state.config().max_body_bytes;
     r.route("/", get(health::health).fallback(health::get_only_fallback))
         .route(
             "/health",
@@ -109,41 +106,22 @@ pub fn router(state: AppState) -> Router {
             "/ready",
             get(health::ready).fallback(health::get_only_fallback),
         )
-        .route(
-            "/metrics",
-            get(health::metrics).fallback(health::get_only_fallback),
-        )
-        .fallback(health::fallback)
-        // Innermost first; auth runs before the body limit reads anything.
-        .layer(DefaultBodyLimit::disable())
-        .layer(RequestBodyLimitLayer::new(max_body))
-        .layer(middleware::from_fn(layers::json_errors))
-        .layer(middleware::from_fn_with_state(state.clone(), layers::auth))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            layers::timeout,
-        ))
-        .layer(middleware::from_fn(telemetry::track))
-        .layer(CatchPanicLayer::custom(layers::panic_response))
         .with_state(state)
 }
 
+/// The full router over `state`: routes, `/metrics`, and the one layer stack
+/// of [`surface::surface`] (auth, body limit, timeout, telemetry, panic catcher).
+pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
 /// [`router`] with `extra` routes in front (MCP at `/mcp`, the Studio and its
-/// `/api`): a request `extra` does not route falls through to [`router`]. The
-/// extra routes get the same key check (`API_KEY`, serving.md §9.3), body
-/// limit, JSON error bodies and request timeout as the server's own, so with keys configured a
-/// POST to `/mcp` or `/api/decide` needs a key too.
+/// `/api`): a request `extra` does not route falls through to the server's
+/// own. Both get the same layer stack ([`surface::surface`]): with keys
+/// configured, a POST to `/mcp` or `/api/decide` needs a key too.
 pub fn router_with(state: AppState, extra: Router) -> Router {
-    let max_body = state.config().max_body_bytes;
-    extra
-        .layer(RequestBodyLimitLayer::new(max_body))
-        .layer(middleware::from_fn(layers::json_errors))
-        .layer(middleware::from_fn_with_state(state.clone(), layers::auth))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            layers::timeout,
-        ))
-        .fallback_service(router(state))
+    let guard = surface::Guard::from_config(state.config());
+    surface::surface([extra, own_routes(state)], &guard)
 }
 
 /// Bind `addr` with `SO_REUSEADDR` and a backlog of [`LISTEN_BACKLOG`].

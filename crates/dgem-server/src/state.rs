@@ -45,7 +45,6 @@ struct Inner {
     engine: Arc<dyn Decider>,
     config: ServeConfig,
     gate: Option<Arc<Semaphore>>,
-    key_digests: Vec<[u8; 32]>,
     readiness: Mutex<Readiness>,
     live: Mutex<Option<(Instant, Health)>>,
     inflight: AtomicUsize,
@@ -71,16 +70,10 @@ impl AppState {
     /// first use (process-wide).
     pub fn new(engine: Arc<dyn Decider>, config: ServeConfig) -> Self {
         let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
-        let key_digests = config
-            .api_keys
-            .iter()
-            .map(|k| key_digest(k.as_bytes()))
-            .collect();
         Self {
             inner: Arc::new(Inner {
                 engine,
                 gate,
-                key_digests,
                 readiness: Mutex::new(Readiness {
                     phase: "warming_up".into(),
                     ready: false,
@@ -110,11 +103,6 @@ impl AppState {
     /// The decision gate, when `MAX_INFLIGHT > 0`.
     pub(crate) fn gate(&self) -> Option<&Arc<Semaphore>> {
         self.inner.gate.as_ref()
-    }
-
-    /// Digests of the accepted keys (empty = open).
-    pub(crate) fn key_digests(&self) -> &[[u8; 32]] {
-        &self.inner.key_digests
     }
 
     /// A snapshot of readiness.

@@ -166,7 +166,8 @@ fn kind_label(k: QuestionKind) -> &'static str {
 }
 
 /// Middleware: one `request` span per request (route, status, question count,
-/// timings recorded by the handlers), plus request count and latency metrics.
+/// timings recorded by the handlers), plus request count and latency metrics
+/// by route template (`unmatched` for a request no route took).
 pub async fn track(req: Request, next: Next) -> Response {
     let route = req
         .extensions()

@@ -33,12 +33,17 @@ async fn raw_route_is_gone_and_unknown_routes_are_404() {
     );
     let r = call(&app, post("/invoke/v1/raw/chat/completions", &json!({}))).await;
     assert_eq!(r.status, 410);
-    let not_found = json!({"error": {"message": "unknown route"}});
-    for req in [get("/nope"), post("/v2/decide", &json!({}))] {
+    // One error shape on every route (issue 12): the 404 has a `type` too and
+    // names the method and path asked.
+    for (req, method) in [
+        (get("/nope"), "GET"),
+        (post("/v2/decide", &json!({})), "POST"),
+    ] {
         let path = req.uri().to_string();
         let r = call(&app, req).await;
         assert_eq!(r.status, 404, "{path}");
-        assert_eq!(r.body, not_found, "{path}");
+        let want = json!({"error": {"message": format!("unknown route: {method} {path}"), "type": "invalid_request_error"}});
+        assert_eq!(r.body, want, "{path}");
     }
     // Regression: a known route asked with the wrong method was a 404; it is a
     // 405 naming the methods it takes, in `Allow` too.

@@ -83,8 +83,15 @@ async fn serves_over_tcp_and_drains_on_shutdown() -> anyhow::Result<()> {
                 .await
         })
     };
+    // Bounded: a request that failed before reaching the backend (a pooled
+    // connection closed under it) must fail the test, not spin it for ever.
     let calls = backend.calls();
-    while backend.calls() == calls {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while backend.calls() == calls && !slow.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow decision never reached the backend"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let _ = stop.send(());

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use dgem_engine::templates::TemplateDir;
 use dgem_gateway::auth::{
     audience_of, AuthConfig, BearerSource, StaticToken, TokenKind, TokenProvider,
 };
@@ -16,7 +17,6 @@ use dgem_gateway::{
     BackendSpec, Gateway, GatewayConfig, GatewayState, Kind, RemoteConfig, RemoteDgem, Replica,
     RouteConfig,
 };
-use dgem_mcp::TemplateDir;
 use serde::Deserialize;
 
 use crate::failure::{internal, user, Failure};
@@ -276,12 +276,21 @@ pub fn run(args: GatewayArgs) -> Result<(), Failure> {
             .await
             .with_context(|| format!("could not listen on {addr}"))
             .map_err(user)?;
-        // MCP over Streamable HTTP at /mcp, deciding through the gateway.
+        // One surface, as `dgem serve` has: the gateway's routes and MCP at
+        // /mcp, then the Studio page at /, under the same key check
+        // (API_KEY / DGEM_SERVER_KEY), body limit (MAX_BODY_BYTES), request
+        // timeout, telemetry, panic catcher and /metrics.
+        let serve_config = dgem_server::ServeConfig::from_env().map_err(user)?;
+        let mut guard = dgem_server::surface::Guard::from_config(&serve_config);
+        // A routed call may hold for a replica's cold start and then run one
+        // attempt: the request limit covers both unless set higher.
+        let route = gateway.config();
+        guard.request_timeout = guard
+            .request_timeout
+            .max(route.wakeup_timeout + route.attempt_timeout);
         let mcp = dgem_mcp::http_router(gateway.clone(), templates.clone());
-        // /metrics: the gateway's counters (attempts, errors) in Prometheus text.
-        let app = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates })
-            .merge(mcp)
-            .merge(dgem_server::telemetry::metrics_router());
+        let own = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates }).merge(mcp);
+        let app = dgem_server::surface::surface([own, dgem_studio::router()], &guard);
         tracing::info!(%addr, default = gateway.default_backend(), available = ?gateway.available(), "dgem gateway listening");
         eprintln!(
             "dgem gateway: listening on http://{addr}; default backend `{}`; allowed [{}]",
@@ -290,8 +299,7 @@ pub fn run(args: GatewayArgs) -> Result<(), Failure> {
         );
         // The same connection limits as `dgem serve` (HEADER_READ_TIMEOUT_S,
         // MAX_CONNECTIONS, SHUTDOWN_TIMEOUT_S).
-        let limits = dgem_server::config::conn_limits_from_env().map_err(user)?;
-        dgem_server::conn::serve_app(listener, app, limits, dgem_server::shutdown_signal())
+        dgem_server::conn::serve_app(listener, app, serve_config.conn, dgem_server::shutdown_signal())
             .await
             .map_err(internal)
     })

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use dgem_mcp::TemplateDir;
+use dgem_engine::templates::TemplateDir;
 
 use crate::failure::{internal, Failure};
 use crate::setup::{self, ModelArgs};

@@ -82,7 +82,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         };
     config.model_name = args.served_model.unwrap_or_else(|| engine.info().model_id);
     let model_args = args.model.clone();
-    let templates = dgem_mcp::TemplateDir::new(args.templates);
+    let templates = dgem_engine::templates::TemplateDir::new(args.templates);
     let studio = args.studio;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -99,11 +99,14 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         // They decide through the server's MAX_INFLIGHT gate, as its routes do.
         let state = AppState::new(engine, config);
         let gated = state.gated_decider();
-        let mut extra = dgem_mcp::http_router(gated.clone(), templates.clone());
+        let defaults = state.config().schema_defaults;
+        let mcp =
+            dgem_mcp::DecisionServer::new(gated.clone(), templates.clone()).with_defaults(defaults);
+        let mut extra = dgem_mcp::http_router_for(mcp);
         if studio {
             extra = extra
                 .merge(dgem_studio::router())
-                .merge(dgem_gateway::local_api(gated, templates));
+                .merge(dgem_gateway::local_api(gated, templates, defaults));
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");

@@ -37,6 +37,33 @@ pub struct Served {
     pub base: String,
 }
 
+impl Served {
+    /// The child's process id (to send it a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `127.0.0.1:PORT`, for raw TCP clients.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// Wait up to `within` for the process to exit on its own; `None` while it
+    /// still runs.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if started.elapsed() >= within {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -48,6 +75,17 @@ impl Drop for Served {
 /// `ready_within`) until `GET /ready` answers 200: `/health` answers as soon as
 /// the port is bound, while the model is still loading.
 pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Served {
+    serve_with_env(model, extra, &[], ready_within).await
+}
+
+/// [`serve`] with `env` set in the child's environment (limits such as
+/// `MAX_CONNECTIONS` or `API_KEY`, which `dgem serve` reads only from there).
+pub async fn serve_with_env(
+    model: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    ready_within: Duration,
+) -> Served {
     let port = free_port();
     let root = crate::common::root();
     let child = Command::new(dgem_bin())
@@ -66,6 +104,7 @@ pub async fn serve(model: &str, extra: &[&str], ready_within: Duration) -> Serve
                 .expect("model has a folder"),
         )
         .env("DGEM_LOG", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -179,7 +179,7 @@ fn parse_question(
             py_repr(&shown_id),
             if id.chars().count() > 40 { "…" } else { "" },
             id.chars().count(),
-            py_repr(&id.split_whitespace().collect::<Vec<_>>().join("_").chars().take(MAX_ID_CHARS).collect::<String>()),
+            py_repr(&snake_suggestion(&id)),
         );
         return Err(SchemaError::new(at(".id"), msg));
     }
@@ -193,9 +193,13 @@ fn parse_question(
     let name = py_repr(&id);
     let (kind, alternatives, alt_field) = alternatives_of(q, &name, &at)?;
     if alternatives.len() < MIN_ALTERNATIVES {
+        // The original's wording first, then the field and what it held.
+        let held: Vec<String> = alternatives.iter().map(|a| py_repr(&a.name)).collect();
         let msg = format!(
-            "question {name}: needs at least two alternatives (got {})",
-            alternatives.len()
+            "question {name}: needs at least two alternatives (got {}); `{}` holds [{}]",
+            alternatives.len(),
+            alt_field.trim_start_matches('.'),
+            held.join(", ")
         );
         return Err(SchemaError::new(at(alt_field), msg));
     }
@@ -401,12 +405,28 @@ fn list_field<'a>(
     }
 }
 
+/// A valid id close to `id`: whitespace runs become `_`, other invisible
+/// characters are dropped, and the result is cut to [`MAX_ID_CHARS`].
+fn snake_suggestion(id: &str) -> String {
+    let words: Vec<String> = id
+        .split_whitespace()
+        .map(|w| w.chars().filter(|c| !invisible(*c)).collect::<String>())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let joined = words.join("_");
+    let joined = if joined.is_empty() {
+        "question".to_string()
+    } else {
+        joined
+    };
+    joined.chars().take(MAX_ID_CHARS).collect()
+}
+
 /// Characters an id may not hold: whitespace, control characters (NUL…) and
-/// the zero-width ones, which would make two ids that look the same differ.
+/// Unicode format characters (zero-width, soft hyphen, bidi overrides), which
+/// would make two ids that look the same differ ([`crate::state::is_invisible`]).
 fn invisible(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}')
+    crate::state::is_invisible(c)
 }
 
 /// Rule 5: every dependency is a known id other than the question itself.

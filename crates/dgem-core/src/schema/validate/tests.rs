@@ -225,7 +225,16 @@ fn rule_3_ids() {
         "questions[0].id",
         "question id 'is urgent' must have no spaces, other whitespace or invisible characters and at most 100 characters (got 9 characters); use snake_case, e.g. 'is_urgent'",
     );
-    for id in ["a\u{0}b", "a\u{200B}b", "a\u{FEFF}"] {
+    // Regression (bad-input suite): soft hyphen, a bidi override and an
+    // invisible separator passed.
+    for id in [
+        "a\u{0}b",
+        "a\u{200B}b",
+        "a\u{FEFF}",
+        "ur\u{00AD}gent",
+        "a\u{202E}b",
+        "a\u{2063}b",
+    ] {
         let err = ValidSchema::from_value(
             &json!({"questions": [noul(id)]}),
             &SchemaDefaults::default(),
@@ -277,12 +286,12 @@ fn rule_3_types_and_alternatives() {
     assert_err(
         json!({"questions": [{"id": "c", "type": "choice", "options": ["x"]}]}),
         "questions[0].options",
-        "question 'c': needs at least two alternatives (got 1)",
+        "question 'c': needs at least two alternatives (got 1); `options` holds ['x']",
     );
     assert_err(
         json!({"questions": [{"id": "s", "type": "score"}]}),
         "questions[0].levels",
-        "question 's': needs at least two alternatives (got 0)",
+        "question 's': needs at least two alternatives (got 0); `levels` holds []",
     );
     // A choice holds up to 300 options (bracket routing); a score at most 26 levels.
     let many: Vec<String> = (0..30).map(|i| format!("o{i}")).collect();
