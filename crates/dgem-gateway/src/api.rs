@@ -1,213 +1,56 @@
-//! The `/api/*` routes shared by the gateway and `dgem serve --studio`
-//! (reference.md §4.2–4.4): templates catalog, decisions, health, backends.
+//! The gateway as the [`Backends`] of the server's `/api/*` routes: a
+//! decision is routed with failover, breakers and cold-start holds
+//! ([`Gateway::route`]), and its failure is the gateway's error in the
+//! server's one table ([`GatewayError::to_api`]).
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use dgem_core::schema::SchemaDefaults;
-use dgem_engine::templates::TemplateDir;
+use async_trait::async_trait;
+use dgem_engine::DecideRequest;
+use dgem_server::api::{Backends, Routed};
+use dgem_server::ApiError;
 use futures_util::FutureExt as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::envelope::{fill_timing, max_entropy};
-use crate::error::GatewayError;
 use crate::replica::engine_error;
 use crate::routing::Gateway;
 
-/// Request header that picks a backend (overrides the body's `backend`).
-pub const BACKEND_HEADER: &str = "x-dgem-backend";
-/// Reply header naming the backend that answered.
-pub const BACKEND_USED_HEADER: &str = "x-dgem-backend-used";
-
-/// Shared state of the `/api` routes.
-#[derive(Debug, Clone)]
-pub struct ApiState {
-    /// The router over the backends.
-    pub gateway: Arc<Gateway>,
-    /// The policy templates folder.
-    pub templates: TemplateDir,
-    /// Schema defaults a policy is validated under (the deployment's for
-    /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
-    /// replicas receive every field explicitly).
-    pub defaults: SchemaDefaults,
-}
-
-/// The `/api/*` routes over `state`.
-pub fn routes(state: ApiState) -> Router {
-    Router::new()
-        .route("/api/templates", get(templates).fallback(get_only))
-        .route("/api/decide", post(decide_default).fallback(post_only))
-        .route(
-            "/api/decide/{*template}",
-            post(decide_named).fallback(post_only),
-        )
-        .route("/api/health", get(health).fallback(get_only))
-        .route("/api/backends", get(backends).fallback(get_only))
-        .with_state(state)
-}
-
-/// A POST route asked with another method: 405 with `Allow: POST`.
-async fn post_only(method: axum::http::Method) -> GatewayError {
-    GatewayError::MethodNotAllowed {
-        method: method.to_string(),
-        allow: "POST",
+#[async_trait]
+impl Backends for Gateway {
+    fn default_backend(&self) -> String {
+        Gateway::default_backend(self).to_string()
     }
-}
 
-/// A GET route asked with another method: 405 with `Allow: GET, HEAD`.
-async fn get_only(method: axum::http::Method) -> GatewayError {
-    GatewayError::MethodNotAllowed {
-        method: method.to_string(),
-        allow: "GET, HEAD",
+    fn available(&self) -> Vec<String> {
+        Gateway::available(self).to_vec()
     }
-}
 
-/// The backend named by the `X-DGem-Backend` header, if any.
-pub fn header_backend(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(BACKEND_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-}
-
-/// Attach `X-DGem-Backend-Used: name` to `resp`.
-pub fn with_backend_used(mut resp: Response, name: &str) -> Response {
-    if let Ok(v) = HeaderValue::from_str(name) {
-        resp.headers_mut()
-            .insert(HeaderName::from_static(BACKEND_USED_HEADER), v);
+    async fn health(&self) -> Vec<Value> {
+        Gateway::health(self)
+            .await
+            .iter()
+            .map(|row| serde_json::to_value(row).unwrap_or(Value::Null))
+            .collect()
     }
-    resp
-}
 
-async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, GatewayError> {
-    let dir = s.templates.clone();
-    let list = tokio::task::spawn_blocking(move || crate::catalog::catalog(&dir))
-        .await
-        .map_err(|e| GatewayError::Unavailable(format!("catalog task failed: {e}")))?
-        .map_err(GatewayError::Internal)?;
-    Ok(Json(json!({"count": list.len(), "templates": list})))
-}
-
-async fn decide_default(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
-    decide(s, None, headers, body).await
-}
-
-async fn decide_named(
-    State(s): State<ApiState>,
-    Path(template): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    decide(s, Some(template), headers, body).await
-}
-
-#[tracing::instrument(skip_all, fields(template, backend))]
-async fn decide(
-    s: ApiState,
-    path_template: Option<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    match decide_inner(&s, path_template.as_deref(), &headers, &body).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(error = %e, "decide failed");
-            e.into_response()
-        }
-    }
-}
-
-async fn decide_inner(
-    s: &ApiState,
-    path_template: Option<&str>,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Response, GatewayError> {
-    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        dgem_core::json::parse_strict_slice(body).map_err(|e| match e.duplicate {
-            // As on every route: a repeated key is 422 naming it.
-            Some(_) => GatewayError::Validation(format!("body: {e}")),
-            None => GatewayError::BadRequest(format!("body must be JSON: {e}")),
-        })?
-    };
-    let templates = s.templates.clone();
-    let path = path_template.map(str::to_string);
-    let defaults = s.defaults;
-    let parsed = tokio::task::spawn_blocking(move || {
-        crate::request::parse(&templates, path.as_deref(), &value, &defaults)
-    })
-    .await
-    .map_err(|e| GatewayError::Unavailable(format!("render task failed: {e}")))??;
-    tracing::Span::current().record("template", parsed.template.as_str());
-    let requested = header_backend(headers).or(parsed.backend.clone());
-    let request = parsed.request;
-    let routed = s
-        .gateway
-        .route(requested.as_deref(), |replica| {
-            let request = request.clone();
-            async move { replica.decider.decide(request).await.map_err(engine_error) }.boxed()
+    async fn decide_on(
+        &self,
+        requested: Option<&str>,
+        request: DecideRequest,
+    ) -> Result<Routed, ApiError> {
+        let routed = self
+            .route(requested, |replica| {
+                let request = request.clone();
+                async move { replica.decider.decide(request).await.map_err(engine_error) }.boxed()
+            })
+            .await
+            .map_err(|e| e.into_api())?;
+        Ok(Routed {
+            decision: routed.value,
+            backend: routed.backend,
+            upstream_url: routed.upstream_url,
+            model: routed.model,
+            attempts: routed.attempts,
+            forward_ms: routed.forward_ms,
+            total_ms: routed.total_ms,
         })
-        .await?;
-    tracing::Span::current().record("backend", routed.backend.as_str());
-    let mut envelope = routed.value.envelope();
-    let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
-    let answers = envelope
-        .get("answers")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let diagnostics = envelope
-        .get("diagnostics")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let model = if routed.model.is_empty() {
-        diagnostics
-            .get("model")
-            .cloned()
-            .unwrap_or_else(|| json!(""))
-    } else {
-        json!(routed.model)
-    };
-    let body = json!({
-        "template": parsed.template,
-        "answers": answers,
-        "diagnostics": diagnostics,
-        "decision": {"answers": answers, "diagnostics": diagnostics},
-        "max_entropy": max_entropy(&envelope),
-        "wall_time_ms": routed.total_ms,
-        "gpu_forward_ms": forward_ms,
-        "cold_start_wait_ms": (routed.total_ms - routed.forward_ms).max(0.0),
-        "warmup_attempts": routed.attempts,
-        "model": model,
-        "backend_target": routed.backend,
-        "upstream_url": routed.upstream_url,
-    });
-    Ok(with_backend_used(
-        Json(body).into_response(),
-        &routed.backend,
-    ))
-}
-
-async fn health(State(s): State<ApiState>) -> Json<Value> {
-    let rows = s.gateway.health().await;
-    Json(json!({
-        "status": "ok",
-        "default_backend": s.gateway.default_backend(),
-        "backends": rows,
-    }))
-}
-
-async fn backends(State(s): State<ApiState>) -> Json<Value> {
-    Json(json!({
-        "default": s.gateway.default_backend(),
-        "available": s.gateway.available(),
-    }))
+    }
 }

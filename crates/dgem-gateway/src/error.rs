@@ -141,22 +141,14 @@ impl GatewayError {
     /// The error as the server's [`ApiError`]: kind, public message, the
     /// field at fault (`backend`), `Retry-After` and `Allow`.
     pub fn to_api(&self) -> ApiError {
-        let mut e = ApiError::new(self.kind(), self.public_message());
-        match self {
-            Self::UnknownBackend { .. } => e = e.with_param("backend"),
+        let mut e = match self {
             // Request messages open with the field at fault: "`samples` must be …".
-            Self::BadRequest(m) => {
-                if let Some(field) = m
-                    .strip_prefix('`')
-                    .and_then(|rest| rest.split_once('`'))
-                    .map(|(f, _)| f)
-                    .filter(|f| !f.is_empty() && !f.contains(' '))
-                {
-                    e = e.with_param(field);
-                }
+            Self::BadRequest(m) => ApiError::invalid_field(m.clone()),
+            Self::UnknownBackend { .. } => {
+                ApiError::new(self.kind(), self.public_message()).with_param("backend")
             }
-            _ => {}
-        }
+            _ => ApiError::new(self.kind(), self.public_message()),
+        };
         if let Self::MethodNotAllowed { allow, .. } = self {
             e.allow = Some(allow);
         }
@@ -255,14 +247,22 @@ impl GatewayError {
     }
 }
 
-impl IntoResponse for GatewayError {
-    fn into_response(self) -> Response {
+impl GatewayError {
+    /// Count and log this error (the full text, upstream bodies included, goes
+    /// to the log only), then give it as the server's [`ApiError`].
+    pub fn into_api(self) -> ApiError {
         metrics::counter!("dgem_gateway_errors_total", "type" => self.error_type()).increment(1);
         let status = self.status();
         if status.is_server_error() {
             tracing::warn!(error = %self, status = status.as_u16(), "gateway request failed");
         }
-        self.to_api().into_response()
+        self.to_api()
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        self.into_api().into_response()
     }
 }
 

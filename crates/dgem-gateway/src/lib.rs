@@ -9,18 +9,20 @@
 //! circuit breaker per replica and a retry budget, and signs requests for
 //! Google Cloud ([`auth`]).
 //!
-//! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine`, `dgem-mcp`
-//! ← `dgem-gateway` ← `dgem-cli`. Routing sees only [`Replica`]s: a
-//! [`Decider`](dgem_engine::Decider) (a [`RemoteDgem`] over reqwest, or the
-//! embedded engine in process) plus, when it can, a raw [`Forward`] of the
-//! OpenAI-shaped routes. The [`Gateway`] is itself a `Decider` (a composite).
+//! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine`,
+//! `dgem-server` ← `dgem-gateway` ← `dgem-cli`. Routing sees only
+//! [`Replica`]s: a [`Decider`](dgem_engine::Decider) (a [`RemoteDgem`] over
+//! reqwest, or the embedded engine in process) plus, when it can, a raw
+//! [`Forward`] of the OpenAI-shaped routes. The [`Gateway`] is itself a
+//! `Decider` (a composite), and the [`Backends`](dgem_server::api::Backends)
+//! of the server's `/api/*` routes ([`api`]), which `dgem gateway` serves
+//! through the server's one router builder (`dgem_server::surface`).
 //!
 //! ```no_run
-//! # fn demo(engine: std::sync::Arc<dyn dgem_engine::Decider>) {
+//! # fn demo(gateway: std::sync::Arc<dgem_gateway::Gateway>) {
 //! let templates = dgem_engine::templates::TemplateDir::new("templates");
-//! let defaults = dgem_core::schema::SchemaDefaults::default();
-//! let app = dgem_gateway::local_api(engine, templates, defaults);
-//! // `app` serves /api/templates, /api/decide[/{template}], /api/health, /api/backends.
+//! let app = dgem_gateway::router(dgem_gateway::GatewayState { gateway, templates });
+//! // `app` serves /api/*, /v1/chat/completions, /v1/systemone and /health.
 //! # let _ = app;
 //! # }
 //! ```
@@ -29,25 +31,15 @@
 pub mod api;
 pub mod auth;
 pub mod breaker;
-pub mod catalog;
 pub mod composite;
 pub mod envelope;
 pub mod error;
 pub mod remote;
 pub mod replica;
-pub mod request;
 pub mod routing;
 pub mod server;
 pub mod vertex;
 
-use std::sync::Arc;
-
-use axum::Router;
-use dgem_core::schema::SchemaDefaults;
-use dgem_engine::templates::TemplateDir;
-use dgem_engine::Decider;
-
-pub use api::{ApiState, BACKEND_HEADER, BACKEND_USED_HEADER};
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use error::GatewayError;
 pub use remote::{RemoteConfig, RemoteDgem};
@@ -59,24 +51,3 @@ pub use server::{router, GatewayState};
 
 /// Largest upstream reply body read (bytes).
 pub const MAX_UPSTREAM_BODY: usize = 16 * 1024 * 1024;
-
-/// The `/api/*` routes over one in-process decider (backend name `local`), for
-/// `dgem serve --studio`: `GET /api/templates`, `POST /api/decide[/{template}]`,
-/// `GET /api/health`, `GET /api/backends`. Policies are validated under
-/// `defaults`, the deployment's schema defaults.
-pub fn local_api(
-    decider: Arc<dyn Decider>,
-    templates: TemplateDir,
-    defaults: SchemaDefaults,
-) -> Router {
-    let gateway = Arc::new(Gateway::single(
-        "local",
-        Kind::Local,
-        Replica::in_process(decider),
-    ));
-    api::routes(ApiState {
-        gateway,
-        templates,
-        defaults,
-    })
-}

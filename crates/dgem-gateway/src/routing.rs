@@ -253,9 +253,9 @@ impl Gateway {
         })
     }
 
-    /// A gateway over one backend named `name` (e.g. `local` for `local_api`),
-    /// default settings. Errors speak of "this server" (it is the in-process
-    /// router of `dgem serve --studio`, not `dgem gateway`).
+    /// A gateway over one backend named `name`, default settings (a remote
+    /// dgem as a `Decider` of its own). Errors speak of "this server", not of
+    /// `dgem gateway`.
     pub fn single(name: &str, kind: Kind, replica: Replica) -> Self {
         let config = RouteConfig::default();
         Self {

@@ -16,8 +16,8 @@ use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::api::{header_backend, with_backend_used, ApiState};
 use crate::routing::Gateway;
+use dgem_server::api::{header_backend, with_backend_used, ApiState};
 
 /// Service name in `GET /health`.
 pub const SERVICE_NAME: &str = "dgem-gateway";
@@ -60,8 +60,8 @@ pub fn cors() -> CorsLayer {
 /// the whole through `dgem_server::surface` (auth, limits, timeout, panic
 /// catcher, telemetry, `/metrics`).
 pub fn router(state: GatewayState) -> Router {
-    let api = crate::api::routes(ApiState {
-        gateway: state.gateway.clone(),
+    let api = dgem_server::api::routes(ApiState {
+        backends: state.gateway.clone(),
         templates: state.templates.clone(),
         defaults: dgem_core::schema::SchemaDefaults::default(),
     });

@@ -29,6 +29,126 @@ pub const DEFAULT_MODEL: &str = "dgemma-structured";
 /// Seed when the request has none.
 pub const DEFAULT_SEED: i64 = 42;
 
+/// Top-level fields a decision reads (`backend` and `vertex_url` are the
+/// gateway's routing fields, forwarded with the body).
+pub const READ_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "seed",
+    "stream",
+    "stream_options",
+    "backend",
+    "vertex_url",
+];
+
+/// OpenAI fields that cannot change a decision: a readout takes every
+/// allowed answer's probability from the logits of one forward pass, so
+/// sampling knobs (`temperature`, `top_p`, penalties) and output budgets
+/// (`max_tokens`) have nothing to act on, and bookkeeping fields (`user`,
+/// `metadata`, `store`, `service_tier`) nothing to do. They are accepted, so
+/// clients that always send them work, and named in the
+/// [`IGNORED_FIELDS_HEADER`] of the reply, so they are not dropped silently.
+pub const NO_EFFECT_FIELDS: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "n",
+];
+
+/// Reply header listing the [`NO_EFFECT_FIELDS`] a request carried.
+pub const IGNORED_FIELDS_HEADER: &str = "x-dgem-ignored-fields";
+
+/// Why a field a decision cannot honour is refused (any other unknown field
+/// gets the list of fields the route reads).
+fn unsupported(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => {
+            "tool calls are not served; ask which tool as a `choice` question instead"
+        }
+        "response_format" => {
+            "the reply is always the decision envelope ({answers, diagnostics}); describe the output as questions in the schema"
+        }
+        "logprobs" | "top_logprobs" => {
+            "token logprobs are not served; the envelope carries every allowed answer's probability"
+        }
+        "stop" | "logit_bias" | "prediction" | "audio" | "modalities" | "web_search_options"
+        | "reasoning_effort" => "there is no free-form generation to steer on a decision route",
+        _ => return None,
+    })
+}
+
+/// Check the top-level fields of a chat body: every field is read, has no
+/// effect (returned, for the reply header), or is refused naming it.
+///
+/// # Errors
+/// 400 naming the first field a decision cannot honour, or an unknown one.
+pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
+    let Some(obj) = req.as_object() else {
+        return Err(invalid(SHAPE_MESSAGE));
+    };
+    let mut ignored = Vec::new();
+    for (k, v) in obj {
+        if READ_FIELDS.contains(&k.as_str()) {
+            continue;
+        }
+        if k == "n" && !(v.is_null() || v.as_u64() == Some(1)) {
+            return Err(invalid(format!(
+                "`n` must be 1: a request is one decision (send more requests, or `samples` in the schema for repeated reads). Given: {v}"
+            ))
+            .with_param("n"));
+        }
+        if NO_EFFECT_FIELDS.contains(&k.as_str()) {
+            ignored.push(k.clone());
+            continue;
+        }
+        let why = unsupported(k).map_or_else(
+            || format!("this route reads [{}]", READ_FIELDS[..5].join(", ")),
+            str::to_string,
+        );
+        return Err(
+            invalid(format!("`{k}` is not supported on a decision route: {why}"))
+                .with_param(k.clone()),
+        );
+    }
+    Ok(ignored)
+}
+
+/// Whether the body asks for a stream (`stream: true`), and whether the
+/// stream ends with a usage chunk (`stream_options.include_usage`).
+///
+/// # Errors
+/// 400 when `stream` is not a boolean or `stream_options` not an object.
+pub fn stream_of(req: &Value) -> Result<(bool, bool), ApiError> {
+    let stream = match req.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(
+                invalid(format!("`stream` must be true or false. Given: {other}"))
+                    .with_param("stream"),
+            )
+        }
+    };
+    let usage = match req.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => o.get("include_usage").and_then(Value::as_bool).unwrap_or(false),
+        Some(other) => {
+            return Err(invalid(format!(
+                "`stream_options` must be an object such as {{\"include_usage\": true}}. Given: {other}"
+            ))
+            .with_param("stream_options"))
+        }
+    };
+    Ok((stream, usage))
+}
+
 /// A chat request after validation.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -40,6 +160,12 @@ pub struct ChatRequest {
     pub seed: i64,
     /// `model` to echo.
     pub model: String,
+    /// `stream: true`: answer as server-sent events.
+    pub stream: bool,
+    /// `stream_options.include_usage`: end the stream with a usage chunk.
+    pub stream_usage: bool,
+    /// [`NO_EFFECT_FIELDS`] the request carried.
+    pub ignored: Vec<String>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -87,6 +213,8 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
 /// # Errors
 /// 400 `invalid_request_error` with the serving.md wording.
 pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiError> {
+    let ignored = check_fields(req)?;
+    let (stream, stream_usage) = stream_of(req)?;
     let messages = req
         .get("messages")
         .and_then(Value::as_array)
@@ -143,6 +271,9 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         state,
         seed,
         model,
+        stream,
+        stream_usage,
+        ignored,
     })
 }
 
@@ -158,6 +289,7 @@ pub fn response_body(model: &str, t: &Timed) -> Result<Value, ApiError> {
         )
     })?;
     let n = decide::output_tokens(&t.decision);
+    let prompt = t.decision.diagnostics.prompt_tokens.unwrap_or(0);
     Ok(json!({
         "id": format!("chatcmpl-{}", now.as_millis()),
         "object": "chat.completion",
@@ -168,8 +300,41 @@ pub fn response_body(model: &str, t: &Timed) -> Result<Value, ApiError> {
             "message": {"role": "assistant", "content": content},
             "finish_reason": "stop"
         }],
-        "usage": {"prompt_tokens": 0, "completion_tokens": n, "total_tokens": n}
+        "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
     }))
+}
+
+/// The same reply as OpenAI `chat.completion.chunk` server-sent events: one
+/// chunk with the role and the whole envelope as content (a decision is read
+/// at once, not token by token), one with `finish_reason: "stop"`, a usage
+/// chunk when `include_usage`, then `data: [DONE]`.
+pub fn stream_events(body: &Value, include_usage: bool) -> Vec<String> {
+    let base = |choices: Value| {
+        json!({
+            "id": body["id"],
+            "object": "chat.completion.chunk",
+            "created": body["created"],
+            "model": body["model"],
+            "choices": choices,
+        })
+    };
+    let content = body["choices"][0]["message"]["content"].clone();
+    let mut events = vec![
+        base(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]),
+        ),
+        base(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
+    ];
+    if include_usage {
+        let mut last = base(json!([]));
+        if let Some(m) = last.as_object_mut() {
+            m.insert("usage".into(), body["usage"].clone());
+        }
+        events.push(last);
+    }
+    let mut out: Vec<String> = events.iter().map(Value::to_string).collect();
+    out.push("[DONE]".to_string());
+    out
 }
 
 /// The handler.
@@ -204,7 +369,40 @@ async fn respond(
     )
     .await?;
     let body = response_body(&req.model, &timed)?;
-    Ok((decide::timing_headers(&timed), Json(body)).into_response())
+    let mut resp = if req.stream {
+        let events = stream_events(&body, req.stream_usage)
+            .into_iter()
+            .map(|data| {
+                Ok::<_, std::convert::Infallible>(axum::response::sse::Event::default().data(data))
+            });
+        (
+            decide::timing_headers(&timed),
+            axum::response::sse::Sse::new(futures_util::stream::iter(events)),
+        )
+            .into_response()
+    } else {
+        (decide::timing_headers(&timed), Json(body)).into_response()
+    };
+    if !req.ignored.is_empty() {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&req.ignored.join(", ")) {
+            resp.headers_mut().insert(IGNORED_FIELDS_HEADER, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// `GET /v1/models`: the one model this server decides with, in OpenAI's
+/// list shape (`id` is the served model name, `DGEM_SERVED_MODEL`).
+pub async fn models(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.config().model_name,
+            "object": "model",
+            "created": crate::state::unix_now() as u64,
+            "owned_by": "dgem",
+        }],
+    }))
 }
 
 #[cfg(test)]
@@ -212,6 +410,63 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Regression (issue 16): `tools`, `response_format`, `logprobs` and `n`
+    /// were silently ignored; an unknown field too.
+    #[test]
+    fn fields_a_decision_cannot_honour_are_refused_naming_them() {
+        let base = json!({"model": "m", "messages": [], "temperature": 0.2, "max_tokens": 5});
+        assert_eq!(
+            check_fields(&base).expect("no-effect fields pass"),
+            vec!["temperature".to_string(), "max_tokens".to_string()]
+        );
+        for (field, value, needle) in [
+            ("tools", json!([]), "tool calls are not served"),
+            (
+                "response_format",
+                json!({"type": "json_object"}),
+                "decision envelope",
+            ),
+            ("logprobs", json!(true), "probability"),
+            ("n", json!(2), "`n` must be 1"),
+            (
+                "temprature",
+                json!(1),
+                "this route reads [model, messages, seed, stream, stream_options]",
+            ),
+        ] {
+            let mut body = base.clone();
+            body[field] = value;
+            let e = check_fields(&body).expect_err(field);
+            assert!(e.message.contains(needle), "{field}: {}", e.message);
+            assert_eq!(e.param.as_deref(), Some(field));
+        }
+        let mut one = base.clone();
+        one["n"] = json!(1);
+        assert!(check_fields(&one).is_ok());
+    }
+
+    #[test]
+    fn stream_chunks_carry_the_envelope_then_done() {
+        let body = json!({"id": "chatcmpl-1", "created": 7, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}});
+        let ev = stream_events(&body, true);
+        assert_eq!(ev.len(), 4);
+        let first: Value = serde_json::from_str(&ev[0]).expect("json");
+        assert_eq!(first["object"], "chat.completion.chunk");
+        assert_eq!(first["choices"][0]["delta"]["content"], "{}");
+        let stop: Value = serde_json::from_str(&ev[1]).expect("json");
+        assert_eq!(stop["choices"][0]["finish_reason"], "stop");
+        let usage: Value = serde_json::from_str(&ev[2]).expect("json");
+        assert_eq!(usage["usage"]["total_tokens"], 11);
+        assert_eq!(ev[3], "[DONE]");
+        assert_eq!(
+            stream_of(&json!({"stream": true})).expect("ok"),
+            (true, false)
+        );
+        assert!(stream_of(&json!({"stream": "yes"})).is_err());
+    }
 
     #[test]
     fn fractional_seed_is_refused_not_truncated() {

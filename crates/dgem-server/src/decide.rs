@@ -100,7 +100,13 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
         Err(e) => {
             let err = ApiError::from_engine(&e, flavor);
             telemetry::record_failed_decision(flavor.name(), err.kind.error_type());
-            tracing::warn!(route = flavor.name(), error = %e, "decision failed");
+            // A refused request (an empty state, a state over the context) is
+            // the caller's to fix: info, not a warning an operator must read.
+            if err.kind.status().is_server_error() {
+                tracing::warn!(route = flavor.name(), error = %e, "decision failed");
+            } else {
+                tracing::info!(route = flavor.name(), error = %e, "decision refused");
+            }
             Err(err)
         }
     }

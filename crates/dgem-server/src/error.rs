@@ -168,6 +168,31 @@ impl ApiError {
         }
     }
 
+    /// A 400 whose message opens with the field at fault in backticks
+    /// ("`samples` must be …"): that field becomes `param`.
+    pub fn invalid_field(message: impl Into<String>) -> Self {
+        let message = message.into();
+        let field = message
+            .strip_prefix('`')
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(f, _)| f.to_string())
+            .filter(|f| !f.is_empty() && !f.contains(' '));
+        let e = Self::new(ErrorKind::InvalidRequest, message);
+        match field {
+            Some(f) => e.with_param(f),
+            None => e,
+        }
+    }
+
+    /// A 500 for a misconfigured server (a missing templates folder), naming
+    /// what is wrong.
+    pub fn misconfigured(detail: impl std::fmt::Display) -> Self {
+        Self::new(
+            ErrorKind::Internal,
+            format!("server misconfiguration: {detail}"),
+        )
+    }
+
     /// The 404 of an unknown route.
     pub fn not_found() -> Self {
         Self::new(ErrorKind::NotFound, "unknown route")

@@ -27,6 +27,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod body;
 pub mod chat;
 pub mod config;
@@ -92,6 +93,9 @@ fn own_routes(state: AppState) -> Router {
                 &format!("{prefix}/v1/raw/chat/completions"),
                 post_only(post(health::raw_removed)),
             );
+    }
+    for path in ["/v1/models", "/invoke/v1/models"] {
+        r = r.route(path, get(chat::models).fallback(health::get_only_fallback));
     }
     r.route("/", get(health::health).fallback(health::get_only_fallback))
         .route(

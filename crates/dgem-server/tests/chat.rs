@@ -30,9 +30,13 @@ async fn answers_and_openai_shape() {
     assert_eq!(r.body["model"], "test-model");
     assert!(r.body["id"].as_str().unwrap().starts_with("chatcmpl-"));
     assert_eq!(r.body["choices"][0]["finish_reason"], "stop");
+    // Regression (issue 16): `prompt_tokens` was always 0; it is the prompt
+    // length of the longest read.
+    let prompt = r.body["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 0, "{}", r.body["usage"]);
     assert_eq!(
         r.body["usage"],
-        json!({"prompt_tokens": 0, "completion_tokens": 3, "total_tokens": 3})
+        json!({"prompt_tokens": prompt, "completion_tokens": 3, "total_tokens": prompt + 3})
     );
     let content = r.body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(

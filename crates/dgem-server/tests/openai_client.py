@@ -45,6 +45,48 @@ def main() -> int:
     assert math.isclose(answers["team"]["probabilities"]["billing"], 0.8, abs_tol=1e-6)
     assert "diagnostics" in envelope and envelope["diagnostics"]["timing"]["reads"] >= 1
 
+    # Issue 16: real prompt token counts, not 0.
+    assert resp.usage.prompt_tokens > 0, resp.usage
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + 3, resp.usage
+
+    # Issue 16: `stream=True` gave zero chunks. Now one chunk carries the whole
+    # envelope, one says stop, the usage chunk follows when asked, then [DONE].
+    chunks = list(client.chat.completions.create(
+        model="dgem-test",
+        messages=[
+            {"role": "system", "content": json.dumps(schema)},
+            {"role": "user", "content": json.dumps(state)},
+        ],
+        seed=42,
+        stream=True,
+        stream_options={"include_usage": True},
+    ))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    streamed = json.loads(text)
+    assert streamed["answers"]["team"]["choice"] == "billing", streamed["answers"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3, chunks[-1]
+
+    # Issue 16: /v1/models lists the served model.
+    models = client.models.list()
+    assert [m.id for m in models.data], models
+
+    # Issue 16: a field a decision cannot honour is a 400 naming it.
+    try:
+        client.chat.completions.create(
+            model="dgem-test",
+            messages=[
+                {"role": "system", "content": json.dumps(schema)},
+                {"role": "user", "content": json.dumps(state)},
+            ],
+            tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        )
+    except Exception as e:  # openai.BadRequestError
+        assert getattr(e, "status_code", None) == 400, e
+        assert "`tools`" in str(e), e
+    else:
+        raise AssertionError("expected a 400 for tools")
+
     # A validation error surfaces as the SDK's BadRequestError with our message.
     try:
         client.chat.completions.create(

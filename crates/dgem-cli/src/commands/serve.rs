@@ -106,7 +106,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         if studio {
             extra = extra
                 .merge(dgem_studio::router())
-                .merge(dgem_gateway::local_api(gated, templates, defaults));
+                .merge(dgem_server::api::local_routes(gated, templates, defaults));
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");

@@ -211,6 +211,20 @@ pub fn chat_rows() -> Vec<Row> {
         chat_extra("chat_seed_word", json!({"seed": "abc"})).is(400, &["`seed`", "abc"]),
         chat_extra("chat_seed_object", json!({"seed": {}})).is(400, &["`seed`"]),
         chat_extra("chat_seed_huge", json!({"seed": 1e20})).is(400, &["`seed`"]),
+        // Issue 16: OpenAI fields a decision cannot honour were ignored silently.
+        chat_extra("chat_tools", json!({"tools": [{"type": "function"}]}))
+            .is(400, &["`tools`", "choice"]),
+        chat_extra(
+            "chat_response_format",
+            json!({"response_format": {"type": "json_object"}}),
+        )
+        .is(400, &["`response_format`", "envelope"]),
+        chat_extra("chat_logprobs", json!({"logprobs": true})).is(400, &["`logprobs`"]),
+        chat_extra("chat_n_two", json!({"n": 2})).is(400, &["`n` must be 1"]),
+        chat_extra("chat_unknown_field", json!({"temprature": 0.5}))
+            .is(400, &["`temprature`", "model, messages, seed"]),
+        chat_extra("chat_stream_word", json!({"stream": "yes"}))
+            .is(400, &["`stream`", "true or false"]),
         raw(
             "chat_seed_out_of_range",
             CHAT,

@@ -1,19 +1,49 @@
-//! The `/api/*` contract over one in-process decider (`local_api`): catalog,
+//! The `/api/*` contract over one in-process decider (`dgem_server::api::local_routes`): catalog,
 //! decisions from templates and ad-hoc questions, health, backends, errors and
 //! path traversal.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use common::send;
 use dgem_core::schema::SchemaDefaults;
 use dgem_engine::templates::TemplateDir;
 use dgem_testkit::{scripts, ScriptedBackend};
 use serde_json::json;
+
+/// Send a request to `app`; returns status, `X-DGem-Backend-Used` and the JSON body.
+async fn send(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+) -> (StatusCode, Option<String>, serde_json::Value) {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let mut req = axum::http::Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            axum::body::Body::from(b.to_string())
+        }
+        None => axum::body::Body::empty(),
+    };
+    let resp = app.clone().oneshot(req.body(body).unwrap()).await.unwrap();
+    let status = resp.status();
+    let used = resp
+        .headers()
+        .get("x-dgem-backend-used")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, used, json)
+}
 
 fn templates() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../templates")
@@ -22,7 +52,7 @@ fn templates() -> PathBuf {
 fn app() -> axum::Router {
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    dgem_gateway::local_api(
+    dgem_server::api::local_routes(
         engine,
         TemplateDir::new(templates()),
         SchemaDefaults::default(),
@@ -180,9 +210,11 @@ async fn health_and_backends() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(h["status"], "ok");
     assert_eq!(h["default_backend"], "local");
+    // The one in-process backend has no circuit breaker, so its row has no
+    // `breaker` (the gateway's rows do).
     assert_eq!(
         h["backends"],
-        json!([{"name": "local", "kind": "local", "url": "in-process", "phase": "ready", "ready": true, "breaker": "closed"}])
+        json!([{"name": "local", "kind": "local", "url": "in-process", "phase": "ready", "ready": true}])
     );
     let (_, _, b) = send(&app, "GET", "/api/backends", &[], None).await;
     assert_eq!(b, json!({"default": "local", "available": ["local"]}));
@@ -197,7 +229,7 @@ async fn symlink_out_of_the_folder_is_refused() {
     std::os::unix::fs::symlink(&secret, dir.path().join("leak.json.tmpl")).unwrap();
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    let app = dgem_gateway::local_api(
+    let app = dgem_server::api::local_routes(
         engine,
         TemplateDir::new(dir.path()),
         SchemaDefaults::default(),
@@ -319,7 +351,8 @@ async fn missing_templates_folder_is_a_500_naming_the_folder() {
     let gone = dir.path().join("no-such-templates");
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    let app = dgem_gateway::local_api(engine, TemplateDir::new(&gone), SchemaDefaults::default());
+    let app =
+        dgem_server::api::local_routes(engine, TemplateDir::new(&gone), SchemaDefaults::default());
     let (status, msg) = error_of(&app, "/api/decide", &[], json!({})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(

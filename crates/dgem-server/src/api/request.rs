@@ -7,7 +7,7 @@ use dgem_engine::templates::{template_variables, TemplateDir};
 use dgem_engine::DecideRequest;
 use serde_json::{json, Map, Value};
 
-use crate::error::GatewayError;
+use crate::error::ApiError;
 
 /// Template used when neither the body nor the path names one.
 pub const DEFAULT_TEMPLATE: &str = "support_triage";
@@ -26,8 +26,8 @@ pub struct ApiDecide {
     pub backend: Option<String>,
 }
 
-fn bad(msg: String) -> GatewayError {
-    GatewayError::BadRequest(msg)
+fn bad(msg: String) -> ApiError {
+    ApiError::invalid_field(msg)
 }
 
 fn shown(v: &Value) -> String {
@@ -43,13 +43,13 @@ fn shown(v: &Value) -> String {
 /// part), validating the policy under the deployment's `defaults`.
 ///
 /// # Errors
-/// [`GatewayError::BadRequest`] naming the field at fault.
+/// [`ApiError::invalid_field`] naming the field at fault.
 pub fn parse(
     templates: &TemplateDir,
     path_template: Option<&str>,
     body: &Value,
     defaults: &SchemaDefaults,
-) -> Result<ApiDecide, GatewayError> {
+) -> Result<ApiDecide, ApiError> {
     let Value::Object(obj) = body else {
         return Err(bad(format!(
             "body must be a JSON object {{\"template\", \"variables\", …}}. Given: {}",
@@ -171,12 +171,12 @@ const LIST_HINT: &str = "GET /api/templates lists the names";
 /// The text of template `name`.
 ///
 /// # Errors
-/// [`GatewayError::Internal`] (500) when the templates folder itself is missing
+/// [`ApiError::misconfigured`] (500) when the templates folder itself is missing
 /// or unreadable (a server misconfiguration, naming the folder);
-/// [`GatewayError::BadRequest`] naming `template` when the name does not resolve.
-pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, GatewayError> {
+/// [`ApiError::invalid_field`] naming `template` when the name does not resolve.
+pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, ApiError> {
     if let Err(e) = std::fs::read_dir(templates.root()) {
-        return Err(GatewayError::Internal(format!(
+        return Err(ApiError::misconfigured(format!(
             "templates folder {} is not readable: {e}",
             templates.root().display()
         )));
@@ -188,7 +188,7 @@ pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, Gate
         ))
     })?;
     std::fs::read_to_string(&path).map_err(|e| {
-        GatewayError::Internal(format!(
+        ApiError::misconfigured(format!(
             "template file {} is not readable: {e}",
             path.display()
         ))
@@ -211,13 +211,13 @@ fn alias_targets(var: &str) -> &'static [&'static str] {
 /// e.g. a misspelled `tickt` that would otherwise run with an empty ticket.
 ///
 /// # Errors
-/// [`GatewayError::BadRequest`] naming the unknown variable(s) and listing the
+/// [`ApiError::invalid_field`] naming the unknown variable(s) and listing the
 /// template's variables.
 pub fn check_unknown_variables(
     name: &str,
     vars: &Map<String, Value>,
     declared: &[String],
-) -> Result<(), GatewayError> {
+) -> Result<(), ApiError> {
     let reads = |v: &str| declared.iter().any(|d| d == v);
     let unknown: Vec<&str> = vars
         .keys()
@@ -266,7 +266,7 @@ pub fn alias_variables(vars: &mut Map<String, Value>) {
 
 /// Ad-hoc questions: `{"state", "questions": [{"id", "type", "question", "options"?}] | {id: {…}}, "instructions"?}`
 /// (every form `dgem_core::adhoc` accepts).
-fn custom(obj: &Map<String, Value>) -> Result<(Value, Value), GatewayError> {
+fn custom(obj: &Map<String, Value>) -> Result<(Value, Value), ApiError> {
     let state = match obj.get("state") {
         None | Some(Value::Null) => return Err(bad(
             "`state` is required with `questions`: the text or JSON object the decision is about"

@@ -1,0 +1,231 @@
+//! The `/api/*` routes of `dgem serve --studio` and `dgem gateway` (the
+//! original's decision API): the templates catalog, decisions from a template
+//! or from ad-hoc questions, backend health and the backend list. They decide
+//! through the [`Backends`] seam, so the single-model server and the gateway
+//! serve the same code: one in-process decider ([`Local`]) or the gateway's
+//! router over many backends.
+
+mod backends;
+pub mod catalog;
+pub mod request;
+mod timing;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use dgem_core::schema::SchemaDefaults;
+use dgem_engine::templates::TemplateDir;
+use dgem_engine::Decider;
+use serde_json::{json, Value};
+
+pub use backends::{Backends, Local, Routed, LOCAL_BACKEND};
+pub use catalog::{catalog, CatalogEntry, CatalogQuestion, CORE_CATEGORY};
+pub use request::{ApiDecide, CUSTOM_LABEL, DEFAULT_TEMPLATE};
+pub use timing::{fill_timing, max_entropy};
+
+use crate::error::{ApiError, ErrorKind};
+
+/// Request header that picks a backend (overrides the body's `backend`).
+pub const BACKEND_HEADER: &str = "x-dgem-backend";
+/// Reply header naming the backend that answered.
+pub const BACKEND_USED_HEADER: &str = "x-dgem-backend-used";
+
+/// Shared state of the `/api` routes.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// What decides: [`Local`] or the gateway.
+    pub backends: Arc<dyn Backends>,
+    /// The policy templates folder.
+    pub templates: TemplateDir,
+    /// Schema defaults a policy is validated under (the deployment's for
+    /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
+    /// replicas receive every field explicitly).
+    pub defaults: SchemaDefaults,
+}
+
+/// The `/api/*` routes over one in-process decider (backend `local`), with
+/// policies validated under `defaults` (the deployment's schema defaults).
+pub fn local_routes(
+    decider: Arc<dyn Decider>,
+    templates: TemplateDir,
+    defaults: SchemaDefaults,
+) -> Router {
+    routes(ApiState {
+        backends: Arc::new(Local::new(decider)),
+        templates,
+        defaults,
+    })
+}
+
+/// The `/api/*` routes over `state`: `GET /api/templates`,
+/// `POST /api/decide[/{template}]`, `GET /api/health`, `GET /api/backends`.
+pub fn routes(state: ApiState) -> Router {
+    Router::new()
+        .route("/api/templates", get(templates).fallback(get_only))
+        .route("/api/decide", post(decide_default).fallback(post_only))
+        .route(
+            "/api/decide/{*template}",
+            post(decide_named).fallback(post_only),
+        )
+        .route("/api/health", get(health).fallback(get_only))
+        .route("/api/backends", get(backend_list).fallback(get_only))
+        .with_state(state)
+}
+
+/// A POST route asked with another method: 405 with `Allow: POST`.
+async fn post_only(method: axum::http::Method) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), "POST")
+}
+
+/// A GET route asked with another method: 405 with `Allow: GET, HEAD`.
+async fn get_only(method: axum::http::Method) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), "GET, HEAD")
+}
+
+/// The backend named by the `X-DGem-Backend` header, if any.
+pub fn header_backend(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(BACKEND_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// Attach `X-DGem-Backend-Used: name` to `resp`.
+pub fn with_backend_used(mut resp: Response, name: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(name) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(BACKEND_USED_HEADER), v);
+    }
+    resp
+}
+
+async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, ApiError> {
+    let dir = s.templates.clone();
+    let list = tokio::task::spawn_blocking(move || catalog(&dir))
+        .await
+        .map_err(|e| ApiError::new(ErrorKind::Internal, format!("catalog task failed: {e}")))?
+        .map_err(ApiError::misconfigured)?;
+    Ok(Json(json!({"count": list.len(), "templates": list})))
+}
+
+async fn decide_default(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+    decide(s, None, headers, body).await
+}
+
+async fn decide_named(
+    State(s): State<ApiState>,
+    Path(template): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    decide(s, Some(template), headers, body).await
+}
+
+#[tracing::instrument(skip_all, fields(template, backend))]
+async fn decide(
+    s: ApiState,
+    path_template: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match decide_inner(&s, path_template.as_deref(), &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => {
+            if e.kind.status().is_server_error() {
+                tracing::warn!(error = %e, "decide failed");
+            } else {
+                tracing::info!(error = %e, "decide refused");
+            }
+            e.into_response()
+        }
+    }
+}
+
+async fn decide_inner(
+    s: &ApiState,
+    path_template: Option<&str>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        dgem_core::json::parse_strict_slice(body).map_err(|e| match e.duplicate {
+            // As on every route: a repeated key is 422 naming it.
+            Some(_) => ApiError::new(ErrorKind::Validation, format!("body: {e}")),
+            None => ApiError::new(ErrorKind::InvalidRequest, format!("body must be JSON: {e}")),
+        })?
+    };
+    let templates = s.templates.clone();
+    let path = path_template.map(str::to_string);
+    let defaults = s.defaults;
+    let parsed = tokio::task::spawn_blocking(move || {
+        request::parse(&templates, path.as_deref(), &value, &defaults)
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorKind::Internal, format!("render task failed: {e}")))??;
+    tracing::Span::current().record("template", parsed.template.as_str());
+    let requested = header_backend(headers).or(parsed.backend.clone());
+    let request = parsed.request;
+    let routed = s.backends.decide_on(requested.as_deref(), request).await?;
+    tracing::Span::current().record("backend", routed.backend.as_str());
+    let mut envelope = routed.decision.envelope();
+    let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
+    let answers = envelope
+        .get("answers")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let diagnostics = envelope
+        .get("diagnostics")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let model = if routed.model.is_empty() {
+        diagnostics
+            .get("model")
+            .cloned()
+            .unwrap_or_else(|| json!(""))
+    } else {
+        json!(routed.model)
+    };
+    let body = json!({
+        "template": parsed.template,
+        "answers": answers,
+        "diagnostics": diagnostics,
+        "decision": {"answers": answers, "diagnostics": diagnostics},
+        "max_entropy": max_entropy(&envelope),
+        "wall_time_ms": routed.total_ms,
+        "gpu_forward_ms": forward_ms,
+        "cold_start_wait_ms": (routed.total_ms - routed.forward_ms).max(0.0),
+        "warmup_attempts": routed.attempts,
+        "model": model,
+        "backend_target": routed.backend,
+        "upstream_url": routed.upstream_url,
+    });
+    Ok(with_backend_used(
+        Json(body).into_response(),
+        &routed.backend,
+    ))
+}
+
+async fn health(State(s): State<ApiState>) -> Json<Value> {
+    let rows = s.backends.health().await;
+    Json(json!({
+        "status": "ok",
+        "default_backend": s.backends.default_backend(),
+        "backends": rows,
+    }))
+}
+
+async fn backend_list(State(s): State<ApiState>) -> Json<Value> {
+    Json(json!({
+        "default": s.backends.default_backend(),
+        "available": s.backends.available(),
+    }))
+}
