@@ -8,11 +8,19 @@
 //!   an OpenAI `chat.completion` whose content is the `{answers, diagnostics}` envelope.
 //! * `POST /v1/systemone` (and `/invoke/v1/systemone`): the Jev shape, JSON or multipart.
 //! * `POST /v1/raw/chat/completions`: 410 `route_removed`.
+//! * `GET /v1/models`: the served model, in OpenAI's list shape.
 //! * `GET /health`, `/invoke/health`, `/`: always 200; `GET /ready`: 200 after a
 //!   real warm-up decision; `GET /metrics`: Prometheus text.
+//! * [`api`]: the `/api/*` routes of the Decision Studio, shared with
+//!   `dgem gateway` through the [`api::Backends`] seam.
+//!
+//! Every listener (this server, `dgem gateway`) is built by
+//! [`surface::surface`]: one layer stack (auth, body limit, timeout,
+//! telemetry, panic catcher), `/metrics` and one error shape
+//! ([`ApiError`]) on every route.
 //!
 //! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine` ← `dgem-server`
-//! ← `dgem-cli`. The server sees only `Arc<dyn Backend>` through the engine; it
+//! ← `dgem-gateway`, `dgem-cli`. The server sees only `Arc<dyn Decider>`; it
 //! never knows which model runs.
 //!
 //! ```no_run

@@ -370,3 +370,46 @@ async fn backend_failure_is_502_server_error() {
     .await;
     assert_eq!(r.status, 200);
 }
+
+/// Issue 16: fields with no effect on a readout are named in a reply header
+/// (not dropped silently); `stream: true` answers server-sent events that
+/// carry the same envelope; `/v1/models` lists the served model.
+#[tokio::test]
+async fn ignored_fields_are_named_stream_and_models() {
+    let (app, _) = app();
+    let mut body = chat(&triage(), &json!({"ticket": "want_billing"}));
+    body["temperature"] = json!(0.2);
+    body["max_tokens"] = json!(16);
+    let r = call(&app, post("/v1/chat/completions", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.headers["x-dgem-ignored-fields"],
+        "temperature, max_tokens"
+    );
+
+    let mut body = chat(&triage(), &json!({"ticket": "want_billing"}));
+    body["stream"] = json!(true);
+    let r = call(&app, post("/v1/chat/completions", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let data: Vec<&str> = r
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.len(), 3, "{}", r.text);
+    assert_eq!(data[2], "[DONE]");
+    let first: Value = serde_json::from_str(data[0]).unwrap();
+    let content: Value =
+        serde_json::from_str(first["choices"][0]["delta"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["answers"]["team"]["choice"], "billing");
+
+    let r = call(&app, common::get("/v1/models")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["object"], "list");
+    assert_eq!(r.body["data"][0]["object"], "model");
+    assert!(r.body["data"][0]["id"].is_string());
+}
