@@ -255,6 +255,30 @@ async fn gateway_shares_the_servers_surface() {
         "{v}"
     );
 
+    // The server's chat aliases and the removed free-form route exist on the
+    // gateway too (found by a hostile run: all were 404 there).
+    let r = client
+        .post(format!("{base}/v1/raw/chat/completions"))
+        .header("authorization", "Bearer k-gateway")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410);
+    for alias in ["/predict", "/rawPredict", "/invoke/v1/chat/completions"] {
+        let r = client
+            .post(format!("{base}{alias}"))
+            .header("authorization", "Bearer k-gateway")
+            .json(&json!({"messages": []}))
+            .send()
+            .await
+            .unwrap();
+        // Routed (the one replica is down: a JSON 502), not an unknown route.
+        assert_ne!(r.status(), 404, "{alias}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].is_string(), "{alias}: {v}");
+    }
+
     // An unknown route is a JSON 404 in the same shape.
     let r = client.get(format!("{base}/nope")).send().await.unwrap();
     assert_eq!(r.status(), 404);

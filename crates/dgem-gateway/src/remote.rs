@@ -117,7 +117,7 @@ impl RemoteDgem {
         &self,
         path: &str,
         body: Bytes,
-    ) -> Result<(u16, Option<String>, Bytes), BackendError> {
+    ) -> Result<(u16, Option<String>, Bytes, Vec<(String, String)>), BackendError> {
         let url = format!("{}{path}", self.config.base);
         let mut req = self
             .client
@@ -138,6 +138,15 @@ impl RemoteDgem {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let passed: Vec<(String, String)> = crate::replica::PASSED_HEADERS
+            .iter()
+            .filter_map(|h| {
+                resp.headers()
+                    .get(*h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| ((*h).to_string(), v.to_string()))
+            })
+            .collect();
         // A reset while the body streams is a failure *during* the request: it
         // surfaces here as a retryable connection error, so it fails over.
         let bytes = resp
@@ -151,7 +160,7 @@ impl RemoteDgem {
                 crate::MAX_UPSTREAM_BODY
             )));
         }
-        Ok((status, ctype, bytes))
+        Ok((status, ctype, bytes, passed))
     }
 }
 
@@ -183,9 +192,15 @@ fn snippet(body: &[u8]) -> String {
 /// message to be JSON text, so any state (a string too) goes as its JSON text,
 /// except a list of content parts (images), which goes as it is.
 pub fn chat_body(model: &str, schema: &Value, state: &Value, seed: i64) -> Value {
+    // The state text is what the replica puts in the prompt as it is: encode
+    // it as the in-process engine renders a state (`prompt::state_text`:
+    // Python's separators), so a decision routed through the gateway reads
+    // the same tokens as one made in process. A string state goes as a JSON
+    // string literal, which the chat route reads back as that string.
     let state = match state {
         Value::Array(parts) if parts.iter().any(|p| p.get("type").is_some()) => state.clone(),
-        other => Value::String(other.to_string()),
+        Value::String(s) => Value::String(Value::String(s.clone()).to_string()),
+        other => Value::String(dgem_core::prompt::python_json(other)),
     };
     json!({
         "model": model,
@@ -260,7 +275,7 @@ impl Decider for RemoteDgem {
             &req.state,
             req.seed,
         );
-        let (status, _, bytes) = self
+        let (status, _, bytes, _) = self
             .post("/v1/chat/completions", Bytes::from(body.to_string()))
             .await?;
         if !(200..300).contains(&status) {
@@ -278,7 +293,7 @@ impl Decider for RemoteDgem {
 #[async_trait]
 impl Forward for RemoteDgem {
     async fn forward(&self, path: &str, body: Bytes) -> Result<Forwarded, BackendError> {
-        let (status, content_type, body) = self.post(path, body).await?;
+        let (status, content_type, body, headers) = self.post(path, body).await?;
         if status_fails_over(status) {
             return Err(BackendError::Upstream {
                 status,
@@ -289,6 +304,7 @@ impl Forward for RemoteDgem {
             status,
             content_type,
             body,
+            headers,
         })
     }
 }
@@ -399,7 +415,8 @@ mod tests {
         let schema = json!({"questions": []});
         let b = chat_body("m", &schema, &json!({"ticket": "x"}), 3);
         assert_eq!(b["messages"][0]["content"], "{\"questions\":[]}");
-        assert_eq!(b["messages"][1]["content"], "{\"ticket\":\"x\"}");
+        // Python separators, as the in-process engine renders the state.
+        assert_eq!(b["messages"][1]["content"], "{\"ticket\": \"x\"}");
         assert_eq!(b["seed"], 3);
         let b = chat_body("m", &schema, &json!("on fire"), 3);
         assert_eq!(b["messages"][1]["content"], "\"on fire\"");

@@ -76,7 +76,22 @@ pub struct Forwarded {
     pub content_type: Option<String>,
     /// Upstream body, verbatim.
     pub body: Bytes,
+    /// Reply headers passed back to the caller as they are
+    /// ([`PASSED_HEADERS`]): timing, the ignored-fields list, `Retry-After`.
+    pub headers: Vec<(String, String)>,
 }
+
+/// Upstream reply headers the pass-through routes hand back to the caller:
+/// `Server-Timing`, `X-Inference-Time-Ms`, `X-DGem-Ignored-Fields`,
+/// `Cache-Control` and `Retry-After` (the rest are hop-by-hop or the
+/// gateway's own).
+pub const PASSED_HEADERS: &[&str] = &[
+    "server-timing",
+    "x-inference-time-ms",
+    "x-dgem-ignored-fields",
+    "cache-control",
+    "retry-after",
+];
 
 /// The optional capability of a replica to take a raw `POST` of an
 /// OpenAI-shaped route (`/v1/chat/completions`, `/v1/systemone`) as it is.
@@ -154,6 +169,7 @@ impl Replica {
         match &self.forward {
             Some(f) => f.forward(path, body).await,
             None => Ok(Forwarded {
+                headers: Vec::new(),
                 status: 501,
                 content_type: Some("application/json".into()),
                 body: Bytes::from(
@@ -212,6 +228,7 @@ impl Forward for RouterForward {
             });
         }
         Ok(Forwarded {
+            headers: Vec::new(),
             status,
             content_type,
             body,

@@ -65,10 +65,33 @@ pub fn router(state: GatewayState) -> Router {
         templates: state.templates.clone(),
         defaults: dgem_core::schema::SchemaDefaults::default(),
     });
-    let passthrough = Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/systemone", post(systemone))
-        .route("/health", get(health))
+    // The chat route and its Vertex aliases, as `dgem serve` has them (each
+    // also under `/invoke`); every one forwards to the replica's
+    // `/v1/chat/completions`. The removed free-form route is 410 here too.
+    let mut passthrough = Router::new();
+    for prefix in ["", "/invoke"] {
+        for path in dgem_server::CHAT_PATHS {
+            passthrough = passthrough.route(
+                &format!("{prefix}{path}"),
+                post(chat).fallback(dgem_server::health::post_only_fallback),
+            );
+        }
+        passthrough = passthrough
+            .route(
+                &format!("{prefix}/v1/systemone"),
+                post(systemone).fallback(dgem_server::health::post_only_fallback),
+            )
+            .route(
+                &format!("{prefix}/v1/raw/chat/completions"),
+                post(dgem_server::health::raw_removed)
+                    .fallback(dgem_server::health::post_only_fallback),
+            );
+    }
+    let passthrough = passthrough
+        .route(
+            "/health",
+            get(health).fallback(dgem_server::health::get_only_fallback),
+        )
         .with_state(state);
     api.merge(passthrough).layer(cors())
 }
@@ -124,6 +147,14 @@ async fn forward(
     let f = routed.value;
     let status = StatusCode::from_u16(f.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let ctype = f.content_type.unwrap_or_else(|| "application/json".into());
-    let resp = (status, [(header::CONTENT_TYPE, ctype)], f.body).into_response();
+    let mut resp = (status, [(header::CONTENT_TYPE, ctype)], f.body).into_response();
+    for (name, value) in &f.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            axum::http::HeaderValue::from_str(value),
+        ) {
+            resp.headers_mut().insert(n, v);
+        }
+    }
     with_backend_used(resp, &routed.backend)
 }

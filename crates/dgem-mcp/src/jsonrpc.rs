@@ -118,6 +118,9 @@ fn method_is_known(method: &str) -> bool {
     ) || method.starts_with("notifications/")
 }
 
+/// One required field of `initialize`'s params: name, type test, what it must be.
+type FieldCheck = (&'static str, fn(&Value) -> bool, &'static str);
+
 /// `params` must be an object when present; `tools/call` needs a tool `name`
 /// and, when given, `arguments` as an object.
 fn check_params(method: &str, params: Option<&Value>) -> Result<(), String> {
@@ -127,6 +130,9 @@ fn check_params(method: &str, params: Option<&Value>) -> Result<(), String> {
                 return Err(
                     "invalid params: `tools/call` needs `params` with the tool `name`".into(),
                 );
+            }
+            if method == "initialize" {
+                return Err("invalid params: `initialize` needs `params` with `protocolVersion`, `capabilities` and `clientInfo`".into());
             }
             return Ok(());
         }
@@ -138,6 +144,31 @@ fn check_params(method: &str, params: Option<&Value>) -> Result<(), String> {
             ))
         }
     };
+    if method == "initialize" {
+        // rmcp reads a malformed initialize as an unknown method (-32601).
+        let checks: [FieldCheck; 3] = [
+            (
+                "protocolVersion",
+                Value::is_string,
+                "a version string such as \"2025-06-18\"",
+            ),
+            ("capabilities", Value::is_object, "an object"),
+            (
+                "clientInfo",
+                Value::is_object,
+                "an object with `name` and `version`",
+            ),
+        ];
+        for (k, ok, what) in checks {
+            if !obj.get(k).is_some_and(ok) {
+                let given = obj.get(k).map_or_else(|| "nothing".to_string(), short);
+                return Err(format!(
+                    "invalid params: `params.{k}` must be {what}. Given: {given}"
+                ));
+            }
+        }
+        return Ok(());
+    }
     if method != "tools/call" {
         return Ok(());
     }
@@ -274,6 +305,21 @@ mod tests {
         )
         .is_none());
         assert!(code(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).is_none());
+        // Found by the fuzz test: a null id was a bare 415 from rmcp.
+        let (c, m, _) =
+            code(r#"{"jsonrpc":"2.0","id":null,"method":"x/y","params":{}}"#).expect("null id");
+        assert_eq!(c, INVALID_REQUEST);
+        assert!(m.contains("`id`"), "{m}");
+        // Found by the hostile run: a bad initialize was -32601 "initialize".
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":{},"clientInfo":{}}}"#,
+        ] {
+            let (c, m, _) = code(bad).expect("initialize");
+            assert_eq!(c, INVALID_PARAMS, "{m}");
+            assert!(m.contains("params"), "{m}");
+        }
         assert!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#).is_none());
     }
 }

@@ -138,7 +138,30 @@ pub fn stream_of(req: &Value) -> Result<(bool, bool), ApiError> {
     };
     let usage = match req.get("stream_options") {
         None | Some(Value::Null) => false,
-        Some(Value::Object(o)) => o.get("include_usage").and_then(Value::as_bool).unwrap_or(false),
+        Some(Value::Object(_)) if !stream => {
+            return Err(invalid(
+                "`stream_options` is only allowed with `stream: true` (as OpenAI requires)",
+            )
+            .with_param("stream_options"))
+        }
+        Some(Value::Object(o)) => {
+            if let Some(k) = o.keys().find(|k| k.as_str() != "include_usage") {
+                return Err(invalid(format!(
+                    "`stream_options.{k}` is not supported; `stream_options` takes `include_usage` only"
+                ))
+                .with_param(format!("stream_options.{k}")));
+            }
+            match o.get("include_usage") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "`stream_options.include_usage` must be true or false. Given: {other}"
+                    ))
+                    .with_param("stream_options.include_usage"))
+                }
+            }
+        }
         Some(other) => {
             return Err(invalid(format!(
                 "`stream_options` must be an object such as {{\"include_usage\": true}}. Given: {other}"
@@ -219,7 +242,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         .get("messages")
         .and_then(Value::as_array)
         .filter(|m| m.len() == 2)
-        .ok_or_else(|| invalid(SHAPE_MESSAGE))?;
+        .ok_or_else(|| invalid(SHAPE_MESSAGE).with_param("messages"))?;
     let role = |m: &Value| {
         m.get("role")
             .and_then(Value::as_str)
@@ -228,13 +251,16 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
     };
     let (system, user) = (&messages[0], &messages[1]);
     if !matches!(role(system).as_str(), "system" | "developer") || role(user) != "user" {
-        return Err(invalid(SHAPE_MESSAGE));
+        return Err(invalid(SHAPE_MESSAGE).with_param("messages"));
     }
     let raw_schema: Value =
         dgem_core::json::parse_strict(&message_text(system)).map_err(|e| match e.duplicate {
             // A repeated key would make the last one win silently: refused.
-            Some(_) => ApiError::new(ErrorKind::Validation, format!("schema: {e}")),
-            None => invalid(format!("{PARSE_PREFIX}{}", e.message)),
+            Some(_) => ApiError::new(ErrorKind::Validation, format!("schema: {e}"))
+                .with_param("messages[0].content"),
+            None => {
+                invalid(format!("{PARSE_PREFIX}{}", e.message)).with_param("messages[0].content")
+            }
         })?;
     let schema = ValidSchema::from_value(&raw_schema, defaults)
         .map_err(|e| invalid(e.message).with_param(e.field))?;
@@ -252,11 +278,18 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
             }
             // Strict, as the schema is: a repeated key in the state would make
             // the model read one value while the caller meant the other.
-            dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {
-                Some(_) => ApiError::new(ErrorKind::Validation, format!("state: {e}")),
-                None => invalid(format!("{PARSE_PREFIX}{}", e.message)),
+            let parsed = dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {
+                Some(_) => ApiError::new(ErrorKind::Validation, format!("state: {e}"))
+                    .with_param("messages[1].content"),
+                None => invalid(format!("{PARSE_PREFIX}{}", e.message))
+                    .with_param("messages[1].content"),
             })?;
-            Value::String(text)
+            match parsed {
+                // A JSON string literal is that text, without its quotes (the
+                // gateway sends a string state this way).
+                Value::String(inner) => Value::String(inner),
+                _ => Value::String(text),
+            }
         }
     };
     let seed = seed_of(req.get("seed")).map_err(invalid)?;

@@ -454,7 +454,8 @@ pub fn gateway_rows() -> Vec<Row> {
         bare("gw_get_api_decide", M::GET, "/api/decide").not_allowed("POST"),
         raw("gw_post_health", "/health", "{}").not_allowed("GET, HEAD"),
         bare("gw_get_unknown", M::GET, "/nope").is(404, &["unknown route"]),
-        raw("gw_post_predict", "/predict", "{}").is(404, &["unknown route"]),
+        // The Vertex alias is routed to the replica like the chat route.
+        raw("gw_post_predict", "/predict", "{}").is(400, &["exactly two messages"]),
         raw("gw_auth_missing", "/api/decide", "{}")
             .no_key()
             .is(401, &["token"]),

@@ -170,6 +170,7 @@ impl Forward for Scripted {
     async fn forward(&self, path: &str, body: Bytes) -> Result<Forwarded, BackendError> {
         self.step().await?;
         Ok(Forwarded {
+            headers: Vec::new(),
             status: 200,
             content_type: Some("application/json".into()),
             body: Bytes::from(
