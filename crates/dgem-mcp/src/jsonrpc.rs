@@ -95,8 +95,10 @@ fn check(bytes: &[u8]) -> Result<(), (i64, String, Value)> {
     check_params(method, obj.get("params")).map_err(|m| (INVALID_PARAMS, m, id.clone()))?;
     // What rmcp cannot read as a client message would otherwise come back as
     // a bare 415 (a known method with params of the wrong shape).
-    if let Err(e) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value.clone()) {
-        return Err(if method_is_known(method) {
+    // The value is read once more, by rmcp's own type, and is not needed after.
+    let (method, known) = (method.to_string(), method_is_known(method));
+    if let Err(e) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(value) {
+        return Err(if known {
             (
                 INVALID_PARAMS,
                 format!("invalid params for `{method}`: {e}"),

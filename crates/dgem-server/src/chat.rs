@@ -112,10 +112,15 @@ pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
             || format!("this route reads [{}]", READ_FIELDS[..5].join(", ")),
             str::to_string,
         );
-        return Err(
-            invalid(format!("`{k}` is not supported on a decision route: {why}"))
-                .with_param(k.clone()),
-        );
+        // A field name can be any length: show at most 64 characters of it.
+        let mut shown: String = k.chars().take(64).collect();
+        if shown.len() < k.len() {
+            shown.push('…');
+        }
+        return Err(invalid(format!(
+            "`{shown}` is not supported on a decision route: {why}"
+        ))
+        .with_param(shown));
     }
     Ok(ignored)
 }
@@ -270,11 +275,8 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
             let text = message_text(user).trim().to_string();
             // An empty user message is an empty state: the one rule's message
             // (naming `state`), not a JSON syntax error.
-            if dgem_core::state::is_empty(&Value::String(text.clone())) {
-                let e = dgem_core::state::check_informative(&Value::String(text))
-                    .err()
-                    .map_or_else(|| "state: empty".to_string(), |e| e.message);
-                return Err(invalid(e).with_param("state"));
+            if let Err(e) = dgem_core::state::check_informative(&Value::String(text.clone())) {
+                return Err(invalid(e.message).with_param(e.field));
             }
             // Strict, as the schema is: a repeated key in the state would make
             // the model read one value while the caller meant the other.

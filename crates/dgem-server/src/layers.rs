@@ -119,25 +119,41 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         s if s < 500 => ErrorKind::InvalidRequest,
         _ => ErrorKind::Internal,
     };
+    let reason = status
+        .canonical_reason()
+        .unwrap_or("request failed")
+        .to_lowercase();
     let message = match kind {
         ErrorKind::PayloadTooLarge => "request body is over the size limit".to_string(),
-        // An extractor that could not read the body (a cut connection, a
-        // body-read timeout) answers a bare 400.
-        ErrorKind::InvalidRequest if status.as_u16() == 400 => {
-            "bad request: the request body could not be read in full".to_string()
-        }
         ErrorKind::NotFound => format!(
             "unknown route: {method} {}",
             path.chars().take(200).collect::<String>()
         ),
-        _ => status
-            .canonical_reason()
-            .unwrap_or("request failed")
-            .to_lowercase(),
+        // Keep what the layer that answered said (an extractor's "failed to
+        // buffer the request body: …", a library's "missing Host header"):
+        // it names the fault; a bare status reason does not.
+        ErrorKind::InvalidRequest => match plain_text(resp.into_body()).await {
+            Some(text) => format!("{reason}: {text}"),
+            None => reason,
+        },
+        _ => reason,
     };
     let mut fixed = ApiError::new(kind, message).into_response();
     *fixed.status_mut() = status;
     fixed
+}
+
+/// Most bytes of a plain-text error body kept in the JSON message.
+const MAX_PLAIN_ERROR_BYTES: usize = 512;
+
+/// The first [`MAX_PLAIN_ERROR_BYTES`] of a plain-text error body, trimmed;
+/// `None` when it is empty, longer, or not UTF-8.
+async fn plain_text(body: axum::body::Body) -> Option<String> {
+    let bytes = axum::body::to_bytes(body, MAX_PLAIN_ERROR_BYTES)
+        .await
+        .ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?.trim();
+    (!text.is_empty()).then(|| text.to_string())
 }
 
 /// The last resort: a handler panic becomes 500 JSON instead of a dropped connection.
