@@ -145,6 +145,11 @@ impl<'m> Engine<'m> {
                 }
             }
             for read in group {
+                if cancelled() {
+                    return Err(BackendError::Unavailable(
+                        "read cancelled: the caller went away".into(),
+                    ));
+                }
                 let (slots, reused) = self.read_one(read)?;
                 out.push(slots);
                 cached += reused;
