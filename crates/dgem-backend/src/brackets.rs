@@ -130,11 +130,11 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
         let fused = fuse(w.alternatives.len(), &ranges, &round1, &picked, &p_final);
         let qdiag = d.diagnostics.questions.get(&fq.id).cloned();
         absorb_timing(&mut base, &d);
-        let answer = AnswerOut {
-            question: (*w).clone(),
-            labels: w.alternatives.iter().map(|a| a.name.clone()).collect(),
-            aggregate: aggregate(&[fused]),
-        };
+        let answer = AnswerOut::new(
+            (*w).clone(),
+            w.alternatives.iter().map(|a| a.name.clone()).collect(),
+            aggregate(&[fused]),
+        );
         let info = BracketDiagnostics {
             options: w.alternatives.len(),
             brackets: ranges.iter().map(|r| r.len()).collect(),

@@ -231,11 +231,11 @@ impl Decision {
             aggregate.agreement = a.get("agreement").and_then(Value::as_f64);
             answers.insert(
                 q.id.clone(),
-                Some(AnswerOut {
-                    question: q.clone(),
-                    labels: q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+                Some(AnswerOut::new(
+                    q.clone(),
+                    q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
                     aggregate,
-                }),
+                )),
             );
         }
         let diagnostics = match envelope.get("diagnostics") {

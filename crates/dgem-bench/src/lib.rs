@@ -17,6 +17,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod calibrate;
 pub mod dataset;
 mod error;
 pub mod metrics;

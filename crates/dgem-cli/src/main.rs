@@ -35,7 +35,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Make one decision: render a policy with variables and read its answers.
-    Decide(commands::decide::DecideArgs),
+    Decide(Box<commands::decide::DecideArgs>),
     /// Fetch, list and verify embedded models.
     #[command(subcommand)]
     Model(commands::model::ModelCommand),
@@ -43,6 +43,8 @@ enum Command {
     Bench(commands::bench::BenchArgs),
     /// Calibration of the probabilities: ECE, Brier, NLL, AUROC, reliability SVG.
     BenchCalibration(commands::bench::CalibrationArgs),
+    /// Fit a temperature per question type on labelled rows (k-fold) and write a calibration file.
+    Calibrate(commands::calibrate::CalibrateArgs),
     /// Wide intent sets with bracket routing past 26 options.
     BenchIntents(commands::bench_suites::IntentsArgs),
     /// Listwise reranking: nDCG@10, p-MRR, tie rate, poisoned-passage quarantine.
@@ -84,12 +86,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let outcome = match cli.command {
-        Command::Decide(args) => commands::decide::run(args),
+        Command::Decide(args) => commands::decide::run(*args),
         Command::Model(cmd) => commands::model::run(cmd),
         Command::Bench(args) => return commands::bench::exit(commands::bench::run(args)),
         Command::BenchCalibration(args) => {
             return commands::bench::exit(commands::bench::run_calibration(args))
         }
+        Command::Calibrate(args) => commands::calibrate::run(args),
         Command::BenchIntents(args) => {
             return commands::bench::exit(commands::bench_suites::run_intents(args))
         }

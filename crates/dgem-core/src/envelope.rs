@@ -23,9 +23,63 @@ pub struct AnswerOut {
     pub labels: Vec<String>,
     /// The averaged (and, if enabled, calibrated) distribution.
     pub aggregate: Aggregate,
+    /// Post-hoc temperature applied to `aggregate` after the read, if any
+    /// (see [`crate::hesitation::temperature`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Set when a Stage-2 model answered this question (the cascade); the
+    /// Stage-1 probabilities stay in `aggregate.mean`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Resolution>,
+    /// Set when the answer is withheld: the reason, e.g. `"hesitation 0.93 ≥
+    /// 0.50"`. The distribution is kept; no default label replaces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abstained: Option<String>,
+}
+
+/// A Stage-2 answer written over a Stage-1 one (the cascade's write-back).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resolution {
+    /// The Stage-2 model that answered.
+    pub model: String,
+    /// Stage-2 confidence in (0, 1].
+    pub confidence: f64,
+    /// Stage-2's one-line reason.
+    pub explanation: String,
+    /// Index of the Stage-1 answer it replaced.
+    pub stage1_top: usize,
+    /// Stage-1 confidence of that answer, in [0, 1].
+    pub stage1_confidence: f64,
 }
 
 impl AnswerOut {
+    /// An answer read from `aggregate`, with no temperature, cascade or abstention.
+    pub fn new(question: Question, labels: Vec<String>, aggregate: Aggregate) -> Self {
+        Self {
+            question,
+            labels,
+            aggregate,
+            temperature: None,
+            resolved: None,
+            abstained: None,
+        }
+    }
+
+    /// Write a Stage-2 answer over this one: `top` (index into the
+    /// alternatives) becomes the answer and `confidence` its confidence; the
+    /// Stage-1 distribution, entropy and hesitation are kept as read.
+    pub fn resolve(&mut self, top: usize, confidence: f64, model: &str, explanation: &str) {
+        self.resolved = Some(Resolution {
+            model: model.to_string(),
+            confidence,
+            explanation: explanation.to_string(),
+            stage1_top: self.aggregate.top,
+            stage1_confidence: self.aggregate.confidence,
+        });
+        self.aggregate.top = top;
+        self.aggregate.confidence = confidence;
+    }
+
     /// Name of the chosen alternative (`yes`/`no`, option or level name).
     pub fn answer_name(&self) -> &str {
         self.question
@@ -60,7 +114,13 @@ impl AnswerOut {
         m.insert("probabilities".into(), Value::Object(probs));
         match q.kind {
             QuestionKind::Boolean => {
-                m.insert("noul".into(), json!(a.mean.first().copied().unwrap_or(0.0)));
+                // A Stage-2 answer states p(yes) through its confidence.
+                let noul = match &self.resolved {
+                    Some(r) if a.top == 0 => r.confidence,
+                    Some(r) => 1.0 - r.confidence,
+                    None => a.mean.first().copied().unwrap_or(0.0),
+                };
+                m.insert("noul".into(), json!(noul));
             }
             QuestionKind::Choice => {
                 m.insert("choice".into(), json!(self.answer_name()));
@@ -80,6 +140,17 @@ impl AnswerOut {
         }
         m.insert("entropy".into(), json!(a.entropy));
         m.insert("normalized_entropy".into(), json!(a.normalized_entropy));
+        if let Some(t) = self.temperature {
+            m.insert("temperature".into(), json!(t));
+        }
+        if let Some(r) = &self.resolved {
+            m.insert("resolved_by".into(), json!(r.model));
+            m.insert("explanation".into(), json!(r.explanation));
+        }
+        if let Some(reason) = &self.abstained {
+            m.insert("abstained".into(), json!(true));
+            m.insert("abstain_reason".into(), json!(reason));
+        }
         Value::Object(m)
     }
 }
@@ -326,10 +397,12 @@ mod tests {
             &SchemaDefaults::default(),
         )
         .expect("valid");
-        let mk = |i: usize, labels: &[&str], dist: Vec<Vec<f64>>| AnswerOut {
-            question: s.questions[i].clone(),
-            labels: labels.iter().map(|s| s.to_string()).collect(),
-            aggregate: aggregate(&dist),
+        let mk = |i: usize, labels: &[&str], dist: Vec<Vec<f64>>| {
+            AnswerOut::new(
+                s.questions[i].clone(),
+                labels.iter().map(|s| s.to_string()).collect(),
+                aggregate(&dist),
+            )
         };
         let u = mk(0, &["yes", "no"], vec![vec![0.25, 0.75]]).to_chat_json();
         let keys: Vec<&String> = u.as_object().expect("obj").keys().collect();
@@ -367,14 +440,16 @@ mod tests {
             &SchemaDefaults::default(),
         )
         .expect("valid");
-        let mk = |i: usize, dist: Vec<f64>| AnswerOut {
-            question: s.questions[i].clone(),
-            labels: s.questions[i]
-                .alternatives
-                .iter()
-                .map(|a| a.name.clone())
-                .collect(),
-            aggregate: aggregate(&[dist]),
+        let mk = |i: usize, dist: Vec<f64>| {
+            AnswerOut::new(
+                s.questions[i].clone(),
+                s.questions[i]
+                    .alternatives
+                    .iter()
+                    .map(|a| a.name.clone())
+                    .collect(),
+                aggregate(&[dist]),
+            )
         };
         // Most mass on level "4": the value reads 3.9, not the 0-based position 3.
         let p = mk(0, vec![0.0, 0.0, 0.1, 0.9, 0.0]).to_chat_json();

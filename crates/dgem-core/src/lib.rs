@@ -33,6 +33,7 @@ pub mod adhoc;
 pub mod brackets;
 pub mod envelope;
 pub mod error;
+pub mod hesitation;
 pub mod json;
 pub mod labels;
 pub mod payload;

@@ -268,11 +268,7 @@ impl Walk {
                     },
                 );
             }
-            let answer = AnswerOut {
-                question: q.clone(),
-                labels,
-                aggregate: aggregate(&dists),
-            };
+            let answer = AnswerOut::new(q.clone(), labels, aggregate(&dists));
             chosen.push(answer.aggregate.top);
             self.names
                 .insert(q.id.clone(), Some(answer.answer_name().to_owned()));

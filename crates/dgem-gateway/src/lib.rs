@@ -21,7 +21,8 @@
 //! ```no_run
 //! # fn demo(gateway: std::sync::Arc<dgem_gateway::Gateway>) {
 //! let templates = dgem_engine::templates::TemplateDir::new("templates");
-//! let app = dgem_gateway::router(dgem_gateway::GatewayState { gateway, templates });
+//! let after = std::sync::Arc::default(); // no cascade provider, no calibration file
+//! let app = dgem_gateway::router(dgem_gateway::GatewayState { gateway, templates, after });
 //! // `app` serves /api/*, /v1/chat/completions, /v1/systemone and /health.
 //! # let _ = app;
 //! # }

@@ -29,6 +29,8 @@ pub struct GatewayState {
     pub gateway: Arc<Gateway>,
     /// The policy templates folder.
     pub templates: TemplateDir,
+    /// Stage-2 provider and calibration file of `/api/decide`.
+    pub after: Arc<dgem_cascade::AfterSetup>,
 }
 
 /// CORS of reference.md §4.2: any origin; `GET, POST, PUT, DELETE, OPTIONS`;
@@ -64,6 +66,7 @@ pub fn router(state: GatewayState) -> Router {
         backends: state.gateway.clone(),
         templates: state.templates.clone(),
         defaults: dgem_core::schema::SchemaDefaults::default(),
+        after: state.after.clone(),
     });
     // The chat route and its Vertex aliases, as `dgem serve` has them (each
     // also under `/invoke`); every one forwards to the replica's

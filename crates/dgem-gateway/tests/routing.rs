@@ -115,6 +115,7 @@ async fn allow_list_and_header_override() {
     let app = dgem_gateway::router(GatewayState {
         gateway: Arc::new(g),
         templates: TemplateDir::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../templates")),
+        after: Arc::default(),
     });
     let body = json!({"variables": {"ticket": "x"}});
     let (s, used, r) = send(
@@ -459,6 +460,7 @@ async fn passthrough_routes_fail_over_and_keep_the_upstream_body() {
     let app = dgem_gateway::router(GatewayState {
         gateway: Arc::new(g),
         templates: TemplateDir::new("templates"),
+        after: Arc::default(),
     });
     for path in ["/v1/systemone", "/v1/chat/completions"] {
         let (s, used, r) = send(&app, "POST", path, &[], Some(json!({"state": "x"}))).await;
@@ -493,6 +495,7 @@ async fn cors_preflight_allows_any_origin() {
     let app = dgem_gateway::router(GatewayState {
         gateway: Arc::new(g),
         templates: TemplateDir::new("templates"),
+        after: Arc::default(),
     });
     let req = axum::http::Request::builder()
         .method("OPTIONS")

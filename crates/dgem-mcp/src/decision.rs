@@ -80,9 +80,16 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
                     .join(", ")
             })
             .unwrap_or_default();
+        let mut notes = String::new();
+        if let Some(m) = a.get("resolved_by").and_then(Value::as_str) {
+            let _ = write!(notes, "; answered by stage 2 ({m})");
+        }
+        if let Some(r) = a.get("abstain_reason").and_then(Value::as_str) {
+            let _ = write!(notes, "; ABSTAINED: {r}, do not act on this answer");
+        }
         let _ = writeln!(
             text,
-            "- {id}: {answer} (confidence {conf:.3}; probabilities: {probs}; hesitation {h:.3})"
+            "- {id}: {answer} (confidence {conf:.3}; probabilities: {probs}; hesitation {h:.3}{notes})"
         );
     }
     let _ = write!(
@@ -107,6 +114,11 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
 
 /// The answer name of one chat-shape answer object.
 fn answer_name(a: &Value) -> String {
+    // A boolean's answer is its p(yes); after a Stage-2 write-back the
+    // probabilities are still Stage 1's.
+    if let Some(noul) = a.get("noul").and_then(Value::as_f64) {
+        return if noul >= 0.5 { "yes" } else { "no" }.to_string();
+    }
     if let Some(c) = a.get("choice").and_then(Value::as_str) {
         return c.to_string();
     }

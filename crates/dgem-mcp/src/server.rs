@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dgem_backend::Health;
+use dgem_cascade::{AfterSetup, Hesitation};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{DecideRequest, Decider};
 use rmcp::model::{
@@ -37,6 +38,7 @@ pub struct DecisionServer {
     tools: Arc<Vec<Tool>>,
     backends: Arc<Vec<String>>,
     defaults: SchemaDefaults,
+    after: Arc<AfterSetup>,
 }
 
 impl DecisionServer {
@@ -49,7 +51,16 @@ impl DecisionServer {
             tools: Arc::new(tool_list_for(&backends)),
             backends: Arc::new(backends),
             defaults: SchemaDefaults::default(),
+            after: Arc::default(),
         }
+    }
+
+    /// Use the deployment's Stage-2 provider and calibration file for
+    /// `decide_policy`'s cascade and temperature.
+    #[must_use]
+    pub fn with_after(mut self, after: Arc<AfterSetup>) -> Self {
+        self.after = after;
+        self
     }
 
     /// Validate policies under `defaults` (the deployment's `DEFAULT_SAMPLES`,
@@ -99,8 +110,49 @@ impl DecisionServer {
         let (payload, schema) =
             self.templates
                 .render_schema(&args.template, &args.variables, &self.defaults)?;
-        self.decide(&args.template, schema, payload.state, args.seed)
-            .await
+        let hesitation = Hesitation::from_object(&args.after_keys(), &schema).map_err(|e| {
+            ToolError::Arguments {
+                tool: DECIDE_POLICY,
+                detail: e.message,
+            }
+        })?;
+        let started = Instant::now();
+        let mut decision = self
+            .engine
+            .decide(DecideRequest {
+                schema: schema.clone(),
+                state: payload.state.clone(),
+                seed: args.seed,
+            })
+            .await?;
+        let finished = self
+            .after
+            .finish(&mut decision, &schema, &payload.state, &[], &hesitation)
+            .await;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut r = report(&args.template, &decision, ms);
+        if let (Some(extra), Some(m)) = (finished.to_json(), r.structured.as_object_mut()) {
+            m.extend(extra);
+        }
+        if let Some(c) = &finished.cascade {
+            r.text.push_str(&format!(
+                "\nCascade ({}): escalated {} of {} answers{}{}",
+                c.mode.as_str(),
+                c.escalated_count,
+                c.total_slots,
+                if c.model.is_empty() {
+                    String::new()
+                } else {
+                    format!(" to {}", c.model)
+                },
+                if c.error.is_empty() {
+                    String::new()
+                } else {
+                    format!("; error: {}", c.error)
+                }
+            ));
+        }
+        Ok(result(r.structured, r.text))
     }
 
     async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {

@@ -79,6 +79,61 @@ pub struct DecidePolicyArgs {
     #[serde(default)]
     #[schemars(skip)]
     pub backend: String,
+    /// Post-hoc temperature: a number for every question (T > 1 flattens an
+    /// over-confident distribution, 0 = not set, range 0–20), or an object by
+    /// question type, e.g. {"choice": 1.4}. Wins over the policy's.
+    #[serde(default)]
+    pub temperature: Option<Value>,
+    /// Abstain when an answer's confidence is below this (0–1), or an object
+    /// by question id ("*" for the rest). An abstained answer keeps its
+    /// probabilities and is marked `abstained` with the reason.
+    #[serde(default)]
+    pub abstain_below: Option<Value>,
+    /// Abstain when an answer's hesitation (entropy / ln K, 0–1) is at or
+    /// above this, or an object by question id.
+    #[serde(default)]
+    pub abstain_above: Option<Value>,
+    /// Escalate hesitant answers to a Stage-2 model: "off" (default),
+    /// "entropy", or "on_miss" (answers differing from expected_answers).
+    #[serde(default)]
+    pub cascade_mode: Option<Value>,
+    /// Gate threshold: nats (default 0.35) or, with cascade_threshold_mode
+    /// "normalized", entropy / ln K (default 0.16).
+    #[serde(default)]
+    pub cascade_threshold: Option<Value>,
+    /// "nats" (default) or "normalized".
+    #[serde(default)]
+    pub cascade_threshold_mode: Option<Value>,
+    /// Stage-2 model name (default: the provider's).
+    #[serde(default)]
+    pub cascade_model: Option<Value>,
+    /// How much of Stage 1 the Stage-2 prompt shows: "soft" (default), "none", "full".
+    #[serde(default)]
+    pub stage2_prior: Option<Value>,
+    /// Expected answers for cascade_mode "on_miss", e.g. {"urgent": "yes"}.
+    #[serde(default)]
+    pub expected_answers: Option<Value>,
+}
+
+impl DecidePolicyArgs {
+    /// The post-read keys given, as a request object for
+    /// [`dgem_cascade::Hesitation::from_object`].
+    pub fn after_keys(&self) -> Map<String, Value> {
+        let keys = [
+            ("temperature", &self.temperature),
+            ("abstain_below", &self.abstain_below),
+            ("abstain_above", &self.abstain_above),
+            ("cascade_mode", &self.cascade_mode),
+            ("cascade_threshold", &self.cascade_threshold),
+            ("cascade_threshold_mode", &self.cascade_threshold_mode),
+            ("cascade_model", &self.cascade_model),
+            ("stage2_prior", &self.stage2_prior),
+            ("expected_answers", &self.expected_answers),
+        ];
+        keys.into_iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+            .collect()
+    }
 }
 
 /// Question type of an ad-hoc question: `noul` (yes/no), `choice` (one of

@@ -56,6 +56,7 @@ fn app() -> axum::Router {
         engine,
         TemplateDir::new(templates()),
         SchemaDefaults::default(),
+        Arc::default(),
     )
 }
 
@@ -233,6 +234,7 @@ async fn symlink_out_of_the_folder_is_refused() {
         engine,
         TemplateDir::new(dir.path()),
         SchemaDefaults::default(),
+        Arc::default(),
     );
     let (status, _, r) = send(&app, "POST", "/api/decide/leak", &[], Some(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -351,8 +353,12 @@ async fn missing_templates_folder_is_a_500_naming_the_folder() {
     let gone = dir.path().join("no-such-templates");
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let engine = Arc::new(dgem_testkit::engine(backend));
-    let app =
-        dgem_server::api::local_routes(engine, TemplateDir::new(&gone), SchemaDefaults::default());
+    let app = dgem_server::api::local_routes(
+        engine,
+        TemplateDir::new(&gone),
+        SchemaDefaults::default(),
+        Arc::default(),
+    );
     let (status, msg) = error_of(&app, "/api/decide", &[], json!({})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(
@@ -469,4 +475,82 @@ async fn decide_with_no_state_variable_is_refused_not_run_on_placeholder_text() 
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(r["error"]["param"], "variables", "{r}");
     assert_eq!(r["error"]["type"], "invalid_request_error", "{r}");
+}
+
+/// Issue 15: `/api/decide` takes the post-read keys. Temperature rescales
+/// every answer, an abstention rule withholds hesitant ones (keeping their
+/// probabilities), and a cascade asked for on a server with no Stage-2
+/// provider reports that in `cascade.error` instead of failing.
+#[tokio::test]
+async fn api_decide_applies_temperature_abstention_and_reports_the_cascade() {
+    let body = json!({
+        "variables": {"ticket": "I was charged twice, refund me"},
+        "temperature": 2.0,
+        "abstain_above": {"team": 0.0}
+    });
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let team = &r["answers"]["team"];
+    assert_eq!(team["temperature"], 2.0);
+    assert_eq!(team["abstained"], true);
+    assert!(team["abstain_reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("hesitation"));
+    let probs: f64 = team["probabilities"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((probs - 1.0).abs() < 1e-9, "the distribution is kept");
+    assert!(r["answers"]["urgent"].get("abstained").is_none());
+    assert!(r.get("cascade").is_none(), "no cascade asked for");
+    let body = json!({
+        "variables": {"ticket": "I was charged twice, refund me"},
+        "abstain_above": {"team": 0.99},
+        "cascade_mode": "entropy",
+        "cascade_threshold_mode": "normalized",
+        "cascade_threshold": 1e-9
+    });
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    // Escalated, unanswered (no provider) and covered by a rule: withheld.
+    assert_eq!(r["answers"]["team"]["abstain_reason"], "cascade failed");
+    assert!(r["answers"]["urgent"].get("abstained").is_none(), "no rule");
+    let cascade = &r["cascade"];
+    assert_eq!(cascade["mode"], "entropy");
+    assert_eq!(cascade["threshold_mode"], "normalized");
+    assert_eq!(cascade["triggered"], true);
+    assert!(cascade["error"].as_str().unwrap().contains("configured"));
+    assert_eq!(cascade["total_slots"], 3);
+}
+
+/// Bad post-read keys are 400s naming the key, never ignored.
+#[tokio::test]
+async fn api_decide_refuses_bad_post_read_keys() {
+    for (extra, field, needle) in [
+        (json!({"temperature": 30}), "temperature", "0 to 20"),
+        (
+            json!({"abstain_below": {"tema": 0.5}}),
+            "abstain_below",
+            "tema",
+        ),
+        (json!({"cascade_mode": "maybe"}), "cascade_mode", "maybe"),
+        (
+            json!({"cascade_mode": "on_miss", "expected_answers": {"nope": "yes"}}),
+            "expected_answers",
+            "nope",
+        ),
+    ] {
+        let mut body = json!({"variables": {"ticket": "hello there"}});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+        assert_eq!(r["error"]["param"], field, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{msg}");
+    }
 }

@@ -242,6 +242,13 @@ function buildRequest() {
   body.samples = samples;
   body.seed = seed;
   if (backend) body.backend = backend;
+  // Optional post-read keys; the server checks their ranges and names a bad one.
+  const number = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
+  const t = number("#temperature");
+  if (t !== null) body.temperature = t;
+  const above = number("#abstain-above");
+  if (above !== null) body.abstain_above = above;
+  if ($("#cascade-mode").value) body.cascade_mode = $("#cascade-mode").value;
   return { url, body, backend };
 }
 
@@ -333,6 +340,11 @@ function renderResult(body, text, backendUsed, samples, clientMs) {
     summaryItem("Wall time", ms(body.wall_time_ms ?? clientMs), "wall_time_ms"),
     summaryItem("Highest hesitation", maxQ ? `${pct(maxH)} (${maxQ})` : "—", "max_hesitation"),
   );
+  if (body.cascade) {
+    const c = body.cascade;
+    const what = c.triggered ? `escalated ${c.escalated_count} of ${c.total_slots}${c.model ? ` to ${c.model}` : ""}` : "nothing escalated";
+    summary.append(summaryItem("Cascade", c.error ? `${what}; error: ${c.error}` : what, "cascade"));
+  }
   summary.hidden = false;
   $("#raw-json").textContent = JSON.stringify(JSON.parse(text), null, 2);
   $("#raw").hidden = false;
@@ -366,10 +378,19 @@ function renderCard(qid, a, h, samples) {
   if (samples > 1 || typeof a.agreement === "number") {
     meta.append(el("span", { class: "agreement", text: `Agreement ${typeof a.agreement === "number" ? pct(a.agreement) : "—"}` }));
   }
-  return el("article", { class: "card", "aria-labelledby": headingId, dataset: { question: qid, hesitation: String(h), band: b.key } },
+  // Withheld answers keep their bars but say plainly not to act on them;
+  // Stage-2 answers say who gave them (the bars are still Stage 1's).
+  const notes = [];
+  if (a.abstained) {
+    notes.push(el("p", { class: "abstained", role: "note", text: `Abstained (${a.abstain_reason || "no reason given"}): "${chosen}" is only the most probable answer; do not act on it.` }));
+  }
+  if (typeof a.resolved_by === "string") {
+    notes.push(el("p", { class: "resolved", role: "note", text: `Answered by stage 2 (${a.resolved_by})${a.explanation ? `: ${a.explanation}` : ""}. The bars show stage 1.` }));
+  }
+  return el("article", { class: "card", "aria-labelledby": headingId, dataset: { question: qid, hesitation: String(h), band: b.key, abstained: a.abstained ? "true" : "false" } },
     el("h3", { id: headingId, text: qid }),
-    el("p", { class: "answer" }, "Answer: ", el("strong", { class: "chosen", text: chosen })),
-    meta, bars);
+    el("p", { class: "answer" }, "Answer: ", el("strong", { class: "chosen", text: a.abstained ? `${chosen} (abstained)` : chosen })),
+    ...notes, meta, bars);
 }
 
 // ---------- start ----------

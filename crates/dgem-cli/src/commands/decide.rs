@@ -11,6 +11,7 @@ use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
 use dgem_engine::{DecideRequest, Decision};
 use serde_json::{Map, Value};
 
+use crate::commands::after::{HesitationArgs, SetupArgs};
 use crate::commands::output;
 use crate::failure::{engine, internal, user, Failure};
 use crate::setup::{self, ModelArgs};
@@ -56,6 +57,10 @@ pub struct DecideArgs {
     /// Embedded engine only.
     #[arg(long)]
     pub plan: bool,
+    #[command(flatten)]
+    pub after: HesitationArgs,
+    #[command(flatten)]
+    pub setup: SetupArgs,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
@@ -184,25 +189,40 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
     }
+    let hesitation = args.after.request(&schema)?;
+    let after = args.setup.setup()?;
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
         None => Box::new(setup::engine(&args.model)?),
     };
     let rt = setup::runtime()?;
     let started = std::time::Instant::now();
-    let decision: Decision = rt
+    let mut decision: Decision = rt
         .block_on(engine_.decide(DecideRequest {
-            schema,
+            schema: schema.clone(),
             state: payload.state.clone(),
             seed: args.seed,
         }))
         .map_err(engine)?;
+    let finished =
+        rt.block_on(after.finish(&mut decision, &schema, &payload.state, &[], &hesitation));
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    // A calibration file asked for by name must fit this model and policy.
+    if let Some(c) = finished.calibration.as_ref().filter(|c| !c.applied) {
+        return Err(user(anyhow::anyhow!("`--calibration-file`: {}", c.reason)));
+    }
     if args.json {
-        let text = serde_json::to_string_pretty(&decision.envelope()).map_err(internal)?;
+        let mut envelope = decision.envelope();
+        if let (Some(extra), Some(m)) = (finished.to_json(), envelope.as_object_mut()) {
+            m.extend(extra);
+        }
+        let text = serde_json::to_string_pretty(&envelope).map_err(internal)?;
         println!("{text}");
     } else {
         print!("{}", output::table(&decision));
+        if let Some(c) = &finished.cascade {
+            print!("{}", output::cascade(c));
+        }
         if args.stats {
             print!("{}", output::stats(&decision, wall_ms));
         }

@@ -77,6 +77,8 @@ pub struct GatewayArgs {
     pub attempt_timeout: u64,
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub after: crate::commands::after::SetupArgs,
 }
 
 /// The `--config` file.
@@ -264,6 +266,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
 
 /// Build the gateway and serve it until Ctrl-C or SIGTERM.
 pub fn run(args: GatewayArgs) -> Result<(), Failure> {
+    let after = args.after.setup()?;
     let (config, templates, host, port) = build(args)?;
     let gateway = Arc::new(Gateway::new(config).map_err(user)?);
     let rt = setup::runtime()?;
@@ -288,8 +291,16 @@ pub fn run(args: GatewayArgs) -> Result<(), Failure> {
         guard.request_timeout = guard
             .request_timeout
             .max(route.wakeup_timeout + route.attempt_timeout);
-        let mcp = dgem_mcp::http_router(gateway.clone(), templates.clone());
-        let own = dgem_gateway::router(GatewayState { gateway: gateway.clone(), templates }).merge(mcp);
+        let mcp = dgem_mcp::http_router_for(
+            dgem_mcp::DecisionServer::new(gateway.clone(), templates.clone())
+                .with_after(after.clone()),
+        );
+        let own = dgem_gateway::router(GatewayState {
+            gateway: gateway.clone(),
+            templates,
+            after,
+        })
+        .merge(mcp);
         let app = dgem_server::surface::surface([own, dgem_studio::router()], &guard);
         tracing::info!(%addr, default = gateway.default_backend(), available = ?gateway.available(), "dgem gateway listening");
         eprintln!(

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+pub mod after;
 pub mod bench;
 pub mod bench_suites;
+pub mod calibrate;
 pub mod decide;
 pub mod gateway;
 pub mod mcp;

@@ -34,17 +34,94 @@ pub fn table(d: &Decision) -> String {
                 let agree = g
                     .agreement
                     .map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
+                // `?` marks a withheld answer, `*` one a Stage-2 model gave;
+                // the reasons follow the table.
+                let mark = if a.abstained.is_some() {
+                    "?"
+                } else if a.resolved.is_some() {
+                    "*"
+                } else {
+                    ""
+                };
+                let answer = format!("{}{mark}", a.answer_name());
                 let _ = writeln!(
                     out,
-                    "{id:<18} | {kind:<8} | {:<20} | {:>9.1}% | {hes:<22} | {agree:>9}",
-                    a.answer_name(),
+                    "{id:<18} | {kind:<8} | {answer:<20} | {:>9.1}% | {hes:<22} | {agree:>9}",
                     g.confidence * 100.0
                 );
             }
         }
     }
+    let mut notes = String::new();
+    for (id, a) in &d.answers {
+        let Some(a) = a else { continue };
+        if let Some(r) = &a.resolved {
+            let _ = writeln!(
+                notes,
+                "* {id}: answered by stage 2 ({}, confidence {:.0}%; stage 1 said `{}` at {:.1}%): {}",
+                r.model,
+                r.confidence * 100.0,
+                a.question
+                    .alternatives
+                    .get(r.stage1_top)
+                    .map_or("", |alt| alt.name.as_str()),
+                r.stage1_confidence * 100.0,
+                r.explanation
+            );
+        }
+        if let Some(reason) = &a.abstained {
+            let _ = writeln!(
+                notes,
+                "? {id}: abstained ({reason}); `{}` is only the most probable answer, not one to act on",
+                a.answer_name()
+            );
+        }
+    }
+    if !notes.is_empty() {
+        let _ = write!(out, "\n{notes}");
+    }
     if let Some(note) = &d.diagnostics.note {
         let _ = writeln!(out, "\nnote: {note}");
+    }
+    out
+}
+
+/// One paragraph on what the cascade did.
+pub fn cascade(c: &dgem_cascade::CascadeSummary) -> String {
+    let mut out = String::new();
+    let gate = format!(
+        "{} gate {} {:.2}",
+        c.mode.as_str(),
+        c.threshold_mode.as_str(),
+        c.threshold
+    );
+    if !c.triggered {
+        let _ = writeln!(
+            out,
+            "\ncascade: nothing escalated ({gate}; {} answers under it)",
+            c.total_slots
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\ncascade: escalated {} of {} answers to {} in {} ms ({gate})",
+        c.escalated_count,
+        c.total_slots,
+        if c.model.is_empty() {
+            "stage 2"
+        } else {
+            &c.model
+        },
+        c.latency_ms
+    );
+    if !c.error.is_empty() {
+        let _ = writeln!(out, "cascade error: {}; the stage-1 answers stand", c.error);
+    }
+    for s in c.slots.values().filter(|s| s.escalated) {
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "  {}: {e}", s.question_id);
+        }
     }
     out
 }

@@ -39,6 +39,8 @@ pub struct ServeArgs {
     #[arg(long, env = "DGEM_TEMPLATES", default_value = "templates")]
     pub templates: std::path::PathBuf,
     #[command(flatten)]
+    pub after: crate::commands::after::SetupArgs,
+    #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
     pub vllm: crate::vllm::VllmArgs,
@@ -84,6 +86,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let model_args = args.model.clone();
     let templates = dgem_engine::templates::TemplateDir::new(args.templates);
     let studio = args.studio;
+    let after = args.after.setup()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -100,13 +103,16 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         let state = AppState::new(engine, config);
         let gated = state.gated_decider();
         let defaults = state.config().schema_defaults;
-        let mcp =
-            dgem_mcp::DecisionServer::new(gated.clone(), templates.clone()).with_defaults(defaults);
+        let mcp = dgem_mcp::DecisionServer::new(gated.clone(), templates.clone())
+            .with_defaults(defaults)
+            .with_after(after.clone());
         let mut extra = dgem_mcp::http_router_for(mcp);
         if studio {
             extra = extra
                 .merge(dgem_studio::router())
-                .merge(dgem_server::api::local_routes(gated, templates, defaults));
+                .merge(dgem_server::api::local_routes(
+                    gated, templates, defaults, after,
+                ));
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");

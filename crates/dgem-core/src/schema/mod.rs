@@ -331,6 +331,10 @@ pub struct ValidSchema {
     pub format: AnswerFormat,
     /// The isolation rule as requested (before `auto` was resolved).
     pub isolate: Isolate,
+    /// Post-read settings (temperature, abstention). They change nothing the
+    /// model reads and are not sent upstream: the decision's caller applies
+    /// them (see [`crate::hesitation`]).
+    pub after: crate::hesitation::AfterRead,
 }
 
 impl ValidSchema {

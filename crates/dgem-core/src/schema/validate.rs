@@ -18,6 +18,7 @@ use super::{
 };
 use crate::brackets::MAX_BRACKET_OPTIONS;
 use crate::error::SchemaError;
+use crate::hesitation::AfterRead;
 use crate::stages::stage_levels;
 use text::{kind, py_list, py_repr, shown, text_of};
 
@@ -58,6 +59,8 @@ impl ValidSchema {
         stage_levels(&pairs)?;
         let samples = settings::samples(obj, defaults)?;
         let ask = settings::ask(obj, &questions)?;
+        let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
+        let after = AfterRead::from_object(obj, &ids, Some(raw_questions))?;
         let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
             AnswerFormat::Lines
         } else {
@@ -76,6 +79,7 @@ impl ValidSchema {
             format,
             questions,
             isolate,
+            after,
         })
     }
 }

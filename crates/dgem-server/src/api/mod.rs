@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use dgem_cascade::AfterSetup;
 use dgem_core::schema::SchemaDefaults;
 use dgem_engine::templates::TemplateDir;
 use dgem_engine::Decider;
@@ -34,6 +35,8 @@ use crate::error::{ApiError, ErrorKind};
 pub const BACKEND_HEADER: &str = "x-dgem-backend";
 /// Reply header naming the backend that answered.
 pub const BACKEND_USED_HEADER: &str = "x-dgem-backend-used";
+/// Reply header naming the Stage-2 model when the cascade wrote an answer.
+pub const CASCADE_USED_HEADER: &str = "x-dgem-cascade-used";
 
 /// Shared state of the `/api` routes.
 #[derive(Debug, Clone)]
@@ -46,6 +49,8 @@ pub struct ApiState {
     /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
     /// replicas receive every field explicitly).
     pub defaults: SchemaDefaults,
+    /// The deployment's Stage-2 provider and calibration file.
+    pub after: Arc<AfterSetup>,
 }
 
 /// The `/api/*` routes over one in-process decider (backend `local`), with
@@ -54,11 +59,13 @@ pub fn local_routes(
     decider: Arc<dyn Decider>,
     templates: TemplateDir,
     defaults: SchemaDefaults,
+    after: Arc<AfterSetup>,
 ) -> Router {
     routes(ApiState {
         backends: Arc::new(Local::new(decider)),
         templates,
         defaults,
+        after,
     })
 }
 
@@ -173,9 +180,23 @@ async fn decide_inner(
     .map_err(|e| ApiError::new(ErrorKind::Internal, format!("render task failed: {e}")))??;
     tracing::Span::current().record("template", parsed.template.as_str());
     let requested = header_backend(headers).or(parsed.backend.clone());
-    let request = parsed.request;
-    let routed = s.backends.decide_on(requested.as_deref(), request).await?;
+    let schema = parsed.request.schema.clone();
+    let state = parsed.request.state.clone();
+    let mut routed = s
+        .backends
+        .decide_on(requested.as_deref(), parsed.request)
+        .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
+    let finished = s
+        .after
+        .finish(
+            &mut routed.decision,
+            &schema,
+            &state,
+            &[],
+            &parsed.hesitation,
+        )
+        .await;
     let mut envelope = routed.decision.envelope();
     let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
     let answers = envelope
@@ -194,7 +215,7 @@ async fn decide_inner(
     } else {
         json!(routed.model)
     };
-    let body = json!({
+    let mut body = json!({
         "template": parsed.template,
         "answers": answers,
         "diagnostics": diagnostics,
@@ -208,10 +229,16 @@ async fn decide_inner(
         "backend_target": routed.backend,
         "upstream_url": routed.upstream_url,
     });
-    Ok(with_backend_used(
-        Json(body).into_response(),
-        &routed.backend,
-    ))
+    let cascade_used = finished.cascade_model();
+    if let (Some(extra), Some(m)) = (finished.to_json(), body.as_object_mut()) {
+        m.extend(extra);
+    }
+    let mut resp = with_backend_used(Json(body).into_response(), &routed.backend);
+    if let Some(model) = cascade_used.and_then(|m| HeaderValue::from_str(&m).ok()) {
+        resp.headers_mut()
+            .insert(HeaderName::from_static(CASCADE_USED_HEADER), model);
+    }
+    Ok(resp)
 }
 
 async fn health(State(s): State<ApiState>) -> Json<Value> {

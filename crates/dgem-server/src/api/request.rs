@@ -2,6 +2,7 @@
 //! either a policy template with variables, or ad-hoc questions with a state.
 //! Every error names the field, the allowed values and the value received.
 
+use dgem_cascade::Hesitation;
 use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
 use dgem_engine::templates::{template_variables, TemplateDir};
 use dgem_engine::DecideRequest;
@@ -24,6 +25,8 @@ pub struct ApiDecide {
     pub request: DecideRequest,
     /// Backend named in the body, if any.
     pub backend: Option<String>,
+    /// What to do after the read: cascade, temperature, abstention.
+    pub hesitation: Hesitation,
 }
 
 fn bad(msg: String) -> ApiError {
@@ -154,6 +157,8 @@ pub fn parse(
     }
     let schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
+    let hesitation = Hesitation::from_object(obj, &schema)
+        .map_err(|e| bad(e.message.clone()).with_param(e.field.as_str()))?;
     Ok(ApiDecide {
         template,
         request: DecideRequest {
@@ -162,6 +167,7 @@ pub fn parse(
             seed,
         },
         backend,
+        hesitation,
     })
 }
 

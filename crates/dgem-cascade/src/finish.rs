@@ -1,0 +1,244 @@
+//! The post-read pipeline every surface runs after Stage 1, in the original
+//! client's order: the cascade (on the raw, unscaled answers), then post-hoc
+//! temperature and abstention ([`dgem_core::hesitation`]).
+//!
+//! `decide`, `/api/decide` (serve and gateway), MCP `decide_policy` and the
+//! Studio all parse their request keys with [`Hesitation::from_object`] and call
+//! [`finish`], so one request means the same on every surface.
+
+use dgem_backend::Decision;
+use std::sync::Arc;
+
+use dgem_core::hesitation::calibration::{policy_hash, CalibrationFile};
+use dgem_core::hesitation::{self, AfterRead, Temperature};
+use dgem_core::schema::ValidSchema;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use async_trait::async_trait;
+use dgem_core::SchemaError;
+
+use crate::error::Stage2Error;
+use crate::options::CascadeOptions;
+use crate::provider::{Stage2, Stage2Reply, Stage2Request};
+use crate::summary::CascadeSummary;
+
+/// Reason given to an escalated answer whose Stage-2 call gave nothing, when
+/// an abstention rule covers it.
+pub const CASCADE_FAILED: &str = "cascade failed";
+
+/// What a request asks for after the read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hesitation {
+    /// The cascade, when `cascade_mode` asks for one.
+    pub cascade: Option<CascadeOptions>,
+    /// The request's temperature and abstention rules (over the policy's).
+    pub after: AfterRead,
+}
+
+impl Hesitation {
+    /// Read the keys `cascade_mode`, `cascade_threshold`,
+    /// `cascade_threshold_mode`, `cascade_model`, `stage2_prior`,
+    /// `expected_answers`, `temperature`, `abstain_below` and `abstain_above`
+    /// from a request object, checked against the policy `schema`.
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming the key, its allowed values and the value
+    /// received (a caller error: HTTP 400, exit code 1).
+    pub fn from_object(
+        obj: &Map<String, Value>,
+        schema: &ValidSchema,
+    ) -> Result<Self, SchemaError> {
+        let invalid = |e: crate::error::CascadeError| {
+            let crate::error::CascadeError::Invalid { field, .. } = &e;
+            SchemaError::new(field.clone(), e.to_string())
+        };
+        let cascade = CascadeOptions::from_object(obj).map_err(invalid)?;
+        if let Some(c) = &cascade {
+            c.check(schema).map_err(invalid)?;
+        }
+        let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
+        let after = AfterRead::from_object(obj, &ids, None)?;
+        Ok(Self { cascade, after })
+    }
+
+    /// Whether the request asks for nothing after the read.
+    pub fn is_empty(&self) -> bool {
+        self.cascade.is_none() && self.after.is_identity()
+    }
+}
+
+/// What [`finish`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Finished {
+    /// The cascade's summary, when one was asked for.
+    pub cascade: Option<CascadeSummary>,
+    /// Answers withheld by abstention.
+    pub abstained: usize,
+    /// What became of the deployment's calibration file, when it has one.
+    pub calibration: Option<CalibrationUse>,
+}
+
+/// Whether a calibration file's temperatures were used for a decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CalibrationUse {
+    /// Whether they were.
+    pub applied: bool,
+    /// Why not (the model or the policy differs from the fitted ones); empty when applied.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+impl Finished {
+    /// The Stage-2 model that wrote at least one answer, if any.
+    pub fn cascade_model(&self) -> Option<String> {
+        let c = self.cascade.as_ref()?;
+        (!c.resolved_slots().is_empty()).then(|| c.model.clone())
+    }
+
+    /// The keys a decision reply adds: `cascade` (the summary) and
+    /// `calibration` (`{applied, reason?}`), each only when there is one.
+    pub fn to_json(&self) -> Option<Map<String, Value>> {
+        let mut m = Map::new();
+        if let Some(c) = &self.cascade {
+            m.insert("cascade".into(), c.to_value());
+        }
+        if let Some(c) = &self.calibration {
+            m.insert(
+                "calibration".into(),
+                serde_json::to_value(c).unwrap_or(Value::Null),
+            );
+        }
+        (!m.is_empty()).then_some(m)
+    }
+}
+
+/// A deployment's post-read setup: its Stage-2 provider and calibration file.
+#[derive(Debug, Default, Clone)]
+pub struct AfterSetup {
+    /// Where escalated answers go; `None` makes a requested cascade report
+    /// that no provider is configured.
+    pub stage2: Option<Arc<dyn Stage2>>,
+    /// Temperatures fitted by `dgem calibrate`, used for the model and
+    /// policies they were fitted on.
+    pub calibration: Option<CalibrationFile>,
+}
+
+impl AfterSetup {
+    /// [`finish`] with this deployment's provider and, when the decision's
+    /// model and policy match the calibration file, its temperatures.
+    pub async fn finish(
+        &self,
+        decision: &mut Decision,
+        schema: &ValidSchema,
+        state: &Value,
+        images: &[String],
+        request: &Hesitation,
+    ) -> Finished {
+        let (calibrated, usage) = match &self.calibration {
+            None => (None, None),
+            Some(file) => {
+                let sha = decision.diagnostics.model_sha256.as_deref();
+                match file.temperature_for(sha, &policy_hash(schema)) {
+                    Ok(t) => (
+                        Some(t),
+                        Some(CalibrationUse {
+                            applied: true,
+                            reason: String::new(),
+                        }),
+                    ),
+                    Err(e) => (
+                        None,
+                        Some(CalibrationUse {
+                            applied: false,
+                            reason: e.to_string(),
+                        }),
+                    ),
+                }
+            }
+        };
+        let mut done = finish(
+            decision,
+            schema,
+            state,
+            images,
+            request,
+            calibrated,
+            self.stage2.as_deref(),
+        )
+        .await;
+        done.calibration = usage;
+        done
+    }
+}
+
+/// Run the post-read pipeline on `decision` (made from `schema` and `state`,
+/// with `images` as data: or http(s) URIs): the cascade when `request` asks
+/// for it, then temperature — the request's, else the policy's, else
+/// `calibrated` (a `dgem calibrate` file's) — and abstention. An escalated
+/// answer Stage 2 did not answer is withheld with [`CASCADE_FAILED`] when an
+/// abstention rule covers it. Never fails: cascade errors are in the summary.
+pub async fn finish(
+    decision: &mut Decision,
+    schema: &ValidSchema,
+    state: &Value,
+    images: &[String],
+    request: &Hesitation,
+    calibrated: Option<Temperature>,
+    stage2: Option<&dyn Stage2>,
+) -> Finished {
+    let policy = AfterRead {
+        temperature: schema
+            .after
+            .temperature
+            .over(calibrated.unwrap_or_default()),
+        abstain: schema.after.abstain.clone(),
+    };
+    let after = request.after.over(&policy);
+    let cascade = match &request.cascade {
+        None => None,
+        Some(opts) => {
+            let provider = stage2.unwrap_or(&Unconfigured);
+            Some(crate::run::cascade(decision, schema, state, images, opts, provider).await)
+        }
+    };
+    if let Some(summary) = &cascade {
+        for id in summary.failed_slots() {
+            if after.abstain.rule_for(&id).is_empty() {
+                continue;
+            }
+            if let Some(Some(a)) = decision.answers.get_mut(&id) {
+                a.abstained = Some(CASCADE_FAILED.to_string());
+            }
+        }
+    }
+    let abstained = hesitation::apply(&mut decision.answers, &after, state);
+    Finished {
+        cascade,
+        abstained,
+        calibration: None,
+    }
+}
+
+/// The provider of a deployment that configured none: every call fails with
+/// a configuration error, so the summary still shows what would have escalated.
+#[derive(Debug)]
+struct Unconfigured;
+
+#[async_trait]
+impl Stage2 for Unconfigured {
+    fn name(&self) -> &str {
+        "none"
+    }
+
+    async fn resolve(&self, _req: &Stage2Request) -> Result<Stage2Reply, Stage2Error> {
+        Err(Stage2Error::Config {
+            provider: "none".into(),
+            field: "cascade provider".into(),
+            allowed:
+                "configured (`--cascade-provider openai:URL` or `vertex`, or DGEM_CASCADE_PROVIDER)"
+                    .into(),
+            got: "nothing".into(),
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! Command-line flags for what happens after the read: the cascade, post-hoc
+//! temperature and abstention (`decide`), and the deployment's Stage-2
+//! provider and calibration file (`decide`, `serve`, `gateway`).
+//!
+//! The request flags are turned into the same JSON keys `/api/decide` and MCP
+//! take (`cascade_mode`, `temperature`, `abstain_above`, …) and read by
+//! [`dgem_cascade::Hesitation::from_object`], so every surface checks them the
+//! same way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use dgem_cascade::{AfterSetup, Hesitation};
+use dgem_core::hesitation::calibration::CalibrationFile;
+use dgem_core::schema::ValidSchema;
+use serde_json::{json, Map, Value};
+
+use crate::failure::{user, Failure};
+
+/// Where escalated answers go and which temperatures a deployment applies.
+#[derive(Debug, Clone, Args)]
+pub struct SetupArgs {
+    /// Stage-2 provider for the cascade: `openai:BASE_URL` (any
+    /// OpenAI-compatible `/chat/completions` server with structured output:
+    /// vLLM, llama.cpp server, ollama, OpenAI; key from DGEM_CASCADE_API_KEY or
+    /// OPENAI_API_KEY) or `vertex` (Gemini on Vertex AI; project from
+    /// GCP_PROJECT, token from GOOGLE_OAUTH_ACCESS_TOKEN).
+    #[arg(long, env = "DGEM_CASCADE_PROVIDER", value_name = "SPEC")]
+    pub cascade_provider: Option<String>,
+    /// Temperatures fitted by `dgem calibrate`; used only for the model and
+    /// policies they were fitted on.
+    #[arg(long, env = "DGEM_CALIBRATION_FILE", value_name = "FILE")]
+    pub calibration_file: Option<PathBuf>,
+}
+
+impl SetupArgs {
+    /// Build the provider and load the calibration file.
+    ///
+    /// # Errors
+    /// Exit code 1 naming the flag when the spec or the file is unusable.
+    pub fn setup(&self) -> Result<Arc<AfterSetup>, Failure> {
+        let stage2 = match self.cascade_provider.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(spec) => Some(
+                dgem_cascade::provider_from_spec(spec)
+                    .map_err(|e| user(anyhow::anyhow!("`--cascade-provider`: {e}")))?,
+            ),
+        };
+        let calibration = match &self.calibration_file {
+            None => None,
+            Some(p) => Some(
+                CalibrationFile::load(p)
+                    .map_err(|e| user(anyhow::anyhow!("`--calibration-file`: {e}")))?,
+            ),
+        };
+        Ok(Arc::new(AfterSetup {
+            stage2,
+            calibration,
+        }))
+    }
+}
+
+/// What one decision asks for after the read.
+#[derive(Debug, Clone, Args)]
+pub struct HesitationArgs {
+    /// Post-hoc temperature: a number for every question (T > 1 flattens,
+    /// T < 1 sharpens, 0 = not set), or JSON by type, e.g.
+    /// `{"choice": 1.4, "boolean": 2}`. Range 0–20. Wins over the policy's.
+    #[arg(long, value_name = "T|JSON")]
+    pub temperature: Option<String>,
+    /// Abstain when an answer's confidence is below this (0–1), or JSON by
+    /// question id, e.g. `{"team": 0.6, "*": 0.4}`.
+    #[arg(long, value_name = "P|JSON")]
+    pub abstain_below: Option<String>,
+    /// Abstain when an answer's hesitation (H / ln K) is at or above this
+    /// (0–1), or JSON by question id.
+    #[arg(long, value_name = "H|JSON")]
+    pub abstain_above: Option<String>,
+    /// Escalate hesitant answers to Stage 2: `entropy` (gate on entropy) or
+    /// `on_miss` (answers that differ from `--expect`, else the entropy gate).
+    #[arg(long, value_name = "MODE")]
+    pub cascade: Option<String>,
+    /// Escalate at or above this gate value (default 0.35 nats, or 0.16
+    /// normalized).
+    #[arg(long, value_name = "X")]
+    pub cascade_threshold: Option<f64>,
+    /// What the threshold is compared with: `nats` or `normalized` (H / ln K).
+    #[arg(long, value_name = "MODE")]
+    pub cascade_threshold_mode: Option<String>,
+    /// Stage-2 model name (default: the provider's).
+    #[arg(long, value_name = "NAME")]
+    pub cascade_model: Option<String>,
+    /// How much of Stage 1 the Stage-2 prompt shows: `soft`, `none` or `full`.
+    #[arg(long, value_name = "MODE")]
+    pub stage2_prior: Option<String>,
+    /// Expected answer for `--cascade on_miss`, `QUESTION=VALUE` (repeatable).
+    #[arg(long = "expect", value_name = "QUESTION=VALUE")]
+    pub expect: Vec<String>,
+}
+
+/// `s` as JSON when it parses (a number, an object), else as a JSON string.
+fn json_or_string(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|_| json!(s))
+}
+
+impl HesitationArgs {
+    /// The flags as the request keys of `/api/decide`.
+    ///
+    /// # Errors
+    /// Exit code 1 when an `--expect` value is not `QUESTION=VALUE`.
+    pub fn to_object(&self) -> Result<Map<String, Value>, Failure> {
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                m.insert(k.to_string(), v);
+            }
+        };
+        put(
+            "temperature",
+            self.temperature.as_deref().map(json_or_string),
+        );
+        put(
+            "abstain_below",
+            self.abstain_below.as_deref().map(json_or_string),
+        );
+        put(
+            "abstain_above",
+            self.abstain_above.as_deref().map(json_or_string),
+        );
+        put("cascade_mode", self.cascade.as_deref().map(|s| json!(s)));
+        put(
+            "cascade_threshold",
+            self.cascade_threshold.map(|x| json!(x)),
+        );
+        put(
+            "cascade_threshold_mode",
+            self.cascade_threshold_mode.as_deref().map(|s| json!(s)),
+        );
+        put(
+            "cascade_model",
+            self.cascade_model.as_deref().map(|s| json!(s)),
+        );
+        put(
+            "stage2_prior",
+            self.stage2_prior.as_deref().map(|s| json!(s)),
+        );
+        if !self.expect.is_empty() {
+            let mut expected = Map::new();
+            for e in &self.expect {
+                let (k, v) = e.split_once('=').ok_or_else(|| {
+                    user(anyhow::anyhow!(
+                        "`--expect` must be QUESTION=VALUE, e.g. `--expect urgent=yes`. Given: `{e}`"
+                    ))
+                })?;
+                expected.insert(k.trim().to_string(), json!(v.trim()));
+            }
+            m.insert("expected_answers".into(), Value::Object(expected));
+        }
+        Ok(m)
+    }
+
+    /// The request settings, checked against `schema`.
+    ///
+    /// # Errors
+    /// Exit code 1 naming the flag, its allowed values and the value given.
+    pub fn request(&self, schema: &ValidSchema) -> Result<Hesitation, Failure> {
+        let obj = self.to_object()?;
+        Hesitation::from_object(&obj, schema).map_err(|e| {
+            let flag = match e.field.split('.').next().unwrap_or_default() {
+                "cascade_mode" => "--cascade".to_string(),
+                "expected_answers" => "--expect".to_string(),
+                other => format!("--{}", other.replace('_', "-")),
+            };
+            user(anyhow::anyhow!("`{flag}`: {}", e.message))
+        })
+    }
+}

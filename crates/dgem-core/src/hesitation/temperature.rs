@@ -1,0 +1,228 @@
+//! Post-hoc temperature scaling of an answer's distribution.
+//!
+//! Temperature scaling (Guo et al. 2017, "On Calibration of Modern Neural
+//! Networks") divides the logits by one scalar `T` fitted on held-out data; here
+//! the logits are the log-probabilities of the restricted softmax, so
+//! `p_k ← exp(ln max(p_k, 1e-12) / T)`, renormalized. `T > 1` flattens a
+//! distribution (an over-confident model), `T < 1` sharpens it, `T = 1` is a
+//! no-op. The argmax never changes. The value is a number for every question or
+//! an object by question type, as the original client's `temperature` reads it:
+//! keys `noul|bool|boolean|yes_no|yesno`, `choice`, `score|scale|rating`
+//! (case-insensitive), each in [0, 20], where 0 means "not set".
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::envelope::AnswerOut;
+use crate::error::SchemaError;
+use crate::readout::{entropy, normalized_entropy, PROB_FLOOR};
+use crate::schema::QuestionKind;
+
+/// Largest accepted temperature (the original client's bound).
+pub const MAX_TEMPERATURE: f64 = 20.0;
+
+/// A temperature per question type; `None` = not set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Temperature {
+    /// For `boolean` questions.
+    pub boolean: Option<f64>,
+    /// For `choice` questions.
+    pub choice: Option<f64>,
+    /// For `score` questions.
+    pub score: Option<f64>,
+}
+
+/// The question type a temperature key names, or `None` when unknown.
+fn kind_of_key(key: &str) -> Option<QuestionKind> {
+    match key.to_ascii_lowercase().as_str() {
+        "noul" | "bool" | "boolean" | "yes_no" | "yesno" => Some(QuestionKind::Boolean),
+        "choice" => Some(QuestionKind::Choice),
+        "score" | "scale" | "rating" => Some(QuestionKind::Score),
+        _ => None,
+    }
+}
+
+/// The keys a temperature object accepts, for error messages.
+pub const TEMPERATURE_KEYS: &str = "noul|bool|boolean|yes_no|yesno, choice, score|scale|rating";
+
+fn one(field: &str, v: &Value) -> Result<Option<f64>, SchemaError> {
+    let t = v.as_f64().filter(|t| (0.0..=MAX_TEMPERATURE).contains(t));
+    match t {
+        Some(0.0) => Ok(None),
+        Some(t) => Ok(Some(t)),
+        None => Err(SchemaError::new(
+            field,
+            format!(
+                "`{field}` must be a number from 0 to {MAX_TEMPERATURE} (0 = not set, 1 = no change). Given: {v}"
+            ),
+        )),
+    }
+}
+
+impl Temperature {
+    /// The same temperature for every question type.
+    pub fn uniform(t: f64) -> Self {
+        Self {
+            boolean: Some(t),
+            choice: Some(t),
+            score: Some(t),
+        }
+    }
+
+    /// Read `v` (a number, an object by type, or null) given as `field`.
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming `field` (or `field.key`) when a value is not a
+    /// number in [0, 20], or a key names no question type.
+    pub fn parse(field: &str, v: &Value) -> Result<Self, SchemaError> {
+        match v {
+            Value::Null => Ok(Self::default()),
+            Value::Object(m) => {
+                let mut t = Self::default();
+                for (key, value) in m {
+                    let kind = kind_of_key(key).ok_or_else(|| {
+                        SchemaError::new(
+                            field,
+                            format!(
+                                "`{field}` keys are question types ({TEMPERATURE_KEYS}). Given: `{key}`"
+                            ),
+                        )
+                    })?;
+                    let value = one(&format!("{field}.{key}"), value)?;
+                    match kind {
+                        QuestionKind::Boolean => t.boolean = value,
+                        QuestionKind::Choice => t.choice = value,
+                        QuestionKind::Score => t.score = value,
+                    }
+                }
+                Ok(t)
+            }
+            other => Ok(one(field, other)?.map(Self::uniform).unwrap_or_default()),
+        }
+    }
+
+    /// The temperature for `kind`, or `None` when it is not set or is 1.
+    pub fn for_kind(&self, kind: QuestionKind) -> Option<f64> {
+        let t = match kind {
+            QuestionKind::Boolean => self.boolean,
+            QuestionKind::Choice => self.choice,
+            QuestionKind::Score => self.score,
+        };
+        t.filter(|t| *t != 1.0)
+    }
+
+    /// These values where set, else `base`'s (a request over its policy).
+    pub fn over(self, base: Temperature) -> Temperature {
+        Temperature {
+            boolean: self.boolean.or(base.boolean),
+            choice: self.choice.or(base.choice),
+            score: self.score.or(base.score),
+        }
+    }
+
+    /// Whether no type has a temperature other than 1.
+    pub fn is_identity(&self) -> bool {
+        [
+            QuestionKind::Boolean,
+            QuestionKind::Choice,
+            QuestionKind::Score,
+        ]
+        .iter()
+        .all(|k| self.for_kind(*k).is_none())
+    }
+}
+
+/// `p` scaled by temperature `t` > 0: `exp(ln max(p_k, 1e-12) / t)`, renormalized.
+///
+/// An empty `p` gives an empty result; the result sums to 1.
+pub fn scale(p: &[f64], t: f64) -> Vec<f64> {
+    if p.is_empty() || t.is_nan() || t <= 0.0 {
+        return p.to_vec();
+    }
+    let logits: Vec<f64> = p.iter().map(|&x| x.max(PROB_FLOOR).ln() / t).collect();
+    crate::readout::restricted_softmax(&logits)
+}
+
+/// Scale `answer`'s distribution by `t` and recompute its confidence, entropy
+/// and hesitation; its answer (`top`), standard error and agreement are kept.
+pub fn apply(answer: &mut AnswerOut, t: f64) {
+    let a = &mut answer.aggregate;
+    a.mean = scale(&a.mean, t);
+    a.confidence = a.mean.get(a.top).copied().unwrap_or(0.0);
+    a.entropy = entropy(&a.mean);
+    a.normalized_entropy = normalized_entropy(&a.mean);
+    answer.temperature = Some(t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_numbers_objects_and_aliases() {
+        let t = Temperature::parse("temperature", &json!(1.4)).expect("number");
+        assert_eq!(t, Temperature::uniform(1.4));
+        let t =
+            Temperature::parse("temperature", &json!({"YesNo": 2, "rating": 0.5})).expect("object");
+        assert_eq!(t.boolean, Some(2.0));
+        assert_eq!(t.score, Some(0.5));
+        assert_eq!(t.choice, None);
+        assert_eq!(
+            Temperature::parse("temperature", &json!(0)).expect("0"),
+            Temperature::default()
+        );
+        assert!(Temperature::parse("temperature", &json!(1))
+            .expect("1")
+            .is_identity());
+    }
+
+    #[test]
+    fn bad_values_name_the_field_and_the_range() {
+        let e = Temperature::parse("temperature", &json!(21)).expect_err("too hot");
+        assert_eq!(e.field, "temperature");
+        assert!(
+            e.message.contains("0 to 20") && e.message.contains("Given: 21"),
+            "{e}"
+        );
+        let e = Temperature::parse("temperature", &json!({"colour": 2})).expect_err("key");
+        assert!(
+            e.message.contains("`colour`") && e.message.contains("choice"),
+            "{e}"
+        );
+        let e = Temperature::parse("temperature", &json!({"choice": "hot"})).expect_err("str");
+        assert_eq!(e.field, "temperature.choice");
+        assert!(Temperature::parse("temperature", &json!(-1)).is_err());
+        assert!(Temperature::parse("temperature", &json!("2")).is_err());
+    }
+
+    #[test]
+    fn scaling_flattens_or_sharpens_and_keeps_the_argmax() {
+        let p = [0.8, 0.15, 0.05];
+        let hot = scale(&p, 2.0);
+        // T = 2 is the square root of each probability, renormalized.
+        let z: f64 = p.iter().map(|x: &f64| x.sqrt()).sum();
+        for (h, x) in hot.iter().zip(p) {
+            assert!((h - x.sqrt() / z).abs() < 1e-12);
+        }
+        let cold = scale(&p, 0.5);
+        assert!(cold[0] > 0.8 && hot[0] < 0.8);
+        assert!((cold.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert_eq!(scale(&p, 1.0), p.to_vec());
+        assert!(scale(&[], 2.0).is_empty());
+    }
+
+    #[test]
+    fn request_values_win_per_type() {
+        let policy = Temperature::uniform(2.0);
+        let request = Temperature {
+            choice: Some(0.5),
+            ..Temperature::default()
+        };
+        let t = request.over(policy);
+        assert_eq!(
+            (t.boolean, t.choice, t.score),
+            (Some(2.0), Some(0.5), Some(2.0))
+        );
+    }
+}
