@@ -31,6 +31,7 @@ mod config;
 mod engine;
 mod readout;
 mod runtime;
+pub mod stage2;
 mod tokenizer;
 mod worker;
 

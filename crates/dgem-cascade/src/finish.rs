@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use dgem_core::SchemaError;
 
 use crate::error::Stage2Error;
+use crate::expand::{ExpansionOptions, Suggestion};
 use crate::options::CascadeOptions;
 use crate::provider::{Stage2, Stage2Reply, Stage2Request};
 use crate::summary::CascadeSummary;
@@ -32,15 +33,48 @@ pub const CASCADE_FAILED: &str = "cascade failed";
 pub struct Hesitation {
     /// The cascade, when `cascade_mode` asks for one.
     pub cascade: Option<CascadeOptions>,
+    /// Taxonomy expansion, when `suggest_expansions` asks for it. The caller
+    /// injects the catch-all options into the raw policy before the read
+    /// ([`inject_if_asked`]) and records what it injected with
+    /// [`Hesitation::for_policy`]; [`AfterSetup::finish`] then runs
+    /// [`crate::expand::suggest`] ([`finish`] alone does not).
+    pub expansion: Option<ExpansionOptions>,
     /// The request's temperature and abstention rules (over the policy's).
     pub after: AfterRead,
+    /// Template id the suggestions' patch hints name.
+    pub template: String,
+    /// Choice questions whose catch-all option was injected for this request.
+    pub injected: Vec<String>,
+}
+
+/// The raw policy `schema` as it is read for request `obj`: with a catch-all
+/// option added to each choice question that lacks one when the request sets
+/// `suggest_expansions` (see [`crate::expand::inject_catch_all`]); returns it
+/// and the question ids it changed.
+///
+/// # Errors
+/// [`SchemaError`] on `suggest_expansions` / `expansion_entropy` values
+/// outside their allowed ones.
+pub fn inject_if_asked(
+    obj: &Map<String, Value>,
+    schema: &Value,
+) -> Result<(Value, Vec<String>), SchemaError> {
+    let asked = ExpansionOptions::from_object(obj).map_err(|e| {
+        let crate::error::CascadeError::Invalid { field, .. } = &e;
+        SchemaError::new(field.clone(), e.to_string())
+    })?;
+    Ok(match asked {
+        Some(_) => crate::expand::inject_catch_all(schema),
+        None => (schema.clone(), Vec::new()),
+    })
 }
 
 impl Hesitation {
     /// Read the keys `cascade_mode`, `cascade_threshold`,
     /// `cascade_threshold_mode`, `cascade_model`, `stage2_prior`,
-    /// `expected_answers`, `temperature`, `abstain_below` and `abstain_above`
-    /// from a request object, checked against the policy `schema`.
+    /// `expected_answers`, `suggest_expansions`, `expansion_entropy`,
+    /// `temperature`, `abstain_below` and `abstain_above` from a request
+    /// object, checked against the policy `schema`.
     ///
     /// # Errors
     /// [`SchemaError`] naming the key, its allowed values and the value
@@ -57,12 +91,29 @@ impl Hesitation {
         if let Some(c) = &cascade {
             c.check(schema).map_err(invalid)?;
         }
+        let expansion = ExpansionOptions::from_object(obj).map_err(invalid)?;
         let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::from_object(obj, &ids, None)?;
-        Ok(Self { cascade, after })
+        Ok(Self {
+            cascade,
+            expansion,
+            after,
+            template: String::new(),
+            injected: Vec::new(),
+        })
     }
 
-    /// Whether the request asks for nothing after the read.
+    /// Name the template (for patch hints) and the questions whose
+    /// catch-all [`inject_if_asked`] added.
+    #[must_use]
+    pub fn for_policy(mut self, template: &str, injected: Vec<String>) -> Self {
+        self.template = template.to_string();
+        self.injected = injected;
+        self
+    }
+
+    /// Whether the request asks [`finish`] for nothing (expansion, which
+    /// [`finish`] does not run, is not counted).
     pub fn is_empty(&self) -> bool {
         self.cascade.is_none() && self.after.is_identity()
     }
@@ -77,6 +128,8 @@ pub struct Finished {
     pub abstained: usize,
     /// What became of the deployment's calibration file, when it has one.
     pub calibration: Option<CalibrationUse>,
+    /// Taxonomy-expansion suggestions, when the request asked for them.
+    pub suggestions: Option<Vec<Suggestion>>,
 }
 
 /// Whether a calibration file's temperatures were used for a decision.
@@ -107,6 +160,12 @@ impl Finished {
             m.insert(
                 "calibration".into(),
                 serde_json::to_value(c).unwrap_or(Value::Null),
+            );
+        }
+        if let Some(s) = &self.suggestions {
+            m.insert(
+                "suggested_expansions".into(),
+                serde_json::to_value(s).unwrap_or(Value::Null),
             );
         }
         (!m.is_empty()).then_some(m)
@@ -168,6 +227,28 @@ impl AfterSetup {
         )
         .await;
         done.calibration = usage;
+        if let Some(opts) = &request.expansion {
+            let mut opts = opts.clone();
+            if opts.model.is_empty() {
+                opts.model = request
+                    .cascade
+                    .as_ref()
+                    .map(|c| c.model.clone())
+                    .unwrap_or_default();
+            }
+            let found = crate::expand::suggest(
+                decision,
+                schema,
+                state,
+                &request.template,
+                &request.injected,
+                &opts,
+                self.stage2.as_deref(),
+                crate::options::DEFAULT_DEADLINE,
+            )
+            .await;
+            done.suggestions = Some(found);
+        }
         done
     }
 }
@@ -213,10 +294,12 @@ pub async fn finish(
         }
     }
     let abstained = hesitation::apply(&mut decision.answers, &after, state);
+    record(decision, cascade.as_ref());
     Finished {
         cascade,
         abstained,
         calibration: None,
+        suggestions: None,
     }
 }
 
@@ -240,5 +323,36 @@ impl Stage2 for Unconfigured {
                     .into(),
             got: "nothing".into(),
         })
+    }
+}
+
+/// Counter of withheld answers, by question type and reason kind
+/// (`hesitation`, `confidence`, `cascade_failed`, `low_information`).
+pub const ABSTAINED_METRIC: &str = "dgem_abstained_answers_total";
+/// Counter of answers sent to Stage 2, by outcome (`resolved`, `failed`).
+pub const ESCALATED_METRIC: &str = "dgem_cascade_escalations_total";
+
+/// Count abstentions and escalations on the process's metrics recorder (a
+/// no-op where none is installed, as in `dgem decide`).
+fn record(decision: &Decision, cascade: Option<&CascadeSummary>) {
+    for a in decision.answers.values().flatten() {
+        let Some(reason) = &a.abstained else { continue };
+        let kind = if reason.starts_with("hesitation") {
+            "hesitation"
+        } else if reason.starts_with("confidence") {
+            "confidence"
+        } else if reason == CASCADE_FAILED {
+            "cascade_failed"
+        } else {
+            "low_information"
+        };
+        metrics::counter!(ABSTAINED_METRIC, "question_type" => a.question.kind.wire_name(), "reason" => kind)
+            .increment(1);
+    }
+    if let Some(c) = cascade {
+        let resolved = c.resolved_slots().len() as u64;
+        let failed = c.failed_slots().len() as u64;
+        metrics::counter!(ESCALATED_METRIC, "outcome" => "resolved").increment(resolved);
+        metrics::counter!(ESCALATED_METRIC, "outcome" => "failed").increment(failed);
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod error;
+pub mod expand;
 pub mod finish;
 pub mod gate;
 pub mod options;
@@ -30,7 +31,12 @@ pub mod summary;
 
 pub use config::{provider_from_spec, Stage2Config};
 pub use error::{CascadeError, Stage2Error};
-pub use finish::{finish, AfterSetup, CalibrationUse, Finished, Hesitation, CASCADE_FAILED};
+pub use expand::{
+    inject_catch_all, is_catch_all, suggest, ExpansionOptions, Suggestion, SuggestionSource,
+};
+pub use finish::{
+    finish, inject_if_asked, AfterSetup, CalibrationUse, Finished, Hesitation, CASCADE_FAILED,
+};
 pub use gate::{gate, GateVerdict};
 pub use options::{CascadeMode, CascadeOptions, PriorMode, ThresholdMode};
 pub use provider::{Secret, Stage2, Stage2Reply, Stage2Request};

@@ -55,6 +55,14 @@ enum Command {
     BenchCompare(commands::bench_suites::CompareArgs),
     /// Render a policy template and print the JSON (no model involved).
     Render(commands::render::RenderArgs),
+    /// Print a shell completion script: `dgem completions bash > ~/.local/share/bash-completion/completions/dgem`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// List, show or start policy templates (the shipped ones are built in).
+    #[command(subcommand)]
+    Templates(commands::templates::TemplatesCommand),
     /// Plan every JevBench row (prompts, slots, label ids, scoring) without running the model.
     Plan(commands::plan::PlanArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
@@ -67,7 +75,29 @@ enum Command {
     Gateway(Box<commands::gateway::GatewayArgs>),
 }
 
+/// `dgem … | head` closes stdout early: Rust ignores SIGPIPE, so the next
+/// `println!` panics with "failed printing to stdout: Broken pipe". The
+/// reader has what it wanted, so that is a success (exit 0, no message), as
+/// for any Unix filter; every other panic keeps the default report. (A hook,
+/// because resetting SIGPIPE would need `unsafe`, which the workspace denies.)
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_broken_pipe();
     // Usage errors are the user's: exit 1 (clap would use 2, which dgem keeps for
     // internal failures); `--help` and `--version` exit 0.
     let cli = match Cli::try_parse() {
@@ -88,6 +118,12 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Decide(args) => commands::decide::run(*args),
         Command::Model(cmd) => commands::model::run(cmd),
+        Command::Templates(cmd) => commands::templates::run(cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "dgem", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Bench(args) => return commands::bench::exit(commands::bench::run(args)),
         Command::BenchCalibration(args) => {
             return commands::bench::exit(commands::bench::run_calibration(args))

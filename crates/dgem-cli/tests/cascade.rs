@@ -192,3 +192,54 @@ fn decide_refuses_bad_post_read_flags_naming_them() {
         assert!(stderr(&o).contains(needle), "{all:?}: {}", stderr(&o));
     }
 }
+
+/// Taxonomy expansion through the binary: the catch-all is read as an
+/// option, and the hesitant `team` answer gets a (placeholder) proposal.
+#[test]
+fn decide_suggests_a_new_option_for_a_hesitant_choice() {
+    let Some(model) = model() else { return };
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=Our office plants keep dying, can you help?",
+            "--model",
+            &model,
+            "--suggest-expansions",
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+            .current_dir(root())
+            .args(&args)
+            .env_remove("DGEM_CASCADE_PROVIDER")
+            .output()
+            .expect("run dgem")
+    };
+    let o = run(&["--json"]);
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(out["answers"]["team"]["probabilities"]["other_unclassified"].is_f64());
+    let s = out["suggested_expansions"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|s| s["question_id"] == "team")
+        .expect("the 270M model hesitates on `team`");
+    assert_eq!(s["source"], "fallback");
+    assert!(
+        s["trigger_reason"]
+            .as_str()
+            .unwrap()
+            .contains("nats >= 0.35")
+            || s["trigger_reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("selected catch-all")
+    );
+    let table = run(&[]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("SUGGESTED TAXONOMY EXPANSIONS:"), "{text}");
+    assert!(text.contains("questions[id=\"team\"].options"), "{text}");
+}

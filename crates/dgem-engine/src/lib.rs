@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod builtin;
 mod calibration;
 mod cloze;
 mod decider;

@@ -110,12 +110,21 @@ impl DecisionServer {
         let (payload, schema) =
             self.templates
                 .render_schema(&args.template, &args.variables, &self.defaults)?;
-        let hesitation = Hesitation::from_object(&args.after_keys(), &schema).map_err(|e| {
-            ToolError::Arguments {
-                tool: DECIDE_POLICY,
-                detail: e.message,
-            }
-        })?;
+        let keys = args.after_keys();
+        let arguments = |e: dgem_core::SchemaError| ToolError::Arguments {
+            tool: DECIDE_POLICY,
+            detail: e.message,
+        };
+        let (raw, injected) =
+            dgem_cascade::inject_if_asked(&keys, &payload.schema).map_err(arguments)?;
+        let schema = if injected.is_empty() {
+            schema
+        } else {
+            valid_schema(&raw, "template", &self.defaults)?
+        };
+        let hesitation = Hesitation::from_object(&keys, &schema)
+            .map_err(arguments)?
+            .for_policy(&args.template, injected);
         let started = Instant::now();
         let mut decision = self
             .engine
@@ -150,6 +159,15 @@ impl DecisionServer {
                 } else {
                     format!("; error: {}", c.error)
                 }
+            ));
+        }
+        for sg in finished.suggestions.iter().flatten() {
+            r.text.push_str(&format!(
+                "\nSuggested new option for `{}` ({}): {} — {}",
+                sg.question_id,
+                sg.trigger_reason,
+                sg.suggested_option.name,
+                sg.suggested_option.description
             ));
         }
         Ok(result(r.structured, r.text))

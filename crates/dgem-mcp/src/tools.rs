@@ -113,6 +113,14 @@ pub struct DecidePolicyArgs {
     /// Expected answers for cascade_mode "on_miss", e.g. {"urgent": "yes"}.
     #[serde(default)]
     pub expected_answers: Option<Value>,
+    /// Taxonomy expansion: add an "other_unclassified" option to choice
+    /// questions without a catch-all and propose a new option where the answer
+    /// is that catch-all or hesitant (reply key `suggested_expansions`).
+    #[serde(default)]
+    pub suggest_expansions: Option<Value>,
+    /// Entropy in nats at or above which a choice answer asks for a new option (default 0.35).
+    #[serde(default)]
+    pub expansion_entropy: Option<Value>,
 }
 
 impl DecidePolicyArgs {
@@ -129,6 +137,8 @@ impl DecidePolicyArgs {
             ("cascade_model", &self.cascade_model),
             ("stage2_prior", &self.stage2_prior),
             ("expected_answers", &self.expected_answers),
+            ("suggest_expansions", &self.suggest_expansions),
+            ("expansion_entropy", &self.expansion_entropy),
         ];
         keys.into_iter()
             .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))

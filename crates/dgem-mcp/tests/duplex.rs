@@ -304,3 +304,46 @@ async fn catalog_health_and_warmup() {
     assert!(ws["elapsed_ms"].as_f64().expect("ms") >= 0.0);
     client.cancel().await.expect("close");
 }
+
+/// Issue 15: `decide_policy` takes the post-read arguments: temperature,
+/// abstention and the cascade (here with no Stage-2 provider configured).
+#[tokio::test]
+async fn decide_policy_applies_temperature_abstention_and_cascade() {
+    let client = connect(templates()).await;
+    let r = call(
+        &client,
+        "decide_policy",
+        json!({
+            "template": "support_triage",
+            "variables": {"ticket": "I was charged twice, want_billing want_yes"},
+            "temperature": 2.0,
+            "abstain_above": {"sentiment": 0.0},
+            "cascade_mode": "entropy"
+        }),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    let s = r.structured_content.clone().expect("structured content");
+    assert_eq!(s["answers"]["team"]["temperature"], 2.0);
+    assert_eq!(s["answers"]["sentiment"]["abstained"], true);
+    assert!(s["answers"]["team"].get("abstained").is_none());
+    assert!(s["cascade"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("configured"));
+    let text = text_of(&r);
+    assert!(text.contains("ABSTAINED"), "{text}");
+    assert!(text.contains("Cascade (entropy)"), "{text}");
+    let bad = call(
+        &client,
+        "decide_policy",
+        json!({"template": "support_triage", "variables": {"ticket": "x y z"}, "temperature": 99}),
+    )
+    .await;
+    assert_eq!(bad.is_error, Some(true));
+    let msg = text_of(&bad);
+    assert!(
+        msg.contains("`temperature`") && msg.contains("0 to 20"),
+        "{msg}"
+    );
+}

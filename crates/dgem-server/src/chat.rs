@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use dgem_cascade::Hesitation;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::DecideRequest;
 use serde_json::{json, Value};
@@ -62,6 +63,24 @@ pub const NO_EFFECT_FIELDS: &[&str] = &[
     "n",
 ];
 
+/// dgem extension keys of the chat route: what to do after the read. They
+/// are the `/api/decide` keys, except that the post-hoc temperature is
+/// `temperature_by_type` (OpenAI's `temperature` is a sampling knob, one of
+/// the [`NO_EFFECT_FIELDS`]). The policy's own `temperature` /
+/// `abstain_*` keys are **not** applied on this route: it plays the
+/// original structured server, whose clients apply them after the reply.
+pub const AFTER_FIELDS: &[&str] = &[
+    "temperature_by_type",
+    "abstain_below",
+    "abstain_above",
+    "cascade_mode",
+    "cascade_threshold",
+    "cascade_threshold_mode",
+    "cascade_model",
+    "stage2_prior",
+    "expected_answers",
+];
+
 /// Reply header listing the [`NO_EFFECT_FIELDS`] a request carried.
 pub const IGNORED_FIELDS_HEADER: &str = "x-dgem-ignored-fields";
 
@@ -95,7 +114,7 @@ pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
     };
     let mut ignored = Vec::new();
     for (k, v) in obj {
-        if READ_FIELDS.contains(&k.as_str()) {
+        if READ_FIELDS.contains(&k.as_str()) || AFTER_FIELDS.contains(&k.as_str()) {
             continue;
         }
         if k == "n" && !(v.is_null() || v.as_u64() == Some(1)) {
@@ -194,6 +213,39 @@ pub struct ChatRequest {
     pub stream_usage: bool,
     /// [`NO_EFFECT_FIELDS`] the request carried.
     pub ignored: Vec<String>,
+    /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention.
+    pub hesitation: Hesitation,
+}
+
+/// The request's [`AFTER_FIELDS`], checked against `schema`.
+fn hesitation_of(req: &Value, schema: &ValidSchema) -> Result<Hesitation, ApiError> {
+    let obj: serde_json::Map<String, Value> = AFTER_FIELDS
+        .iter()
+        .filter_map(|k| {
+            let v = req.get(*k)?;
+            let key = if *k == "temperature_by_type" {
+                "temperature"
+            } else {
+                k
+            };
+            Some((key.to_string(), v.clone()))
+        })
+        .collect();
+    if obj.is_empty() {
+        return Ok(Hesitation::default());
+    }
+    Hesitation::from_object(&obj, schema).map_err(|e| {
+        let field = e.field.replacen("temperature", "temperature_by_type", 1);
+        let message = if field == e.field {
+            e.message
+        } else {
+            format!(
+                "`temperature_by_type` (the post-hoc temperature): {}",
+                e.message
+            )
+        };
+        invalid(message).with_param(field)
+    })
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -301,6 +353,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         .filter(|m| !m.is_empty())
         .unwrap_or(DEFAULT_MODEL)
         .to_string();
+    let hesitation = hesitation_of(req, &schema)?;
     Ok(ChatRequest {
         schema,
         state,
@@ -309,15 +362,25 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         stream,
         stream_usage,
         ignored,
+        hesitation,
     })
 }
 
-/// The OpenAI `chat.completion` body whose `content` is the pretty-printed envelope.
-pub fn response_body(model: &str, t: &Timed) -> Result<Value, ApiError> {
+/// The OpenAI `chat.completion` body whose `content` is the pretty-printed
+/// envelope, plus `extra` top-level envelope keys (the `cascade` summary).
+pub fn response_body(
+    model: &str,
+    t: &Timed,
+    extra: Option<serde_json::Map<String, Value>>,
+) -> Result<Value, ApiError> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let content = serde_json::to_string_pretty(&t.decision.envelope()).map_err(|e| {
+    let mut envelope = t.decision.envelope();
+    if let (Some(extra), Some(m)) = (extra, envelope.as_object_mut()) {
+        m.extend(extra);
+    }
+    let content = serde_json::to_string_pretty(&envelope).map_err(|e| {
         ApiError::new(
             ErrorKind::Internal,
             format!("could not write the envelope: {e}"),
@@ -393,7 +456,12 @@ async fn respond(
     let parsed = body::parse(headers, bytes).await?;
     let req = parse(&parsed.json, &state.config().schema_defaults)?;
     decide::check_images(state, Flavor::Chat, decide::has_images(&req.state))?;
-    let timed = decide::run(
+    // The policy's own post-read keys are its client's to apply here (see
+    // AFTER_FIELDS): only the request's extension keys run.
+    let mut schema = req.schema.clone();
+    schema.after = dgem_core::hesitation::AfterRead::default();
+    let decided_on = req.state.clone();
+    let mut timed = decide::run(
         state,
         DecideRequest {
             schema: req.schema,
@@ -403,7 +471,22 @@ async fn respond(
         Flavor::Chat,
     )
     .await?;
-    let body = response_body(&req.model, &timed)?;
+    let extra = if req.hesitation.is_empty() {
+        None
+    } else {
+        let finished = state
+            .after()
+            .finish(
+                &mut timed.decision,
+                &schema,
+                &decided_on,
+                &[],
+                &req.hesitation,
+            )
+            .await;
+        finished.to_json()
+    };
+    let body = response_body(&req.model, &timed, extra)?;
     let mut resp = if req.stream {
         let events = stream_events(&body, req.stream_usage)
             .into_iter()

@@ -50,6 +50,7 @@ struct Inner {
     inflight: AtomicUsize,
     boot_ts: f64,
     metrics: PrometheusHandle,
+    after: Arc<dgem_cascade::AfterSetup>,
 }
 
 /// Seconds since the Unix epoch, as a float.
@@ -69,6 +70,16 @@ impl AppState {
     /// State over the decider `engine` with `config`. Installs the Prometheus recorder on
     /// first use (process-wide).
     pub fn new(engine: Arc<dyn Decider>, config: ServeConfig) -> Self {
+        Self::with_after(engine, config, Arc::default())
+    }
+
+    /// [`AppState::new`] with the deployment's Stage-2 provider and
+    /// calibration file, used by the chat route's post-read extension keys.
+    pub fn with_after(
+        engine: Arc<dyn Decider>,
+        config: ServeConfig,
+        after: Arc<dgem_cascade::AfterSetup>,
+    ) -> Self {
         let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
         Self {
             inner: Arc::new(Inner {
@@ -85,6 +96,7 @@ impl AppState {
                 inflight: AtomicUsize::new(0),
                 boot_ts: unix_now(),
                 metrics: telemetry::handle(),
+                after,
                 config,
             }),
         }
@@ -93,6 +105,11 @@ impl AppState {
     /// The decider (embedded engine, vLLM reader, …).
     pub fn engine(&self) -> &Arc<dyn Decider> {
         &self.inner.engine
+    }
+
+    /// The deployment's Stage-2 provider and calibration file.
+    pub fn after(&self) -> &dgem_cascade::AfterSetup {
+        &self.inner.after
     }
 
     /// The settings.

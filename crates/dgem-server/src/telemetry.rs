@@ -128,6 +128,14 @@ fn describe() {
         "dgem_gateway_errors_total",
         "Gateway requests that failed, by error type."
     );
+    describe_counter!(
+        dgem_cascade::finish::ABSTAINED_METRIC,
+        "Answers withheld by an abstention rule, by question type and reason (hesitation, confidence, cascade_failed, low_information)."
+    );
+    describe_counter!(
+        dgem_cascade::finish::ESCALATED_METRIC,
+        "Answers escalated to the Stage-2 model, by outcome (resolved, failed)."
+    );
 }
 
 /// Set the in-flight gauge.

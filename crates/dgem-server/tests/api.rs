@@ -554,3 +554,55 @@ async fn api_decide_refuses_bad_post_read_keys() {
         assert!(msg.contains(needle), "{msg}");
     }
 }
+
+/// Issue 15, taxonomy expansion: `suggest_expansions` adds the catch-all
+/// option before the read (it gets a probability) and returns one
+/// suggestion per hesitant choice answer (a placeholder name without a
+/// Stage-2 provider), counted in `X-DGem-Suggested-Expansions`.
+#[tokio::test]
+async fn api_decide_suggests_taxonomy_expansions() {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let body = json!({
+        "variables": {"ticket": "something new entirely"},
+        "suggest_expansions": true,
+        "expansion_entropy": 0.01
+    });
+    let req = axum::http::Request::post("/api/decide")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let resp = app().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let n = resp.headers()["x-dgem-suggested-expansions"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let r: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let team = r["answers"]["team"]["probabilities"].as_object().unwrap();
+    assert!(team.contains_key("other_unclassified"), "{team:?}");
+    let list = r["suggested_expansions"].as_array().unwrap();
+    assert_eq!(n, list.len().to_string());
+    let s = list
+        .iter()
+        .find(|s| s["question_id"] == "team")
+        .expect("team suggested");
+    assert_eq!(s["injected_catch_all"], true);
+    assert_eq!(s["source"], "fallback");
+    assert_eq!(s["suggested_option"]["name"], "specialized_team_extension");
+    assert!(s["template_patch_hint"]
+        .as_str()
+        .unwrap()
+        .starts_with("Append to support_triage -> questions[id=\"team\"].options:"));
+    let (status, _, r) = send(
+        &app(),
+        "POST",
+        "/api/decide",
+        &[],
+        Some(json!({"variables": {"ticket": "x y z"}, "suggest_expansions": "maybe"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+    assert_eq!(r["error"]["param"], "suggest_expansions");
+}

@@ -413,3 +413,73 @@ async fn ignored_fields_are_named_stream_and_models() {
     assert_eq!(r.body["data"][0]["object"], "model");
     assert!(r.body["data"][0]["id"].is_string());
 }
+
+/// Issue 15: the chat route's post-read extension keys. `temperature_by_type`
+/// rescales (OpenAI's `temperature` stays a no-effect field),
+/// `abstain_above` withholds, a cascade with no Stage-2 provider reports so
+/// in the envelope's `cascade`; the policy's own `temperature` key is left to
+/// the client, as the original structured server leaves it.
+#[tokio::test]
+async fn chat_extension_keys_run_after_the_read() {
+    let (app, _) = app();
+    let mut schema = triage();
+    schema["temperature"] = json!(5.0);
+    let mut body = chat(&schema, &json!({"ticket": "want_engineering want_yes"}));
+    body["temperature_by_type"] = json!({"choice": 2.0});
+    body["abstain_above"] = json!({"urgent": 0.0});
+    body["cascade_mode"] = json!("entropy");
+    body["temperature"] = json!(0.2);
+    let r = call(&app, post("/v1/chat/completions", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let env = envelope(&r.body);
+    let team = &env["answers"]["team"];
+    assert_eq!(team["temperature"], 2.0);
+    assert_eq!(team["choice"], "engineering");
+    assert!(
+        team["confidence"].as_f64().unwrap() < 0.8,
+        "flattened: {team}"
+    );
+    assert!(
+        env["answers"]["urgent"].get("temperature").is_none(),
+        "policy T not applied"
+    );
+    assert_eq!(env["answers"]["urgent"]["abstained"], true);
+    assert!(env["cascade"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("configured"));
+    assert_eq!(r.headers["x-dgem-ignored-fields"], "temperature");
+    // Without extension keys the envelope is the structured server's, unchanged.
+    let plain = call(
+        &app,
+        post(
+            "/v1/chat/completions",
+            &chat(&schema, &json!({"ticket": "want_yes"})),
+        ),
+    )
+    .await;
+    let env = envelope(&plain.body);
+    assert!(env.get("cascade").is_none());
+    assert!(env["answers"]["team"].get("temperature").is_none());
+}
+
+#[tokio::test]
+async fn bad_chat_extension_keys_are_400_naming_them() {
+    let (app, _) = app();
+    for (key, value, needle) in [
+        ("temperature_by_type", json!(40), "temperature_by_type"),
+        ("abstain_below", json!({"nobody": 0.5}), "nobody"),
+        ("cascade_mode", json!(3), "cascade_mode"),
+    ] {
+        let mut body = chat(&triage(), &json!({"ticket": "x y z"}));
+        body[key] = value;
+        let r = call(&app, post("/v1/chat/completions", &body)).await;
+        assert_eq!(r.status, 400, "{key}: {}", r.text);
+        assert_eq!(
+            r.body["error"]["param"].as_str().unwrap().split('.').next(),
+            Some(key)
+        );
+        let msg = r.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{key}: {msg}");
+    }
+}

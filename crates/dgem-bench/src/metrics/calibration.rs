@@ -179,9 +179,56 @@ pub fn coverage_curve(xs: &[(f64, bool)], thresholds: &[f64]) -> Vec<CoveragePoi
         .collect()
 }
 
+/// Area under the selective accuracy–coverage curve (1 − AURC, the area under
+/// the risk–coverage curve of Geifman & El-Yaniv 2017, "Selective
+/// Classification for Deep Neural Networks"), in [0, 1].
+///
+/// `xs` are `(hesitation, correct)` pairs. Slots are answered in order of
+/// rising hesitation; at each distinct hesitation value the coverage steps up
+/// and the accuracy of everything answered so far is the curve's height, so
+/// the area is `Σ_j (c_j − c_{j−1}) · acc_j`. Ties enter together (no order is
+/// made up inside a tie). A hesitation that ranks answers perfectly scores
+/// near 1 when most are right; one that ranks at random scores the plain
+/// accuracy. `None` for no slots.
+pub fn selective_accuracy_auc(xs: &[(f64, bool)]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<(f64, bool)> = xs.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = sorted.len() as f64;
+    let (mut area, mut answered, mut right) = (0.0, 0usize, 0usize);
+    let mut i = 0;
+    while i < sorted.len() {
+        let h = sorted[i].0;
+        let before = answered;
+        while i < sorted.len() && sorted[i].0.total_cmp(&h).is_eq() {
+            answered += 1;
+            right += usize::from(sorted[i].1);
+            i += 1;
+        }
+        area += (answered - before) as f64 / n * (right as f64 / answered as f64);
+    }
+    Some(area)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selective_auc_rewards_hesitation_that_ranks_errors_last() {
+        // Right answers least hesitant: coverage 1/4 → acc 1, 2/4 → 1, 3/4 → 2/3, 1 → 1/2.
+        let good = [(0.1, true), (0.2, true), (0.8, false), (0.9, false)];
+        let want = 0.25 * (1.0 + 1.0 + 2.0 / 3.0 + 0.5);
+        assert!((selective_accuracy_auc(&good).unwrap_or(0.0) - want).abs() < 1e-12);
+        let bad = [(0.9, true), (0.8, true), (0.2, false), (0.1, false)];
+        assert!(selective_accuracy_auc(&bad).unwrap_or(1.0) < 0.5);
+        // One tie holding everything: the plain accuracy.
+        let tie = [(0.5, true), (0.5, false), (0.5, false), (0.5, true)];
+        assert!((selective_accuracy_auc(&tie).unwrap_or(0.0) - 0.5).abs() < 1e-12);
+        assert_eq!(selective_accuracy_auc(&[]), None);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12

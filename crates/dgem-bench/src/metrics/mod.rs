@@ -6,7 +6,7 @@ pub mod stats;
 
 pub use calibration::{
     auroc, brier, chance_corrected, coverage_curve, ece_10bin, nll, reliability_bins,
-    CoveragePoint, ReliabilityBin,
+    selective_accuracy_auc, CoveragePoint, ReliabilityBin,
 };
 pub use ranking::{expectation_score, mrr_at, ndcg_at, p_mrr, recall_at, tie_rate};
 pub use stats::{jsd, mcnemar, mean, percentile, tvd, McNemar};

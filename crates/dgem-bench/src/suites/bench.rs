@@ -284,6 +284,13 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
         "mean_hesitation".into(),
         metrics::mean(&slots.iter().map(|s| s.hesitation).collect::<Vec<_>>()),
     );
+    // Selective prediction: answer the least hesitant first (abstain on the
+    // rest); the area under accuracy vs coverage says how well hesitation
+    // sorts right answers ahead of wrong ones.
+    let hc: Vec<(f64, bool)> = slots.iter().map(|s| (s.hesitation, s.correct)).collect();
+    if let Some(auc) = metrics::selective_accuracy_auc(&hc) {
+        m.insert("selective_accuracy_auc".into(), auc);
+    }
     for ((kind, name), g) in &by {
         m.insert(format!("item_accuracy.{kind}.{name}"), g.item_acc());
         m.insert(format!("slot_accuracy.{kind}.{name}"), g.slot_acc());

@@ -77,6 +77,9 @@ pub fn summarize(items: &[BenchItem]) -> (Summary, Vec<ReliabilityBin>) {
         "mean_hesitation".into(),
         metrics::mean(&hc.iter().map(|x| x.0).collect::<Vec<_>>()),
     );
+    if let Some(auc) = metrics::selective_accuracy_auc(&hc) {
+        m.insert("selective_accuracy_auc".into(), auc);
+    }
     let curve = metrics::coverage_curve(&hc, &COVERAGE_THRESHOLDS);
     for p in &curve {
         m.insert(format!("coverage.h{:.2}", p.threshold), p.coverage);

@@ -24,8 +24,10 @@ pub struct SetupArgs {
     /// Stage-2 provider for the cascade: `openai:BASE_URL` (any
     /// OpenAI-compatible `/chat/completions` server with structured output:
     /// vLLM, llama.cpp server, ollama, OpenAI; key from DGEM_CASCADE_API_KEY or
-    /// OPENAI_API_KEY) or `vertex` (Gemini on Vertex AI; project from
-    /// GCP_PROJECT, token from GOOGLE_OAUTH_ACCESS_TOKEN).
+    /// OPENAI_API_KEY), `vertex` (Gemini on Vertex AI; project from
+    /// GCP_PROJECT, token from GOOGLE_OAUTH_ACCESS_TOKEN) or `gguf:PATH` (a
+    /// second, larger GGUF run in-process through llama.cpp with
+    /// grammar-constrained JSON: no network; text only).
     #[arg(long, env = "DGEM_CASCADE_PROVIDER", value_name = "SPEC")]
     pub cascade_provider: Option<String>,
     /// Temperatures fitted by `dgem calibrate`; used only for the model and
@@ -42,10 +44,11 @@ impl SetupArgs {
     pub fn setup(&self) -> Result<Arc<AfterSetup>, Failure> {
         let stage2 = match self.cascade_provider.as_deref().map(str::trim) {
             None | Some("") => None,
-            Some(spec) => Some(
-                dgem_cascade::provider_from_spec(spec)
+            Some(spec) => Some(match gguf_path(spec) {
+                Some(path) => gguf_provider(path)?,
+                None => dgem_cascade::provider_from_spec(spec)
                     .map_err(|e| user(anyhow::anyhow!("`--cascade-provider`: {e}")))?,
-            ),
+            }),
         };
         let calibration = match &self.calibration_file {
             None => None,
@@ -59,6 +62,38 @@ impl SetupArgs {
             calibration,
         }))
     }
+}
+
+/// The path of a `gguf:PATH` spec (prefix case-insensitive), else `None`.
+///
+/// `dgem-cascade` stays free of llama.cpp, so this spec is handled here
+/// rather than in [`dgem_cascade::provider_from_spec`].
+fn gguf_path(spec: &str) -> Option<&str> {
+    let (kind, rest) = spec.split_once(':')?;
+    kind.trim()
+        .eq_ignore_ascii_case("gguf")
+        .then(|| rest.trim())
+}
+
+/// Load the local GGUF Stage-2 model at `path` (its own model, context and
+/// thread, separate from Stage 1).
+///
+/// # Errors
+/// Exit code 1 naming `--cascade-provider` and the path when it does not load.
+fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
+    if path.is_empty() {
+        return Err(user(anyhow::anyhow!(
+            "`--cascade-provider` must be `gguf:PATH` with the path of a GGUF file. Given: `gguf:`"
+        )));
+    }
+    let cfg = dgem_backend_llama::stage2::LocalStage2Config::default();
+    dgem_backend_llama::stage2::LocalStage2::load(std::path::Path::new(path), cfg)
+        .map(|p| Arc::new(p) as Arc<dyn dgem_cascade::Stage2>)
+        .map_err(|e| {
+            user(anyhow::anyhow!(
+                "`--cascade-provider gguf:{path}`: the Stage-2 GGUF model did not load: {e}"
+            ))
+        })
 }
 
 /// What one decision asks for after the read.
@@ -97,6 +132,16 @@ pub struct HesitationArgs {
     /// Expected answer for `--cascade on_miss`, `QUESTION=VALUE` (repeatable).
     #[arg(long = "expect", value_name = "QUESTION=VALUE")]
     pub expect: Vec<String>,
+    /// Taxonomy expansion: add an `other_unclassified` option to each choice
+    /// question that lacks a catch-all, and propose a new option where the
+    /// answer is that catch-all or hesitant (Stage 2 names it when a provider
+    /// is configured).
+    #[arg(long)]
+    pub suggest_expansions: bool,
+    /// Entropy (nats) at or above which a choice answer asks for a new
+    /// option (default 0.35).
+    #[arg(long, value_name = "NATS")]
+    pub expansion_entropy: Option<f64>,
 }
 
 /// `s` as JSON when it parses (a number, an object), else as a JSON string.
@@ -145,6 +190,14 @@ impl HesitationArgs {
             "stage2_prior",
             self.stage2_prior.as_deref().map(|s| json!(s)),
         );
+        put(
+            "suggest_expansions",
+            self.suggest_expansions.then_some(json!(true)),
+        );
+        put(
+            "expansion_entropy",
+            self.expansion_entropy.map(|x| json!(x)),
+        );
         if !self.expect.is_empty() {
             let mut expected = Map::new();
             for e in &self.expect {
@@ -160,19 +213,39 @@ impl HesitationArgs {
         Ok(m)
     }
 
-    /// The request settings, checked against `schema`.
+    /// The raw policy as it is read: with catch-all options added when
+    /// `--suggest-expansions` asks; returns it and the questions changed.
+    ///
+    /// # Errors
+    /// Exit code 1 naming the flag.
+    pub fn inject(&self, raw: &Value) -> Result<(Value, Vec<String>), Failure> {
+        dgem_cascade::inject_if_asked(&self.to_object()?, raw).map_err(flag_error)
+    }
+
+    /// The request settings, checked against `schema` (read from template
+    /// `template`, with catch-alls `injected` by [`HesitationArgs::inject`]).
     ///
     /// # Errors
     /// Exit code 1 naming the flag, its allowed values and the value given.
-    pub fn request(&self, schema: &ValidSchema) -> Result<Hesitation, Failure> {
+    pub fn request(
+        &self,
+        schema: &ValidSchema,
+        template: &str,
+        injected: Vec<String>,
+    ) -> Result<Hesitation, Failure> {
         let obj = self.to_object()?;
-        Hesitation::from_object(&obj, schema).map_err(|e| {
-            let flag = match e.field.split('.').next().unwrap_or_default() {
-                "cascade_mode" => "--cascade".to_string(),
-                "expected_answers" => "--expect".to_string(),
-                other => format!("--{}", other.replace('_', "-")),
-            };
-            user(anyhow::anyhow!("`{flag}`: {}", e.message))
-        })
+        Hesitation::from_object(&obj, schema)
+            .map(|h| h.for_policy(template, injected))
+            .map_err(flag_error)
     }
+}
+
+/// A request-key error as the flag that set it.
+fn flag_error(e: dgem_core::SchemaError) -> Failure {
+    let flag = match e.field.split('.').next().unwrap_or_default() {
+        "cascade_mode" => "--cascade".to_string(),
+        "expected_answers" => "--expect".to_string(),
+        other => format!("--{}", other.replace('_', "-")),
+    };
+    user(anyhow::anyhow!("`{flag}`: {}", e.message))
 }

@@ -31,8 +31,9 @@ pub struct VarArgs {
 /// Arguments of `dgem decide`.
 #[derive(Debug, Args)]
 pub struct DecideArgs {
-    /// Policy template: a `.json.tmpl` path, or a name found under `templates/`
-    /// (e.g. `support_triage`).
+    /// Policy template: a `.json.tmpl` path, or a name (e.g. `support_triage`)
+    /// looked up in `DGEM_TEMPLATES` or `templates/`, then among the built-in
+    /// policies (`dgem templates list`).
     #[arg(short = 't', long = "template")]
     pub template: PathBuf,
     #[command(flatten)]
@@ -67,33 +68,13 @@ pub struct DecideArgs {
     pub vllm: crate::vllm::VllmArgs,
 }
 
-/// Find a template by path or by name under `templates/`.
-pub fn resolve_template(t: &Path) -> Result<PathBuf, Failure> {
-    if t.is_file() {
-        return Ok(t.to_path_buf());
-    }
-    let name = t.to_string_lossy();
-    let candidates = [
-        PathBuf::from("templates").join(format!("{name}.json.tmpl")),
-        PathBuf::from("templates").join(name.as_ref()),
-    ];
-    candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| {
-        user(anyhow::anyhow!(
-            "`--template` must be a .json.tmpl file or a template name under templates/ (looked in {}). Given: `{name}`",
-            std::env::current_dir().map_or_else(|_| "templates".to_owned(), |d| d.join("templates").display().to_string())
-        ))
-    })
-}
-
 /// Render a template with variables and split it into schema and state.
 pub fn load_payload(
     template: &Path,
     args: &VarArgs,
 ) -> Result<(Payload, Map<String, Value>), Failure> {
-    let path = resolve_template(template)?;
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read template {}", path.display()))
-        .map_err(user)?;
+    let found = crate::commands::templates::find(template)?;
+    let text = found.text;
     let file_vars = match &args.data {
         Some(p) => {
             let t = std::fs::read_to_string(p)
@@ -110,7 +91,7 @@ pub fn load_payload(
         .collect::<Result<_, _>>()
         .map_err(user)?;
     let vars = merge_vars(file_vars, cli);
-    let name = path.display().to_string();
+    let name = found.name;
     // A misspelled `-v tikcet=…` would render the template's placeholder text
     // and decide on that: refuse variables the template does not read.
     let declared = dgem_core::template::template_variables(&text);
@@ -171,7 +152,9 @@ pub fn valid_schema(
 
 /// Run `dgem decide`.
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
-    let (payload, _) = load_payload(&args.template, &args.vars)?;
+    let (mut payload, _) = load_payload(&args.template, &args.vars)?;
+    let (raw, injected) = args.after.inject(&payload.schema)?;
+    payload.schema = raw;
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
     if args.plan {
         if crate::vllm::backend_url(&args.vllm)?.is_some() {
@@ -189,7 +172,8 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
     }
-    let hesitation = args.after.request(&schema)?;
+    let template_name = args.template.to_string_lossy().into_owned();
+    let hesitation = args.after.request(&schema, &template_name, injected)?;
     let after = args.setup.setup()?;
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
@@ -222,6 +206,9 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         print!("{}", output::table(&decision));
         if let Some(c) = &finished.cascade {
             print!("{}", output::cascade(c));
+        }
+        if let Some(s) = &finished.suggestions {
+            print!("{}", output::suggestions(s));
         }
         if args.stats {
             print!("{}", output::stats(&decision, wall_ms));

@@ -13,3 +13,4 @@ pub mod plan;
 pub mod render;
 pub mod serve;
 pub mod stage;
+pub mod templates;

@@ -126,6 +126,32 @@ pub fn cascade(c: &dgem_cascade::CascadeSummary) -> String {
     out
 }
 
+/// The taxonomy-expansion suggestions, one paragraph per question.
+pub fn suggestions(list: &[dgem_cascade::Suggestion]) -> String {
+    let mut out = String::new();
+    if list.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nsuggested taxonomy expansions: none (no choice answer asked for one)"
+        );
+        return out;
+    }
+    let _ = writeln!(out, "\nSUGGESTED TAXONOMY EXPANSIONS:");
+    for s in list {
+        let _ = writeln!(out, "  • {} ({})", s.question_id, s.trigger_reason);
+        let _ = writeln!(
+            out,
+            "    proposed option: {} — {}",
+            s.suggested_option.name, s.suggested_option.description
+        );
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "    (stage 2 failed, placeholder name: {e})");
+        }
+        let _ = writeln!(out, "    {}", s.template_patch_hint);
+    }
+    out
+}
+
 /// The `--stats` block.
 pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let g = &d.diagnostics;

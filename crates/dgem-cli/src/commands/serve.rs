@@ -100,7 +100,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         // MCP over Streamable HTTP at /mcp (and the Studio) sit in front of the
         // server's own routes; merged here so dgem-server needs no dgem-mcp.
         // They decide through the server's MAX_INFLIGHT gate, as its routes do.
-        let state = AppState::new(engine, config);
+        let state = AppState::with_after(engine, config, after.clone());
         let gated = state.gated_decider();
         let defaults = state.config().schema_defaults;
         let mcp = dgem_mcp::DecisionServer::new(gated.clone(), templates.clone())

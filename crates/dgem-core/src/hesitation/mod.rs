@@ -98,11 +98,28 @@ impl AfterRead {
     }
 }
 
-/// Whether `state` has too little text to decide on: fewer than
-/// [`MIN_INFORMATIVE_CHARS`] letters or digits in its prompt text.
+/// Whether `state` has too little to decide on: fewer than
+/// [`MIN_INFORMATIVE_CHARS`] letters or digits in its string values (object
+/// keys do not count: `{"ticket": "?"}` says nothing). A number or a boolean
+/// anywhere is information; so is an image part.
 pub fn is_low_information(state: &Value) -> bool {
-    let text = crate::prompt::state_text(state);
-    text.chars().filter(|c| c.is_alphanumeric()).count() < MIN_INFORMATIVE_CHARS
+    fn count(v: &Value) -> usize {
+        match v {
+            Value::Null => 0,
+            Value::Bool(_) | Value::Number(_) => MIN_INFORMATIVE_CHARS,
+            Value::String(s) => s.chars().filter(|c| c.is_alphanumeric()).count(),
+            Value::Array(items) => items.iter().map(count).sum(),
+            Value::Object(m)
+                if m.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.starts_with("image")) =>
+            {
+                MIN_INFORMATIVE_CHARS
+            }
+            Value::Object(m) => m.values().map(count).sum(),
+        }
+    }
+    count(state) < MIN_INFORMATIVE_CHARS
 }
 
 /// Apply `after` to `answers` (skipped questions are `None`) of a decision on

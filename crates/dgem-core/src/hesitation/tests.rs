@@ -132,5 +132,13 @@ fn low_information_states_abstain_only_when_a_rule_is_set() {
     let u = a["urgent"].as_ref().expect("answered");
     assert_eq!(u.abstained.as_deref(), Some(LOW_INFORMATION));
     assert!(is_low_information(&json!("..")));
+    // Regression: the keys of an object state counted as text, so a
+    // template's `{"ticket": "?"}` was never low-information.
+    assert!(is_low_information(&json!({"ticket": "?"})));
+    assert!(is_low_information(&json!({"ticket": "", "note": ["."]})));
+    assert!(!is_low_information(&json!({"amount": 120})));
+    assert!(!is_low_information(
+        &json!([{"type": "image_url", "image_url": {"url": "data:,"}}])
+    ));
     assert!(!is_low_information(&json!({"ticket": "refund please"})));
 }

@@ -37,6 +37,8 @@ pub const BACKEND_HEADER: &str = "x-dgem-backend";
 pub const BACKEND_USED_HEADER: &str = "x-dgem-backend-used";
 /// Reply header naming the Stage-2 model when the cascade wrote an answer.
 pub const CASCADE_USED_HEADER: &str = "x-dgem-cascade-used";
+/// Reply header counting the taxonomy-expansion suggestions, when asked for.
+pub const SUGGESTED_EXPANSIONS_HEADER: &str = "x-dgem-suggested-expansions";
 
 /// Shared state of the `/api` routes.
 #[derive(Debug, Clone)]
@@ -230,6 +232,7 @@ async fn decide_inner(
         "upstream_url": routed.upstream_url,
     });
     let cascade_used = finished.cascade_model();
+    let suggested = finished.suggestions.as_ref().map(Vec::len);
     if let (Some(extra), Some(m)) = (finished.to_json(), body.as_object_mut()) {
         m.extend(extra);
     }
@@ -237,6 +240,12 @@ async fn decide_inner(
     if let Some(model) = cascade_used.and_then(|m| HeaderValue::from_str(&m).ok()) {
         resp.headers_mut()
             .insert(HeaderName::from_static(CASCADE_USED_HEADER), model);
+    }
+    if let Some(n) = suggested {
+        resp.headers_mut().insert(
+            HeaderName::from_static(SUGGESTED_EXPANSIONS_HEADER),
+            HeaderValue::from(n),
+        );
     }
     Ok(resp)
 }

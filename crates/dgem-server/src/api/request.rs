@@ -155,10 +155,14 @@ pub fn parse(
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
         s.insert("samples".into(), json!(n));
     }
+    let field_error =
+        |e: dgem_core::SchemaError| bad(e.message.clone()).with_param(e.field.as_str());
+    let (schema, injected) = dgem_cascade::inject_if_asked(obj, &schema).map_err(field_error)?;
     let schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
     let hesitation = Hesitation::from_object(obj, &schema)
-        .map_err(|e| bad(e.message.clone()).with_param(e.field.as_str()))?;
+        .map_err(field_error)?
+        .for_policy(&template, injected);
     Ok(ApiDecide {
         template,
         request: DecideRequest {
