@@ -243,3 +243,37 @@ fn decide_suggests_a_new_option_for_a_hesitant_choice() {
     assert!(text.contains("SUGGESTED TAXONOMY EXPANSIONS:"), "{text}");
     assert!(text.contains("questions[id=\"team\"].options"), "{text}");
 }
+
+/// `vertex` takes its token the way the gateway does; with no credentials
+/// anywhere the cascade reports that and the Stage-1 answers stand.
+#[test]
+fn vertex_without_credentials_reports_it_and_keeps_stage1() {
+    let Some(model) = model() else { return };
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(root())
+        .args([
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=I was charged twice",
+            "--model",
+            &model,
+            "--cascade",
+            "entropy",
+            "--cascade-provider",
+            "vertex:test-project",
+            "--json",
+        ])
+        .env_remove("GOOGLE_OAUTH_ACCESS_TOKEN")
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+        .env("GCE_METADATA_HOST", "127.0.0.1:9")
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("run dgem");
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let err = out["cascade"]["error"].as_str().unwrap();
+    assert!(err.contains("Google credentials"), "{err}");
+    assert!(out["answers"]["team"].get("resolved_by").is_none());
+}

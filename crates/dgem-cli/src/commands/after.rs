@@ -24,8 +24,9 @@ pub struct SetupArgs {
     /// Stage-2 provider for the cascade: `openai:BASE_URL` (any
     /// OpenAI-compatible `/chat/completions` server with structured output:
     /// vLLM, llama.cpp server, ollama, OpenAI; key from DGEM_CASCADE_API_KEY or
-    /// OPENAI_API_KEY), `vertex` (Gemini on Vertex AI; project from
-    /// GCP_PROJECT, token from GOOGLE_OAUTH_ACCESS_TOKEN) or `gguf:PATH` (a
+    /// OPENAI_API_KEY), `vertex[:PROJECT]` (Gemini on Vertex AI; project from
+    /// GCP_PROJECT; token as the gateway gets one: GOOGLE_OAUTH_ACCESS_TOKEN,
+    /// the metadata server, a key file or gcloud) or `gguf:PATH` (a
     /// second, larger GGUF run in-process through llama.cpp with
     /// grammar-constrained JSON: no network; text only).
     #[arg(long, env = "DGEM_CASCADE_PROVIDER", value_name = "SPEC")]
@@ -46,8 +47,14 @@ impl SetupArgs {
             None | Some("") => None,
             Some(spec) => Some(match gguf_path(spec) {
                 Some(path) => gguf_provider(path)?,
-                None => dgem_cascade::provider_from_spec(spec)
-                    .map_err(|e| user(anyhow::anyhow!("`--cascade-provider`: {e}")))?,
+                None => {
+                    let mut cfg = dgem_cascade::Stage2Config::new(spec);
+                    if is_vertex(spec) {
+                        cfg.token = Some(Arc::new(GoogleToken::new()));
+                    }
+                    cfg.build()
+                        .map_err(|e| user(anyhow::anyhow!("`--cascade-provider`: {e}")))?
+                }
             }),
         };
         let calibration = match &self.calibration_file {
@@ -61,6 +68,48 @@ impl SetupArgs {
             stage2,
             calibration,
         }))
+    }
+}
+
+/// Whether `spec` names Gemini on Vertex AI (`vertex` or `vertex:PROJECT`).
+fn is_vertex(spec: &str) -> bool {
+    let kind = spec.split_once(':').map_or(spec, |(k, _)| k);
+    kind.trim().eq_ignore_ascii_case("vertex")
+}
+
+/// The gateway's Google auth as the Vertex Stage 2's token source: an
+/// explicit `GOOGLE_OAUTH_ACCESS_TOKEN`, else the metadata server, a
+/// service-account key (`GOOGLE_APPLICATION_CREDENTIALS`) or gcloud, minted
+/// and refreshed before expiry (so a long `serve` keeps working).
+struct GoogleToken(dgem_gateway::auth::TokenProvider);
+
+impl GoogleToken {
+    fn new() -> Self {
+        let kind = dgem_gateway::auth::TokenKind::Access;
+        let config = dgem_gateway::auth::AuthConfig::from_env(&kind);
+        Self(dgem_gateway::auth::TokenProvider::new(kind, config))
+    }
+}
+
+impl std::fmt::Debug for GoogleToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GoogleToken(<gateway auth>)")
+    }
+}
+
+#[async_trait::async_trait]
+impl dgem_cascade::provider::vertex::TokenSource for GoogleToken {
+    async fn token(&self) -> Result<String, dgem_cascade::Stage2Error> {
+        use dgem_gateway::auth::BearerSource as _;
+        self.0
+            .bearer()
+            .await
+            .map_err(|e| dgem_cascade::Stage2Error::Config {
+                provider: "vertex".into(),
+                field: "Google credentials".into(),
+                allowed: "GOOGLE_OAUTH_ACCESS_TOKEN, the metadata server, GOOGLE_APPLICATION_CREDENTIALS or gcloud".into(),
+                got: e.to_string(),
+            })
     }
 }
 
