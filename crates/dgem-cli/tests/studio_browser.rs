@@ -367,6 +367,59 @@ async fn studio_runs_a_decision_in_chromium() {
     }
     let page = c.execute(READ_PAGE, vec![]).await.unwrap();
     check_cards(&page, 1, &["team", "urgent"]);
+
+    // Issue 15: the hesitant-answer options. Open the section, abstain on
+    // every answer and ask for a cascade this server has no provider for:
+    // each card says it is withheld, the summary says what the cascade did.
+    c.find(Locator::Css("details.after summary"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let above = c.find(Locator::Css("#abstain-above")).await.unwrap();
+    above.send_keys("0").await.unwrap();
+    c.find(Locator::Css("#cascade-mode"))
+        .await
+        .unwrap()
+        .select_by_value("entropy")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let seen = loop {
+        let seen = c
+            .execute(
+                "const cards = [...document.querySelectorAll('#cards article.card')];                  const c = document.querySelector('#summary [data-key=cascade] dd');                  return {abstained: cards.filter(a => a.dataset.abstained === 'true').length,                          cards: cards.length,                          note: (document.querySelector('#cards .abstained') || {}).textContent || '',                          cascade: c ? c.textContent : ''};",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if seen["abstained"].as_u64().unwrap_or(0) > 0 {
+            break seen;
+        }
+        assert!(
+            started.elapsed() < DECISION_TIMEOUT,
+            "no abstained card; error box: {}",
+            error.text().await.unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(seen["abstained"], seen["cards"], "{seen}");
+    let note = seen["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("Abstained (") && note.contains("do not act on it"),
+        "{note}"
+    );
+    assert!(
+        seen["cascade"].as_str().unwrap().contains("configured"),
+        "{seen}"
+    );
     c.close().await.unwrap();
     drop(driver);
     drop(served);
