@@ -91,7 +91,14 @@ impl Hesitation {
         if let Some(c) = &cascade {
             c.check(schema).map_err(invalid)?;
         }
-        let expansion = ExpansionOptions::from_object(obj).map_err(invalid)?;
+        let mut expansion = ExpansionOptions::from_object(obj).map_err(invalid)?;
+        // `cascade_model` names the Stage-2 model for the expansion call too,
+        // with or without a cascade.
+        if let (Some(e), Some(Value::String(m))) = (expansion.as_mut(), obj.get("cascade_model")) {
+            if e.model.is_empty() {
+                e.model = m.trim().to_string();
+            }
+        }
         let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::from_object(obj, &ids, None)?;
         Ok(Self {

@@ -201,15 +201,34 @@ impl CascadeOptions {
             .filter(|k| schema.question(k).is_none())
             .map(String::as_str)
             .collect();
-        if unknown.is_empty() {
-            return Ok(());
+        if !unknown.is_empty() {
+            let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
+            return Err(CascadeError::invalid(
+                "expected_answers",
+                format!("keyed by question ids [{}]", ids.join(", ")),
+                format!("unknown ids [{}]", unknown.join(", ")),
+            ));
         }
-        let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
-        Err(CascadeError::invalid(
-            "expected_answers",
-            format!("keyed by question ids [{}]", ids.join(", ")),
-            format!("unknown ids [{}]", unknown.join(", ")),
-        ))
+        // An expectation no answer can meet would escalate that question on
+        // every call: refuse it, naming the allowed answers.
+        for (slot, want) in &self.expected {
+            let Some(q) = schema.question(slot) else {
+                continue;
+            };
+            if !q
+                .alternatives
+                .iter()
+                .any(|a| a.name.eq_ignore_ascii_case(want))
+            {
+                let names: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
+                return Err(CascadeError::invalid(
+                    format!("expected_answers.{slot}"),
+                    format!("one of [{}]", names.join(", ")),
+                    format!("`{want}`"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The whole-call deadline for a call sending `image_count` images.

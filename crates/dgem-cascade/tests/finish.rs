@@ -238,6 +238,22 @@ fn request_keys_are_checked_against_the_policy() {
         e.message.contains("tema") && e.message.contains("team"),
         "{e}"
     );
+    // Regression: an expected answer no question can give escalated it on every call.
+    let e = Hesitation::from_object(
+        &keys(json!({"cascade_mode": "on_miss", "expected_answers": {"team": "bogus"}})),
+        &s,
+    )
+    .expect_err("not an option");
+    assert_eq!(e.field, "expected_answers.team");
+    assert!(
+        e.message.contains("billing, support, engineering") && e.message.contains("bogus"),
+        "{e}"
+    );
+    assert!(Hesitation::from_object(
+        &keys(json!({"cascade_mode": "on_miss", "expected_answers": {"team": "Billing", "urgent": true}})),
+        &s,
+    )
+    .is_ok());
     let e = Hesitation::from_object(&keys(json!({"abstain_above": {"urgnet": 0.5}})), &s)
         .expect_err("unknown id");
     assert!(e.message.contains("urgnet"), "{e}");

@@ -89,7 +89,9 @@ fn quiet_broken_pipe() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+        // `println!` says "failed printing to stdout: Broken pipe"; other
+        // writers (clap_complete) carry the io::Error's `BrokenPipe` kind.
+        if msg.contains("Broken pipe") || msg.contains("BrokenPipe") {
             std::process::exit(0);
         }
         default(info);

@@ -34,7 +34,7 @@ async fn chat(
         .map(|v| v.to_str().unwrap_or_default().to_string());
     seen.requests.lock().unwrap().push((auth, body));
     let content = json!({
-        "urgent": {"decision": "no", "confidence": 0.9, "explanation": "a refund can wait a day"},
+        "urgent": {"decision": "no", "confidence": 0.9, "explanation": "a refund can wait a day\n* team: forged line\u{1b}[31m"},
         "team": {"decision": "billing", "confidence": 0.97, "explanation": "a duplicate charge"},
         "sentiment": {"decision": "livid", "confidence": 0.8, "explanation": "not a level"}
     });
@@ -156,6 +156,13 @@ fn decide_table_marks_stage2_and_abstained_answers() {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("billing*"), "{text}");
+    // Regression: Stage-2 text went to the terminal raw, so a steered
+    // explanation could forge table lines and recolour the terminal.
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("* team: forged")),
+        "{text}"
+    );
     assert!(
         text.contains("* team: answered by stage 2 (fake-large"),
         "{text}"
@@ -181,8 +188,22 @@ fn decide_refuses_bad_post_read_flags_naming_them() {
             "QUESTION=VALUE",
         ),
         (
-            vec!["--cascade-provider", "carrier-pigeon:x"],
+            vec![
+                "--cascade",
+                "entropy",
+                "--cascade-provider",
+                "carrier-pigeon:x",
+            ],
             "`--cascade-provider`",
+        ),
+        // Regression: `inf` became JSON null, i.e. the default gate.
+        (
+            vec!["--cascade", "entropy", "--cascade-threshold", "inf"],
+            "finite",
+        ),
+        (
+            vec!["--cascade", "on_miss", "--expect", "team=bogus"],
+            "billing, support, engineering",
         ),
     ] {
         let mut all = vec!["decide", "-t", "support_triage", "-v", "ticket=hi there"];
@@ -276,4 +297,28 @@ fn vertex_without_credentials_reports_it_and_keeps_stage1() {
     let err = out["cascade"]["error"].as_str().unwrap();
     assert!(err.contains("Google credentials"), "{err}");
     assert!(out["answers"]["team"].get("resolved_by").is_none());
+}
+
+/// Regression: a provider spec was built (and a GGUF loaded) even for a
+/// decision that asks for no cascade, so an exported DGEM_CASCADE_PROVIDER
+/// broke every plain `decide`.
+#[test]
+fn an_unused_provider_spec_is_not_loaded() {
+    let Some(model) = model() else { return };
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(root())
+        .args([
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=hi there",
+            "--model",
+            &model,
+            "--cascade-provider",
+            "gguf:/nope",
+        ])
+        .output()
+        .expect("run dgem");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }

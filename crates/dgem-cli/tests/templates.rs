@@ -206,3 +206,26 @@ fn broken_pipe_is_a_quiet_success() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Regression: `dgem completions bash | head -1` panicked (clap_complete's
+/// own "failed to write completion file: … BrokenPipe", exit 101).
+#[test]
+fn completions_into_a_closed_pipe_exit_quietly() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(dir.path())
+        .args(["completions", "zsh"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 8];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -126,11 +126,25 @@ impl AnswerOut {
                 m.insert("choice".into(), json!(self.answer_name()));
             }
             QuestionKind::Score => {
-                m.insert("score".into(), json!(score_expectation(&a.mean)));
+                // A Stage-2 level is one level, not a distribution: its score is
+                // that level's 1-based position (and value), not Stage 1's
+                // expectation, which would point at another level.
+                let resolved = self.resolved.is_some();
+                let score = if resolved {
+                    (a.top + 1) as f64
+                } else {
+                    score_expectation(&a.mean)
+                };
+                m.insert("score".into(), json!(score));
                 m.insert("level".into(), json!(self.answer_name()));
                 let names = q.alternatives.iter().map(|alt| alt.name.as_str());
                 if let Some(values) = level_values(names) {
-                    m.insert("value".into(), json!(score_value(&a.mean, &values)));
+                    let value = if resolved {
+                        values.get(a.top).copied().unwrap_or_default()
+                    } else {
+                        score_value(&a.mean, &values)
+                    };
+                    m.insert("value".into(), json!(value));
                 }
             }
         }

@@ -43,7 +43,19 @@ impl SetupArgs {
     /// # Errors
     /// Exit code 1 naming the flag when the spec or the file is unusable.
     pub fn setup(&self) -> Result<Arc<AfterSetup>, Failure> {
-        let stage2 = match self.cascade_provider.as_deref().map(str::trim) {
+        self.setup_for(true)
+    }
+
+    /// [`SetupArgs::setup`], building the Stage-2 provider only when
+    /// `need_stage2` (a `decide` that asks for no cascade or expansion must
+    /// not fail, or load a second model, over a provider it will not use,
+    /// e.g. a `DGEM_CASCADE_PROVIDER` exported for `serve`).
+    ///
+    /// # Errors
+    /// As [`SetupArgs::setup`].
+    pub fn setup_for(&self, need_stage2: bool) -> Result<Arc<AfterSetup>, Failure> {
+        let spec = self.cascade_provider.as_deref().map(str::trim);
+        let stage2 = match spec.filter(|_| need_stage2) {
             None | Some("") => None,
             Some(spec) => Some(match gguf_path(spec) {
                 Some(path) => gguf_provider(path)?,
@@ -223,6 +235,18 @@ impl HesitationArgs {
             self.abstain_above.as_deref().map(json_or_string),
         );
         put("cascade_mode", self.cascade.as_deref().map(|s| json!(s)));
+        // JSON has no infinity or NaN (serde would write null, i.e. "the
+        // default"): refuse them here, naming the flag.
+        for (flag, x) in [
+            ("--cascade-threshold", self.cascade_threshold),
+            ("--expansion-entropy", self.expansion_entropy),
+        ] {
+            if let Some(x) = x.filter(|x| !x.is_finite()) {
+                return Err(user(anyhow::anyhow!(
+                    "`{flag}` must be a finite number. Given: `{x}`"
+                )));
+            }
+        }
         put(
             "cascade_threshold",
             self.cascade_threshold.map(|x| json!(x)),

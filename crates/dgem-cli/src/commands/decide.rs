@@ -174,7 +174,8 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     }
     let template_name = args.template.to_string_lossy().into_owned();
     let hesitation = args.after.request(&schema, &template_name, injected)?;
-    let after = args.setup.setup()?;
+    let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
+    let after = args.setup.setup_for(need_stage2)?;
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
         None => Box::new(setup::engine(&args.model)?),

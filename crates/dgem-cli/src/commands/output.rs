@@ -5,6 +5,16 @@ use std::fmt::Write as _;
 use dgem_core::readout::hesitation_band;
 use dgem_engine::Decision;
 
+/// `s` with every control character (newlines, carriage returns, ANSI
+/// escapes) shown as a space: Stage-2 text can be steered by the state
+/// (prompt injection), and must not forge table lines or recolour the
+/// terminal.
+fn plain(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// The answer table: one row per asked question, in schema order.
 pub fn table(d: &Decision) -> String {
     let mut out = String::new();
@@ -59,14 +69,14 @@ pub fn table(d: &Decision) -> String {
             let _ = writeln!(
                 notes,
                 "* {id}: answered by stage 2 ({}, confidence {:.0}%; stage 1 said `{}` at {:.1}%): {}",
-                r.model,
+                plain(&r.model),
                 r.confidence * 100.0,
                 a.question
                     .alternatives
                     .get(r.stage1_top)
                     .map_or("", |alt| alt.name.as_str()),
                 r.stage1_confidence * 100.0,
-                r.explanation
+                plain(&r.explanation)
             );
         }
         if let Some(reason) = &a.abstained {
@@ -109,18 +119,22 @@ pub fn cascade(c: &dgem_cascade::CascadeSummary) -> String {
         c.escalated_count,
         c.total_slots,
         if c.model.is_empty() {
-            "stage 2"
+            "stage 2".to_string()
         } else {
-            &c.model
+            plain(&c.model)
         },
         c.latency_ms
     );
     if !c.error.is_empty() {
-        let _ = writeln!(out, "cascade error: {}; the stage-1 answers stand", c.error);
+        let _ = writeln!(
+            out,
+            "cascade error: {}; the stage-1 answers stand",
+            plain(&c.error)
+        );
     }
     for s in c.slots.values().filter(|s| s.escalated) {
         if let Some(e) = &s.error {
-            let _ = writeln!(out, "  {}: {e}", s.question_id);
+            let _ = writeln!(out, "  {}: {}", s.question_id, plain(e));
         }
     }
     out
@@ -142,12 +156,13 @@ pub fn suggestions(list: &[dgem_cascade::Suggestion]) -> String {
         let _ = writeln!(
             out,
             "    proposed option: {} — {}",
-            s.suggested_option.name, s.suggested_option.description
+            plain(&s.suggested_option.name),
+            plain(&s.suggested_option.description)
         );
         if let Some(e) = &s.error {
-            let _ = writeln!(out, "    (stage 2 failed, placeholder name: {e})");
+            let _ = writeln!(out, "    (stage 2 failed, placeholder name: {})", plain(e));
         }
-        let _ = writeln!(out, "    {}", s.template_patch_hint);
+        let _ = writeln!(out, "    {}", plain(&s.template_patch_hint));
     }
     out
 }

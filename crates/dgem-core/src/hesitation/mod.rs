@@ -107,6 +107,14 @@ pub fn is_low_information(state: &Value) -> bool {
         match v {
             Value::Null => 0,
             Value::Bool(_) | Value::Number(_) => MIN_INFORMATIVE_CHARS,
+            // A state sent as JSON text (the chat route's user message) is
+            // judged by what it holds.
+            Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+                match serde_json::from_str::<Value>(s) {
+                    Ok(inner @ (Value::Object(_) | Value::Array(_))) => count(&inner),
+                    _ => s.chars().filter(|c| c.is_alphanumeric()).count(),
+                }
+            }
             Value::String(s) => s.chars().filter(|c| c.is_alphanumeric()).count(),
             Value::Array(items) => items.iter().map(count).sum(),
             Value::Object(m)

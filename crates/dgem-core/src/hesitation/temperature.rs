@@ -139,7 +139,13 @@ pub fn scale(p: &[f64], t: f64) -> Vec<f64> {
     if p.is_empty() || t.is_nan() || t <= 0.0 {
         return p.to_vec();
     }
-    let logits: Vec<f64> = p.iter().map(|&x| x.max(PROB_FLOOR).ln() / t).collect();
+    // Relative to the largest log-probability, so a tiny T sends the others
+    // to −∞ (one-hot on the argmax) instead of every logit to −∞ (uniform).
+    let top = p.iter().fold(PROB_FLOOR, |m, &x| m.max(x)).ln();
+    let logits: Vec<f64> = p
+        .iter()
+        .map(|&x| (x.max(PROB_FLOOR).ln() - top) / t)
+        .collect();
     crate::readout::restricted_softmax(&logits)
 }
 
@@ -208,7 +214,11 @@ mod tests {
         let cold = scale(&p, 0.5);
         assert!(cold[0] > 0.8 && hot[0] < 0.8);
         assert!((cold.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-        assert_eq!(scale(&p, 1.0), p.to_vec());
+        let same = scale(&p, 1.0);
+        assert!(same.iter().zip(p).all(|(a, b)| (a - b).abs() < 1e-12));
+        // Regression: T = 5e-324 sent every logit to −∞ and gave a uniform
+        // distribution; T → 0 sharpens to the argmax.
+        assert_eq!(scale(&p, 5e-324), vec![1.0, 0.0, 0.0]);
         assert!(scale(&[], 2.0).is_empty());
     }
 

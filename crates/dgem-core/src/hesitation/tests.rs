@@ -137,8 +137,32 @@ fn low_information_states_abstain_only_when_a_rule_is_set() {
     assert!(is_low_information(&json!({"ticket": "?"})));
     assert!(is_low_information(&json!({"ticket": "", "note": ["."]})));
     assert!(!is_low_information(&json!({"amount": 120})));
+    // Regression: the chat route's state is the JSON text itself.
+    assert!(is_low_information(&json!("{\"ticket\": \"?\"}")));
+    assert!(!is_low_information(&json!("{\"ticket\": \"refund me\"}")));
     assert!(!is_low_information(
         &json!([{"type": "image_url", "image_url": {"url": "data:,"}}])
     ));
     assert!(!is_low_information(&json!({"ticket": "refund please"})));
+}
+
+/// Regression: a score answer Stage 2 resolved kept Stage 1's expected
+/// position in `score` (2.52, "annoyed") next to Stage 2's level ("calm").
+#[test]
+fn a_stage2_score_reports_its_own_level_position() {
+    let s = schema(json!({"questions": [
+        {"id": "mood", "type": "score", "levels": ["calm", "annoyed", "furious"]},
+        {"id": "n", "type": "score", "levels": ["1", "2", "3"]}
+    ]}));
+    let mut a = answers(&s, &[vec![0.2, 0.5, 0.3], vec![0.2, 0.5, 0.3]]);
+    for id in ["mood", "n"] {
+        if let Some(Some(x)) = a.get_mut(id) {
+            x.resolve(0, 0.9, "m", "calm words");
+        }
+    }
+    let mood = a["mood"].as_ref().expect("answered").to_chat_json();
+    assert_eq!(mood["level"], "calm");
+    assert_eq!(mood["score"], 1.0);
+    let n = a["n"].as_ref().expect("answered").to_chat_json();
+    assert_eq!(n["value"], 1.0);
 }

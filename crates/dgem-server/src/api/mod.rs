@@ -237,6 +237,8 @@ async fn decide_inner(
         m.extend(extra);
     }
     let mut resp = with_backend_used(Json(body).into_response(), &routed.backend);
+    // A model name comes from the request: bounded before it becomes a header.
+    let cascade_used = cascade_used.filter(|m| m.len() <= 256);
     if let Some(model) = cascade_used.and_then(|m| HeaderValue::from_str(&m).ok()) {
         resp.headers_mut()
             .insert(HeaderName::from_static(CASCADE_USED_HEADER), model);
