@@ -606,3 +606,24 @@ async fn api_decide_suggests_taxonomy_expansions() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
     assert_eq!(r["error"]["param"], "suggest_expansions");
 }
+
+/// Regression (hostile run): unknown top-level keys were ignored, so a
+/// misspelled `temprature` or `abstain_belw` silently switched the setting
+/// off. They are 400s naming the key, with the closest known one.
+#[tokio::test]
+async fn api_decide_refuses_unknown_keys_naming_them() {
+    for (key, needle) in [
+        ("temprature", "did you mean `temperature`?"),
+        ("abstain_belw", "did you mean `abstain_below`?"),
+        ("images", "images are not read"),
+        ("zzz", "the fields are [template,"),
+    ] {
+        let mut body = json!({"variables": {"ticket": "hello there"}});
+        body[key] = json!(1);
+        let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {r}");
+        assert_eq!(r["error"]["param"], key);
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(needle), "{key}: {msg}");
+    }
+}

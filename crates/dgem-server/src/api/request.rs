@@ -42,6 +42,71 @@ fn shown(v: &Value) -> String {
     }
 }
 
+/// Top-level keys of a `/api/decide` body.
+pub const API_KEYS: &[&str] = &[
+    "template",
+    "variables",
+    "questions",
+    "state",
+    "instructions",
+    "backend",
+    "seed",
+    "samples",
+    "temperature",
+    "abstain_below",
+    "abstain_above",
+    "cascade_mode",
+    "cascade_threshold",
+    "cascade_threshold_mode",
+    "cascade_model",
+    "stage2_prior",
+    "expected_answers",
+    "suggest_expansions",
+    "expansion_entropy",
+];
+
+/// Why a key the original's decision API has is not read here.
+fn not_served(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "image" | "image_url" | "images" => {
+            "images are not read on /api/decide yet (the embedded model has no vision)"
+        }
+        "custom_template" => {
+            "send ad-hoc `questions` with a `state`, or a `template` id from GET /api/templates"
+        }
+        "layout" => "set `layout` in the policy's schema",
+        "vertex_url" => "pick the backend with `backend` or the X-DGem-Backend header",
+        _ => return None,
+    })
+}
+
+/// Refuse keys this route does not read: a misspelled `temprature` or
+/// `abstain_belw` would otherwise switch a setting off without a word.
+fn check_keys(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    for key in obj.keys() {
+        if API_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let mut shown: String = key.chars().take(64).collect();
+        if shown.len() < key.len() {
+            shown.push('…');
+        }
+        let why = match not_served(key) {
+            Some(why) => why.to_string(),
+            None => {
+                let hint = dgem_engine::builtin::closest(key, API_KEYS.iter().copied())
+                    .map(|c| format!("did you mean `{c}`? "))
+                    .unwrap_or_default();
+                format!("{hint}the fields are [{}]", API_KEYS.join(", "))
+            }
+        };
+        return Err(
+            bad(format!("`{shown}` is not a field of /api/decide: {why}")).with_param(shown),
+        );
+    }
+    Ok(())
+}
+
 /// Parse `body` (already JSON) for `path_template` (the `{template}` path
 /// part), validating the policy under the deployment's `defaults`.
 ///
@@ -59,6 +124,7 @@ pub fn parse(
             shown(body)
         )));
     };
+    check_keys(obj)?;
     let backend = match obj.get("backend") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
