@@ -43,7 +43,9 @@ impl std::fmt::Debug for LlamaBackend {
     }
 }
 
-fn check(
+/// `Ok` when `ok`, else [`LlamaError::InvalidConfig`] naming `field`, what
+/// it must be and the value `given` (also used by the local Stage 2).
+pub(crate) fn check(
     ok: bool,
     field: &'static str,
     expected: &'static str,

@@ -106,22 +106,7 @@ impl std::fmt::Debug for LocalStage2 {
     }
 }
 
-fn check(
-    ok: bool,
-    field: &'static str,
-    expected: &'static str,
-    given: usize,
-) -> Result<(), LlamaError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(LlamaError::InvalidConfig {
-            field,
-            expected,
-            given: given.to_string(),
-        })
-    }
-}
+use crate::backend::check;
 
 impl LocalStage2 {
     /// Load the GGUF at `path` on a new thread with its own context and

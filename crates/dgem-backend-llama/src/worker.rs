@@ -42,10 +42,26 @@ pub(crate) fn spawn(
     cfg: WorkerConfig,
     rx: mpsc::Receiver<Job>,
 ) -> Result<JoinHandle<()>, LlamaError> {
+    start_thread("dgem-llama", "model thread", move |ready| {
+        run(&model, cfg, rx, ready);
+    })
+}
+
+/// Start thread `name` running `body`, which reports once on `ready` whether
+/// its model context exists; returns when it has. Shared by the Stage-1
+/// worker and the local Stage-2 thread.
+///
+/// # Errors
+/// The error `body` reported, or [`LlamaError::Thread`] when the thread could
+/// not start or exited before reporting (`what` names it).
+pub(crate) fn start_thread<F>(name: &str, what: &str, body: F) -> Result<JoinHandle<()>, LlamaError>
+where
+    F: FnOnce(&std::sync::mpsc::SyncSender<Result<(), LlamaError>>) + Send + 'static,
+{
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), LlamaError>>(1);
     let handle = std::thread::Builder::new()
-        .name("dgem-llama".into())
-        .spawn(move || run(&model, cfg, rx, &ready_tx))
+        .name(name.into())
+        .spawn(move || body(&ready_tx))
         .map_err(|e| LlamaError::Thread(e.to_string()))?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(handle),
@@ -55,9 +71,7 @@ pub(crate) fn spawn(
         }
         Err(_) => {
             let _ = handle.join();
-            Err(LlamaError::Thread(
-                "model thread exited during start-up".into(),
-            ))
+            Err(LlamaError::Thread(format!("{what} exited during start-up")))
         }
     }
 }

@@ -103,24 +103,9 @@ pub(crate) fn spawn(
     cfg: ThreadConfig,
     rx: mpsc::Receiver<Job>,
 ) -> Result<JoinHandle<()>, LlamaError> {
-    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), LlamaError>>(1);
-    let handle = std::thread::Builder::new()
-        .name("dgem-stage2".into())
-        .spawn(move || run(&cfg, rx, &ready_tx))
-        .map_err(|e| LlamaError::Thread(e.to_string()))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => Ok(handle),
-        Ok(Err(e)) => {
-            let _ = handle.join();
-            Err(e)
-        }
-        Err(_) => {
-            let _ = handle.join();
-            Err(LlamaError::Thread(
-                "Stage-2 model thread exited during start-up".into(),
-            ))
-        }
-    }
+    crate::worker::start_thread("dgem-stage2", "Stage-2 model thread", move |ready| {
+        run(&cfg, rx, ready);
+    })
 }
 
 fn run(
