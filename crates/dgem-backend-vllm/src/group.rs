@@ -8,7 +8,7 @@ use dgem_backend::BackendError;
 use dgem_backend::EngineError;
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::prompt::{gemma_chat_prompt, user_content};
+use dgem_core::prompt::{document_first_content, gemma_chat_prompt};
 use dgem_core::readout::{auto_extends, sample_plan, SlotRead};
 use dgem_core::schema::{Layout, Question, SamplePolicy, ValidSchema};
 use dgem_core::slots::{
@@ -64,9 +64,19 @@ fn core(e: dgem_core::tokenizer::TokenizeError) -> EngineError {
 }
 
 impl VllmDecider {
-    /// The single user message of a text read (dgem-core's layouts).
+    /// The chat messages of a text read (serving.md §4.3): one user message
+    /// for `document_first`; `[system: question block, user: state]` for
+    /// `schema_first`, as the original server sends them.
     pub(crate) fn messages(layout: Layout, sys: &str, state: &str) -> Value {
-        json!([{"role": "user", "content": user_content(layout, sys, state)}])
+        match layout {
+            Layout::DocumentFirst => {
+                json!([{"role": "user", "content": document_first_content(sys, state)}])
+            }
+            Layout::SchemaFirst => json!([
+                {"role": "system", "content": sys},
+                {"role": "user", "content": state},
+            ]),
+        }
     }
 
     /// `chat_prompt_ids`: BOS plus the Gemma chat turn, ending where the model answers.
@@ -200,6 +210,13 @@ impl VllmDecider {
             }
         };
         let n = plan.questions.len();
+        // serving.md §7.8: the template, its end-of-turn token and this group's thought.
+        let thought_tokens = thought
+            .as_ref()
+            .and_then(|t| t.get("tokens"))
+            .and_then(Value::as_u64)
+            .map_or(0, |t| usize::try_from(t).unwrap_or(usize::MAX));
+        let rows = (ctx.template.tokens.len() + 1).saturating_add(thought_tokens);
         Ok(GroupReads {
             questions: plan.questions,
             labels,
@@ -214,6 +231,7 @@ impl VllmDecider {
             calibration_ms: 0.0,
             prompt_tokens: prompt_tokens.unwrap_or(0),
             cached_tokens: 0,
+            rows,
         })
     }
 

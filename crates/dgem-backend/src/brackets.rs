@@ -168,7 +168,7 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
     out.diagnostics
         .questions
         .retain(|id, _| keep.iter().any(|k| k == id));
-    for tops in &mut out.diagnostics.samples.tops {
+    for tops in out.diagnostics.samples.tops_mut() {
         tops.retain(|id, _| keep.iter().any(|k| k == id));
     }
     out.diagnostics

@@ -54,6 +54,7 @@ fn decision(s: &ValidSchema) -> Decision {
             calibration_ms: 0.0,
             prompt_tokens: 40,
             cached_tokens: 8,
+            rows: 4,
         },
         s.format,
     );

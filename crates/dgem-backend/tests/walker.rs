@@ -75,6 +75,7 @@ impl GroupReader for Recorder {
             calibration_ms: 0.0,
             prompt_tokens: 10,
             cached_tokens: 0,
+            rows: n + 1,
         })
     }
 

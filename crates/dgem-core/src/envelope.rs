@@ -10,6 +10,9 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+mod samples;
+pub use samples::{PartSamples, ReadTops, SamplesDiagnostics};
+
 use crate::labels::LabelMode;
 use crate::readout::{level_values, score_expectation, score_value, Aggregate};
 use crate::schema::{Layout, Question, QuestionKind};
@@ -237,18 +240,6 @@ pub struct BracketDiagnostics {
     pub rounds: u32,
 }
 
-/// The samples block (serving.md §8.2 `samples`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SamplesDiagnostics {
-    /// Reads averaged.
-    pub n: u32,
-    /// Per read: `{qid: [label, max prob, entropy]}`.
-    pub tops: Vec<IndexMap<String, (String, f64, f64)>>,
-    /// The policy and, for `"auto"`, whether it extended.
-    pub policy: Value,
-}
-
 /// Timing of a decision, all in ms.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -348,6 +339,12 @@ pub struct Diagnostics {
     pub prompt_tokens: Option<usize>,
     /// Tokens whose KV state came from the prefix cache (Σ over reads).
     pub cached_tokens: usize,
+    /// Output rows read: Σ over parts of the answer template's tokens + 1 (the
+    /// end-of-turn token) + any thought tokens, plus a chained prefix thought;
+    /// for a cloze reader, answer positions × reads. This is the decision's
+    /// `usage.completion_tokens` (chat) and `usage.output_tokens` (systemone),
+    /// counted as the original structured server counts them.
+    pub rows: usize,
     /// Tokens of the state that were sent and read (the embedded engine refuses
     /// rather than truncates, so the two are equal).
     pub state_tokens: usize,

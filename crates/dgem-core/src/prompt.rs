@@ -89,25 +89,31 @@ pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
     out
 }
 
-/// The user-side content of a text read under `layout` (serving.md §4.3).
+/// The one user message of a `document_first` text read (serving.md §4.3):
+/// the state inside `<user_text>` tags, then the question block inside
+/// `<instructions>`.
+pub fn document_first_content(system: &str, state: &str) -> String {
+    format!("<user_text>\n{state}\n</user_text>\n\n<instructions>\n{system}\n</instructions>")
+}
+
+/// The user-turn text a Gemma chat template makes of a text read under
+/// `layout`, as sent by an OpenAI-style client (serving.md §4.3).
 ///
-/// `document_first`: the state inside `<user_text>` tags, then the question block
-/// inside `<instructions>`. `schema_first`: the question block first, then the
-/// state, so the block is a prefix shared by every decision of a policy.
+/// - `document_first` is one user message, [`document_first_content`].
+/// - `schema_first` is two messages, `[system: question block, user: state]`,
+///   as the original structured server sends them. Gemma's chat template has
+///   no system turn: it writes the system text, a blank line, then the user
+///   text (trimmed) in the first user turn. So the question block is a prefix
+///   shared by every decision of a policy.
 pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
     match layout {
-        Layout::DocumentFirst => format!(
-            "<user_text>\n{state}\n</user_text>\n\n<instructions>\n{system}\n</instructions>"
-        ),
-        Layout::SchemaFirst => format!(
-            "<instructions>\n{system}\n</instructions>\n\n<user_text>\n{state}\n</user_text>"
-        ),
+        Layout::DocumentFirst => document_first_content(system, state),
+        Layout::SchemaFirst => format!("{system}\n\n{}", state.trim()),
     }
 }
 
-/// A whole Gemma chat prompt ending where the model starts to answer.
-///
-/// Gemma 3 has no system role; both layouts put everything in one user turn.
+/// A whole Gemma chat prompt ending where the model starts to answer: the
+/// user turn of [`user_content`], then the model-turn opener.
 pub fn gemma_chat_prompt(layout: Layout, system: &str, state: &str) -> String {
     format!(
         "{GEMMA_USER_TURN}{}{GEMMA_MODEL_TURN}",
@@ -233,7 +239,12 @@ mod tests {
             d,
             "<start_of_turn>user\n<user_text>\nSTATE\n</user_text>\n\n<instructions>\nSYS\n</instructions><end_of_turn>\n<start_of_turn>model\n"
         );
-        let s = gemma_chat_prompt(Layout::SchemaFirst, "SYS", "STATE");
-        assert!(s.starts_with("<start_of_turn>user\n<instructions>\nSYS"));
+        // [system, user] as Gemma's chat template joins them: system, blank
+        // line, the trimmed user text, in one user turn.
+        let s = gemma_chat_prompt(Layout::SchemaFirst, "SYS", " STATE\n");
+        assert_eq!(
+            s,
+            "<start_of_turn>user\nSYS\n\nSTATE<end_of_turn>\n<start_of_turn>model\n"
+        );
     }
 }

@@ -34,8 +34,8 @@ use indexmap::IndexMap;
 use serde_json::{json, Value};
 
 use crate::envelope::{
-    AnswerOut, ChunkPromptUsed, Diagnostics, QuestionDiagnostics, SamplesDiagnostics, Scoring,
-    Skip, SlotReading, Timing,
+    AnswerOut, ChunkPromptUsed, Diagnostics, PartSamples, QuestionDiagnostics, ReadTops,
+    SamplesDiagnostics, Scoring, Skip, SlotReading, Timing,
 };
 use crate::labels::LabelMode;
 use crate::readout::{aggregate, argmax, SlotRead};
@@ -109,6 +109,13 @@ pub struct GroupReads {
     pub prompt_tokens: usize,
     /// Tokens whose KV state came from a prefix cache.
     pub cached_tokens: usize,
+    /// Output rows this part read, the unit of `completion_tokens` /
+    /// `output_tokens`. A canvas reader counts what the original structured
+    /// server counts: the answer template's tokens, plus 1 for the end-of-turn
+    /// token, plus the tokens of a thought the part wrote (once, however many
+    /// samples it took). A cloze reader counts one answer position per question
+    /// per read.
+    pub rows: usize,
 }
 
 /// The `samples.policy` block: `{"mode":"fixed","n",…}` or
@@ -169,13 +176,12 @@ pub struct Walk {
     stages: Vec<Vec<String>>,
     chunks: Vec<Vec<String>>,
     qdiag: IndexMap<String, QuestionDiagnostics>,
-    tops: Vec<IndexMap<String, (String, f64, f64)>>,
-    policies: Vec<Value>,
+    parts: Vec<PartSamples>,
     thoughts: Vec<Value>,
-    n_reads: u32,
     timing: Timing,
     prompt_tokens: usize,
     cached_tokens: usize,
+    rows: usize,
 }
 
 impl Walk {
@@ -231,13 +237,13 @@ impl Walk {
     pub fn absorb(&mut self, out: GroupReads, format: AnswerFormat) {
         let n = u32::try_from(out.reads.len()).unwrap_or(u32::MAX);
         self.timing.reads += n;
-        self.n_reads = self.n_reads.max(n);
         self.timing.queue_ms += out.queue_ms;
         self.timing.forward_ms += out.forward_ms;
         self.timing.calibration_ms += out.calibration_ms;
         self.prompt_tokens = self.prompt_tokens.max(out.prompt_tokens);
         self.cached_tokens += out.cached_tokens;
-        self.policies.push(out.policy);
+        self.rows += out.rows;
+        let mut tops: Vec<ReadTops> = vec![ReadTops::new(); out.reads.len()];
         self.thoughts.extend(out.thought);
         self.chunks
             .push(out.questions.iter().map(|q| q.id.clone()).collect());
@@ -245,14 +251,11 @@ impl Walk {
         for (qi, q) in out.questions.iter().enumerate() {
             let per_read: Vec<&SlotRead> = out.reads.iter().filter_map(|r| r.get(qi)).collect();
             let labels = out.labels.get(qi).cloned().unwrap_or_default();
-            for (j, r) in per_read.iter().enumerate() {
-                if self.tops.len() <= j {
-                    self.tops.push(IndexMap::new());
-                }
+            for (read_tops, r) in tops.iter_mut().zip(&per_read) {
                 let top = argmax(&r.probs);
                 let label = labels.get(top).cloned().unwrap_or_default();
                 let p = r.probs.get(top).copied().unwrap_or(0.0);
-                self.tops[j].insert(q.id.clone(), (label, p, r.entropy));
+                read_tops.insert(q.id.clone(), (label, p, r.entropy));
             }
             let dists: Vec<Vec<f64>> = per_read.iter().map(|r| r.probs.clone()).collect();
             if let Some(r0) = per_read.first() {
@@ -277,6 +280,11 @@ impl Walk {
         let refs: Vec<&Question> = out.questions.iter().collect();
         self.lines
             .push(answer_text(&refs, &out.labels, &chosen, format));
+        self.parts.push(PartSamples {
+            n,
+            tops,
+            policy: out.policy,
+        });
     }
 
     /// The answers in schema order over the asked questions (`None` = skipped),
@@ -291,16 +299,22 @@ impl Walk {
             .iter()
             .filter_map(|q| self.answers.shift_remove(&q.id).map(|a| (q.id.clone(), a)))
             .collect();
-        let thought = facts.prefix_thought.or_else(|| match self.thoughts.len() {
-            0 => None,
-            1 => self.thoughts.pop(),
-            _ => Some(Value::Array(self.thoughts)),
-        });
-        let policy = if self.policies.len() == 1 {
-            self.policies.pop().unwrap_or(Value::Null)
-        } else {
-            Value::Array(self.policies)
-        };
+        let flat = self.parts.len() == 1 && self.skipped.is_empty();
+        let thought = facts
+            .prefix_thought
+            .clone()
+            .or_else(|| match self.thoughts.len() {
+                0 => None,
+                1 => self.thoughts.pop(),
+                _ => Some(Value::Array(self.thoughts)),
+            });
+        // A chained prefix thought is read once for the whole decision.
+        let prefix_rows = facts
+            .prefix_thought
+            .as_ref()
+            .and_then(|t| t.get("tokens"))
+            .and_then(Value::as_u64)
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
         let chunk_prompt = if facts.chained {
             ChunkPromptUsed::Full
         } else if schema.chunk_prompt == ChunkPrompt::Shared {
@@ -323,13 +337,13 @@ impl Walk {
             conditioning: conditioned.then(|| "prefill".to_owned()),
             thought,
             samples: SamplesDiagnostics {
-                n: self.n_reads,
-                tops: self.tops,
-                policy,
+                parts: self.parts,
+                flat,
             },
             timing: self.timing,
             prompt_tokens: Some(self.prompt_tokens).filter(|&n| n > 0),
             cached_tokens: self.cached_tokens,
+            rows: self.rows.saturating_add(prefix_rows),
             state_tokens: facts.state_tokens,
             questions: self.qdiag,
             engine: facts.engine,

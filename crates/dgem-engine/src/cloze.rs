@@ -468,6 +468,8 @@ impl Ctx<'_> {
             reads.extend(more);
         }
         let mode = self.engine.label_mode();
+        // One answer position per question per read.
+        let rows = reads.len() * group.len();
         Ok(GroupReads {
             questions: group.iter().map(|q| (*q).clone()).collect(),
             labels: group.iter().map(|q| labels_for(q, mode)).collect(),
@@ -502,6 +504,7 @@ impl Ctx<'_> {
             calibration_ms: counters.calibration_ms,
             prompt_tokens: counters.prompt_tokens,
             cached_tokens: counters.cached_tokens,
+            rows,
         })
     }
 }

@@ -275,5 +275,7 @@ async fn read_group(
         calibration_ms: 0.0,
         prompt_tokens: group.prompt.len() + group.width,
         cached_tokens: cached,
+        // The answer template plus the end-of-turn token, as a canvas reader counts.
+        rows: group.template.tokens.len() + 1,
     })
 }

@@ -80,8 +80,10 @@ async fn permuted_samples_map_back_to_original_options() {
     assert_eq!(team.answer_name(), "support");
     assert_eq!(team.aggregate.agreement, Some(1.0));
     assert!(team.aggregate.stderr.expect("n>1").abs() < 1e-9);
-    assert_eq!(d.diagnostics.samples.n, 4);
-    assert_eq!(d.diagnostics.samples.tops.len(), 4);
+    let parts = &d.diagnostics.samples.parts;
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].n, 4);
+    assert_eq!(parts[0].tops.len(), 4);
 }
 
 #[tokio::test]

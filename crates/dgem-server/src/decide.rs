@@ -124,14 +124,11 @@ fn summary(d: &Decision) -> String {
         .join(" ")
 }
 
-/// Slots read (one output token per asked question per read): `completion_tokens`
-/// on chat, `output_tokens` on systemone.
+/// Output rows of the decision ([`dgem_core::envelope::Diagnostics::rows`]: the
+/// answer templates + 1 per part, plus thought tokens), as the original server
+/// counts them: `completion_tokens` on chat, `output_tokens` on systemone.
 pub fn output_tokens(d: &Decision) -> usize {
-    d.diagnostics
-        .questions
-        .values()
-        .map(|q| q.entropy.len())
-        .sum()
+    d.diagnostics.rows
 }
 
 /// `Server-Timing` (decide, queue, forward; ms with 2 decimals) and

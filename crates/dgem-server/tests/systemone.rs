@@ -64,7 +64,8 @@ async fn extension_keys_and_string_state_are_used() {
     body["seed"] = json!(3);
     let r = call(&app, post("/v1/systemone", &body)).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.body["diagnostics"]["samples"]["n"], 2);
+    // `gated` is asked in a second stage: two parts, so samples are listed per part.
+    assert_eq!(r.body["diagnostics"]["samples"]["n"], json!([2, 2]));
     assert_eq!(r.body["diagnostics"]["layout"], "schema_first");
     assert_eq!(r.body["answers"]["route"]["choice"], "technical");
     let r = call(&app, post("/invoke/v1/systemone", &body)).await;

@@ -173,7 +173,7 @@ async fn decide_row(
     check_expected(row, &schema)?;
     let t = d.decide(&row.id, schema, state).await?;
     item.wall_ms = t.wall_ms;
-    item.reads = t.decision.diagnostics.samples.n;
+    item.reads = t.decision.diagnostics.samples.max_n();
     item.extended = extended(&t.decision);
     for (slot, want) in &row.expected {
         let expected = match want {

@@ -148,13 +148,15 @@ pub fn normalize_answer(s: &str) -> String {
     }
 }
 
-/// Whether the auto-samples policy extended this decision (`None` for fixed policies).
+/// Whether the auto-samples policy extended any part of this decision
+/// (`None` when every part used fixed samples).
 pub fn extended(d: &Decision) -> Option<bool> {
     d.diagnostics
         .samples
-        .policy
-        .get("extended")
-        .and_then(Value::as_bool)
+        .parts
+        .iter()
+        .filter_map(|p| p.policy.get("extended").and_then(Value::as_bool))
+        .reduce(|a, b| a || b)
 }
 
 /// Find a template named in a dataset row: as given (relative to the working

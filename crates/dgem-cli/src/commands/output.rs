@@ -203,7 +203,9 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let _ = writeln!(
         out,
         "  reads:        {} (samples n={}, policy {})",
-        g.timing.reads, g.samples.n, g.samples.policy
+        g.timing.reads,
+        g.samples.max_n(),
+        g.samples.policy()
     );
     let _ = writeln!(out, "  questions:");
     for (id, q) in &g.questions {

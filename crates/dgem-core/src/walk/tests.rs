@@ -46,6 +46,7 @@ fn group(questions: &[&Question], reads: Vec<Vec<SlotRead>>) -> GroupReads {
         calibration_ms: 0.0,
         prompt_tokens: 40,
         cached_tokens: 3,
+        rows: 5,
     }
 }
 
@@ -144,18 +145,31 @@ fn absorb_keeps_tops_per_read_and_schema_order() {
     let t = answers["t"].as_ref().expect("answered");
     assert_eq!(t.answer_name(), "tech", "mean 0.4/0.5/0.1");
     assert_eq!(t.aggregate.agreement, Some(0.5));
-    assert_eq!(d.samples.n, 2);
+    assert_eq!(d.samples.max_n(), 2);
     assert_eq!(d.timing.reads, 3);
-    assert_eq!(d.samples.tops.len(), 2);
-    assert_eq!(d.samples.tops[0]["t"], ("billing".to_owned(), 0.6, 0.5));
-    assert_eq!(d.samples.tops[1]["t"].0, "tech");
+    assert_eq!(d.rows, 10, "two parts of 5 rows each");
+    // Tops are nested per part: part 0 is `u` (1 read), part 1 is `t` (2 reads).
+    let parts = &d.samples.parts;
+    assert_eq!(parts.len(), 2);
+    assert_eq!((parts[0].n, parts[1].n), (1, 2));
+    assert_eq!(parts[0].tops.len(), 1);
+    assert!(!parts[0].tops[0].contains_key("t"));
+    assert_eq!(parts[1].tops[0]["t"], ("billing".to_owned(), 0.6, 0.5));
+    assert_eq!(parts[1].tops[1]["t"].0, "tech");
+    let wire = serde_json::to_value(&d.samples).expect("json");
+    assert_eq!(wire["n"], json!([1, 2]));
+    assert_eq!(wire["tops"][1][1]["t"][0], "tech");
     assert_eq!(d.chunks, vec![vec!["u".to_owned()], vec!["t".to_owned()]]);
     assert_eq!(d.chunk_prompt, ChunkPromptUsed::Own);
     assert_eq!(d.conditioning, None);
     assert_eq!(d.cached_tokens, 6);
     assert_eq!(d.prompt_tokens, Some(40));
     assert_eq!(d.questions["u"].scoring, Scoring::FirstToken);
-    assert!(d.samples.policy.is_array(), "two parts: one policy each");
+    assert_eq!(
+        wire["policy"].as_array().map(Vec::len),
+        Some(2),
+        "one policy per part"
+    );
 }
 
 proptest! {
