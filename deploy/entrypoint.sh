@@ -22,6 +22,10 @@ MODEL="${MODEL:-/mnt/gcs/dgemma}"
 BAKED_DIR="${BAKED_DIR:-/opt/dgemma/weights}"
 VLLM_PORT=8000
 DRY_RUN="${DRY_RUN:-0}"
+# One served canvas for vLLM and dgem serve (which reads CANVAS too): where a
+# wide schema is chunked depends on it. The container's default is 128.
+CANVAS="${CANVAS:-128}"
+export CANVAS
 
 log() { echo "[init] $*" >&2; }
 

@@ -118,6 +118,7 @@ impl LlamaBackend {
                 label_mode: LabelMode::Words,
                 max_tokens: config.context_size,
                 supports_images: false,
+                canvas: None,
             },
             tokenizer: Arc::new(tokenizer),
             tx: Some(tx),

@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 /// Canvas and seed constants shared with every joint reader (`dgem_core::slots`).
-pub use dgem_core::slots::{
-    DEFAULT_CANVAS_LEN, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE,
-};
+pub use dgem_core::slots::{DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE};
 use dgem_core::tokenizer::TokenId;
 use thiserror::Error;
 
@@ -43,6 +41,64 @@ impl Default for DiffusionTokens {
     }
 }
 
+/// A deployment profile: which served canvas length to assume when none is
+/// given (`--canvas` / `CANVAS` always win). The length decides where a wide
+/// schema is chunked into several reads, so it must match vLLM's
+/// `--diffusion-config canvas_length`, or chunks differ from the deployment's.
+///
+/// | profile | canvas | where |
+/// | :--- | ---: | :--- |
+/// | `plain` (default) | 64 | the original structured server's own default |
+/// | `l4` | 32 | the Cloud Run L4 tier |
+/// | `rtxpro6000` | 128 | the Cloud Run RTX PRO 6000 tier and the serving container's default |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CanvasProfile {
+    /// The original server's default canvas of 64 tokens.
+    #[default]
+    Plain,
+    /// Cloud Run with an NVIDIA L4: a 32-token canvas.
+    L4,
+    /// Cloud Run with an NVIDIA RTX PRO 6000: a 128-token canvas.
+    RtxPro6000,
+}
+
+impl CanvasProfile {
+    /// Every profile, in the order help texts list them.
+    pub const ALL: [Self; 3] = [Self::Plain, Self::L4, Self::RtxPro6000];
+
+    /// The profile's name (`plain`, `l4`, `rtxpro6000`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::L4 => "l4",
+            Self::RtxPro6000 => "rtxpro6000",
+        }
+    }
+
+    /// The served canvas length the profile implies, in tokens.
+    pub fn canvas_len(self) -> usize {
+        match self {
+            Self::Plain => 64,
+            Self::L4 => 32,
+            Self::RtxPro6000 => 128,
+        }
+    }
+
+    /// The profile named `name` (case-insensitive).
+    ///
+    /// # Errors
+    /// [`VllmError::Config`] naming the allowed values and the value received.
+    pub fn parse(name: &str) -> Result<Self, VllmError> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(name.trim()))
+            .ok_or_else(|| VllmError::Config {
+                field: "canvas_profile",
+                message: format!("must be one of [plain, l4, rtxpro6000]. Given: `{name}`"),
+            })
+    }
+}
+
 /// Settings of a [`crate::VllmDecider`].
 #[derive(Debug, Clone)]
 pub struct VllmConfig {
@@ -52,6 +108,9 @@ pub struct VllmConfig {
     pub served_model: String,
     /// Served canvas length in tokens (`--diffusion-config canvas_length`).
     pub canvas_len: usize,
+    /// The deployment profile `canvas_len` came from, or `None` when it was
+    /// given explicitly. Reported in `/health`.
+    pub profile: Option<CanvasProfile>,
     /// Request widths are rounded up to a multiple of this many tokens.
     pub canvas_step: usize,
     /// Send `diffusion_constrained` (logprobs normalized over the label ids; PR #58216).
@@ -73,12 +132,14 @@ pub struct VllmConfig {
 }
 
 impl VllmConfig {
-    /// Defaults of serving.md §3.6 for vLLM at `base_url`.
+    /// The original server's defaults for vLLM at `base_url`, with the
+    /// [`CanvasProfile::Plain`] canvas of 64 tokens.
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into().trim_end_matches('/').to_owned(),
             served_model: "dgemma".into(),
-            canvas_len: DEFAULT_CANVAS_LEN,
+            canvas_len: CanvasProfile::Plain.canvas_len(),
+            profile: Some(CanvasProfile::Plain),
             canvas_step: DEFAULT_CANVAS_STEP,
             constrained: true,
             request_timeout: Duration::from_secs(600),
@@ -157,5 +218,26 @@ impl VllmConfig {
             return bad("served_model", "must not be empty. Given: ``".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_give_the_canvas_of_their_deployment() {
+        let lens: Vec<(&str, usize)> = CanvasProfile::ALL
+            .iter()
+            .map(|p| (p.name(), p.canvas_len()))
+            .collect();
+        assert_eq!(lens, [("plain", 64), ("l4", 32), ("rtxpro6000", 128)]);
+        assert_eq!(CanvasProfile::parse(" L4 ").ok(), Some(CanvasProfile::L4));
+        assert_eq!(VllmConfig::new("http://x").canvas_len, 64);
+        let err = CanvasProfile::parse("a100").err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("`canvas_profile` must be one of [plain, l4, rtxpro6000]. Given: `a100`")
+        );
     }
 }

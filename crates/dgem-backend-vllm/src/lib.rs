@@ -44,8 +44,8 @@ use dgem_core::labels::LabelMode;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 
 pub use config::{
-    DiffusionTokens, VllmConfig, VllmError, DEFAULT_CANVAS_LEN, DEFAULT_CANVAS_STEP,
-    GROUP_SEED_STRIDE, LOGPROB_TOKEN_IDS_MAX, MAX_PARALLEL, READ_SEED_STRIDE, TOP_LOGPROBS,
+    CanvasProfile, DiffusionTokens, VllmConfig, VllmError, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE,
+    LOGPROB_TOKEN_IDS_MAX, MAX_PARALLEL, READ_SEED_STRIDE, TOP_LOGPROBS,
 };
 pub use tokenizer::HfTokenizer;
 
@@ -111,6 +111,11 @@ impl VllmDecider {
             label_mode: LabelMode::Letters,
             max_tokens: cfg.canvas_len,
             supports_images: false,
+            canvas: Some(dgem_backend::CanvasInfo {
+                length: cfg.canvas_len,
+                step: cfg.canvas_step,
+                profile: cfg.profile.map(|p| p.name().to_owned()),
+            }),
         };
         Ok(Self {
             client: client::VllmClient::new(&cfg)?,

@@ -177,3 +177,28 @@ async fn a_thought_adds_its_tokens_to_the_rows() {
         "template + 1 + thought tokens"
     );
 }
+
+#[tokio::test]
+async fn a_wide_schema_is_chunked_at_the_profile_canvas() {
+    use dgem_backend_vllm::CanvasProfile;
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    let qs: Vec<Value> = (0..8)
+        .map(|i| json!({"id": format!("q{i}"), "type": "choice", "options": ["a", "b", "c"]}))
+        .collect();
+    let schema = json!({"isolate": "none", "questions": qs});
+    let mut chunks = Vec::new();
+    for profile in [CanvasProfile::L4, CanvasProfile::RtxPro6000] {
+        let mut cfg = config(&fake);
+        cfg.canvas_len = profile.canvas_len();
+        cfg.profile = Some(profile);
+        let d = decider(&ids, cfg);
+        let dec = decide(&d, schema.clone()).await.unwrap();
+        chunks.push(dec.diagnostics.chunks.len());
+    }
+    assert!(
+        chunks[0] > 1,
+        "32-token canvas splits 8 questions: {chunks:?}"
+    );
+    assert_eq!(chunks[1], 1, "128-token canvas holds them: {chunks:?}");
+}

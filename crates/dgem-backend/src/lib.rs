@@ -62,6 +62,22 @@ pub struct BackendInfo {
     pub max_tokens: usize,
     /// Whether image parts in a state can be read.
     pub supports_images: bool,
+    /// The served canvas of a backend that reads on a fixed-width canvas
+    /// (vLLM); `None` for the others. `/health` reports it.
+    pub canvas: Option<CanvasInfo>,
+}
+
+/// The canvas a backend reads on: its length decides where a wide schema is
+/// split into several reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CanvasInfo {
+    /// Served canvas length, tokens.
+    pub length: usize,
+    /// Request widths are rounded up to a multiple of this, tokens.
+    pub step: usize,
+    /// The deployment profile the length came from (`plain`, `l4`,
+    /// `rtxpro6000`), or `None` when the length was given explicitly.
+    pub profile: Option<String>,
 }
 
 /// One slot to read: the position whose token distribution we want, and the

@@ -30,8 +30,20 @@ pub struct VllmArgs {
     #[arg(long = "vllm-model", env = "DGEM_VLLM_MODEL", default_value = "dgemma")]
     pub vllm_model: String,
     /// Served canvas length in tokens (vLLM `--diffusion-config canvas_length`).
-    #[arg(long, env = "CANVAS", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_LEN)]
-    pub canvas: usize,
+    /// Overrides `--canvas-profile`. It must match vLLM's, since it decides
+    /// where wide schemas are split into several reads.
+    #[arg(long, env = "CANVAS")]
+    pub canvas: Option<usize>,
+    /// Deployment profile giving the canvas when `--canvas` is not set:
+    /// `plain` 64 tokens (the original server's default), `l4` 32 (Cloud Run
+    /// L4), `rtxpro6000` 128 (Cloud Run RTX PRO 6000, the container's default).
+    #[arg(
+        long = "canvas-profile",
+        env = "DGEM_CANVAS_PROFILE",
+        default_value = "plain",
+        value_name = "plain|l4|rtxpro6000"
+    )]
+    pub canvas_profile: String,
     /// Request canvas widths are rounded up to a multiple of this.
     #[arg(long = "canvas-step", env = "CANVAS_STEP", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_STEP)]
     pub canvas_step: usize,
@@ -106,7 +118,22 @@ pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
     }
     let mut cfg = VllmConfig::new(url);
     cfg.served_model = args.vllm_model.clone();
-    cfg.canvas_len = args.canvas;
+    let profile = dgem_backend_vllm::CanvasProfile::parse(&args.canvas_profile).map_err(|e| {
+        user(anyhow::anyhow!(
+            "`--canvas-profile` {}",
+            e.to_string().trim_start_matches("`canvas_profile` ")
+        ))
+    })?;
+    match args.canvas {
+        Some(n) => {
+            cfg.canvas_len = n;
+            cfg.profile = None;
+        }
+        None => {
+            cfg.canvas_len = profile.canvas_len();
+            cfg.profile = Some(profile);
+        }
+    }
     cfg.canvas_step = args.canvas_step;
     cfg.constrained = !args.no_constrained;
     cfg.ready_wait = std::time::Duration::from_secs_f64(args.ready_wait_s);

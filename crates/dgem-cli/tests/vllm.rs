@@ -152,6 +152,63 @@ async fn serve_with_vllm_backend_defaults_to_the_embedded_gguf_vocabulary() {
     assert!((p - 0.75).abs() < 1e-9, "{env}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_the_canvas_of_the_deployment_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let fake = fake(1).await;
+    let client = reqwest::Client::new();
+    let tok = tok.to_str().unwrap();
+    for (extra, want) in [
+        (
+            vec![],
+            json!({"length": 64, "step": 16, "profile": "plain"}),
+        ),
+        (
+            vec!["--canvas-profile", "l4"],
+            json!({"length": 32, "step": 16, "profile": "l4"}),
+        ),
+        (
+            vec!["--canvas-profile", "l4", "--canvas", "96"],
+            json!({"length": 96, "step": 16, "profile": null}),
+        ),
+    ] {
+        let mut args = vec!["--tokenizer", tok];
+        args.extend(extra.iter().copied());
+        let (_server, base) = serve(fake.url(), &args, "/nonexistent/dgem-test-cache").await;
+        let h: Value = client
+            .get(format!("{base}/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(h["canvas"], want, "{extra:?}");
+    }
+}
+
+#[test]
+fn an_unknown_canvas_profile_exits_1_naming_the_choices() {
+    let o = common::dgem(
+        &[
+            "serve",
+            "--backend",
+            "vllm=http://127.0.0.1:9",
+            "--canvas-profile",
+            "a100",
+        ],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`--canvas-profile` must be one of [plain, l4, rtxpro6000]. Given: `a100`"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_bad_backend_spec_exits_1_naming_the_flag() {
     let o = common::dgem(&["serve", "--backend", "tgi=http://x"], None);

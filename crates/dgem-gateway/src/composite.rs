@@ -35,6 +35,7 @@ impl Decider for Gateway {
             label_mode: LabelMode::Words,
             max_tokens: 0,
             supports_images: false,
+            canvas: None,
         }
     }
 

@@ -261,6 +261,7 @@ impl Decider for RemoteDgem {
             label_mode: LabelMode::Words,
             max_tokens: 0,
             supports_images: true,
+            canvas: None,
         }
     }
 

@@ -33,6 +33,10 @@ pub async fn health_body(state: &AppState) -> Value {
     m.insert("engine".into(), json!(info.engine));
     m.insert("model".into(), json!(info.model_id));
     m.insert("supports_images".into(), json!(info.supports_images));
+    if let Some(c) = &info.canvas {
+        // The served canvas decides where wide schemas are chunked.
+        m.insert("canvas".into(), json!(c));
+    }
     m.insert("phase".into(), json!(r.phase));
     m.insert("ready".into(), json!(r.ready));
     m.insert("vllm_ready".into(), json!(r.ready));

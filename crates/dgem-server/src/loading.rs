@@ -42,6 +42,7 @@ impl LoadingDecider {
                 label_mode: LabelMode::Words,
                 max_tokens: 0,
                 supports_images: false,
+                canvas: None,
             },
             loaded: OnceLock::new(),
             failed: Mutex::new(None),

@@ -112,6 +112,7 @@ impl ScriptedBackend {
                 label_mode: LabelMode::Words,
                 max_tokens,
                 supports_images: false,
+                canvas: None,
             },
             script: Box::new(script),
             calls: AtomicUsize::new(0),

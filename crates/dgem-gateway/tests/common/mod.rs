@@ -143,6 +143,7 @@ impl Decider for Scripted {
             label_mode: LabelMode::Words,
             max_tokens: 0,
             supports_images: false,
+            canvas: None,
         }
     }
 
