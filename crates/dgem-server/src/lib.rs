@@ -189,6 +189,16 @@ pub async fn serve_with(
             // Readiness records the failure; nothing else to do with it here.
             let _ = warmup::run(&s).await;
         }));
+    } else {
+        // No warm-up decision (`--no-warmup`; the original server sends
+        // none): readiness is the backend's live health alone.
+        state.set_readiness(state::Readiness {
+            phase: "ready".into(),
+            ready: true,
+            warmup_s: None,
+            ready_ts: None,
+            error: None,
+        });
     }
     let upkeep = state.metrics().clone();
     tasks.push(tokio::spawn(async move {

@@ -111,3 +111,33 @@ async fn serves_over_tcp_and_drains_on_shutdown() -> anyhow::Result<()> {
     assert!(reqwest::get(format!("{base}/health")).await.is_err());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_warm_up_ready_follows_the_backend_and_no_decision_runs() -> anyhow::Result<()> {
+    let backend = common::backend();
+    let st = state(backend.clone(), config()); // `warmup: false`
+    let listener = dgem_server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(dgem_server::serve(listener, st, async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let r = client.get(format!("http://{addr}/ready")).send().await?;
+    assert_eq!(r.status(), 200, "ready at once: the backend is up");
+    let h: Value = client
+        .get(format!("http://{addr}/health"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        (h["ready"].clone(), h["phase"].clone()),
+        (json!(true), json!("ready"))
+    );
+    assert!(h.get("warmed").is_none(), "no warm-up ran: {h}");
+    assert_eq!(backend.calls(), 0, "no decision was sent at boot");
+    let _ = stop.send(());
+    server.await??;
+    Ok(())
+}

@@ -31,6 +31,12 @@ pub struct ServeArgs {
     /// as `bytes_staged_gb` and `staging_phase`.
     #[arg(long, env = "DGEM_STAGING_DIR")]
     pub staging_dir: Option<std::path::PathBuf>,
+    /// Skip the warm-up decision at start-up (the original server sends
+    /// none). Without it `/ready` follows the backend's live health alone;
+    /// with it (the default) `/ready` also waits for one real decision, so the
+    /// first user request does not pay for cold caches.
+    #[arg(long = "no-warmup", env = "DGEM_NO_WARMUP")]
+    pub no_warmup: bool,
     /// Also serve Decision Studio at `/` and its `/api/*` routes (backend
     /// `local`); `/` then shows the page instead of the health JSON (docs/studio.md).
     #[arg(long, env = "DGEM_STUDIO")]
@@ -57,6 +63,9 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     if let Some(d) = args.staging_dir {
         config.staging_dir = Some(d);
+    }
+    if args.no_warmup {
+        config.warmup = false;
     }
     // The Studio lists and renders policies from this folder: a wrong path is
     // the user's to fix now, not a 4xx on every page load later.
