@@ -3,10 +3,12 @@
 //! parallel groups. The bookkeeping (skips, groups, prefill lines, tops and the
 //! diagnostics builder) is the shared [`dgem_core::walk`].
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{DecideRequest, Decision, EngineError};
+use dgem_core::images::{check_images, ImageState};
 use dgem_core::prompt::{state_text, system_text, SystemTextSpec};
 use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question, ValidSchema};
 use dgem_core::slots::answer_text;
@@ -16,7 +18,7 @@ use dgem_core::walk::{GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 
 use crate::config::{GROUP_SEED_STRIDE, MAX_PARALLEL};
-use crate::group::{GroupPlan, Route};
+use crate::group::{GroupPlan, Route, UserState};
 use crate::VllmDecider;
 
 impl VllmDecider {
@@ -55,6 +57,8 @@ impl VllmDecider {
 struct VllmReader<'a> {
     d: &'a VllmDecider,
     state: String,
+    /// The state's images, when it holds any (then `state` is its text).
+    image: Option<Arc<ImageState>>,
     all: Vec<&'a Question>,
     sys_full: String,
     join: &'static str,
@@ -63,6 +67,53 @@ struct VllmReader<'a> {
 }
 
 impl VllmReader<'_> {
+    /// The state as a group's prompt carries it; an image state restates
+    /// `earlier` answers in its text when there are any.
+    fn user(&self, earlier: &[String]) -> UserState {
+        match &self.image {
+            None => UserState::Text(self.state.clone()),
+            Some(image) if earlier.is_empty() => UserState::Image {
+                image: image.clone(),
+                text: self.state.clone(),
+                restated: false,
+            },
+            Some(image) => UserState::Image {
+                image: image.clone(),
+                text: format!("{}\n\nAnswers so far:\n{}", self.state, earlier.join("\n")),
+                restated: true,
+            },
+        }
+    }
+
+    /// An image state's group (serving.md §7.5, image rows): always the chat
+    /// route; earlier answers restated with the full question block, else the
+    /// full block when chained or shared, the group's own otherwise.
+    fn plan_image(
+        &self,
+        schema: &ValidSchema,
+        group: Vec<Question>,
+        earlier: &[String],
+        chained: bool,
+    ) -> GroupPlan {
+        let d = self.d;
+        let conditioned = !earlier.is_empty();
+        let sys = if conditioned || chained || schema.chunk_prompt == ChunkPrompt::Shared {
+            self.sys_full.clone()
+        } else {
+            let refs: Vec<&Question> = group.iter().collect();
+            d.system(schema, &refs, false)
+        };
+        GroupPlan {
+            questions: group,
+            user: self.user(earlier),
+            route: Route::Chat,
+            sys,
+            head: d.scaffold.full.clone(),
+            lead: String::new(),
+            think: if conditioned { 0 } else { schema.think },
+        }
+    }
+
     fn plan(
         &self,
         schema: &ValidSchema,
@@ -71,6 +122,7 @@ impl VllmReader<'_> {
         chained: bool,
     ) -> Result<GroupPlan, EngineError> {
         let d = self.d;
+        let user = UserState::Text(self.state.clone());
         if !lines.is_empty() {
             let mut ids = self.base_ids.clone();
             ids.extend(
@@ -80,6 +132,7 @@ impl VllmReader<'_> {
             );
             return Ok(GroupPlan {
                 questions: group,
+                user,
                 route: Route::Tokens(ids),
                 sys: self.sys_full.clone(),
                 head: Vec::new(),
@@ -95,6 +148,7 @@ impl VllmReader<'_> {
             };
             return Ok(GroupPlan {
                 questions: group,
+                user,
                 route,
                 sys: self.sys_full.clone(),
                 head,
@@ -110,6 +164,7 @@ impl VllmReader<'_> {
         };
         Ok(GroupPlan {
             questions: group,
+            user,
             route: Route::Chat,
             sys,
             head: d.scaffold.full.clone(),
@@ -131,14 +186,13 @@ impl GroupReader for VllmReader<'_> {
         call: GroupCall<'_>,
     ) -> Result<GroupReads, EngineError> {
         let group: Vec<Question> = call.questions.iter().map(|q| (*q).clone()).collect();
-        let plan = self.plan(&req.schema, group, &call.lines, call.chained)?;
+        let plan = if self.image.is_some() {
+            self.plan_image(&req.schema, group, &call.earlier, call.chained)
+        } else {
+            self.plan(&req.schema, group, &call.lines, call.chained)?
+        };
         self.d
-            .run_group(
-                &req.schema,
-                &self.state,
-                plan,
-                req.seed + GROUP_SEED_STRIDE * call.k,
-            )
+            .run_group(&req.schema, plan, req.seed + GROUP_SEED_STRIDE * call.k)
             .await
     }
 
@@ -148,14 +202,27 @@ impl GroupReader for VllmReader<'_> {
 }
 
 /// Make one decision (serving.md §7.3).
-pub(crate) async fn decide(d: &VllmDecider, req: DecideRequest) -> Result<Decision, EngineError> {
+pub(crate) async fn decide(
+    d: &VllmDecider,
+    mut req: DecideRequest,
+) -> Result<Decision, EngineError> {
     let started = Instant::now();
+    check_images(&req.state)?;
+    let image = ImageState::split(&req.state).map(Arc::new);
+    if image.is_some() {
+        // Each separate read would repeat the image: `isolate: "auto"` is undone.
+        req.schema = req.schema.clone().without_auto_isolation();
+    }
     let schema = &req.schema;
-    let state = state_text(&req.state);
+    let state = image
+        .as_ref()
+        .map_or_else(|| state_text(&req.state), |i| i.text.clone());
     let levels = schedule(schema)?;
     let chained = levels.len() > 1 || schema.sequential;
     let all: Vec<&Question> = schema.questions.iter().collect();
-    let sys_full = d.system(schema, &all, false);
+    // An image decision that is chained restates earlier answers in a prompt
+    // listing every question: its block says a reply may cover only some.
+    let sys_full = d.system(schema, &all, image.is_some() && chained);
     let join = match schema.format {
         AnswerFormat::Lines => "\n",
         AnswerFormat::Indexed => " ",
@@ -163,7 +230,7 @@ pub(crate) async fn decide(d: &VllmDecider, req: DecideRequest) -> Result<Decisi
     // The chained prefix: a thought once, or the chat prompt plus the empty scaffold.
     let mut base_ids: Vec<TokenId> = Vec::new();
     let mut prefix_thought = None;
-    if chained {
+    if chained && image.is_none() {
         if schema.think > 0 {
             let t = d
                 .think(schema.layout, &sys_full, &state, schema.think)
@@ -175,9 +242,11 @@ pub(crate) async fn decide(d: &VllmDecider, req: DecideRequest) -> Result<Decisi
             base_ids.extend(&d.scaffold.full);
         }
     }
+    let restated = image.is_some();
     let reader = VllmReader {
         d,
         state: state.clone(),
+        image,
         all,
         sys_full,
         join,
@@ -192,6 +261,7 @@ pub(crate) async fn decide(d: &VllmDecider, req: DecideRequest) -> Result<Decisi
         .len();
     let info = &d.info;
     let facts = ReaderFacts {
+        restated,
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: None,

@@ -6,13 +6,17 @@ use std::time::Instant;
 
 use dgem_backend::BackendError;
 use dgem_backend::EngineError;
+use std::sync::Arc;
+
 use dgem_core::envelope::Scoring;
+use dgem_core::images::ImageState;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{document_first_content, gemma_chat_prompt};
 use dgem_core::readout::{auto_extends, sample_plan, SlotRead};
 use dgem_core::schema::{Layout, Question, SamplePolicy, ValidSchema};
 use dgem_core::slots::{
-    canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate, TemplateSpec,
+    answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
+    TemplateSpec,
 };
 use dgem_core::tokenizer::TokenId;
 use dgem_core::walk::GroupReads;
@@ -32,10 +36,25 @@ pub(crate) enum Route {
     Tokens(Vec<TokenId>),
 }
 
+/// The state as one group's prompt carries it.
+#[derive(Debug, Clone)]
+pub(crate) enum UserState {
+    /// A text state (a string, or JSON written Python-style).
+    Text(String),
+    /// An image state. `text` stands for its text parts; when `restated`, it
+    /// also restates the earlier answers (images cannot be prefilled as tokens).
+    Image {
+        image: Arc<ImageState>,
+        text: String,
+        restated: bool,
+    },
+}
+
 /// What a group sends (serving.md §7.5 table).
 #[derive(Debug, Clone)]
 pub(crate) struct GroupPlan {
     pub questions: Vec<Question>,
+    pub user: UserState,
     pub route: Route,
     pub sys: String,
     pub head: Vec<TokenId>,
@@ -47,6 +66,8 @@ pub(crate) struct GroupPlan {
 /// A thought and the token prefix it yields.
 pub(crate) struct Thought {
     pub prefix: Vec<TokenId>,
+    /// Tokens the thought wrote.
+    pub tokens: usize,
     pub diagnostics: Value,
 }
 
@@ -64,18 +85,39 @@ fn core(e: dgem_core::tokenizer::TokenizeError) -> EngineError {
 }
 
 impl VllmDecider {
-    /// The chat messages of a text read (serving.md §4.3): one user message
-    /// for `document_first`; `[system: question block, user: state]` for
-    /// `schema_first`, as the original server sends them.
-    pub(crate) fn messages(layout: Layout, sys: &str, state: &str) -> Value {
-        match layout {
-            Layout::DocumentFirst => {
+    /// The chat messages of a read (serving.md §4.3): one user message for
+    /// `document_first`; `[system: question block, user: state]` for
+    /// `schema_first`, as the original server sends them. An image state's
+    /// user message is its image parts, then one text part (for
+    /// `document_first`, the text wrapped with the question block); a
+    /// `schema_first` image state goes as sent unless its text was restated.
+    pub(crate) fn messages(layout: Layout, sys: &str, user: &UserState) -> Value {
+        match (layout, user) {
+            (Layout::DocumentFirst, UserState::Text(state)) => {
                 json!([{"role": "user", "content": document_first_content(sys, state)}])
             }
-            Layout::SchemaFirst => json!([
+            (Layout::SchemaFirst, UserState::Text(state)) => json!([
                 {"role": "system", "content": sys},
                 {"role": "user", "content": state},
             ]),
+            (Layout::DocumentFirst, UserState::Image { image, text, .. }) => json!([
+                {"role": "user", "content": image.parts_with_text(document_first_content(sys, text))}
+            ]),
+            (
+                Layout::SchemaFirst,
+                UserState::Image {
+                    image,
+                    text,
+                    restated,
+                },
+            ) => {
+                let content = if *restated {
+                    image.parts_with_text(text.clone())
+                } else {
+                    Value::Array(image.parts.clone())
+                };
+                json!([{"role": "system", "content": sys}, {"role": "user", "content": content}])
+            }
         }
     }
 
@@ -119,12 +161,64 @@ impl VllmDecider {
             "tokens": ids.len(), "closed": closed,
             "ms": started.elapsed().as_secs_f64() * 1e3, "text": self.tok.decode(&ids),
         });
+        let tokens = ids.len();
         prompt.extend(ids);
         prompt.extend(&self.scaffold.close);
         Ok(Thought {
             prefix: prompt,
+            tokens,
             diagnostics,
         })
+    }
+
+    /// Write a thought about an image state through the chat route
+    /// (serving.md §5.3 `think_chat()`, §7.6). The thought is seeded into the
+    /// canvas ahead of the answer, so the canvas bounds it: the budget is
+    /// `min(think, canvas − 1 − open − close − answer template)`, and below 8
+    /// tokens the request is refused. Returns the canvas head
+    /// `open + thought + close` and the thought's diagnostics.
+    async fn think_chat(
+        &self,
+        schema: &ValidSchema,
+        plan: &GroupPlan,
+        think: u32,
+    ) -> Result<(Vec<TokenId>, Value), EngineError> {
+        let started = Instant::now();
+        let refs: Vec<&Question> = plan.questions.iter().collect();
+        let labels: Vec<Vec<String>> = refs.iter().map(|q| labels_for(q, self.mode)).collect();
+        let answer = answer_text(&refs, &labels, &vec![0; refs.len()], schema.format);
+        let answer_len = self.tok.encode(&answer).map_err(core)?.len();
+        let sc = &self.scaffold;
+        let fits = self
+            .cfg
+            .canvas_len
+            .saturating_sub(1 + sc.open.len() + sc.close.len() + answer_len);
+        if fits < 8 {
+            return Err(CoreError::Schema(dgem_core::SchemaError::new(
+                "think",
+                format!(
+                    "think: a thought about images is written on the canvas of {} tokens, \
+                     which leaves {fits} tokens beside this answer template; at least 8 are needed \
+                     (ask fewer questions per read, or set think to 0)",
+                    self.cfg.canvas_len
+                ),
+            ))
+            .into());
+        }
+        let budget = think.min(u32::try_from(fits).unwrap_or(u32::MAX));
+        let messages = Self::messages(schema.layout, &plan.sys, &plan.user);
+        let body = wire::think_chat_body(&self.cfg.served_model, &messages, budget, &sc.close);
+        let reply = self.client.post(wire::CHAT_PATH, &body).await?;
+        let (ids, closed) = wire::parse_think_chat(&reply, &sc.open, sc.close.first().copied())?;
+        let diagnostics = json!({
+            "tokens": ids.len(), "closed": closed,
+            "ms": started.elapsed().as_secs_f64() * 1e3, "text": self.tok.decode(&ids),
+            "budget": budget,
+        });
+        let mut head = sc.open.clone();
+        head.extend(ids);
+        head.extend(&sc.close);
+        Ok((head, diagnostics))
     }
 
     /// Run one group with group index `k` (seed `S + 104729·k`).
@@ -132,27 +226,38 @@ impl VllmDecider {
     pub(crate) async fn run_group(
         &self,
         schema: &ValidSchema,
-        state: &str,
         plan: GroupPlan,
         seed_k: i64,
     ) -> Result<GroupReads, EngineError> {
         let mut head = plan.head.clone();
         let mut thought = None;
-        let prompt = if plan.think > 0 {
-            let t = self
-                .think(schema.layout, &plan.sys, state, plan.think)
-                .await?;
-            head.clear();
-            thought = Some(t.diagnostics);
-            Prompt::Tokens(t.prefix)
-        } else {
-            match plan.route {
+        // Thought tokens counted apart from the template (a text thought is
+        // in the prompt; an image thought is in the template's head already).
+        let mut thought_rows = 0;
+        let prompt = match (&plan.user, plan.think) {
+            (UserState::Text(state), think) if think > 0 => {
+                let t = self.think(schema.layout, &plan.sys, state, think).await?;
+                head.clear();
+                thought_rows = t.tokens;
+                thought = Some(t.diagnostics);
+                Prompt::Tokens(t.prefix)
+            }
+            (UserState::Image { .. }, think) if think > 0 => {
+                let (h, diagnostics) = self.think_chat(schema, &plan, think).await?;
+                head = h;
+                thought = Some(diagnostics);
+                Prompt::Chat {
+                    messages: Self::messages(schema.layout, &plan.sys, &plan.user),
+                    enable_thinking: true,
+                }
+            }
+            _ => match plan.route {
                 Route::Chat => Prompt::Chat {
-                    messages: Self::messages(schema.layout, &plan.sys, state),
+                    messages: Self::messages(schema.layout, &plan.sys, &plan.user),
                     enable_thinking: false,
                 },
                 Route::Tokens(ids) => Prompt::Tokens(ids),
-            }
+            },
         };
         let refs: Vec<&Question> = plan.questions.iter().collect();
         let labels: Vec<Vec<String>> = refs.iter().map(|q| labels_for(q, self.mode)).collect();
@@ -210,13 +315,9 @@ impl VllmDecider {
             }
         };
         let n = plan.questions.len();
-        // serving.md §7.8: the template, its end-of-turn token and this group's thought.
-        let thought_tokens = thought
-            .as_ref()
-            .and_then(|t| t.get("tokens"))
-            .and_then(Value::as_u64)
-            .map_or(0, |t| usize::try_from(t).unwrap_or(usize::MAX));
-        let rows = (ctx.template.tokens.len() + 1).saturating_add(thought_tokens);
+        // serving.md §7.8: the template (with an image thought in its head),
+        // its end-of-turn token, and a text thought written before it.
+        let rows = (ctx.template.tokens.len() + 1).saturating_add(thought_rows);
         Ok(GroupReads {
             questions: plan.questions,
             labels,

@@ -110,7 +110,8 @@ impl VllmDecider {
             attention: Attention::Bidirectional,
             label_mode: LabelMode::Letters,
             max_tokens: cfg.canvas_len,
-            supports_images: false,
+            // Image parts go to vLLM as chat content parts (serving.md §7.5).
+            supports_images: true,
             canvas: Some(dgem_backend::CanvasInfo {
                 length: cfg.canvas_len,
                 step: cfg.canvas_step,

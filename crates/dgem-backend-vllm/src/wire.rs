@@ -147,6 +147,21 @@ pub fn think_body(model: &str, prompt: &[TokenId], budget: u32, close: &[TokenId
     })
 }
 
+/// The JSON body of a thought about an image state (§5.3 `think_chat()`):
+/// the chat route with thinking on, token ids back, stopped at the close tag.
+pub fn think_chat_body(model: &str, messages: &Value, budget: u32, close: &[TokenId]) -> Value {
+    json!({
+        "model": model,
+        "messages": messages,
+        "max_tokens": budget,
+        "logprobs": true,
+        "top_logprobs": 0,
+        "return_tokens_as_token_ids": true,
+        "stop_token_ids": close,
+        "chat_template_kwargs": {"enable_thinking": true},
+    })
+}
+
 fn malformed(what: impl std::fmt::Display) -> BackendError {
     BackendError::Model(format!("malformed vLLM reply: {what}"))
 }
@@ -277,6 +292,41 @@ pub fn parse_think(
         ids.push(id);
     }
     Ok((ids, false))
+}
+
+/// Token ids of a chat-route thought (`choices[0].logprobs.content[*].token`):
+/// a leading `open` the model wrote is dropped, and the ids are cut at the
+/// first `close_first` id. Returns `(ids, closed)`.
+///
+/// # Errors
+/// [`BackendError::Model`] when `content` is missing or a token is not `token_id:<N>`.
+pub fn parse_think_chat(
+    reply: &Value,
+    open: &[TokenId],
+    close_first: Option<TokenId>,
+) -> Result<(Vec<TokenId>, bool), BackendError> {
+    let content = reply
+        .pointer("/choices/0/logprobs/content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| malformed("`choices[0].logprobs.content` is missing"))?;
+    let mut ids = Vec::with_capacity(content.len());
+    for c in content {
+        let s = c
+            .get("token")
+            .and_then(Value::as_str)
+            .ok_or_else(|| malformed(format!("a thought entry needs a string `token`, got {c}")))?;
+        ids.push(parse_token(s)?);
+    }
+    if !open.is_empty() && ids.starts_with(open) {
+        ids.drain(..open.len());
+    }
+    match ids.iter().position(|&t| Some(t) == close_first) {
+        Some(at) => {
+            ids.truncate(at);
+            Ok((ids, true))
+        }
+        None => Ok((ids, false)),
+    }
 }
 
 #[cfg(test)]

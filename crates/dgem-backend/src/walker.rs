@@ -32,6 +32,9 @@ pub struct GroupCall<'a> {
     /// Answer lines of the groups it sees (one entry per group, each that
     /// group's answer template with the chosen labels), for prefilling.
     pub lines: Vec<String>,
+    /// `"<id>: <answer name>"` of the questions those groups answered, for
+    /// restating in an image state's text (see `dgem_core::walk::Walk::earlier`).
+    pub earlier: Vec<String>,
     /// Whether the decision is chained (more than one stage, or sequential).
     pub chained: bool,
     /// The group's index in read order (joint readers seed it `S + 104729·k`).
@@ -84,7 +87,7 @@ fn make_call<'a>(
     every: &[&'a Question],
     chained: bool,
     questions: Vec<&'a Question>,
-    lines: Vec<String>,
+    (lines, earlier): (Vec<String>, Vec<String>),
     k: i64,
 ) -> GroupCall<'a> {
     let listed = listed_questions(schema, every, chained, &questions);
@@ -92,6 +95,7 @@ fn make_call<'a>(
         questions,
         listed,
         lines,
+        earlier,
         chained,
         k,
     }
@@ -121,10 +125,10 @@ pub async fn walk(
         let groups = chunk_groups(&asked, |trial| reader.fits(schema, trial))?;
         if schema.sequential || groups.len() == 1 || reader.concurrency() <= 1 {
             // Groups of a non-sequential stage see the lines of earlier stages only.
-            let stage_lines = walk.lines().to_vec();
+            let stage_lines = (walk.lines().to_vec(), walk.earlier().to_vec());
             for group in groups {
                 let lines = if schema.sequential {
-                    walk.lines().to_vec()
+                    (walk.lines().to_vec(), walk.earlier().to_vec())
                 } else {
                     stage_lines.clone()
                 };
@@ -135,7 +139,7 @@ pub async fn walk(
                 k += 1;
             }
         } else {
-            let lines = walk.lines().to_vec();
+            let lines = (walk.lines().to_vec(), walk.earlier().to_vec());
             let n = groups.len();
             let futs: Vec<_> = groups
                 .into_iter()

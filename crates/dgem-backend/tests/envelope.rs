@@ -62,6 +62,7 @@ fn decision(s: &ValidSchema) -> Decision {
     let (answers, diagnostics) = walk.finish(
         s,
         ReaderFacts {
+            restated: false,
             engine: "test".into(),
             model: "m".into(),
             model_sha256: Some("abc".into()),

@@ -258,3 +258,201 @@ async fn decide_with_vllm_backend_prints_the_scripted_envelope() {
     assert_eq!(env["diagnostics"]["samples"]["n"], 2);
     assert_eq!(fake.requests().len(), 2);
 }
+
+/// A 1×1 PNG.
+const PNG_B64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAACklEQVR4nGMAAQAABQABDQottAAAAABJRU5ErkJggg==";
+
+fn png_bytes() -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(PNG_B64)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decide_with_images_sends_them_as_content_parts_to_vllm() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let img = dir.path().join("dot.png");
+    std::fs::write(&img, png_bytes()).unwrap();
+    let tmpl = dir.path().join("p.json.tmpl");
+    std::fs::write(
+        &tmpl,
+        r#"{"schema": {"questions": [{"id": "u", "type": "noul"}]}, "state": "is this a dot"}"#,
+    )
+    .unwrap();
+    let fake = fake(1).await;
+    let backend = format!("vllm={}", fake.url());
+    let p = |x: &std::path::Path| x.to_str().unwrap().to_owned();
+    let args: Vec<String> = [
+        "decide",
+        "-t",
+        &p(&tmpl),
+        "--json",
+        "--backend",
+        &backend,
+        "--tokenizer",
+        &p(&tok),
+        "--image",
+        &p(&img),
+        "--image",
+        &p(&img),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let o = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::dgem(&refs, None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let reqs = fake.requests();
+    let parts = reqs[0].body["messages"][0]["content"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let url = format!("data:image/png;base64,{PNG_B64}");
+    assert_eq!(parts.len(), 3, "two images, then the text");
+    assert_eq!(parts[0]["image_url"]["url"], url);
+    assert_eq!(parts[1]["image_url"]["url"], url);
+    assert!(parts[2]["text"].as_str().unwrap().contains("is this a dot"));
+}
+
+#[test]
+fn decide_with_an_image_on_the_embedded_model_exits_1_naming_the_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("dot.png");
+    std::fs::write(&img, png_bytes()).unwrap();
+    let o = common::dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=hi",
+            "--image",
+            img.to_str().unwrap(),
+        ],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`--image`: the embedded model has no vision"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_an_image_exits_1_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "plain words").unwrap();
+    let fake = fake(1).await;
+    let backend = format!("vllm={}", fake.url());
+    let args: Vec<String> = [
+        "decide",
+        "-t",
+        "support_triage",
+        "-v",
+        "ticket=hi",
+        "--backend",
+        &backend,
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--image",
+        notes.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let o = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::dgem(&refs, None)
+    })
+    .await
+    .unwrap();
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("notes.txt: the bytes are not a supported image (image/png"),
+        "{err}"
+    );
+    assert!(fake.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let fake = fake(1).await;
+    let (_server, base) = serve(
+        fake.url(),
+        &["--tokenizer", tok.to_str().unwrap(), "--studio"],
+        "/nonexistent/dgem-test-cache",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("data:image/png;base64,{PNG_B64}");
+    // /v1/systemone: the JSON `images` list goes ahead of the state's text.
+    let body = json!({"state": "what is it", "images": [url, {"content_type": "image/png", "base64": PNG_B64}],
+                      "questions": {"u": {"type": "noul", "instructions": "A dot?"}}});
+    let r = client
+        .post(format!("{base}/v1/systemone"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let parts = fake.requests().last().unwrap().body["messages"][0]["content"].clone();
+    assert_eq!(parts.as_array().map(Vec::len), Some(3), "{parts}");
+    assert_eq!(parts[1]["image_url"]["url"], url);
+    // /api/decide takes `images` too.
+    let n = fake.requests().len();
+    let body = json!({"questions": [{"id": "u", "type": "noul", "question": "A dot?"}],
+                      "state": "look", "images": [url]});
+    let r = client
+        .post(format!("{base}/api/decide"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let last = fake.requests();
+    assert!(last.len() > n);
+    assert_eq!(
+        last.last().unwrap().body["messages"][0]["content"][0]["image_url"]["url"],
+        url
+    );
+    // A remote URL on chat: 400 naming the part, nothing sent upstream.
+    let n = fake.requests().len();
+    let schema = json!({"questions": [{"id": "u", "type": "noul"}]});
+    let body = json!({"messages": [
+        {"role": "system", "content": schema.to_string()},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
+                                     {"type": "text", "text": "look"}]}]});
+    let r = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("state[0]: remote image URLs"),
+        "{e}"
+    );
+    assert_eq!(e["error"]["param"], "state[0]");
+    assert_eq!(fake.requests().len(), n);
+}

@@ -164,6 +164,9 @@ pub struct ReaderFacts {
     pub prefix_thought: Option<Value>,
     /// Tokens of the state.
     pub state_tokens: usize,
+    /// Earlier answers were restated in the state's text (an image state)
+    /// rather than prefilled as tokens: `conditioning` reads `restated`.
+    pub restated: bool,
 }
 
 /// Everything accumulated over a decision's groups.
@@ -173,6 +176,7 @@ pub struct Walk {
     names: HashMap<String, Option<String>>,
     skipped: IndexMap<String, Skip>,
     lines: Vec<String>,
+    earlier: Vec<String>,
     stages: Vec<Vec<String>>,
     chunks: Vec<Vec<String>>,
     qdiag: IndexMap<String, QuestionDiagnostics>,
@@ -232,6 +236,13 @@ impl Walk {
         &self.lines
     }
 
+    /// `"<id>: <answer name>"` for every question answered so far, in the
+    /// order answered: what an image state restates in its text for later
+    /// stages, since its prompt cannot be prefilled with tokens.
+    pub fn earlier(&self) -> &[String] {
+        &self.earlier
+    }
+
     /// Fold one group's reads in (the original server's `absorb`). Questions are
     /// answered by the mean over reads; the chosen labels extend [`Walk::lines`].
     pub fn absorb(&mut self, out: GroupReads, format: AnswerFormat) {
@@ -275,6 +286,8 @@ impl Walk {
             chosen.push(answer.aggregate.top);
             self.names
                 .insert(q.id.clone(), Some(answer.answer_name().to_owned()));
+            self.earlier
+                .push(format!("{}: {}", q.id, answer.answer_name()));
             self.answers.insert(q.id.clone(), Some(answer));
         }
         let refs: Vec<&Question> = out.questions.iter().collect();
@@ -334,7 +347,14 @@ impl Walk {
             chunks: self.chunks,
             chunk_prompt,
             sequential: schema.sequential,
-            conditioning: conditioned.then(|| "prefill".to_owned()),
+            conditioning: conditioned.then(|| {
+                if facts.restated {
+                    "restated"
+                } else {
+                    "prefill"
+                }
+                .to_owned()
+            }),
             thought,
             samples: SamplesDiagnostics {
                 parts: self.parts,

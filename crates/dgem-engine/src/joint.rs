@@ -155,6 +155,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     };
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
+        restated: false,
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),

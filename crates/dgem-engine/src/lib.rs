@@ -141,7 +141,20 @@ impl Engine {
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
     #[tracing::instrument(skip_all, fields(questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        check_state_size(&req.state, self.backend.info().max_tokens)?;
+        let info = self.backend.info();
+        if !info.supports_images && dgem_core::images::has_images(&req.state) {
+            // Reading the parts' JSON as text would be a silently wrong answer.
+            return Err(dgem_core::SchemaError::new(
+                dgem_core::images::NO_VISION_FIELD,
+                format!(
+                    "images: the embedded model ({}, {}) has no vision and cannot read images; \
+                     send the state as text, or decide on a vision backend (`--backend vllm=URL`)",
+                    info.engine, info.model_id
+                ),
+            )
+            .into());
+        }
+        check_state_size(&req.state, info.max_tokens)?;
         if dgem_backend::brackets::routes(&req.schema) {
             let mut decision = dgem_backend::brackets::decide(self, req).await?;
             decision.diagnostics.note = self.config.note.clone();

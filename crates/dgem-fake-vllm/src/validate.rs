@@ -191,7 +191,10 @@ fn chat_prompt(obj: &Map<String, Value>) -> Result<String, String> {
         }
         match m.get("content") {
             Some(Value::String(s)) => text.push(s.clone()),
-            Some(Value::Array(_)) => text.push(m["content"].to_string()),
+            Some(Value::Array(parts)) => {
+                check_parts(i, parts)?;
+                text.push(m["content"].to_string());
+            }
             other => {
                 return Err(format!(
                     "`messages[{i}].content` must be a string or a list of parts, got {other:?}"
@@ -285,4 +288,27 @@ fn xargs_fields(
         return Err("`diffusion_constrained` requires `logprob_token_ids`".into());
     }
     Ok((canvas, constrained))
+}
+
+/// Content parts as vLLM's chat parser takes them: `text` parts with a string
+/// `text`, `image_url` parts with `image_url.url` an inline image.
+fn check_parts(i: usize, parts: &[Value]) -> Result<(), String> {
+    for (j, p) in parts.iter().enumerate() {
+        let at = format!("`messages[{i}].content[{j}]`");
+        match p.get("type").and_then(Value::as_str) {
+            Some("text") if p.get("text").is_some_and(Value::is_string) => {}
+            Some("image_url") => {
+                let url = p.pointer("/image_url/url").and_then(Value::as_str);
+                if !url.is_some_and(|u| u.starts_with("data:image/")) {
+                    return Err(format!("{at}: `image_url.url` must be a data:image/... URL"));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "{at}: a part must be `text` with a string `text` or `image_url`, got type {other:?}"
+                ))
+            }
+        }
+    }
+    Ok(())
 }

@@ -125,18 +125,25 @@ impl DecisionServer {
         let hesitation = Hesitation::from_object(&keys, &schema)
             .map_err(arguments)?
             .for_policy(&args.template, injected);
+        let state = with_images(DECIDE_POLICY, payload.state, &args.images)?;
         let started = Instant::now();
         let mut decision = self
             .engine
             .decide(DecideRequest {
                 schema: schema.clone(),
-                state: payload.state.clone(),
+                state: state.clone(),
                 seed: args.seed,
             })
             .await?;
         let finished = self
             .after
-            .finish(&mut decision, &schema, &payload.state, &[], &hesitation)
+            .finish(
+                &mut decision,
+                &schema,
+                &state,
+                &dgem_core::images::image_urls(&state),
+                &hesitation,
+            )
             .await;
         let ms = started.elapsed().as_secs_f64() * 1e3;
         let mut r = report(&args.template, &decision, ms);
@@ -177,7 +184,8 @@ impl DecisionServer {
         check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
         let raw = custom_schema(&args)?;
         let schema = valid_schema(&raw, "questions", &self.defaults)?;
-        self.decide("custom_questions", schema, args.state, args.seed)
+        let state = with_images(DECIDE_CUSTOM, args.state, &args.images)?;
+        self.decide("custom_questions", schema, state, args.seed)
             .await
     }
 
@@ -393,6 +401,20 @@ impl ServerHandler for DecisionServer {
         };
         Ok(out.into())
     }
+}
+
+/// `state` with the tool's `images` ahead of its text, each checked.
+fn with_images(tool: &'static str, state: Value, images: &[String]) -> Result<Value, ToolError> {
+    let arguments = |e: dgem_core::SchemaError| ToolError::Arguments {
+        tool,
+        detail: e.message,
+    };
+    let list = Value::Array(images.iter().cloned().map(Value::String).collect());
+    let parts = dgem_core::images::parts_from_json(Some(&list)).map_err(arguments)?;
+    dgem_core::images::check_parts(&parts, "images").map_err(arguments)?;
+    let state = dgem_core::images::state_with_images(state, parts);
+    dgem_core::images::check_images(&state).map_err(arguments)?;
+    Ok(state)
 }
 
 #[cfg(test)]

@@ -71,6 +71,12 @@ pub struct DecidePolicyArgs {
     /// template's `variables` in list_policy_templates.
     #[serde(default)]
     pub variables: Map<String, Value>,
+    /// Images the decision is about, each a `data:image/...;base64,…` URL
+    /// (png, jpeg, webp or gif; at most 10 MiB each and 16 in all). They go
+    /// ahead of the text; only a vision backend (vLLM) reads them, and the
+    /// embedded model refuses them.
+    #[serde(default)]
+    pub images: Vec<String>,
     /// Base seed for the reads (default 42).
     #[serde(default = "default_seed")]
     pub seed: i64,
@@ -205,6 +211,12 @@ pub struct DecideCustomArgs {
     /// Instructions that apply to every question (optional).
     #[serde(default)]
     pub instructions: String,
+    /// Images the decision is about, each a `data:image/...;base64,…` URL
+    /// (png, jpeg, webp or gif; at most 10 MiB each and 16 in all). They go
+    /// ahead of the text; only a vision backend (vLLM) reads them, and the
+    /// embedded model refuses them.
+    #[serde(default)]
+    pub images: Vec<String>,
     /// Base seed for the reads (default 42).
     #[serde(default = "default_seed")]
     pub seed: i64,

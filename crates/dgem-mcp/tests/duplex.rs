@@ -214,6 +214,20 @@ async fn bad_arguments_are_tool_errors() {
             json!({"state": "x", "questions": {"q": {"type": "choice"}}}),
             "questions",
         ),
+        // Images: checked first, then refused by a model without vision
+        // (never read as the JSON text of their parts).
+        (
+            "decide_custom_questions",
+            json!({"state": "x", "questions": {"q": {"type": "noul"}},
+                   "images": ["https://example.com/cat.png"]}),
+            "images[0]: a data:image/... URL",
+        ),
+        (
+            "decide_policy",
+            json!({"template": "support_triage", "variables": {"ticket": "see the photo"},
+                   "images": ["data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAACklEQVR4nGMAAQAABQABDQottAAAAABJRU5ErkJggg=="]}),
+            "has no vision and cannot read images",
+        ),
     ];
     for (tool, args, needle) in cases {
         let r = call(&client, tool, args.clone()).await;

@@ -455,7 +455,8 @@ async fn respond(
     let bytes = bytes.map_err(|r| body::rejection(&r))?;
     let parsed = body::parse(headers, bytes).await?;
     let req = parse(&parsed.json, &state.config().schema_defaults)?;
-    decide::check_images(state, Flavor::Chat, decide::has_images(&req.state))?;
+    decide::check_images(state, decide::has_images(&req.state))?;
+    decide::check_state_images(Flavor::Chat, &req.state)?;
     // The policy's own post-read keys are its client's to apply here (see
     // AFTER_FIELDS): only the request's extension keys run.
     let mut schema = req.schema.clone();
@@ -480,7 +481,7 @@ async fn respond(
                 &mut timed.decision,
                 &schema,
                 &decided_on,
-                &[],
+                &dgem_core::images::image_urls(&decided_on),
                 &req.hesitation,
             )
             .await;

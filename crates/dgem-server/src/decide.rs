@@ -22,33 +22,38 @@ pub struct Timed {
 
 /// Whether a state holds image parts (a list with an `image_url` or `image` part).
 pub fn has_images(state: &Value) -> bool {
-    state.as_array().is_some_and(|parts| {
-        parts.iter().any(|p| {
-            matches!(
-                p.get("type").and_then(Value::as_str),
-                Some("image_url" | "image")
-            )
-        })
-    })
+    dgem_core::images::has_images(state)
 }
 
-/// Refuse image states on a backend that cannot read images (rather than
-/// silently dropping the images).
+/// Refuse image states on a backend that cannot read images, with 422 on
+/// every route naming the backend (rather than silently dropping the images).
+/// On one that can, [`check_state_images`] checks each image.
 ///
 /// # Errors
-/// A user error of the route's flavor naming the backend.
-pub fn check_images(state: &AppState, flavor: Flavor, images: bool) -> Result<(), ApiError> {
+/// 422 `validation_error` for a backend without vision.
+pub fn check_images(state: &AppState, images: bool) -> Result<(), ApiError> {
     let info = state.engine().info();
     if images && !info.supports_images {
-        return Err(ApiError::user(
-            flavor,
+        return Err(ApiError::new(
+            ErrorKind::Validation,
             format!(
-                "images: this server's backend ({}, model {}) cannot read images; send the state as text or JSON, or use an image-capable backend",
+                "images: this server's backend ({}, model {}) cannot read images; send the state as text or JSON, or use an image-capable backend (`--backend vllm=URL`)",
                 info.engine, info.model_id
             ),
-        ));
+        )
+        .with_param("images"));
     }
     Ok(())
+}
+
+/// Check the images of a decision's `state` ([`dgem_core::images::check_images`]).
+///
+/// # Errors
+/// A user error of the route's flavor naming the part and the rule.
+pub fn check_state_images(flavor: Flavor, state: &Value) -> Result<(), ApiError> {
+    dgem_core::images::check_images(state)
+        .map(|_| ())
+        .map_err(|e| ApiError::user(flavor, e.message).with_param(e.field))
 }
 
 /// Run `req` behind the gate.

@@ -216,6 +216,13 @@ impl ApiError {
     /// Classify an engine failure: user errors follow the route's flavor, a full
     /// backend queue is `overloaded`, other backend failures are 502.
     pub fn from_engine(e: &EngineError, flavor: Flavor) -> Self {
+        if let EngineError::Schema(s) = e {
+            // A backend without vision: the request is well formed, this
+            // server cannot read it (422 on every route).
+            if s.field == dgem_core::images::NO_VISION_FIELD {
+                return Self::new(ErrorKind::Validation, e.to_string()).with_param(s.field.clone());
+            }
+        }
         if e.is_user_error() {
             let err = Self::user(flavor, e.to_string());
             return match e {

@@ -60,38 +60,10 @@ pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
 
 /// JSON `images` entries → image parts (after any multipart images).
 fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), ApiError> {
-    let items = match body.get("images") {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Array(items)) => items,
-        Some(_) => {
-            return Err(unprocessable(
-                "images: a list of data:image/... URLs or objects with content_type and base64",
-            ))
-        }
-    };
-    for (i, item) in items.iter().enumerate() {
-        let url = match item {
-            Value::String(s) if s.starts_with("data:image/") => s.clone(),
-            Value::Object(o) => match (
-                o.get("content_type").and_then(Value::as_str),
-                o.get("base64").and_then(Value::as_str),
-            ) {
-                (Some(ct), Some(b64)) if ct.starts_with("image/") => {
-                    format!("data:{ct};base64,{b64}")
-                }
-                _ => return Err(bad_image(i)),
-            },
-            _ => return Err(bad_image(i)),
-        };
-        parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
-    }
+    let more = dgem_core::images::parts_from_json(body.get("images"))
+        .map_err(|e| unprocessable(e.message).with_param(e.field))?;
+    parts.extend(more);
     Ok(())
-}
-
-fn bad_image(i: usize) -> ApiError {
-    unprocessable(format!(
-        "images[{i}]: a data:image/... URL or an object with content_type and base64"
-    ))
 }
 
 /// One answer in the Jev shape: 0-based score with `legend`; noul probabilities
@@ -197,13 +169,16 @@ async fn respond(
     // Image parts inside `state` count as images too (they were turned into
     // text and read as such by a backend without vision).
     let state_images = req.get("state").is_some_and(decide::has_images);
-    decide::check_images(state, Flavor::SystemOne, !images.is_empty() || state_images)?;
+    decide::check_images(state, !images.is_empty() || state_images)?;
+    dgem_core::images::check_parts(&images, "images")
+        .map_err(|e| unprocessable(e.message).with_param(e.field))?;
     let decide_state = if images.is_empty() {
         Value::String(text)
     } else {
         images.push(json!({"type": "text", "text": text}));
         Value::Array(images)
     };
+    decide::check_state_images(Flavor::SystemOne, &decide_state)?;
     let timed = decide::run(
         state,
         DecideRequest {

@@ -615,7 +615,8 @@ async fn api_decide_refuses_unknown_keys_naming_them() {
     for (key, needle) in [
         ("temprature", "did you mean `temperature`?"),
         ("abstain_belw", "did you mean `abstain_below`?"),
-        ("images", "images are not read"),
+        ("image", "send images as `images`"),
+        ("images", "images: a list of data:image/... URLs"),
         ("zzz", "the fields are [template,"),
     ] {
         let mut body = json!({"variables": {"ticket": "hello there"}});
@@ -626,4 +627,27 @@ async fn api_decide_refuses_unknown_keys_naming_them() {
         let msg = r["error"]["message"].as_str().unwrap();
         assert!(msg.contains(needle), "{key}: {msg}");
     }
+}
+
+/// Images on a backend without vision are refused with 422 naming it, never
+/// read as the JSON text of their parts.
+#[tokio::test]
+async fn api_decide_refuses_images_on_a_backend_without_vision() {
+    let png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAACklEQVR4nGMAAQAABQABDQottAAAAABJRU5ErkJggg==";
+    let body = json!({"variables": {"ticket": "see the screenshot"}, "images": [png]});
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
+    assert_eq!(r["error"]["param"], "images");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no vision"),
+        "{r}"
+    );
+    // A bad image is a 400 naming its part, before any backend is asked.
+    let body = json!({"variables": {"ticket": "x"}, "images": ["data:image/png;base64,aGVsbG8="]});
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{r}");
+    assert_eq!(r["error"]["param"], "images[0]");
 }

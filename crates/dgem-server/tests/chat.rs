@@ -289,8 +289,15 @@ async fn every_validation_error_is_400_with_its_message() {
     let mut table = serde_json::Map::new();
     for (case, body) in error_cases() {
         let r = call(&app, post("/v1/chat/completions", &body)).await;
-        assert_eq!(r.status, 400, "{case}: {}", r.text);
-        assert_eq!(r.body["error"]["type"], "invalid_request_error", "{case}");
+        // A backend without vision refuses images with 422 on every route:
+        // the request is well formed, this server cannot read it.
+        let (status, kind) = if case == "image_state" {
+            (422, "validation_error")
+        } else {
+            (400, "invalid_request_error")
+        };
+        assert_eq!(r.status, status, "{case}: {}", r.text);
+        assert_eq!(r.body["error"]["type"], kind, "{case}");
         let msg = r.body["error"]["message"].as_str().unwrap();
         assert!(msg.starts_with(expected_prefix(case)), "{case}: {msg}");
         table.insert(case.into(), json!(msg));

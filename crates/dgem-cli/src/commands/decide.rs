@@ -53,6 +53,12 @@ pub struct DecideArgs {
     /// Base seed for the reads.
     #[arg(long, default_value_t = 42)]
     pub seed: i64,
+    /// An image the decision is about (repeatable; png, jpeg, webp or gif, at
+    /// most 10 MiB each, 16 in all). The images go ahead of the rendered
+    /// state's text. Only a vision backend reads them (`--backend vllm=URL`);
+    /// the embedded model has no vision and refuses them (exit 1).
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<PathBuf>,
     /// Resolve every read (prompts, slot positions, label token ids, scoring
     /// method, reads per stage) without running the model, and print it as JSON.
     /// Embedded engine only.
@@ -150,9 +156,37 @@ pub fn valid_schema(
     Ok(schema)
 }
 
+/// `state` with the `--image` files ahead of its text.
+///
+/// # Errors
+/// A user error naming `--image` and the file: unreadable, not a supported
+/// image, too large, or too many images.
+fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
+    let mut parts = Vec::with_capacity(files.len());
+    for f in files {
+        let bytes = std::fs::read(f)
+            .with_context(|| format!("`--image` could not read `{}`", f.display()))
+            .map_err(user)?;
+        let part = dgem_core::images::image_part(&bytes, &f.display().to_string())
+            .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
+        parts.push(part);
+    }
+    let state = dgem_core::images::state_with_images(state, parts);
+    dgem_core::images::check_images(&state)
+        .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
+    Ok(state)
+}
+
 /// Run `dgem decide`.
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let (mut payload, _) = load_payload(&args.template, &args.vars)?;
+    if !args.images.is_empty() && crate::vllm::backend_url(&args.vllm)?.is_none() {
+        return Err(user(anyhow::anyhow!(
+            "`--image`: the embedded model has no vision and cannot read images; \
+             decide on a vision backend with `--backend vllm=URL`, or drop `--image`"
+        )));
+    }
+    payload.state = with_images(std::mem::take(&mut payload.state), &args.images)?;
     let (raw, injected) = args.after.inject(&payload.schema)?;
     payload.schema = raw;
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
@@ -189,8 +223,9 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
             seed: args.seed,
         }))
         .map_err(engine)?;
+    let images = dgem_core::images::image_urls(&payload.state);
     let finished =
-        rt.block_on(after.finish(&mut decision, &schema, &payload.state, &[], &hesitation));
+        rt.block_on(after.finish(&mut decision, &schema, &payload.state, &images, &hesitation));
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // A calibration file asked for by name must fit this model and policy.
     if let Some(c) = finished.calibration.as_ref().filter(|c| !c.applied) {

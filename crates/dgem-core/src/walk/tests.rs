@@ -52,6 +52,7 @@ fn group(questions: &[&Question], reads: Vec<Vec<SlotRead>>) -> GroupReads {
 
 fn facts(chained: bool) -> ReaderFacts {
     ReaderFacts {
+        restated: false,
         engine: "test".into(),
         model: "m".into(),
         model_sha256: None,

@@ -189,13 +189,14 @@ async fn decide_inner(
         .decide_on(requested.as_deref(), parsed.request)
         .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
+    let images = dgem_core::images::image_urls(&state);
     let finished = s
         .after
         .finish(
             &mut routed.decision,
             &schema,
             &state,
-            &[],
+            &images,
             &parsed.hesitation,
         )
         .await;

@@ -48,6 +48,7 @@ pub const API_KEYS: &[&str] = &[
     "variables",
     "questions",
     "state",
+    "images",
     "instructions",
     "backend",
     "seed",
@@ -68,9 +69,7 @@ pub const API_KEYS: &[&str] = &[
 /// Why a key the original's decision API has is not read here.
 fn not_served(key: &str) -> Option<&'static str> {
     Some(match key {
-        "image" | "image_url" | "images" => {
-            "images are not read on /api/decide yet (the embedded model has no vision)"
-        }
+        "image" | "image_url" => "send images as `images`: a list of data:image/...;base64 URLs",
         "custom_template" => {
             "send ad-hoc `questions` with a `state`, or a `template` id from GET /api/templates"
         }
@@ -218,6 +217,14 @@ pub fn parse(
         })?;
         (name, payload.schema, payload.state)
     };
+    // Images join the state as content parts ahead of its text, as on
+    // /v1/systemone; each is checked (type, size, inline) before any read.
+    let images = dgem_core::images::parts_from_json(obj.get("images"))
+        .map_err(|e| bad(e.message).with_param(e.field))?;
+    dgem_core::images::check_parts(&images, "images")
+        .map_err(|e| bad(e.message).with_param(e.field))?;
+    let state = dgem_core::images::state_with_images(state, images);
+    dgem_core::images::check_images(&state).map_err(|e| bad(e.message).with_param(e.field))?;
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
         s.insert("samples".into(), json!(n));
     }

@@ -1,0 +1,360 @@
+//! Image states: a state that is a list of content parts, some of them images.
+//!
+//! A state holds images when it is a JSON list with at least one part whose
+//! `type` is `image_url` or `image` (the OpenAI chat content-part shapes the
+//! original structured server forwards to vLLM unchanged). The other parts are
+//! text parts, `{"type": "text", "text": …}`.
+//!
+//! Every image must be inline, as a `data:<type>;base64,<bytes>` URL, so its
+//! size and type can be checked here rather than failing upstream:
+//! - at most [`MAX_IMAGES`] images per state,
+//! - at most [`MAX_IMAGE_BYTES`] decoded bytes each,
+//! - a type in [`IMAGE_TYPES`], declared in the URL and matching the bytes'
+//!   own signature (read with the `infer` crate).
+//!
+//! Remote (`http(s)://`) image URLs are refused: the server would have vLLM
+//! fetch whatever address a caller names.
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use crate::SchemaError;
+
+/// The error field of "this backend cannot read images" (422 on every route).
+pub const NO_VISION_FIELD: &str = "images";
+
+/// Most images one state may carry.
+pub const MAX_IMAGES: usize = 16;
+/// Largest decoded image, in bytes (10 MiB).
+pub const MAX_IMAGE_BYTES: usize = 10 * 1024 * 1024;
+/// Image types accepted (what vLLM's multimodal loader decodes).
+pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/webp", "image/gif"];
+
+/// Whether `part` is an image content part (`type` `image_url` or `image`).
+pub fn is_image_part(part: &Value) -> bool {
+    matches!(
+        part.get("type").and_then(Value::as_str),
+        Some("image_url" | "image")
+    )
+}
+
+/// Whether a state holds images: a list with at least one image part.
+pub fn has_images(state: &Value) -> bool {
+    state
+        .as_array()
+        .is_some_and(|parts| parts.iter().any(is_image_part))
+}
+
+/// An image state split for a prompt: the non-text parts in order, and the
+/// text of the text parts joined with `"\n"` (serving.md's image layout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageState {
+    /// The state's parts as sent.
+    pub parts: Vec<Value>,
+    /// Every part that is not text, in order.
+    pub images: Vec<Value>,
+    /// The text parts' `text`, joined with newlines ("" when none).
+    pub text: String,
+}
+
+impl ImageState {
+    /// Split `state` when it holds images; `None` for a text or JSON state.
+    pub fn split(state: &Value) -> Option<Self> {
+        if !has_images(state) {
+            return None;
+        }
+        let parts = state.as_array()?;
+        let mut images = Vec::new();
+        let mut texts = Vec::new();
+        for p in parts {
+            if p.get("type").and_then(Value::as_str) == Some("text") {
+                texts.push(p.get("text").and_then(Value::as_str).unwrap_or_default());
+            } else {
+                images.push(p.clone());
+            }
+        }
+        Some(Self {
+            parts: parts.clone(),
+            images,
+            text: texts.join("\n"),
+        })
+    }
+
+    /// The parts of one user message: the images, then one text part.
+    pub fn parts_with_text(&self, text: String) -> Value {
+        let mut parts = self.images.clone();
+        parts.push(json!({"type": "text", "text": text}));
+        Value::Array(parts)
+    }
+}
+
+/// Image parts from a request's JSON `images` list (`/v1/systemone`,
+/// `/api/decide`, MCP): each entry a `data:image/...` URL string or an object
+/// `{"content_type": "image/...", "base64": "..."}`. `null` or absent → none.
+///
+/// # Errors
+/// [`SchemaError`] on `images` (not a list) or `images[i]` (a bad entry).
+pub fn parts_from_json(images: Option<&Value>) -> Result<Vec<Value>, SchemaError> {
+    let items = match images {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(SchemaError::new(
+                "images",
+                "images: a list of data:image/... URLs or objects with content_type and base64",
+            ))
+        }
+    };
+    let mut parts = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let url = match item {
+            Value::String(s) if s.starts_with("data:image/") => s.clone(),
+            Value::Object(o) => match (
+                o.get("content_type").and_then(Value::as_str),
+                o.get("base64").and_then(Value::as_str),
+            ) {
+                (Some(ct), Some(b64)) if ct.starts_with("image/") => {
+                    format!("data:{ct};base64,{b64}")
+                }
+                _ => return Err(bad_entry(i)),
+            },
+            _ => return Err(bad_entry(i)),
+        };
+        parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+    }
+    Ok(parts)
+}
+
+fn bad_entry(i: usize) -> SchemaError {
+    SchemaError::new(
+        format!("images[{i}]"),
+        format!("images[{i}]: a data:image/... URL or an object with content_type and base64"),
+    )
+}
+
+/// The decision state for a text or JSON `state` with image parts: the
+/// images, then the state's text as one text part (as `/v1/systemone` builds
+/// it). With no images, `state` unchanged.
+pub fn state_with_images(state: Value, images: Vec<Value>) -> Value {
+    if images.is_empty() {
+        return state;
+    }
+    let mut parts = images;
+    parts.push(json!({"type": "text", "text": crate::prompt::state_text(&state)}));
+    Value::Array(parts)
+}
+
+/// The data URLs of a state's image parts, in order (what a Stage-2 provider
+/// is sent alongside the prompt). Empty for a text or JSON state.
+pub fn image_urls(state: &Value) -> Vec<String> {
+    state
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| is_image_part(p))
+        .filter_map(|p| part_url(p).map(str::to_owned))
+        .collect()
+}
+
+/// The data URL of an image part: `image_url.url`, `image_url` as a string,
+/// or `image` as a string.
+fn part_url(part: &Value) -> Option<&str> {
+    match part.get("image_url") {
+        Some(Value::Object(o)) => o.get("url").and_then(Value::as_str),
+        Some(Value::String(s)) => Some(s),
+        _ => part.get("image").and_then(Value::as_str),
+    }
+}
+
+/// Check every image of `state` (see the module docs). Text and JSON states
+/// pass with 0.
+///
+/// # Errors
+/// [`SchemaError`] on field `state[i]` naming what is wrong (too many images,
+/// not a data URL, an unsupported or mismatched type, bad base64, too large).
+pub fn check_images(state: &Value) -> Result<usize, SchemaError> {
+    match state.as_array().filter(|_| has_images(state)) {
+        Some(parts) => check_parts(parts, "state"),
+        None => Ok(0),
+    }
+}
+
+/// Check the image parts among `parts`, naming a bad one `<list>[i]` (e.g.
+/// `images[2]` for a request's `images` list). Returns how many there are.
+///
+/// # Errors
+/// As [`check_images`].
+pub fn check_parts(parts: &[Value], list: &str) -> Result<usize, SchemaError> {
+    let mut count = 0;
+    for (i, part) in parts.iter().enumerate() {
+        if !is_image_part(part) {
+            continue;
+        }
+        count += 1;
+        let field = format!("{list}[{i}]");
+        if count > MAX_IMAGES {
+            return Err(SchemaError::new(
+                &field,
+                format!("{field}: at most {MAX_IMAGES} images per state"),
+            ));
+        }
+        let url = part_url(part).ok_or_else(|| {
+            SchemaError::new(
+                &field,
+                format!("{field}: an image part needs `image_url.url` holding a data:image/...;base64 URL"),
+            )
+        })?;
+        decode_data_url(url).map_err(|why| SchemaError::new(&field, format!("{field}: {why}")))?;
+    }
+    Ok(count)
+}
+
+/// Decode and check one `data:` URL; the bytes' type on success.
+fn decode_data_url(url: &str) -> Result<&'static str, String> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Err("remote image URLs are not fetched; send the image inline as a data:image/...;base64 URL".into());
+    }
+    let rest = url
+        .strip_prefix("data:")
+        .ok_or("an image must be a data:image/...;base64 URL")?;
+    let (header, payload) = rest
+        .split_once(',')
+        .ok_or("a data URL needs a comma before its payload")?;
+    let declared = header
+        .strip_suffix(";base64")
+        .ok_or("a data URL must be base64 (`data:image/png;base64,…`)")?;
+    if !IMAGE_TYPES.contains(&declared) {
+        return Err(format!(
+            "image type must be one of [{}]. Given: `{}`",
+            IMAGE_TYPES.join(", "),
+            declared.chars().take(40).collect::<String>()
+        ));
+    }
+    // A decoded image of MAX_IMAGE_BYTES is 4/3 as long in base64.
+    if payload.len() > MAX_IMAGE_BYTES / 3 * 4 + 4 {
+        return Err(format!(
+            "an image may be at most {} MiB",
+            MAX_IMAGE_BYTES >> 20
+        ));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload.trim())
+        .map_err(|e| format!("the base64 payload does not decode ({e})"))?;
+    check_bytes(&bytes, Some(declared))
+}
+
+/// Check decoded image bytes: size, and a signature of a type in
+/// [`IMAGE_TYPES`] (equal to `declared` when given). The type on success.
+fn check_bytes(bytes: &[u8], declared: Option<&str>) -> Result<&'static str, String> {
+    if bytes.len() > MAX_IMAGE_BYTES {
+        return Err(format!(
+            "an image may be at most {} MiB ({} bytes given)",
+            MAX_IMAGE_BYTES >> 20,
+            bytes.len()
+        ));
+    }
+    let sniffed = infer::get(bytes).map(|t| t.mime_type());
+    let Some(found) = sniffed.and_then(|m| IMAGE_TYPES.iter().copied().find(|t| *t == m)) else {
+        return Err(format!(
+            "the bytes are not a supported image ({}){}",
+            IMAGE_TYPES.join(", "),
+            sniffed.map_or_else(String::new, |m| format!("; they look like {m}"))
+        ));
+    };
+    if let Some(d) = declared.filter(|d| *d != found) {
+        return Err(format!("declared {d}, but the bytes are {found}"));
+    }
+    Ok(found)
+}
+
+/// An image content part from a file's bytes, for `dgem decide --image`:
+/// `{"type": "image_url", "image_url": {"url": "data:<type>;base64,…"}}`,
+/// the type read from the bytes' signature.
+///
+/// # Errors
+/// [`SchemaError`] on field `image` naming `name` when the bytes are not a
+/// supported image or are too large.
+pub fn image_part(bytes: &[u8], name: &str) -> Result<Value, SchemaError> {
+    let ty = check_bytes(bytes, None)
+        .map_err(|why| SchemaError::new("image", format!("image {name}: {why}")))?;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+    Ok(json!({"type": "image_url", "image_url": {"url": format!("data:{ty};base64,{b64}")}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smallest valid PNG: signature + IHDR + IDAT + IEND of a 1×1 pixel.
+    pub(crate) const PNG_1X1: &[u8] = &[
+        0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F,
+        0x15, 0xC4, 0x89, 0x00, 0x00, 0x00, 0x0A, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00,
+        0x01, 0x00, 0x00, 0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00, 0x00, 0x00, 0x00, 0x49,
+        0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+    ];
+
+    fn state_with(url: &str) -> Value {
+        json!([{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "a"}])
+    }
+
+    fn err(state: &Value) -> String {
+        check_images(state)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_png_part_passes_and_splits_into_images_then_text() {
+        let part = image_part(PNG_1X1, "dot.png").unwrap_or_default();
+        let url = part["image_url"]["url"].as_str().unwrap_or_default();
+        assert!(url.starts_with("data:image/png;base64,iVBORw0KGgo"));
+        let state = json!([part, {"type": "text", "text": "one"}, {"type": "text", "text": "two"}]);
+        assert_eq!(check_images(&state).ok(), Some(1));
+        let split = ImageState::split(&state).unwrap_or_else(|| unreachable!());
+        assert_eq!(split.images.len(), 1);
+        assert_eq!(split.text, "one\ntwo");
+        let parts = split.parts_with_text("T".into());
+        assert_eq!(parts[1], json!({"type": "text", "text": "T"}));
+        assert!(ImageState::split(&json!("plain text")).is_none());
+        assert_eq!(check_images(&json!({"a": 1})).ok(), Some(0));
+    }
+
+    #[test]
+    fn bad_images_are_refused_naming_the_part_and_the_rule() {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(PNG_1X1);
+        assert!(
+            err(&state_with("https://example.com/cat.png")).contains("state[0]: remote image URLs")
+        );
+        assert!(err(&state_with("cat.png")).contains("data:image/...;base64 URL"));
+        assert_eq!(
+            err(&state_with(&format!("data:image/tiff;base64,{b64}"))),
+            "state[0]: image type must be one of [image/png, image/jpeg, image/webp, image/gif]. Given: `image/tiff`"
+        );
+        assert_eq!(
+            err(&state_with(&format!("data:image/jpeg;base64,{b64}"))),
+            "state[0]: declared image/jpeg, but the bytes are image/png"
+        );
+        assert!(err(&state_with("data:image/png;base64,@@@")).contains("does not decode"));
+        assert!(err(&state_with("data:image/png;base64,aGVsbG8="))
+            .contains("are not a supported image (image/png"));
+        let huge = "A".repeat(MAX_IMAGE_BYTES / 3 * 4 + 8);
+        assert!(
+            err(&state_with(&format!("data:image/png;base64,{huge}"))).contains("at most 10 MiB")
+        );
+        assert!(err(&json!([{"type": "image_url"}])).contains("needs `image_url.url`"));
+        let many: Vec<Value> = (0..=MAX_IMAGES)
+            .map(|_| json!({"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{b64}")}}))
+            .collect();
+        assert_eq!(
+            err(&Value::Array(many)),
+            "state[16]: at most 16 images per state"
+        );
+        assert!(image_part(b"not an image", "notes.txt")
+            .err()
+            .is_some_and(|e| e
+                .message
+                .starts_with("image notes.txt: the bytes are not a supported image")));
+    }
+}
