@@ -20,6 +20,15 @@ use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 
+/// A 1×1 PNG.
+const PNG_1X1: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
+    0x89, 0x00, 0x00, 0x00, 0x0A, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00, 0x01, 0x00, 0x00,
+    0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE,
+    0x42, 0x60, 0x82,
+];
+
 /// A decision with 2 samples on the CPU model, on a busy 2-core machine.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -420,6 +429,67 @@ async fn studio_runs_a_decision_in_chromium() {
         seen["cascade"].as_str().unwrap().contains("configured"),
         "{seen}"
     );
+
+    // Images: a file input shows each picked image as a thumbnail; the
+    // embedded model has no vision, so the run is refused in plain words.
+    above.clear().await.unwrap();
+    c.find(Locator::Css("#cascade-mode"))
+        .await
+        .unwrap()
+        .select_by_value("")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("dot.png");
+    std::fs::write(&png, PNG_1X1).unwrap();
+    c.find(Locator::Css("#images"))
+        .await
+        .unwrap()
+        .send_keys(png.to_str().unwrap())
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#thumbs li img"))
+        .await
+        .expect("a thumbnail of the picked image");
+    let thumb = c
+        .execute(
+            "const i = document.querySelector('#thumbs li img'); return {alt: i.alt, src: i.src.slice(0, 22), w: i.getBoundingClientRect().width};",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(thumb["alt"], "dot.png", "{thumb}");
+    assert_eq!(thumb["src"], "data:image/png;base64,", "{thumb}");
+    assert!(thumb["w"].as_f64().unwrap() > 50.0, "{thumb}");
+    c.find(Locator::Css("#run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css("#form-error:not([hidden])"))
+        .await
+        .expect("the refusal shows next to the form");
+    let msg = error.text().await.unwrap();
+    assert!(msg.contains("has no vision"), "{msg}");
+    c.find(Locator::Css("#thumbs li .remove"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let left = c
+        .execute(
+            "return document.querySelectorAll('#thumbs li').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(left, json!(0), "the remove button drops the image");
     c.close().await.unwrap();
     drop(driver);
     drop(served);

@@ -16,7 +16,12 @@ export function band(h) {
   return h <= BANDS[1].max ? BANDS[1] : BANDS[2];
 }
 
-const state = { templates: [], backends: { default: "", available: [] }, healthTimer: 0 };
+const state = { templates: [], backends: { default: "", available: [] }, healthTimer: 0, images: [] };
+
+/** Image limits, the server's own (dgem_core::images): checked here first so a bad file is named at once. */
+export const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp", "image/gif"];
+export const MAX_IMAGES = 16;
+export const MAX_IMAGE_BYTES = 10 * 1024 * 1024;
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -216,6 +221,61 @@ function customBody() {
   return { state: st, questions };
 }
 
+// ---------- images ----------
+
+function readAsDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(String(r.result));
+    r.onerror = () => reject(new Error(`images: could not read ${file.name}`));
+    r.readAsDataURL(file);
+  });
+}
+
+async function addImages(event) {
+  clearError();
+  const input = event.target;
+  const problems = [];
+  for (const file of [...input.files]) {
+    if (state.images.length >= MAX_IMAGES) {
+      problems.push(`images: at most ${MAX_IMAGES} images; ${file.name} was not added`);
+      continue;
+    }
+    if (!IMAGE_TYPES.includes(file.type)) {
+      problems.push(`images: ${file.name} is ${file.type || "of an unknown type"}; use PNG, JPEG, WebP or GIF`);
+      continue;
+    }
+    if (file.size > MAX_IMAGE_BYTES) {
+      problems.push(`images: ${file.name} is ${(file.size / 1048576).toFixed(1)} MiB; the limit is 10 MiB`);
+      continue;
+    }
+    try {
+      state.images.push({ name: file.name, url: await readAsDataUrl(file) });
+    } catch (e) {
+      problems.push(e.message);
+    }
+  }
+  input.value = "";
+  renderThumbs();
+  if (problems.length) showError(problems.join("\n"));
+}
+
+function renderThumbs() {
+  const list = $("#thumbs");
+  list.replaceChildren();
+  state.images.forEach((img, i) => {
+    const remove = el("button", { type: "button", class: "remove", "aria-label": `Remove ${img.name}`, text: "Remove" });
+    remove.addEventListener("click", () => {
+      state.images.splice(i, 1);
+      renderThumbs();
+      $("#images").focus();
+    });
+    list.append(el("li", { dataset: { image: img.name } },
+      el("img", { src: img.url, alt: img.name, width: 96, height: 96 }),
+      el("span", { class: "name", text: img.name }), remove));
+  });
+}
+
 // ---------- running ----------
 
 function buildRequest() {
@@ -241,6 +301,7 @@ function buildRequest() {
   }
   body.samples = samples;
   body.seed = seed;
+  if (state.images.length) body.images = state.images.map((i) => i.url);
   if (backend) body.backend = backend;
   // Optional post-read keys; the server checks their ranges and names a bad one.
   const number = (id) => ($(id).value.trim() === "" ? null : Number($(id).value));
@@ -412,6 +473,7 @@ async function init() {
   });
   document.querySelectorAll("input[name=mode]").forEach((r) => r.addEventListener("change", setMode));
   $("#template").addEventListener("change", renderVariables);
+  $("#images").addEventListener("change", addImages);
   $("#backend").addEventListener("change", pollHealth);
   $("#add-question").addEventListener("click", () => addQuestion().querySelector("[name=qid]").focus());
   addQuestion({ id: "urgent", type: "boolean", question: "Does this need someone today?", options: "" });
