@@ -129,6 +129,9 @@ pub struct VllmConfig {
     pub probe_interval: Duration,
     /// Canvas framing tokens.
     pub tokens: DiffusionTokens,
+    /// The question block's fixed sentences (`--prompt-file`; dgem's own by
+    /// default). Its hash is echoed as `diagnostics.prompt_wording`.
+    pub wording: dgem_core::prompt::Wording,
 }
 
 impl VllmConfig {
@@ -149,6 +152,7 @@ impl VllmConfig {
             probe_timeout: Duration::from_millis(1500),
             probe_interval: Duration::from_secs(1),
             tokens: DiffusionTokens::default(),
+            wording: dgem_core::prompt::Wording::default(),
         }
     }
 }

@@ -29,6 +29,7 @@ impl VllmDecider {
             format: schema.format,
             mode: self.mode,
             chunked,
+            wording: Some(&self.cfg.wording),
         })
     }
 
@@ -262,6 +263,7 @@ pub(crate) async fn decide(
     let info = &d.info;
     let facts = ReaderFacts {
         restated,
+        prompt_wording: Some(d.cfg.wording.hash()),
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: None,

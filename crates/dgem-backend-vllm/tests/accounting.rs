@@ -202,3 +202,49 @@ async fn a_wide_schema_is_chunked_at_the_profile_canvas() {
     );
     assert_eq!(chunks[1], 1, "128-token canvas holds them: {chunks:?}");
 }
+
+#[tokio::test]
+async fn an_operator_wording_reaches_the_prompt_and_its_hash_the_diagnostics() {
+    use dgem_core::prompt::Wording;
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    let default_hash = Wording::default().hash();
+    let mut cfg = config(&fake);
+    cfg.wording = Wording::from_json(
+        r#"{"lead": "Answer a fixed set of questions about the state the user provides.",
+            "format_lines": "Reply with one line per question, formatted as \"id: {label}\"."}"#,
+    )
+    .unwrap();
+    let hash = cfg.wording.hash();
+    let d = decider(&ids, cfg);
+    let dec = decide(&d, json!({"questions": [{"id": "u", "type": "noul"}]}))
+        .await
+        .unwrap();
+    let content = fake.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(content.contains(
+        "<instructions>\nAnswer a fixed set of questions about the state the user provides.\n"
+    ));
+    assert!(content
+        .contains("Reply with one line per question, formatted as \"id: label\".\n</instructions>"));
+    assert!(
+        !content.contains("Decide a fixed list"),
+        "dgem's lead is replaced"
+    );
+    assert_eq!(
+        dec.diagnostics.prompt_wording.as_deref(),
+        Some(hash.as_str())
+    );
+    assert_ne!(hash, default_hash);
+    // The default wording is echoed too, so every vLLM decision says which it used.
+    let d = decider(&ids, config(&fake));
+    let dec = decide(&d, json!({"questions": [{"id": "u", "type": "noul"}]}))
+        .await
+        .unwrap();
+    assert_eq!(
+        env(&dec)["diagnostics"]["prompt_wording"],
+        default_hash.as_str()
+    );
+}

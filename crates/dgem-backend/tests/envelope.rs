@@ -63,6 +63,7 @@ fn decision(s: &ValidSchema) -> Decision {
         s,
         ReaderFacts {
             restated: false,
+            prompt_wording: None,
             engine: "test".into(),
             model: "m".into(),
             model_sha256: Some("abc".into()),

@@ -47,6 +47,12 @@ pub struct VllmArgs {
     /// Request canvas widths are rounded up to a multiple of this.
     #[arg(long = "canvas-step", env = "CANVAS_STEP", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_STEP)]
     pub canvas_step: usize,
+    /// A JSON file replacing the question block's fixed sentences (`lead`,
+    /// `format_lines` with a `{label}` placeholder, `format_indexed`, `chunk`;
+    /// see docs/engine-vllm.md). Checked at start-up; its hash is echoed as
+    /// `diagnostics.prompt_wording` on every decision.
+    #[arg(long = "prompt-file", env = "DGEM_PROMPT_FILE", value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
     /// Do not send `diffusion_constrained` (logprobs over the full vocabulary).
     #[arg(long = "no-constrained", env = "DGEM_NO_CONSTRAINED")]
     pub no_constrained: bool,
@@ -136,6 +142,19 @@ pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
     }
     cfg.canvas_step = args.canvas_step;
     cfg.constrained = !args.no_constrained;
+    if let Some(p) = &args.prompt_file {
+        let text = std::fs::read_to_string(p)
+            .with_context(|| format!("`--prompt-file` could not read `{}`", p.display()))
+            .map_err(user)?;
+        cfg.wording = dgem_core::prompt::Wording::from_json(&text).map_err(|e| {
+            user(anyhow::anyhow!(
+                "`--prompt-file` `{}`: {}",
+                p.display(),
+                e.message
+            ))
+        })?;
+        tracing::info!(hash = %cfg.wording.hash(), file = %p.display(), "question-block wording from a file");
+    }
     cfg.ready_wait = std::time::Duration::from_secs_f64(args.ready_wait_s);
     VllmDecider::new(cfg, tok).map_err(user)
 }

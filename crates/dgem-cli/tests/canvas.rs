@@ -77,6 +77,7 @@ fn every_policy_renders_validates_and_prompts() {
             format: schema.format,
             mode: LabelMode::Words,
             chunked: false,
+            wording: None,
         });
         let prompt = gemma_chat_prompt(schema.layout, &sys, &state_text(&state));
         let name = path

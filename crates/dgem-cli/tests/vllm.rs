@@ -456,3 +456,30 @@ async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
     assert_eq!(e["error"]["param"], "state[0]");
     assert_eq!(fake.requests().len(), n);
 }
+
+#[test]
+fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let f = dir.path().join("wording.json");
+    std::fs::write(&f, r#"{"lead": "Hello {user}"}"#).unwrap();
+    let o = common::dgem(
+        &[
+            "serve",
+            "--backend",
+            "vllm=http://127.0.0.1:9",
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--prompt-file",
+            f.to_str().unwrap(),
+        ],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`lead` has the placeholder `{user}`; allowed here: none"),
+        "{err}"
+    );
+}

@@ -368,6 +368,11 @@ pub struct Diagnostics {
     pub calibration: Option<Vec<String>>,
     /// A plain-words note on how far these numbers can be trusted.
     pub note: Option<String>,
+    /// Hash of the question block's fixed sentences
+    /// ([`crate::prompt::Wording::hash`]) on readers whose wording an operator
+    /// can replace (vLLM); absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_wording: Option<String>,
     /// Questions answered through bracket routing (absent when none).
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     pub brackets: IndexMap<String, BracketDiagnostics>,

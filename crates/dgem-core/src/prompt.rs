@@ -5,7 +5,12 @@
 //! format line); the wording is dgem-rs's own. Under [`LabelMode::Words`] the
 //! alternatives are listed by name and the reply asks for the name itself.
 
+mod wording;
+
 use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+pub use wording::{Wording, MAX_SENTENCE_CHARS, WORDING_KEYS};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -31,14 +36,20 @@ pub struct SystemTextSpec<'a> {
     pub mode: LabelMode,
     /// Whether the read covers only part of the questions.
     pub chunked: bool,
+    /// The fixed sentences; `None` is dgem's own ([`Wording::default`]).
+    pub wording: Option<&'a Wording>,
+}
+
+/// dgem's own wording, built once.
+fn default_wording() -> &'static Wording {
+    static DEFAULT: OnceLock<Wording> = OnceLock::new();
+    DEFAULT.get_or_init(Wording::default)
 }
 
 /// The question block for one read.
 pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
-    let mut out = String::from(
-        "Decide a fixed list of questions about the material supplied by the user. \
-         Every question names its permitted answers; give exactly one of them per question.\n",
-    );
+    let w = spec.wording.unwrap_or_else(|| default_wording());
+    let mut out = format!("{}\n", w.lead);
     if let Some(ins) = spec.instructions.map(str::trim).filter(|s| !s.is_empty()) {
         let _ = write!(out, "\n{ins}\n");
     }
@@ -69,22 +80,10 @@ pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
         }
     }
     out.push('\n');
-    out.push_str(match (spec.format, spec.mode) {
-        (AnswerFormat::Lines, LabelMode::Letters) => {
-            "Answer with one line per question, in the order above, written as \"id: label\"."
-        }
-        (AnswerFormat::Lines, LabelMode::Words) => {
-            "Answer with one line per question, in the order above, written as \"id: answer\"."
-        }
-        (AnswerFormat::Indexed, _) => {
-            "Answer on a single line: each question id directly followed by its label, \
-             separated by single spaces."
-        }
-    });
+    out.push_str(&w.format_line(spec.format, spec.mode));
     if spec.chunked {
-        out.push_str(
-            " Some questions may be missing from the answer; fill every line that is there.",
-        );
+        out.push(' ');
+        out.push_str(&w.chunk);
     }
     out
 }
@@ -213,6 +212,7 @@ mod tests {
             format: s.format,
             mode: LabelMode::Letters,
             chunked: false,
+            wording: None,
         });
         insta::assert_snapshot!(text);
     }
@@ -227,6 +227,7 @@ mod tests {
             format: s.format,
             mode: LabelMode::Words,
             chunked: false,
+            wording: None,
         });
         assert!(text.contains("  billing: charges\n  support\n"));
         assert!(text.ends_with("written as \"id: answer\"."));

@@ -167,6 +167,8 @@ pub struct ReaderFacts {
     /// Earlier answers were restated in the state's text (an image state)
     /// rather than prefilled as tokens: `conditioning` reads `restated`.
     pub restated: bool,
+    /// Hash of the question block's wording, when the reader can change it.
+    pub prompt_wording: Option<String>,
 }
 
 /// Everything accumulated over a decision's groups.
@@ -374,6 +376,7 @@ impl Walk {
             slot_reading: facts.slot_reading,
             calibration: facts.calibration,
             note: None,
+            prompt_wording: facts.prompt_wording,
             brackets: IndexMap::new(),
         };
         (answers, diagnostics)

@@ -267,6 +267,7 @@ impl Ctx<'_> {
             format: self.schema.format,
             mode,
             chunked: false,
+            wording: None,
         });
         let text = gemma_chat_prompt(self.schema.layout, &sys, state);
         let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
@@ -569,6 +570,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         restated: false,
+        prompt_wording: None,
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),

@@ -81,6 +81,7 @@ impl GroupReader for JointReader<'_> {
             format: schema.format,
             mode: self.mode,
             chunked: false,
+            wording: None,
         });
         let mut prompt: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         prompt.extend(tokens_of(
@@ -156,6 +157,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         restated: false,
+        prompt_wording: None,
         engine: info.engine.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),

@@ -53,6 +53,7 @@ fn group(questions: &[&Question], reads: Vec<Vec<SlotRead>>) -> GroupReads {
 fn facts(chained: bool) -> ReaderFacts {
     ReaderFacts {
         restated: false,
+        prompt_wording: None,
         engine: "test".into(),
         model: "m".into(),
         model_sha256: None,

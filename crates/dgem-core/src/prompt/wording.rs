@@ -1,0 +1,262 @@
+//! The question block's fixed sentences, replaceable from an operator's file.
+//!
+//! The block a read sends is: the lead sentence, the global instructions, one
+//! paragraph per question with its labelled alternatives, the format line, and
+//! (when a read covers only some questions) the chunk sentence. The lead, the
+//! format lines and the chunk sentence are fixed text; [`Wording`] holds them.
+//! dgem's own sentences are [`Wording::default`]. An operator can supply others
+//! from a JSON file (`--prompt-file`) to A/B a wording or to hold one fixed
+//! across releases:
+//!
+//! ```json
+//! {
+//!   "lead": "Answer a fixed set of questions about the state the user provides.",
+//!   "format_lines": "Reply with one line per question, in this order, formatted as \"id: {label}\".",
+//!   "format_indexed": "Reply on one line with each question's id followed by its label.",
+//!   "chunk": "A reply may cover only some of the questions; answer every line that is present."
+//! }
+//! ```
+//!
+//! Every key is optional (a missing one keeps dgem's sentence); no other key is
+//! allowed. The one placeholder is `{label}`, in `format_lines` only: it becomes
+//! `label` when answers are letters and `answer` when they are option words.
+//! Values are non-empty, at most [`MAX_SENTENCE_CHARS`] characters.
+//! [`Wording::hash`] (`sha256:` + 16 hex digits of the four final sentences) is
+//! echoed in diagnostics, so a decision says which wording produced it.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::labels::LabelMode;
+use crate::schema::AnswerFormat;
+use crate::SchemaError;
+
+/// Longest sentence a wording file may give, in characters.
+pub const MAX_SENTENCE_CHARS: usize = 2000;
+/// The keys of a wording file.
+pub const WORDING_KEYS: [&str; 4] = ["lead", "format_lines", "format_indexed", "chunk"];
+
+/// The fixed sentences of the question block (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wording {
+    /// The first sentence(s), before the instructions and questions.
+    pub lead: String,
+    /// The format line of the `lines` answer format; `{label}` is replaced by
+    /// `label` or `answer` by label mode.
+    pub format_lines: String,
+    /// The format line of the `indexed` answer format.
+    pub format_indexed: String,
+    /// Appended (after one space) when a read covers only some questions.
+    pub chunk: String,
+}
+
+impl Default for Wording {
+    /// dgem's own sentences.
+    fn default() -> Self {
+        Self {
+            lead: "Decide a fixed list of questions about the material supplied by the user. \
+                   Every question names its permitted answers; give exactly one of them per question."
+                .into(),
+            format_lines:
+                "Answer with one line per question, in the order above, written as \"id: {label}\"."
+                    .into(),
+            format_indexed: "Answer on a single line: each question id directly followed by its \
+                             label, separated by single spaces."
+                .into(),
+            chunk: "Some questions may be missing from the answer; fill every line that is there."
+                .into(),
+        }
+    }
+}
+
+impl Wording {
+    /// Read a wording file's JSON text (see the module docs).
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming the key: not a JSON object, an unknown key, a
+    /// value that is not a non-empty string within [`MAX_SENTENCE_CHARS`], or
+    /// a placeholder other than `{label}` in `format_lines`.
+    pub fn from_json(text: &str) -> Result<Self, SchemaError> {
+        let v = crate::json::parse_strict(text).map_err(|e| {
+            SchemaError::new("prompt_file", format!("prompt file: not valid JSON ({e})"))
+        })?;
+        let Value::Object(obj) = v else {
+            return Err(SchemaError::new(
+                "prompt_file",
+                format!(
+                    "prompt file: must be a JSON object with keys among [{}]",
+                    WORDING_KEYS.join(", ")
+                ),
+            ));
+        };
+        Self::from_object(&obj)
+    }
+
+    fn from_object(obj: &Map<String, Value>) -> Result<Self, SchemaError> {
+        if let Some(k) = obj.keys().find(|k| !WORDING_KEYS.contains(&k.as_str())) {
+            return Err(SchemaError::new(
+                k.as_str(),
+                format!(
+                    "prompt file: unknown key `{}`; the keys are [{}]",
+                    k.chars().take(60).collect::<String>(),
+                    WORDING_KEYS.join(", ")
+                ),
+            ));
+        }
+        let mut w = Self::default();
+        for key in WORDING_KEYS {
+            let Some(v) = obj.get(key) else { continue };
+            let s = v
+                .as_str()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    SchemaError::new(
+                        key,
+                        format!("prompt file: `{key}` must be a non-empty string"),
+                    )
+                })?;
+            if s.chars().count() > MAX_SENTENCE_CHARS {
+                return Err(SchemaError::new(
+                    key,
+                    format!("prompt file: `{key}` is over {MAX_SENTENCE_CHARS} characters"),
+                ));
+            }
+            let allowed: &[&str] = if key == "format_lines" {
+                &["label"]
+            } else {
+                &[]
+            };
+            check_placeholders(key, s, allowed)?;
+            let slot = match key {
+                "lead" => &mut w.lead,
+                "format_lines" => &mut w.format_lines,
+                "format_indexed" => &mut w.format_indexed,
+                _ => &mut w.chunk,
+            };
+            *slot = s.to_owned();
+        }
+        Ok(w)
+    }
+
+    /// The format line for `format` under label `mode`.
+    pub fn format_line(&self, format: AnswerFormat, mode: LabelMode) -> String {
+        match format {
+            AnswerFormat::Lines => {
+                let word = match mode {
+                    LabelMode::Letters => "label",
+                    LabelMode::Words => "answer",
+                };
+                self.format_lines.replace("{label}", word)
+            }
+            AnswerFormat::Indexed => self.format_indexed.clone(),
+        }
+    }
+
+    /// `sha256:` + the first 16 hex digits of the SHA-256 of the four
+    /// sentences (each followed by a NUL byte), in [`WORDING_KEYS`] order.
+    pub fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        for s in [
+            &self.lead,
+            &self.format_lines,
+            &self.format_indexed,
+            &self.chunk,
+        ] {
+            h.update(s.as_bytes());
+            h.update([0u8]);
+        }
+        let hex = hex::encode(h.finalize());
+        format!("sha256:{}", &hex[..16])
+    }
+}
+
+/// Refuse `{name}` placeholders not in `allowed`.
+fn check_placeholders(key: &str, s: &str, allowed: &[&str]) -> Result<(), SchemaError> {
+    let mut rest = s;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        if !allowed.contains(&name) {
+            let allowed_text = if allowed.is_empty() {
+                "none".to_owned()
+            } else {
+                allowed
+                    .iter()
+                    .map(|a| format!("{{{a}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(SchemaError::new(
+                key,
+                format!(
+                    "prompt file: `{key}` has the placeholder `{{{}}}`; allowed here: {allowed_text}",
+                    name.chars().take(40).collect::<String>()
+                ),
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        Wording::from_json(text)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_file_replaces_the_sentences_it_names_and_changes_the_hash() {
+        let w = Wording::from_json(
+            r#"{"lead": "Answer these.", "format_lines": "One line each: \"id: {label}\"."}"#,
+        )
+        .unwrap_or_default();
+        assert_eq!(w.lead, "Answer these.");
+        assert_eq!(
+            w.chunk,
+            Wording::default().chunk,
+            "missing keys keep dgem's"
+        );
+        assert_eq!(
+            w.format_line(AnswerFormat::Lines, LabelMode::Words),
+            "One line each: \"id: answer\"."
+        );
+        assert_ne!(w.hash(), Wording::default().hash());
+        assert_eq!(w.hash().len(), "sha256:".len() + 16);
+        assert_eq!(
+            Wording::from_json("{}").unwrap_or_default().hash(),
+            Wording::default().hash()
+        );
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_key() {
+        assert!(err("not json").starts_with("prompt file: not valid JSON"));
+        assert!(err("[1]").contains("must be a JSON object"));
+        assert_eq!(
+            err(r#"{"leed": "x"}"#),
+            "prompt file: unknown key `leed`; the keys are [lead, format_lines, format_indexed, chunk]"
+        );
+        assert_eq!(
+            err(r#"{"chunk": "  "}"#),
+            "prompt file: `chunk` must be a non-empty string"
+        );
+        assert_eq!(
+            err(r#"{"lead": "Hello {user}"}"#),
+            "prompt file: `lead` has the placeholder `{user}`; allowed here: none"
+        );
+        assert_eq!(
+            err(r#"{"format_lines": "id: {lable}"}"#),
+            "prompt file: `format_lines` has the placeholder `{lable}`; allowed here: {label}"
+        );
+        let long = format!(r#"{{"lead": "{}"}}"#, "a".repeat(MAX_SENTENCE_CHARS + 1));
+        assert!(err(&long).contains("over 2000 characters"));
+    }
+}
