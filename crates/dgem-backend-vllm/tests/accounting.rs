@@ -227,8 +227,9 @@ async fn an_operator_wording_reaches_the_prompt_and_its_hash_the_diagnostics() {
     assert!(content.contains(
         "<instructions>\nAnswer a fixed set of questions about the state the user provides.\n"
     ));
-    assert!(content
-        .contains("Reply with one line per question, formatted as \"id: label\".\n</instructions>"));
+    assert!(content.contains(
+        "Reply with one line per question, formatted as \"id: label\".\n</instructions>"
+    ));
     assert!(
         !content.contains("Decide a fixed list"),
         "dgem's lead is replaced"

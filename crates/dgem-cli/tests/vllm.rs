@@ -483,3 +483,59 @@ fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
         "{err}"
     );
 }
+
+/// Readiness follows vLLM live: `/health` says `vllm_ready: false` with the
+/// phase while vLLM answers 503, and turns ready again once it answers 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_vllm_down_and_back_up_without_a_warm_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let fake = fake(1).await;
+    let (_server, base) = serve(
+        fake.url(),
+        &["--tokenizer", tok.to_str().unwrap(), "--no-warmup"],
+        "/nonexistent/dgem-test-cache",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let health = || async {
+        let h: Value = client
+            .get(format!("{base}/health"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (h["vllm_ready"].clone(), h["phase"].clone())
+    };
+    // Poll until each state shows (the probe result is cached for 1 s).
+    let wait_for = |want: (Value, Value)| {
+        let health = &health;
+        async move {
+            let started = Instant::now();
+            loop {
+                let got = health().await;
+                if got == want {
+                    return;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "still {got:?}, want {want:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_for((json!(true), json!("ready"))).await;
+    assert_eq!(fake.requests().len(), 0, "--no-warmup: no decision at boot");
+    fake.set_not_ready_polls(1_000_000);
+    wait_for((json!(false), json!("waiting_for_vllm"))).await;
+    let r = client.get(format!("{base}/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    fake.set_not_ready_polls(0);
+    wait_for((json!(true), json!("ready"))).await;
+    let r = client.get(format!("{base}/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -188,13 +188,14 @@ impl TemplateDir {
         defaults: &SchemaDefaults,
     ) -> Result<(Payload, ValidSchema), TemplateError> {
         let payload = self.render_checked(name, vars)?;
+        let policy = name.trim().trim_end_matches(TEMPLATE_SUFFIX).to_string();
         let schema = ValidSchema::from_value(&payload.schema, defaults).map_err(|e| {
             TemplateError::Schema {
-                name: name.trim().trim_end_matches(TEMPLATE_SUFFIX).to_string(),
+                name: policy.clone(),
                 detail: e.to_string(),
             }
         })?;
-        Ok((payload, schema))
+        Ok((payload, schema.with_policy(policy)))
     }
 
     /// The text of template `name`.

@@ -120,7 +120,7 @@ impl DecisionServer {
         let schema = if injected.is_empty() {
             schema
         } else {
-            valid_schema(&raw, "template", &self.defaults)?
+            valid_schema(&raw, "template", &self.defaults)?.with_policy(args.template.as_str())
         };
         let hesitation = Hesitation::from_object(&keys, &schema)
             .map_err(arguments)?

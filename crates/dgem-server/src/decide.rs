@@ -64,6 +64,7 @@ pub fn check_state_images(flavor: Flavor, state: &Value) -> Result<(), ApiError>
 pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result<Timed, ApiError> {
     let span = tracing::Span::current();
     span.record("questions", req.schema.asked().len());
+    let policy = telemetry::policy_label(&req.schema);
     let waited = Instant::now();
     let _permit = match state.acquire_slot().await {
         Ok(permit) => permit,
@@ -71,7 +72,7 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
             return Err(ApiError::new(ErrorKind::Internal, "decision gate closed"))
         }
         Err(crate::gate::GateError::Busy) => {
-            telemetry::record_failed_decision(flavor.name(), "overloaded");
+            telemetry::record_failed_decision(flavor.name(), &policy, "overloaded");
             let secs = state.config().inflight_wait.as_secs().clamp(1, 60);
             return Err(ApiError::new(
                 ErrorKind::Overloaded,
@@ -92,7 +93,7 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
             span.record("forward_ms", t.forward_ms);
             span.record("decide_ms", t.total_ms);
             span.record("reads", t.reads);
-            telemetry::record_decision(flavor.name(), &decision);
+            telemetry::record_decision(flavor.name(), &policy, &decision);
             tracing::info!(
                 route = flavor.name(),
                 answers = %summary(&decision),
@@ -104,7 +105,7 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
         }
         Err(e) => {
             let err = ApiError::from_engine(&e, flavor);
-            telemetry::record_failed_decision(flavor.name(), err.kind.error_type());
+            telemetry::record_failed_decision(flavor.name(), &policy, err.kind.error_type());
             // A refused request (an empty state, a state over the context) is
             // the caller's to fix: info, not a warning an operator must read.
             if err.kind.status().is_server_error() {

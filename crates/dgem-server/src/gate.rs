@@ -20,6 +20,8 @@ use crate::telemetry;
 #[derive(Debug, Clone)]
 pub struct GatedDecider {
     state: AppState,
+    /// The `route` label its decisions are counted under (`mcp`, `api`).
+    route: &'static str,
 }
 
 /// Why no decision slot was taken.
@@ -56,10 +58,18 @@ impl AppState {
     }
 
     /// The decider behind this server's `MAX_INFLIGHT` gate, for surfaces the
-    /// server does not route itself (`/mcp`, `/api`).
+    /// server does not route itself (`/mcp`, `/api`). Its decisions are
+    /// counted in `dgem_decisions_total` and `dgem_hesitation` under
+    /// `route="gated"`; [`AppState::gated_decider_for`] names the route.
     pub fn gated_decider(&self) -> Arc<dyn Decider> {
+        self.gated_decider_for("gated")
+    }
+
+    /// [`AppState::gated_decider`] with its decisions counted under `route`.
+    pub fn gated_decider_for(&self, route: &'static str) -> Arc<dyn Decider> {
         Arc::new(GatedDecider {
             state: self.clone(),
+            route,
         })
     }
 }
@@ -82,14 +92,26 @@ impl Decider for GatedDecider {
     /// [`BackendError::Overloaded`] (retryable, 503) when no slot frees up within
     /// `INFLIGHT_WAIT_S`; otherwise what the decider returns.
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        let _permit = self.state.acquire_slot().await.map_err(|e| match e {
-            GateError::Closed => BackendError::Unavailable("decision gate closed".into()),
-            GateError::Busy => BackendError::Overloaded(format!(
-                "server busy: {} decisions in flight",
-                self.state.config().max_inflight
-            )),
+        let policy = telemetry::policy_label(&req.schema);
+        let _permit = self.state.acquire_slot().await.map_err(|e| {
+            telemetry::record_failed_decision(self.route, &policy, "overloaded");
+            match e {
+                GateError::Closed => BackendError::Unavailable("decision gate closed".into()),
+                GateError::Busy => BackendError::Overloaded(format!(
+                    "server busy: {} decisions in flight",
+                    self.state.config().max_inflight
+                )),
+            }
         })?;
         let _inflight = self.state.enter();
-        self.state.engine().decide(req).await
+        let out = self.state.engine().decide(req).await;
+        match &out {
+            Ok(d) => telemetry::record_decision(self.route, &policy, d),
+            Err(e) => {
+                let kind = crate::error::ApiError::from_engine(e, crate::error::Flavor::Chat).kind;
+                telemetry::record_failed_decision(self.route, &policy, kind.error_type());
+            }
+        }
+        out
     }
 }

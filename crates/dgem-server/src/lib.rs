@@ -201,10 +201,20 @@ pub async fn serve_with(
         });
     }
     let upkeep = state.metrics().clone();
+    let info_state = state.clone();
     tasks.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
+        let mut info_set = false;
         loop {
             tick.tick().await;
+            // dgem_build_info names the model once it is in place (an embedded
+            // model loads behind the bound port).
+            let info = info_state.engine().info();
+            if !info_set && info.engine != loading::PLACEHOLDER_ENGINE {
+                let cfg = info_state.config();
+                telemetry::set_build_info(&cfg.version, &cfg.revision, &info);
+                info_set = true;
+            }
             upkeep.run_upkeep();
         }
     }));

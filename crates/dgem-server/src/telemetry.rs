@@ -18,8 +18,16 @@ use tracing::Instrument;
 pub const HTTP_REQUESTS: &str = "dgem_http_requests_total";
 /// Request latency by `route` and `status`.
 pub const HTTP_DURATION: &str = "dgem_http_request_duration_seconds";
-/// Finished decisions by `route` and `outcome` (`ok` or the error type).
+/// Finished decisions by `route`, `policy` and `outcome` (`ok` or the error type).
 pub const DECISIONS: &str = "dgem_decisions_total";
+/// Hesitation (normalized entropy, H / ln K) of each answer, by `policy` and
+/// `question_type`.
+pub const HESITATION: &str = "dgem_hesitation";
+/// Always 1, labelled with the build and the model served: `version`,
+/// `revision`, `engine`, `model`.
+pub const BUILD_INFO: &str = "dgem_build_info";
+/// The `policy` label of a decision on ad-hoc questions (no template).
+pub const AD_HOC_POLICY: &str = "ad_hoc";
 /// Answered questions by `question_type` (`noul`, `choice`, `score`).
 pub const QUESTIONS: &str = "dgem_questions_total";
 /// Hesitation (normalized entropy, H / ln K) of each answer, by `question_type`.
@@ -49,6 +57,7 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(NORMALIZED_ENTROPY.into()), ENTROPY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(HESITATION.into()), ENTROPY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)
 }
 
@@ -113,6 +122,14 @@ fn describe() {
     );
     describe_gauge!(INFLIGHT, "Decisions running now.");
     describe_histogram!(
+        HESITATION,
+        "Hesitation (normalized entropy, entropy / ln K, 0 to 1) of each answer, by policy and question type."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "Always 1; its labels name the build (version, revision) and the model served (engine, model)."
+    );
+    describe_histogram!(
         PROMPT_TOKENS,
         "Prompt tokens of the longest read of a decision."
     );
@@ -148,13 +165,31 @@ pub(crate) fn record_gate_wait(seconds: f64) {
     histogram!(QUEUE_WAIT, "stage" => "gate").record(seconds);
 }
 
+/// The `policy` label of a schema: its template's name, else [`AD_HOC_POLICY`].
+pub fn policy_label(schema: &dgem_core::schema::ValidSchema) -> String {
+    schema
+        .policy
+        .clone()
+        .unwrap_or_else(|| AD_HOC_POLICY.to_owned())
+}
+
+/// Set [`BUILD_INFO`] for this build and `info`'s model.
+pub fn set_build_info(version: &str, revision: &str, info: &dgem_backend::BackendInfo) {
+    gauge!(BUILD_INFO, "version" => version.to_owned(), "revision" => revision.to_owned(),
+        "engine" => info.engine.clone(), "model" => info.model_id.clone())
+    .set(1.0);
+}
+
 /// Record a finished decision (answers, entropy, timings, tokens).
-pub(crate) fn record_decision(route: &'static str, d: &Decision) {
-    counter!(DECISIONS, "route" => route, "outcome" => "ok").increment(1);
+pub(crate) fn record_decision(route: &'static str, policy: &str, d: &Decision) {
+    counter!(DECISIONS, "route" => route, "policy" => policy.to_owned(), "outcome" => "ok")
+        .increment(1);
     for a in d.answers.values().flatten() {
         let t = kind_label(a.question.kind);
+        let h = a.aggregate.normalized_entropy;
         counter!(QUESTIONS, "question_type" => t).increment(1);
-        histogram!(NORMALIZED_ENTROPY, "question_type" => t).record(a.aggregate.normalized_entropy);
+        histogram!(NORMALIZED_ENTROPY, "question_type" => t).record(h);
+        histogram!(HESITATION, "policy" => policy.to_owned(), "question_type" => t).record(h);
     }
     let timing = &d.diagnostics.timing;
     histogram!(DECISION_DURATION).record(timing.total_ms / 1e3);
@@ -165,8 +200,9 @@ pub(crate) fn record_decision(route: &'static str, d: &Decision) {
 }
 
 /// Record a decision that failed after validation.
-pub(crate) fn record_failed_decision(route: &'static str, error_type: &'static str) {
-    counter!(DECISIONS, "route" => route, "outcome" => error_type).increment(1);
+pub(crate) fn record_failed_decision(route: &'static str, policy: &str, error_type: &'static str) {
+    counter!(DECISIONS, "route" => route, "policy" => policy.to_owned(), "outcome" => error_type)
+        .increment(1);
 }
 
 fn kind_label(k: QuestionKind) -> &'static str {

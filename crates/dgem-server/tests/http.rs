@@ -292,7 +292,8 @@ async fn metrics_expose_the_series() {
     for series in [
         "dgem_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
         "dgem_http_request_duration_seconds_bucket{route=\"/v1/chat/completions\",status=\"200\"",
-        "dgem_decisions_total{route=\"chat\",outcome=\"ok\"}",
+        "dgem_decisions_total{route=\"chat\",policy=\"ad_hoc\",outcome=\"ok\"}",
+        "dgem_hesitation_bucket{policy=\"ad_hoc\",question_type=\"noul\"",
         "dgem_questions_total{question_type=\"choice\"}",
         "dgem_questions_total{question_type=\"score\"}",
         "dgem_normalized_entropy_bucket{question_type=\"noul\"",
@@ -319,6 +320,71 @@ async fn metrics_expose_the_series() {
             text.contains(&format!("# HELP {f} ")),
             "no HELP for {f} in\n{text}"
         );
+    }
+}
+
+/// Issue 16: decisions made through the gate (MCP, the Studio's /api) were
+/// not counted, and no series named the policy or the model.
+#[tokio::test]
+async fn gated_decisions_are_counted_by_route_and_policy_and_build_info_names_the_model() {
+    let st = state(common::backend(), config());
+    let d = st.gated_decider_for("mcp");
+    let schema = dgem_core::schema::ValidSchema::from_value(
+        &json!({"questions": [{"id": "u", "type": "noul"}]}),
+        &dgem_core::schema::SchemaDefaults::default(),
+    )
+    .unwrap()
+    .with_policy("support_triage");
+    d.decide(dgem_engine::DecideRequest {
+        schema,
+        state: json!("want_yes"),
+        seed: 42,
+    })
+    .await
+    .unwrap();
+    dgem_server::telemetry::set_build_info("9.9.9", "abc123", &d.info());
+    let app = dgem_server::router(st);
+    let text = call(&app, get("/metrics")).await.text;
+    for series in [
+        "dgem_decisions_total{route=\"mcp\",policy=\"support_triage\",outcome=\"ok\"} ",
+        "dgem_hesitation_count{policy=\"support_triage\",question_type=\"noul\"} ",
+        "dgem_build_info{version=\"9.9.9\",revision=\"abc123\",engine=\"scripted\",model=\"toy\"} 1",
+    ] {
+        assert!(text.contains(series), "missing {series} in\n{text}");
+    }
+    // promtool's own check, where it is installed (it is not on every machine).
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let mut child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        assert!(!ci, "CI is set but promtool is missing (scripts/deps installs it)");
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("promtool not installed: `promtool check metrics` skipped");
+        }
     }
 }
 

@@ -110,9 +110,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         // server's own routes; merged here so dgem-server needs no dgem-mcp.
         // They decide through the server's MAX_INFLIGHT gate, as its routes do.
         let state = AppState::with_after(engine, config, after.clone());
-        let gated = state.gated_decider();
         let defaults = state.config().schema_defaults;
-        let mcp = dgem_mcp::DecisionServer::new(gated.clone(), templates.clone())
+        let mcp = dgem_mcp::DecisionServer::new(state.gated_decider_for("mcp"), templates.clone())
             .with_defaults(defaults)
             .with_after(after.clone());
         let mut extra = dgem_mcp::http_router_for(mcp);
@@ -120,7 +119,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             extra = extra
                 .merge(dgem_studio::router())
                 .merge(dgem_server::api::local_routes(
-                    gated, templates, defaults, after,
+                    state.gated_decider_for("api"),
+                    templates,
+                    defaults,
+                    after,
                 ));
             eprintln!("dgem serve: Decision Studio at http://{addr}/");
         }

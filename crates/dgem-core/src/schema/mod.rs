@@ -335,6 +335,11 @@ pub struct ValidSchema {
     /// model reads and are not sent upstream: the decision's caller applies
     /// them (see [`crate::hesitation`]).
     pub after: crate::hesitation::AfterRead,
+    /// The policy (template) the schema was rendered from, for metric labels
+    /// and logs; `None` for ad-hoc questions. Not part of the schema's rules
+    /// and never sent upstream.
+    #[serde(skip)]
+    pub policy: Option<String>,
 }
 
 impl ValidSchema {
@@ -433,6 +438,12 @@ impl ValidSchema {
             format,
             ..self.clone()
         })
+    }
+
+    /// Name the policy the schema came from (see [`ValidSchema::policy`]).
+    pub fn with_policy(mut self, name: impl Into<String>) -> Self {
+        self.policy = Some(name.into());
+        self
     }
 
     /// Override the sample policy (e.g. from `dgem decide --samples`).

@@ -80,6 +80,7 @@ impl ValidSchema {
             questions,
             isolate,
             after,
+            policy: None,
         })
     }
 }

@@ -232,7 +232,8 @@ pub fn parse(
         |e: dgem_core::SchemaError| bad(e.message.clone()).with_param(e.field.as_str());
     let (schema, injected) = dgem_cascade::inject_if_asked(obj, &schema).map_err(field_error)?;
     let schema = ValidSchema::from_value(&schema, defaults)
-        .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?;
+        .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?
+        .with_policy(template.as_str());
     let hesitation = Hesitation::from_object(obj, &schema)
         .map_err(field_error)?
         .for_policy(&template, injected);
