@@ -154,14 +154,7 @@ async fn one_part_without_skips_keeps_the_flat_samples_shape() {
 async fn a_thought_adds_its_tokens_to_the_rows() {
     let ids = ids();
     let thought: Vec<u32> = ids.tok.encode("the customer wants money back").unwrap();
-    let script = dgem_fake_vllm::scripts::weights(|_, _, _| 1.0);
-    let fake = dgem_fake_vllm::FakeVllm::start(dgem_fake_vllm::FakeConfig {
-        script: std::sync::Arc::new(script),
-        thought: thought.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let fake = common::fake_thinking(thought.clone()).await;
     let d = decider(&ids, config(&fake));
     let dec = decide(
         &d,

@@ -136,14 +136,7 @@ async fn an_image_thought_is_written_on_the_chat_route_and_seeded_into_the_canva
     let ids = ids();
     let tok = ids.tok.clone();
     let thought: Vec<u32> = tok.encode("striped fur").unwrap();
-    let script = dgem_fake_vllm::scripts::weights(|_, _, _| 1.0);
-    let fake = dgem_fake_vllm::FakeVllm::start(dgem_fake_vllm::FakeConfig {
-        script: std::sync::Arc::new(script),
-        thought: thought.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let fake = common::fake_thinking(thought.clone()).await;
     let d = decider(&ids, config(&fake));
     let dec = decide_image(
         &d,

@@ -20,6 +20,30 @@ const TINY_TOKENIZER: &str = r#"{
   "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
 }"#;
 
+/// Write [`TINY_TOKENIZER`] into `dir`; its path.
+fn tiny_tokenizer(dir: &std::path::Path) -> std::path::PathBuf {
+    let tok = dir.join("tokenizer.json");
+    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    tok
+}
+
+/// Run the binary off the async runtime (the fake vLLM lives on it).
+async fn dgem_off_runtime(args: Vec<String>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::dgem(&refs, None)
+    })
+    .await
+    .unwrap()
+}
+
+/// The run exited 1 and its stderr says `needle`.
+fn exits_1_saying(o: &std::process::Output, needle: &str) {
+    let err = common::stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(needle), "want `{needle}` in: {err}");
+}
+
 struct Server(Child);
 
 impl Drop for Server {
@@ -105,8 +129,7 @@ async fn fake(yes: u32) -> FakeVllm {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_vllm_backend_returns_the_scripted_probabilities() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let fake = fake(1).await;
     let (_server, base) = serve(
         fake.url(),
@@ -155,8 +178,7 @@ async fn serve_with_vllm_backend_defaults_to_the_embedded_gguf_vocabulary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_reports_the_canvas_of_the_deployment_profile() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let fake = fake(1).await;
     let client = reqwest::Client::new();
     let tok = tok.to_str().unwrap();
@@ -201,11 +223,9 @@ fn an_unknown_canvas_profile_exits_1_naming_the_choices() {
         ],
         None,
     );
-    let err = common::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("`--canvas-profile` must be one of [plain, l4, rtxpro6000]. Given: `a100`"),
-        "{err}"
+    exits_1_saying(
+        &o,
+        "`--canvas-profile` must be one of [plain, l4, rtxpro6000]. Given: `a100`",
     );
 }
 
@@ -223,8 +243,7 @@ fn a_bad_backend_spec_exits_1_naming_the_flag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decide_with_vllm_backend_prints_the_scripted_envelope() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let tmpl = dir.path().join("p.json.tmpl");
     std::fs::write(
         &tmpl,
@@ -243,12 +262,7 @@ async fn decide_with_vllm_backend_prints_the_scripted_envelope() {
         "--tokenizer".into(),
         tok.to_str().unwrap().into(),
     ];
-    let o = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::dgem(&refs, None)
-    })
-    .await
-    .unwrap();
+    let o = dgem_off_runtime(args).await;
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let env: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
@@ -273,8 +287,7 @@ fn png_bytes() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decide_with_images_sends_them_as_content_parts_to_vllm() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let img = dir.path().join("dot.png");
     std::fs::write(&img, png_bytes()).unwrap();
     let tmpl = dir.path().join("p.json.tmpl");
@@ -303,12 +316,7 @@ async fn decide_with_images_sends_them_as_content_parts_to_vllm() {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let o = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::dgem(&refs, None)
-    })
-    .await
-    .unwrap();
+    let o = dgem_off_runtime(args).await;
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let reqs = fake.requests();
     let parts = reqs[0].body["messages"][0]["content"]
@@ -339,19 +347,13 @@ fn decide_with_an_image_on_the_embedded_model_exits_1_naming_the_backend() {
         ],
         None,
     );
-    let err = common::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("`--image`: the embedded model has no vision"),
-        "{err}"
-    );
+    exits_1_saying(&o, "`--image`: the embedded model has no vision");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_is_not_an_image_exits_1_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let notes = dir.path().join("notes.txt");
     std::fs::write(&notes, "plain words").unwrap();
     let fake = fake(1).await;
@@ -372,17 +374,10 @@ async fn a_file_that_is_not_an_image_exits_1_naming_it() {
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
-    let o = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::dgem(&refs, None)
-    })
-    .await
-    .unwrap();
-    let err = common::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("notes.txt: the bytes are not a supported image (image/png"),
-        "{err}"
+    let o = dgem_off_runtime(args).await;
+    exits_1_saying(
+        &o,
+        "notes.txt: the bytes are not a supported image (image/png",
     );
     assert!(fake.requests().is_empty());
 }
@@ -390,8 +385,7 @@ async fn a_file_that_is_not_an_image_exits_1_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let fake = fake(1).await;
     let (_server, base) = serve(
         fake.url(),
@@ -460,8 +454,7 @@ async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
 #[test]
 fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let f = dir.path().join("wording.json");
     std::fs::write(&f, r#"{"lead": "Hello {user}"}"#).unwrap();
     let o = common::dgem(
@@ -476,11 +469,9 @@ fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
         ],
         None,
     );
-    let err = common::stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("`lead` has the placeholder `{user}`; allowed here: none"),
-        "{err}"
+    exits_1_saying(
+        &o,
+        "`lead` has the placeholder `{user}`; allowed here: none",
     );
 }
 
@@ -489,8 +480,7 @@ fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_follows_vllm_down_and_back_up_without_a_warm_up() {
     let dir = tempfile::tempdir().unwrap();
-    let tok = dir.path().join("tokenizer.json");
-    std::fs::write(&tok, TINY_TOKENIZER).unwrap();
+    let tok = tiny_tokenizer(dir.path());
     let fake = fake(1).await;
     let (_server, base) = serve(
         fake.url(),

@@ -380,7 +380,10 @@ async fn gated_decisions_are_counted_by_route_and_policy_and_build_info_names_th
         );
     } else {
         let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-        assert!(!ci, "CI is set but promtool is missing (scripts/deps installs it)");
+        assert!(
+            !ci,
+            "CI is set but promtool is missing (scripts/deps installs it)"
+        );
         #[allow(clippy::print_stderr)]
         {
             eprintln!("promtool not installed: `promtool check metrics` skipped");

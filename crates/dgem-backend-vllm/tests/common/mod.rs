@@ -47,6 +47,18 @@ pub async fn fake_with(
     .unwrap()
 }
 
+/// A fake with flat logprobs whose thoughts return `thought` (then the stop id).
+pub async fn fake_thinking(thought: Vec<u32>) -> FakeVllm {
+    let script = scripts::weights(|_, _, _| 1.0);
+    FakeVllm::start(FakeConfig {
+        script: Arc::new(script),
+        thought,
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// Settings for tests: short waits so failures show quickly.
 pub fn config(fake: &FakeVllm) -> VllmConfig {
     let mut cfg = VllmConfig::new(fake.url());
