@@ -235,3 +235,37 @@ async fn remote_and_malformed_images_are_refused_before_any_call() {
     }
     assert!(fake.requests().is_empty());
 }
+
+/// Regression (hostile run): beside one valid image, a `video_url` part went to
+/// vLLM verbatim (which would fetch it), and the `image` / string `image_url`
+/// forms were sent un-normalized and failed upstream.
+#[tokio::test]
+async fn only_rebuilt_text_and_image_parts_are_sent() {
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    let d = decider(&ids, config(&fake));
+    let s = json!({"questions": [{"id": "u", "type": "noul"}]});
+    let bad = json!([
+        {"type": "image_url", "image_url": {"url": PNG}},
+        {"type": "video_url", "video_url": {"url": "http://169.254.169.254/latest/meta-data/"}},
+    ]);
+    let err = decide_image(&d, s.clone(), bad).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("state[1]: a part must be `text` or an image"),
+        "{err}"
+    );
+    assert!(fake.requests().is_empty(), "refused before any call");
+    let forms = json!([
+        {"type": "image", "image": PNG},
+        {"type": "image_url", "image_url": PNG, "video_url": {"url": "http://evil/"}},
+        {"type": "text", "text": "two photos", "extra": 1},
+    ]);
+    decide_image(&d, s, forms).await.unwrap();
+    let parts = fake.requests()[0].body["messages"][0]["content"].clone();
+    let want = json!({"type": "image_url", "image_url": {"url": PNG}});
+    assert_eq!(parts[0], want);
+    assert_eq!(parts[1], want);
+    assert_eq!(parts.as_array().map(Vec::len), Some(3));
+    assert!(parts[2]["text"].as_str().unwrap().contains("two photos"));
+}

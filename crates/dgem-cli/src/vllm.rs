@@ -123,6 +123,13 @@ pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
         )));
     }
     let mut cfg = VllmConfig::new(url);
+    if let Some(n) = args.canvas {
+        if !(8..=4096).contains(&n) {
+            return Err(user(anyhow::anyhow!(
+                "`--canvas` must be a canvas length from 8 to 4096 tokens. Given: `{n}`"
+            )));
+        }
+    }
     cfg.served_model = args.vllm_model.clone();
     let profile = dgem_backend_vllm::CanvasProfile::parse(&args.canvas_profile).map_err(|e| {
         user(anyhow::anyhow!(
@@ -156,5 +163,27 @@ pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
         tracing::info!(hash = %cfg.wording.hash(), file = %p.display(), "question-block wording from a file");
     }
     cfg.ready_wait = std::time::Duration::from_secs_f64(args.ready_wait_s);
+    if args.canvas_step == 0 || args.canvas_step > cfg.canvas_len {
+        return Err(user(anyhow::anyhow!(
+            "`--canvas-step` must be from 1 to the canvas length {} (`--canvas` or the profile). Given: `{}`",
+            cfg.canvas_len,
+            args.canvas_step
+        )));
+    }
     VllmDecider::new(cfg, tok).map_err(user)
+}
+
+/// Refuse vLLM-only settings when decisions run on the embedded model, so a
+/// `--prompt-file` is never silently ignored.
+///
+/// # Errors
+/// A user error naming the flag.
+pub fn check_embedded(args: &VllmArgs) -> Result<(), Failure> {
+    if let Some(p) = &args.prompt_file {
+        return Err(user(anyhow::anyhow!(
+            "`--prompt-file` `{}` sets the wording of the vLLM reader; add `--backend vllm=URL`, or drop it (the embedded model uses dgem's own wording)",
+            p.display()
+        )));
+    }
+    Ok(())
 }

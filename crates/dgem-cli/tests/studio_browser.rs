@@ -328,6 +328,22 @@ async fn studio_runs_a_decision_in_chromium() {
     );
     let page = c.execute(READ_PAGE, vec![]).await.unwrap();
     check_cards(&page, 2, &["sentiment", "team", "urgent"]);
+    // The Run button is in view at the top of the page on a phone (a short
+    // window, so the form is longer than the screen).
+    c.set_window_size(390, 700).await.unwrap();
+    let run_box = c
+        .execute(
+            "window.scrollTo(0, 0); const r = document.querySelector('#run').getBoundingClientRect(); return {top: r.top, bottom: r.bottom, h: window.innerHeight};",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        run_box["bottom"].as_f64().unwrap() <= run_box["h"].as_f64().unwrap()
+            && run_box["top"].as_f64().unwrap() >= 0.0,
+        "Run is off screen: {run_box}"
+    );
+    c.set_window_size(390, 1600).await.unwrap();
     std::fs::write(
         screenshot_path("studio-screenshot-narrow.png"),
         c.screenshot().await.unwrap(),
@@ -476,6 +492,14 @@ async fn studio_runs_a_decision_in_chromium() {
         .expect("the refusal shows next to the form");
     let msg = error.text().await.unwrap();
     assert!(msg.contains("has no vision"), "{msg}");
+    let cards = c
+        .execute(
+            "return document.querySelectorAll('#cards article').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cards, json!(0), "old results are cleared on a new error");
     c.find(Locator::Css("#thumbs li .remove"))
         .await
         .unwrap()
@@ -490,6 +514,43 @@ async fn studio_runs_a_decision_in_chromium() {
         .await
         .unwrap();
     assert_eq!(left, json!(0), "the remove button drops the image");
+
+    // A long run (32 samples) shows its elapsed time and can be cancelled.
+    samples.clear().await.unwrap();
+    samples.send_keys("32").await.unwrap();
+    c.find(Locator::Css("#run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let cancel = c.find(Locator::Css("#cancel")).await.unwrap();
+    assert!(
+        cancel.is_displayed().await.unwrap(),
+        "Cancel shows during a run"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ticking = c
+        .find(Locator::Css("#elapsed"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(ticking.ends_with(" s"), "elapsed time: {ticking}");
+    cancel.click().await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::XPath(
+            "//p[@id='results-status'][starts-with(., 'Cancelled after')]",
+        ))
+        .await
+        .expect("the run is cancelled");
+    assert!(!cancel.is_displayed().await.unwrap(), "Cancel hides again");
+    assert!(
+        !error.is_displayed().await.unwrap(),
+        "a cancel is not an error"
+    );
     c.close().await.unwrap();
     drop(driver);
     drop(served);

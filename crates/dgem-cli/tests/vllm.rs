@@ -529,3 +529,103 @@ async fn health_follows_vllm_down_and_back_up_without_a_warm_up() {
     let r = client.get(format!("{base}/ready")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Regressions from a hostile run of the CLI's vLLM flags: `--image /dev/zero`
+/// read without end, canvas errors named internal fields, and a `--prompt-file`
+/// on the embedded model was silently ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_image_canvas_and_prompt_file_mistakes_exit_1_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tiny_tokenizer(dir.path());
+    let tok = tok.to_str().unwrap().to_owned();
+    let fake = fake(1).await;
+    let backend = format!("vllm={}", fake.url());
+    let run = |extra: &[&str]| {
+        let mut args: Vec<String> = ["decide", "-t", "support_triage", "-v", "ticket=hi"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        dgem_off_runtime(args)
+    };
+    let started = Instant::now();
+    let o = run(&[
+        "--backend",
+        &backend,
+        "--tokenizer",
+        &tok,
+        "--image",
+        "/dev/zero",
+    ])
+    .await;
+    exits_1_saying(&o, "at most 10 MiB");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "read only what the limit needs"
+    );
+    let o = run(&["--backend", &backend, "--tokenizer", &tok, "--canvas", "4"]).await;
+    exits_1_saying(
+        &o,
+        "`--canvas` must be a canvas length from 8 to 4096 tokens. Given: `4`",
+    );
+    let o = run(&["--backend", &backend, "--tokenizer", &tok, "--canvas", "8"]).await;
+    exits_1_saying(&o, "`--canvas-step` must be from 1 to the canvas length 8");
+    let wording = dir.path().join("w.json");
+    std::fs::write(&wording, r#"{"lead": "Answer."}"#).unwrap();
+    let o = run(&["--prompt-file", wording.to_str().unwrap()]).await;
+    exits_1_saying(&o, "`--prompt-file`");
+    exits_1_saying(&o, "add `--backend vllm=URL`");
+    assert!(fake.requests().is_empty());
+}
+
+/// Regression (hostile run): on `/v1/systemone` a `state` given as content
+/// parts was written as JSON text (base64 and URLs included) on a vision
+/// backend, and a misspelled `imges` was ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemone_reads_a_parts_state_as_images_and_refuses_misspelled_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tiny_tokenizer(dir.path());
+    let fake = fake(1).await;
+    let (_server, base) = serve(
+        fake.url(),
+        &["--tokenizer", tok.to_str().unwrap()],
+        "/nonexistent/dgem-test-cache",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("data:image/png;base64,{PNG_B64}");
+    let n = fake.requests().len();
+    let body = json!({"state": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}],
+                      "questions": {"u": {"type": "noul"}}});
+    let r = client
+        .post(format!("{base}/v1/systemone"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let reqs = fake.requests();
+    let parts = reqs[n..].last().unwrap().body["messages"][0]["content"].clone();
+    assert_eq!(parts[0]["image_url"]["url"], url, "{parts}");
+    let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
+                      "questions": {"u": {"type": "noul"}}});
+    let r = client
+        .post(format!("{base}/v1/systemone"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "state[0]", "{e}");
+    let body = json!({"state": "hi", "imges": [url], "questions": {"u": {"type": "noul"}}});
+    let r = client
+        .post(format!("{base}/v1/systemone"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "imges", "{e}");
+}

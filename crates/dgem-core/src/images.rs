@@ -49,7 +49,9 @@ pub fn has_images(state: &Value) -> bool {
 /// text of the text parts joined with `"\n"` (serving.md's image layout).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageState {
-    /// The state's parts as sent.
+    /// The state's parts in the order sent, rebuilt (images as `image_url`
+    /// parts, text as `text` parts, nothing else). Check the state with
+    /// [`check_images`] first: parts it would refuse are dropped here.
     pub parts: Vec<Value>,
     /// Every part that is not text, in order.
     pub images: Vec<Value>,
@@ -59,22 +61,30 @@ pub struct ImageState {
 
 impl ImageState {
     /// Split `state` when it holds images; `None` for a text or JSON state.
+    /// Call [`check_images`] first.
     pub fn split(state: &Value) -> Option<Self> {
         if !has_images(state) {
             return None;
         }
-        let parts = state.as_array()?;
+        let mut parts = Vec::new();
         let mut images = Vec::new();
         let mut texts = Vec::new();
-        for p in parts {
-            if p.get("type").and_then(Value::as_str) == Some("text") {
-                texts.push(p.get("text").and_then(Value::as_str).unwrap_or_default());
-            } else {
-                images.push(p.clone());
+        // Parts are rebuilt, not copied: an image is `{"type": "image_url",
+        // "image_url": {"url"}}` whatever form it came in, and no other key of
+        // a part travels upstream.
+        for p in state.as_array()? {
+            if is_image_part(p) {
+                let url = part_url(p).unwrap_or_default();
+                let image = json!({"type": "image_url", "image_url": {"url": url}});
+                images.push(image.clone());
+                parts.push(image);
+            } else if let Some(t) = p.get("text").and_then(Value::as_str) {
+                texts.push(t);
+                parts.push(json!({"type": "text", "text": t}));
             }
         }
         Some(Self {
-            parts: parts.clone(),
+            parts,
             images,
             text: texts.join("\n"),
         })
@@ -187,11 +197,33 @@ pub fn check_images(state: &Value) -> Result<usize, SchemaError> {
 pub fn check_parts(parts: &[Value], list: &str) -> Result<usize, SchemaError> {
     let mut count = 0;
     for (i, part) in parts.iter().enumerate() {
+        let field = format!("{list}[{i}]");
         if !is_image_part(part) {
-            continue;
+            // Only text and images go upstream: any other part (a video or
+            // audio URL, embeddings) would reach vLLM unchecked.
+            match part.get("type").and_then(Value::as_str) {
+                Some("text") if part.get("text").is_some_and(Value::is_string) => continue,
+                Some("text") => {
+                    return Err(SchemaError::new(
+                        &field,
+                        format!("{field}: a text part needs a string `text`"),
+                    ))
+                }
+                other => {
+                    return Err(SchemaError::new(
+                        &field,
+                        format!(
+                            "{field}: a part must be `text` or an image (`image_url`, `image`). Given: {}",
+                            other.map_or_else(
+                                || "no `type`".to_owned(),
+                                |t| format!("type `{}`", t.chars().take(40).collect::<String>())
+                            )
+                        ),
+                    ))
+                }
+            }
         }
         count += 1;
-        let field = format!("{list}[{i}]");
         if count > MAX_IMAGES {
             return Err(SchemaError::new(
                 &field,
@@ -319,6 +351,50 @@ mod tests {
         assert_eq!(parts[1], json!({"type": "text", "text": "T"}));
         assert!(ImageState::split(&json!("plain text")).is_none());
         assert_eq!(check_images(&json!({"a": 1})).ok(), Some(0));
+    }
+
+    /// Regression (hostile run): with one valid image present, any other part
+    /// (a `video_url` to an internal address, `image_embeds`) and any extra key
+    /// went to vLLM verbatim, and a text part without a string `text` was dropped.
+    #[test]
+    fn only_text_and_rebuilt_image_parts_go_upstream() {
+        let png = image_part(PNG_1X1, "dot.png").unwrap_or_default();
+        let url = png["image_url"]["url"].clone();
+        for (extra, needle) in [
+            (
+                json!({"type": "video_url", "video_url": {"url": "http://169.254.169.254/"}}),
+                "state[1]: a part must be `text` or an image",
+            ),
+            (
+                json!({"type": "image_embeds", "image_embeds": "AAAA"}),
+                "Given: type `image_embeds`",
+            ),
+            (json!({"image_url": {"url": "x"}}), "Given: no `type`"),
+            (
+                json!({"type": "text", "text": {"a": 1}}),
+                "state[1]: a text part needs a string `text`",
+            ),
+            (json!({"type": "text"}), "a text part needs a string `text`"),
+        ] {
+            let state = json!([png.clone(), extra]);
+            let msg = check_images(&state)
+                .err()
+                .map(|e| e.message)
+                .unwrap_or_default();
+            assert!(msg.contains(needle), "{msg}");
+        }
+        // Extra keys and the other image forms are rebuilt as plain image_url parts.
+        let state = json!([
+            {"type": "image_url", "image_url": {"url": url, "uuid": "u"}, "video_url": {"url": "http://evil/"}},
+            {"type": "image", "image": url},
+            {"type": "image_url", "image_url": url},
+            {"type": "text", "text": "t", "foo": 1},
+        ]);
+        assert_eq!(check_images(&state).ok(), Some(3));
+        let split = ImageState::split(&state).unwrap_or_else(|| unreachable!());
+        let want = json!({"type": "image_url", "image_url": {"url": url}});
+        assert_eq!(split.images, vec![want.clone(), want.clone(), want.clone()]);
+        assert_eq!(split.parts[3], json!({"type": "text", "text": "t"}));
     }
 
     #[test]

@@ -19,8 +19,9 @@ use serde_json::{json, Value};
 use crate::decision::{custom_schema, report};
 use crate::error::ToolError;
 use crate::tools::{
-    check_backend, parse_args, tool_list_for, DecideCustomArgs, DecidePolicyArgs, NoArgs,
-    DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
+    check_backend, parse_args, parse_args_strict, tool_list_for, DecideCustomArgs,
+    DecidePolicyArgs, NoArgs, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND,
+    WARMUP,
 };
 use dgem_engine::templates::TemplateDir;
 
@@ -87,8 +88,14 @@ impl DecisionServer {
         args: Option<rmcp::model::JsonObject>,
     ) -> Result<CallToolResult, ToolError> {
         match name {
-            DECIDE_POLICY => self.decide_policy(parse_args(DECIDE_POLICY, args)?).await,
-            DECIDE_CUSTOM => self.decide_custom(parse_args(DECIDE_CUSTOM, args)?).await,
+            DECIDE_POLICY => {
+                self.decide_policy(parse_args_strict(DECIDE_POLICY, args)?)
+                    .await
+            }
+            DECIDE_CUSTOM => {
+                self.decide_custom(parse_args_strict(DECIDE_CUSTOM, args)?)
+                    .await
+            }
             LIST_TEMPLATES => {
                 let _: NoArgs = parse_args(LIST_TEMPLATES, args)?;
                 self.list_templates()
@@ -183,7 +190,8 @@ impl DecisionServer {
     async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {
         check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
         let raw = custom_schema(&args)?;
-        let schema = valid_schema(&raw, "questions", &self.defaults)?;
+        let schema =
+            valid_schema(&raw, "questions", &self.defaults)?.with_policy("custom_questions");
         let state = with_images(DECIDE_CUSTOM, args.state, &args.images)?;
         self.decide("custom_questions", schema, state, args.seed)
             .await

@@ -72,9 +72,9 @@ pub struct DecidePolicyArgs {
     #[serde(default)]
     pub variables: Map<String, Value>,
     /// Images the decision is about, each a `data:image/...;base64,…` URL
-    /// (png, jpeg, webp or gif; at most 10 MiB each and 16 in all). They go
-    /// ahead of the text; only a vision backend (vLLM) reads them, and the
-    /// embedded model refuses them.
+    /// (png, jpeg, webp or gif; at most 16; the whole MCP request is capped at
+    /// 1 MiB). They go ahead of the text; only a vision backend (vLLM) reads
+    /// them, and the embedded model refuses them.
     #[serde(default)]
     pub images: Vec<String>,
     /// Base seed for the reads (default 42).
@@ -212,9 +212,9 @@ pub struct DecideCustomArgs {
     #[serde(default)]
     pub instructions: String,
     /// Images the decision is about, each a `data:image/...;base64,…` URL
-    /// (png, jpeg, webp or gif; at most 10 MiB each and 16 in all). They go
-    /// ahead of the text; only a vision backend (vLLM) reads them, and the
-    /// embedded model refuses them.
+    /// (png, jpeg, webp or gif; at most 16; the whole MCP request is capped at
+    /// 1 MiB). They go ahead of the text; only a vision backend (vLLM) reads
+    /// them, and the embedded model refuses them.
     #[serde(default)]
     pub images: Vec<String>,
     /// Base seed for the reads (default 42).
@@ -249,6 +249,42 @@ pub fn parse_args<T: DeserializeOwned>(
         };
         ToolError::Arguments { tool, detail }
     })
+}
+
+/// [`parse_args`], refusing arguments the tool does not take (a misspelled
+/// `imges` would otherwise be dropped and the decision made without it). The
+/// allowed names are `T`'s schema properties and `backend`.
+///
+/// # Errors
+/// [`ToolError::Arguments`] naming the unknown argument and the closest known one.
+pub fn parse_args_strict<T: DeserializeOwned + JsonSchema>(
+    tool: &'static str,
+    args: Option<JsonObject>,
+) -> Result<T, ToolError> {
+    let schema = input_schema::<T>();
+    let mut known: Vec<&str> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    known.push("backend");
+    if let Some(key) = args
+        .as_ref()
+        .and_then(|a| a.keys().find(|k| !known.contains(&k.as_str())))
+    {
+        let hint = dgem_engine::builtin::closest(key, known.iter().copied())
+            .map(|c| format!("; did you mean `{c}`?"))
+            .unwrap_or_default();
+        return Err(ToolError::Arguments {
+            tool,
+            detail: format!(
+                "unknown argument `{}`{hint} (the arguments are [{}])",
+                key.chars().take(40).collect::<String>(),
+                known.join(", ")
+            ),
+        });
+    }
+    parse_args(tool, args)
 }
 
 /// The JSON Schema of `T` as a tool input schema, made plain by [`plain_schema`].

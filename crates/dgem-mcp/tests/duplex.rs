@@ -228,6 +228,13 @@ async fn bad_arguments_are_tool_errors() {
                    "images": ["data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAACklEQVR4nGMAAQAABQABDQottAAAAABJRU5ErkJggg=="]}),
             "has no vision and cannot read images",
         ),
+        // Regression (hostile run): a misspelled argument was dropped and the
+        // decision made without it.
+        (
+            "decide_custom_questions",
+            json!({"state": "x", "questions": {"q": {"type": "noul"}}, "imges": []}),
+            "unknown argument `imges`; did you mean `images`?",
+        ),
     ];
     for (tool, args, needle) in cases {
         let r = call(&client, tool, args.clone()).await;

@@ -85,6 +85,10 @@ async fn multipart(ctype: &str, bytes: Bytes) -> Result<RequestBody, ApiError> {
             .map(|m| m.essence_str().to_string())
             .unwrap_or_default();
         if name == "request" {
+            if request.is_some() {
+                // Which one would win is a guess: refuse rather than pick.
+                return Err(invalid("multipart has two parts named request; send one"));
+            }
             let data = field.bytes().await.map_err(invalid)?;
             request = Some(strict_json(&data)?);
         } else if part_type.starts_with("image/") {
@@ -152,6 +156,20 @@ mod tests {
         assert_eq!(
             e.message,
             "invalid body: multipart needs a part named request holding the JSON body"
+        );
+    }
+
+    /// Regression (hostile run): a second `request` part was accepted silently.
+    #[tokio::test]
+    async fn two_request_parts_are_refused() {
+        let part = "--XX\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{\"a\":1}\r\n";
+        let body = format!("{part}{part}--XX--\r\n");
+        let e = parse(&mp(), Bytes::from(body))
+            .await
+            .expect_err("two requests");
+        assert_eq!(
+            e.message,
+            "invalid body: multipart has two parts named request; send one"
         );
     }
 }

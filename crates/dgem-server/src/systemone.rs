@@ -58,6 +58,26 @@ pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
     Ok(Value::Object(schema))
 }
 
+/// A top-level key that reads like `images` (`image`, `imges`, `image_url`) is
+/// a 422 naming it: ignored, it would decide on the text alone.
+fn refuse_misspelled_images(req: &Map<String, Value>) -> Result<(), ApiError> {
+    for key in req.keys() {
+        let known = key == "images"
+            || EXTENSION_KEYS.contains(&key.as_str())
+            || ["model", "state", "questions", "seed"].contains(&key.as_str());
+        if !known
+            && (key == "image_url" || dgem_engine::builtin::closest(key, ["images"]).is_some())
+        {
+            return Err(unprocessable(format!(
+                "`{}` is not read; send images as `images`: a list of data:image/... URLs or objects with content_type and base64",
+                key.chars().take(40).collect::<String>()
+            ))
+            .with_param(key.chars().take(40).collect::<String>()));
+        }
+    }
+    Ok(())
+}
+
 /// JSON `images` entries → image parts (after any multipart images).
 fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), ApiError> {
     let more = dgem_core::images::parts_from_json(body.get("images"))
@@ -156,6 +176,7 @@ async fn respond(
             "invalid body: the request must be a JSON object",
         ));
     };
+    refuse_misspelled_images(req)?;
     let raw = jev_schema(req)?;
     let schema = ValidSchema::from_value(&raw, &state.config().schema_defaults)
         .map_err(|e| unprocessable(e.message))?;
@@ -166,17 +187,25 @@ async fn respond(
     let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
     let mut images = parsed.images;
     json_images(req, &mut images)?;
-    // Image parts inside `state` count as images too (they were turned into
-    // text and read as such by a backend without vision).
-    let state_images = req.get("state").is_some_and(decide::has_images);
-    decide::check_images(state, !images.is_empty() || state_images)?;
+    // A `state` that is a list of content parts with images is an image state,
+    // as on chat, /api and MCP (the original server wrote it as JSON text).
+    let state_parts = req
+        .get("state")
+        .filter(|s| decide::has_images(s))
+        .and_then(Value::as_array);
+    decide::check_images(state, !images.is_empty() || state_parts.is_some())?;
     dgem_core::images::check_parts(&images, "images")
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;
-    let decide_state = if images.is_empty() {
-        Value::String(text)
-    } else {
-        images.push(json!({"type": "text", "text": text}));
-        Value::Array(images)
+    let decide_state = match state_parts {
+        Some(parts) => {
+            images.extend(parts.iter().cloned());
+            Value::Array(images)
+        }
+        None if images.is_empty() => Value::String(text),
+        None => {
+            images.push(json!({"type": "text", "text": text}));
+            Value::Array(images)
+        }
     };
     decide::check_state_images(Flavor::SystemOne, &decide_state)?;
     let timed = decide::run(

@@ -53,6 +53,7 @@ async function getJson(url, init) {
   try {
     resp = await fetch(url, withKey(init));
   } catch (e) {
+    if (e.name === "AbortError") throw e;
     throw new Error(`cannot reach ${url}: ${e.message}`);
   }
   const text = await resp.text();
@@ -313,34 +314,82 @@ function buildRequest() {
   return { url, body, backend };
 }
 
+/** Clear the previous decision's cards, summary, note and raw JSON. */
+function clearResults() {
+  $("#cards").replaceChildren();
+  $("#summary").replaceChildren();
+  $("#summary").hidden = true;
+  $("#model-note").hidden = true;
+  $("#raw-json").textContent = "";
+  $("#raw").hidden = true;
+}
+
+/** On a narrow screen the results sit under the form: bring them into view. */
+function revealResults() {
+  if (window.matchMedia("(max-width: 899px)").matches) {
+    $("#results").scrollIntoView({ behavior: "smooth", block: "start" });
+    $("#results-heading").focus({ preventScroll: true });
+  }
+}
+
+let running = null;
+
+function cancelRun() {
+  if (running) running.abort();
+}
+
 async function run(event) {
   event.preventDefault();
+  if (running) return;
   clearError();
   let req;
   try {
     req = buildRequest();
   } catch (e) {
+    // Old results would read as the answer to what is now on the form.
+    clearResults();
+    $("#results-status").textContent = "No decision: fix the field named next to the form.";
     showError(e.message);
     return;
   }
   const button = $("#run");
+  const cancel = $("#cancel");
+  const elapsed = $("#elapsed");
   const results = $("#results");
+  const controller = new AbortController();
+  running = controller;
   button.disabled = true;
   button.textContent = "Running…";
+  cancel.hidden = false;
   results.setAttribute("aria-busy", "true");
   $("#results-status").textContent = "Running the decision…";
   const started = performance.now();
+  const seconds = () => ((performance.now() - started) / 1000).toFixed(1);
+  elapsed.textContent = "0.0 s";
+  const ticker = setInterval(() => { elapsed.textContent = `${seconds()} s`; }, 100);
   try {
     const headers = { "Content-Type": "application/json", Accept: "application/json" };
     if (req.backend) headers["X-DGem-Backend"] = req.backend;
-    const { body, text, headers: h } = await getJson(req.url, { method: "POST", headers, body: JSON.stringify(req.body) });
+    const { body, text, headers: h } = await getJson(req.url, {
+      method: "POST", headers, body: JSON.stringify(req.body), signal: controller.signal,
+    });
     renderResult(body, text, h.get("X-DGem-Backend-Used"), req.body.samples, performance.now() - started);
+    revealResults();
   } catch (e) {
-    showError(e.message);
-    $("#results-status").textContent = "The decision failed; see the message next to the form.";
+    clearResults();
+    if (e.name === "AbortError") {
+      $("#results-status").textContent = `Cancelled after ${seconds()} s; nothing was decided.`;
+    } else {
+      showError(e.message);
+      $("#results-status").textContent = "The decision failed; see the message next to the form.";
+    }
   } finally {
+    clearInterval(ticker);
+    elapsed.textContent = `${seconds()} s`;
+    running = null;
     button.disabled = false;
     button.textContent = "Run decision";
+    cancel.hidden = true;
     results.setAttribute("aria-busy", "false");
   }
 }
@@ -474,6 +523,10 @@ async function init() {
   document.querySelectorAll("input[name=mode]").forEach((r) => r.addEventListener("change", setMode));
   $("#template").addEventListener("change", renderVariables);
   $("#images").addEventListener("change", addImages);
+  $("#cancel").addEventListener("click", cancelRun);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && running) cancelRun();
+  });
   $("#backend").addEventListener("change", pollHealth);
   $("#add-question").addEventListener("click", () => addQuestion().querySelector("[name=qid]").focus());
   addQuestion({ id: "urgent", type: "boolean", question: "Does this need someone today?", options: "" });

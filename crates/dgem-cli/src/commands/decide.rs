@@ -164,7 +164,14 @@ pub fn valid_schema(
 fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
     let mut parts = Vec::with_capacity(files.len());
     for f in files {
-        let bytes = std::fs::read(f)
+        // Read at most one byte past the limit, so `/dev/zero` or a huge file
+        // is refused at once rather than read into memory.
+        let limit = dgem_core::images::MAX_IMAGE_BYTES as u64 + 1;
+        let mut bytes = Vec::new();
+        std::fs::File::open(f)
+            .and_then(|file| {
+                std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut bytes)
+            })
             .with_context(|| format!("`--image` could not read `{}`", f.display()))
             .map_err(user)?;
         let part = dgem_core::images::image_part(&bytes, &f.display().to_string())
@@ -212,7 +219,10 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let after = args.setup.setup_for(need_stage2)?;
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
-        None => Box::new(setup::engine(&args.model)?),
+        None => {
+            crate::vllm::check_embedded(&args.vllm)?;
+            Box::new(setup::engine(&args.model)?)
+        }
     };
     let rt = setup::runtime()?;
     let started = std::time::Instant::now();

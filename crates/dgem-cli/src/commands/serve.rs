@@ -83,6 +83,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         match crate::vllm::backend_url(&args.vllm)? {
             Some(url) => (Arc::new(crate::vllm::decider(&url, &args.vllm)?), None),
             None => {
+                crate::vllm::check_embedded(&args.vllm)?;
                 let id = setup::precheck(&args.model)?;
                 let loading = dgem_server::loading::LoadingDecider::new(id);
                 (

@@ -77,6 +77,8 @@ impl Wording {
     /// value that is not a non-empty string within [`MAX_SENTENCE_CHARS`], or
     /// a placeholder other than `{label}` in `format_lines`.
     pub fn from_json(text: &str) -> Result<Self, SchemaError> {
+        // Editors on some systems write a UTF-8 byte-order mark first.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let v = crate::json::parse_strict(text).map_err(|e| {
             SchemaError::new("prompt_file", format!("prompt file: not valid JSON ({e})"))
         })?;
@@ -120,6 +122,12 @@ impl Wording {
                 return Err(SchemaError::new(
                     key,
                     format!("prompt file: `{key}` is over {MAX_SENTENCE_CHARS} characters"),
+                ));
+            }
+            if s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+                return Err(SchemaError::new(
+                    key,
+                    format!("prompt file: `{key}` holds a control character (only newlines and tabs are allowed)"),
                 ));
             }
             let allowed: &[&str] = if key == "format_lines" {
@@ -255,6 +263,13 @@ mod tests {
         assert_eq!(
             err(r#"{"format_lines": "id: {lable}"}"#),
             "prompt file: `format_lines` has the placeholder `{lable}`; allowed here: {label}"
+        );
+        assert!(err("{\"lead\": \"bell\\u0007\"}").contains("control character"));
+        let bom = Wording::from_json("\u{feff}{\"lead\": \"Hi.\"}").map(|w| w.lead);
+        assert_eq!(
+            bom.ok().as_deref(),
+            Some("Hi."),
+            "a byte-order mark is skipped"
         );
         let long = format!(r#"{{"lead": "{}"}}"#, "a".repeat(MAX_SENTENCE_CHARS + 1));
         assert!(err(&long).contains("over 2000 characters"));

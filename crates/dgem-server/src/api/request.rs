@@ -233,7 +233,7 @@ pub fn parse(
     let (schema, injected) = dgem_cascade::inject_if_asked(obj, &schema).map_err(field_error)?;
     let schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| bad(format!("policy `{template}` is not a valid schema: {e}")))?
-        .with_policy(template.as_str());
+        .with_policy(template.trim_end_matches(dgem_engine::templates::TEMPLATE_SUFFIX));
     let hesitation = Hesitation::from_object(obj, &schema)
         .map_err(field_error)?
         .for_policy(&template, injected);
