@@ -582,13 +582,13 @@ async fn cli_image_canvas_and_prompt_file_mistakes_exit_1_naming_the_flag() {
 /// parts was written as JSON text (base64 and URLs included) on a vision
 /// backend, and a misspelled `imges` was ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn systemone_reads_a_parts_state_as_images_and_refuses_misspelled_images() {
+async fn parts_states_are_read_as_images_with_their_own_indices_and_misspellings_refused() {
     let dir = tempfile::tempdir().unwrap();
     let tok = tiny_tokenizer(dir.path());
     let fake = fake(1).await;
     let (_server, base) = serve(
         fake.url(),
-        &["--tokenizer", tok.to_str().unwrap()],
+        &["--tokenizer", tok.to_str().unwrap(), "--studio"],
         "/nonexistent/dgem-test-cache",
     )
     .await;
@@ -618,6 +618,44 @@ async fn systemone_reads_a_parts_state_as_images_and_refuses_misspelled_images()
     assert_eq!(r.status(), 422);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["param"], "state[0]", "{e}");
+    // Beside an `images` list the parts keep their own indices (was `state[2]`).
+    let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
+                      "images": [url, url], "questions": {"u": {"type": "noul"}}});
+    let r = client
+        .post(format!("{base}/v1/systemone"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "state[0]", "{e}");
+    // /api/decide: a parts state beside `images` is checked, not written as text.
+    let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
+                      "images": [url], "questions": [{"id": "u", "type": "noul", "question": "A dot?"}]});
+    let r = client
+        .post(format!("{base}/api/decide"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "state[0]", "{e}");
+    // An image in the system message is refused, not dropped.
+    let schema = json!({"questions": [{"id": "u", "type": "noul"}]}).to_string();
+    let body = json!({"messages": [
+        {"role": "system", "content": [{"type": "text", "text": schema}, {"type": "image_url", "image_url": {"url": url}}]},
+        {"role": "user", "content": "{\"a\": 1}"}]});
+    let r = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "messages[0].content", "{e}");
     let body = json!({"state": "hi", "imges": [url], "questions": {"u": {"type": "noul"}}});
     let r = client
         .post(format!("{base}/v1/systemone"))

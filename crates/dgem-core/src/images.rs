@@ -142,16 +142,35 @@ fn bad_entry(i: usize) -> SchemaError {
     )
 }
 
-/// The decision state for a text or JSON `state` with image parts: the
-/// images, then the state's text as one text part (as `/v1/systemone` builds
-/// it). With no images, `state` unchanged.
-pub fn state_with_images(state: Value, images: Vec<Value>) -> Value {
-    if images.is_empty() {
-        return state;
+/// The decision state for a request's `state` and its separate `images` list
+/// (`/v1/systemone`, `/api/decide`, MCP, `dgem decide --image`), every part checked:
+/// - a `state` that is itself a list of content parts with images keeps its
+///   parts, after the request's images;
+/// - any other `state` becomes one text part after the images;
+/// - with no images anywhere, `state` is returned unchanged.
+///
+/// # Errors
+/// [`SchemaError`] naming the part as the caller sent it (`images[i]` or
+/// `state[i]`), or `images` when the two lists hold over [`MAX_IMAGES`] in all.
+pub fn with_images(state: Value, images: Vec<Value>) -> Result<Value, SchemaError> {
+    let mut count = check_parts(&images, "images")?;
+    let parts = match state {
+        Value::Array(parts) if parts.iter().any(is_image_part) => {
+            count += check_parts(&parts, "state")?;
+            parts
+        }
+        other if images.is_empty() => return Ok(other),
+        other => vec![json!({"type": "text", "text": crate::prompt::state_text(&other)})],
+    };
+    if count > MAX_IMAGES {
+        return Err(SchemaError::new(
+            "images",
+            format!("images: at most {MAX_IMAGES} images in all (`images` and `state` together); got {count}"),
+        ));
     }
-    let mut parts = images;
-    parts.push(json!({"type": "text", "text": crate::prompt::state_text(&state)}));
-    Value::Array(parts)
+    let mut all = images;
+    all.extend(parts);
+    Ok(Value::Array(all))
 }
 
 /// The data URLs of a state's image parts, in order (what a Stage-2 provider
@@ -210,16 +229,20 @@ pub fn check_parts(parts: &[Value], list: &str) -> Result<usize, SchemaError> {
                     ))
                 }
                 other => {
+                    let given = match (other, part.get("type")) {
+                        (Some(t), _) => {
+                            format!("type `{}`", t.chars().take(40).collect::<String>())
+                        }
+                        (None, None | Some(Value::Null)) => "no `type`".to_owned(),
+                        (None, Some(v)) => format!(
+                            "type {}",
+                            v.to_string().chars().take(40).collect::<String>()
+                        ),
+                    };
                     return Err(SchemaError::new(
                         &field,
-                        format!(
-                            "{field}: a part must be `text` or an image (`image_url`, `image`). Given: {}",
-                            other.map_or_else(
-                                || "no `type`".to_owned(),
-                                |t| format!("type `{}`", t.chars().take(40).collect::<String>())
-                            )
-                        ),
-                    ))
+                        format!("{field}: a part must be `text` or an image (`image_url`, `image`). Given: {given}"),
+                    ));
                 }
             }
         }
@@ -280,9 +303,8 @@ fn decode_data_url(url: &str) -> Result<&'static str, String> {
 fn check_bytes(bytes: &[u8], declared: Option<&str>) -> Result<&'static str, String> {
     if bytes.len() > MAX_IMAGE_BYTES {
         return Err(format!(
-            "an image may be at most {} MiB ({} bytes given)",
-            MAX_IMAGE_BYTES >> 20,
-            bytes.len()
+            "an image may be at most {} MiB",
+            MAX_IMAGE_BYTES >> 20
         ));
     }
     let sniffed = infer::get(bytes).map(|t| t.mime_type());
@@ -395,6 +417,38 @@ mod tests {
         let want = json!({"type": "image_url", "image_url": {"url": url}});
         assert_eq!(split.images, vec![want.clone(), want.clone(), want.clone()]);
         assert_eq!(split.parts[3], json!({"type": "text", "text": "t"}));
+    }
+
+    /// Regression (hostile run): a parts `state` beside an `images` list was
+    /// written as JSON text, skipping its checks, and errors counted the
+    /// merged list (`state[2]` for the caller's `state[0]`).
+    #[test]
+    fn a_parts_state_beside_images_keeps_its_parts_and_its_own_indices() {
+        let png = image_part(PNG_1X1, "dot.png").unwrap_or_default();
+        let remote = json!({"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}});
+        let err = with_images(json!([remote]), vec![png.clone(), png.clone()]).err();
+        assert_eq!(err.map(|e| e.field).as_deref(), Some("state[0]"));
+        let merged = with_images(
+            json!([png.clone(), {"type": "text", "text": "t"}]),
+            vec![png.clone()],
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            merged.as_array().map(Vec::len),
+            Some(3),
+            "images, then the state's parts"
+        );
+        let text = with_images(json!({"a": 1}), vec![png.clone()]).unwrap_or_default();
+        assert_eq!(text[1], json!({"type": "text", "text": "{\"a\": 1}"}));
+        assert_eq!(
+            with_images(json!("plain"), vec![]).ok(),
+            Some(json!("plain"))
+        );
+        let many: Vec<Value> = (0..10).map(|_| png.clone()).collect();
+        let err = with_images(Value::Array(many.clone()), many)
+            .err()
+            .map(|e| e.message);
+        assert!(err.unwrap_or_default().contains("at most 16 images in all"));
     }
 
     #[test]

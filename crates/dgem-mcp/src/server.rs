@@ -419,10 +419,7 @@ fn with_images(tool: &'static str, state: Value, images: &[String]) -> Result<Va
     };
     let list = Value::Array(images.iter().cloned().map(Value::String).collect());
     let parts = dgem_core::images::parts_from_json(Some(&list)).map_err(arguments)?;
-    dgem_core::images::check_parts(&parts, "images").map_err(arguments)?;
-    let state = dgem_core::images::state_with_images(state, parts);
-    dgem_core::images::check_images(&state).map_err(arguments)?;
-    Ok(state)
+    dgem_core::images::with_images(state, parts).map_err(arguments)
 }
 
 #[cfg(test)]

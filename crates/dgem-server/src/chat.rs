@@ -310,6 +310,13 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
     if !matches!(role(system).as_str(), "system" | "developer") || role(user) != "user" {
         return Err(invalid(SHAPE_MESSAGE).with_param("messages"));
     }
+    if system.get("content").is_some_and(decide::has_images) {
+        // Dropping it would decide without the image the caller sent.
+        return Err(invalid(
+            "messages[0].content: the system message holds the question schema as text; send image parts in the user message",
+        )
+        .with_param("messages[0].content"));
+    }
     let raw_schema: Value =
         dgem_core::json::parse_strict(&message_text(system)).map_err(|e| match e.duplicate {
             // A repeated key would make the last one win silently: refused.

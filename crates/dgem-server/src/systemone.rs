@@ -194,20 +194,10 @@ async fn respond(
         .filter(|s| decide::has_images(s))
         .and_then(Value::as_array);
     decide::check_images(state, !images.is_empty() || state_parts.is_some())?;
-    dgem_core::images::check_parts(&images, "images")
+    // Each part is checked and named as the caller sent it (`images[i]`, `state[i]`).
+    let base = state_parts.map_or(Value::String(text), |p| Value::Array(p.clone()));
+    let decide_state = dgem_core::images::with_images(base, images)
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;
-    let decide_state = match state_parts {
-        Some(parts) => {
-            images.extend(parts.iter().cloned());
-            Value::Array(images)
-        }
-        None if images.is_empty() => Value::String(text),
-        None => {
-            images.push(json!({"type": "text", "text": text}));
-            Value::Array(images)
-        }
-    };
-    decide::check_state_images(Flavor::SystemOne, &decide_state)?;
     let timed = decide::run(
         state,
         DecideRequest {

@@ -178,10 +178,8 @@ fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
             .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
         parts.push(part);
     }
-    let state = dgem_core::images::state_with_images(state, parts);
-    dgem_core::images::check_images(&state)
-        .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
-    Ok(state)
+    dgem_core::images::with_images(state, parts)
+        .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))
 }
 
 /// Run `dgem decide`.

@@ -221,10 +221,8 @@ pub fn parse(
     // /v1/systemone; each is checked (type, size, inline) before any read.
     let images = dgem_core::images::parts_from_json(obj.get("images"))
         .map_err(|e| bad(e.message).with_param(e.field))?;
-    dgem_core::images::check_parts(&images, "images")
+    let state = dgem_core::images::with_images(state, images)
         .map_err(|e| bad(e.message).with_param(e.field))?;
-    let state = dgem_core::images::state_with_images(state, images);
-    dgem_core::images::check_images(&state).map_err(|e| bad(e.message).with_param(e.field))?;
     if let (Some(n), Some(s)) = (samples, schema.as_object_mut()) {
         s.insert("samples".into(), json!(n));
     }
