@@ -37,6 +37,15 @@ async fn dgem_off_runtime(args: Vec<String>) -> std::process::Output {
     .unwrap()
 }
 
+/// POST `body` as JSON to `url`, assert the status, return the reply JSON.
+async fn post_expect(client: &reqwest::Client, url: &str, body: &Value, status: u16) -> Value {
+    let r = client.post(url).json(body).send().await.unwrap();
+    let got = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    assert_eq!(got, status, "{url}: {text}");
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
 /// The run exited 1 and its stderr says `needle`.
 fn exits_1_saying(o: &std::process::Output, needle: &str) {
     let err = common::stderr(o);
@@ -398,13 +407,7 @@ async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
     // /v1/systemone: the JSON `images` list goes ahead of the state's text.
     let body = json!({"state": "what is it", "images": [url, {"content_type": "image/png", "base64": PNG_B64}],
                       "questions": {"u": {"type": "noul", "instructions": "A dot?"}}});
-    let r = client
-        .post(format!("{base}/v1/systemone"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    post_expect(&client, &format!("{base}/v1/systemone"), &body, 200).await;
     let parts = fake.requests().last().unwrap().body["messages"][0]["content"].clone();
     assert_eq!(parts.as_array().map(Vec::len), Some(3), "{parts}");
     assert_eq!(parts[1]["image_url"]["url"], url);
@@ -412,13 +415,7 @@ async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
     let n = fake.requests().len();
     let body = json!({"questions": [{"id": "u", "type": "noul", "question": "A dot?"}],
                       "state": "look", "images": [url]});
-    let r = client
-        .post(format!("{base}/api/decide"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    post_expect(&client, &format!("{base}/api/decide"), &body, 200).await;
     let last = fake.requests();
     assert!(last.len() > n);
     assert_eq!(
@@ -432,14 +429,7 @@ async fn serve_forwards_systemone_and_api_images_and_refuses_remote_urls() {
         {"role": "system", "content": schema.to_string()},
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
                                      {"type": "text", "text": "look"}]}]});
-    let r = client
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/v1/chat/completions"), &body, 400).await;
     assert!(
         e["error"]["message"]
             .as_str()
@@ -597,73 +587,32 @@ async fn parts_states_are_read_as_images_with_their_own_indices_and_misspellings
     let n = fake.requests().len();
     let body = json!({"state": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}],
                       "questions": {"u": {"type": "noul"}}});
-    let r = client
-        .post(format!("{base}/v1/systemone"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    post_expect(&client, &format!("{base}/v1/systemone"), &body, 200).await;
     let reqs = fake.requests();
     let parts = reqs[n..].last().unwrap().body["messages"][0]["content"].clone();
     assert_eq!(parts[0]["image_url"]["url"], url, "{parts}");
     let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
                       "questions": {"u": {"type": "noul"}}});
-    let r = client
-        .post(format!("{base}/v1/systemone"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 422);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/v1/systemone"), &body, 422).await;
     assert_eq!(e["error"]["param"], "state[0]", "{e}");
     // Beside an `images` list the parts keep their own indices (was `state[2]`).
     let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
                       "images": [url, url], "questions": {"u": {"type": "noul"}}});
-    let r = client
-        .post(format!("{base}/v1/systemone"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 422);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/v1/systemone"), &body, 422).await;
     assert_eq!(e["error"]["param"], "state[0]", "{e}");
     // /api/decide: a parts state beside `images` is checked, not written as text.
     let body = json!({"state": [{"type": "image_url", "image_url": {"url": "http://169.254.169.254/"}}],
                       "images": [url], "questions": [{"id": "u", "type": "noul", "question": "A dot?"}]});
-    let r = client
-        .post(format!("{base}/api/decide"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/api/decide"), &body, 400).await;
     assert_eq!(e["error"]["param"], "state[0]", "{e}");
     // An image in the system message is refused, not dropped.
     let schema = json!({"questions": [{"id": "u", "type": "noul"}]}).to_string();
     let body = json!({"messages": [
         {"role": "system", "content": [{"type": "text", "text": schema}, {"type": "image_url", "image_url": {"url": url}}]},
         {"role": "user", "content": "{\"a\": 1}"}]});
-    let r = client
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/v1/chat/completions"), &body, 400).await;
     assert_eq!(e["error"]["param"], "messages[0].content", "{e}");
     let body = json!({"state": "hi", "imges": [url], "questions": {"u": {"type": "noul"}}});
-    let r = client
-        .post(format!("{base}/v1/systemone"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 422);
-    let e: Value = r.json().await.unwrap();
+    let e = post_expect(&client, &format!("{base}/v1/systemone"), &body, 422).await;
     assert_eq!(e["error"]["param"], "imges", "{e}");
 }

@@ -23,6 +23,19 @@ use crate::SchemaError;
 /// The error field of "this backend cannot read images" (422 on every route).
 pub const NO_VISION_FIELD: &str = "images";
 
+/// The refusal of an image state by a backend without vision (`engine`,
+/// `model` name it), on field [`NO_VISION_FIELD`]: the embedded engine and
+/// the server's routes give this one message.
+pub fn no_vision(engine: &str, model: &str) -> SchemaError {
+    SchemaError::new(
+        NO_VISION_FIELD,
+        format!(
+            "images: this backend ({engine}, model {model}) has no vision and cannot read images; \
+             send the state as text or JSON, or decide on a vision backend (`--backend vllm=URL`)"
+        ),
+    )
+}
+
 /// Most images one state may carry.
 pub const MAX_IMAGES: usize = 16;
 /// Largest decoded image, in bytes (10 MiB).

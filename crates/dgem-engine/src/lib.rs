@@ -144,15 +144,7 @@ impl Engine {
         let info = self.backend.info();
         if !info.supports_images && dgem_core::images::has_images(&req.state) {
             // Reading the parts' JSON as text would be a silently wrong answer.
-            return Err(dgem_core::SchemaError::new(
-                dgem_core::images::NO_VISION_FIELD,
-                format!(
-                    "images: the embedded model ({}, {}) has no vision and cannot read images; \
-                     send the state as text, or decide on a vision backend (`--backend vllm=URL`)",
-                    info.engine, info.model_id
-                ),
-            )
-            .into());
+            return Err(dgem_core::images::no_vision(&info.engine, &info.model_id).into());
         }
         check_state_size(&req.state, info.max_tokens)?;
         if dgem_backend::brackets::routes(&req.schema) {

@@ -251,6 +251,29 @@ pub fn parse_args<T: DeserializeOwned>(
     })
 }
 
+/// The argument names of `tool` (its schema's properties and `backend`),
+/// generated once per tool rather than on every call.
+fn known_args<T: JsonSchema>(tool: &'static str) -> Arc<Vec<String>> {
+    type Names = std::collections::HashMap<&'static str, Arc<Vec<String>>>;
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<Names>> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    map.entry(tool)
+        .or_insert_with(|| {
+            let schema = input_schema::<T>();
+            let mut names: Vec<String> = schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            names.push("backend".into());
+            Arc::new(names)
+        })
+        .clone()
+}
+
 /// [`parse_args`], refusing arguments the tool does not take (a misspelled
 /// `imges` would otherwise be dropped and the decision made without it). The
 /// allowed names are `T`'s schema properties and `backend`.
@@ -261,13 +284,8 @@ pub fn parse_args_strict<T: DeserializeOwned + JsonSchema>(
     tool: &'static str,
     args: Option<JsonObject>,
 ) -> Result<T, ToolError> {
-    let schema = input_schema::<T>();
-    let mut known: Vec<&str> = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    known.push("backend");
+    let known = known_args::<T>(tool);
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
     if let Some(key) = args
         .as_ref()
         .and_then(|a| a.keys().find(|k| !known.contains(&k.as_str())))

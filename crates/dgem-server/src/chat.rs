@@ -310,7 +310,10 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
     if !matches!(role(system).as_str(), "system" | "developer") || role(user) != "user" {
         return Err(invalid(SHAPE_MESSAGE).with_param("messages"));
     }
-    if system.get("content").is_some_and(decide::has_images) {
+    if system
+        .get("content")
+        .is_some_and(dgem_core::images::has_images)
+    {
         // Dropping it would decide without the image the caller sent.
         return Err(invalid(
             "messages[0].content: the system message holds the question schema as text; send image parts in the user message",
@@ -329,7 +332,9 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
     let schema = ValidSchema::from_value(&raw_schema, defaults)
         .map_err(|e| invalid(e.message).with_param(e.field))?;
     let state = match user.get("content") {
-        Some(content @ Value::Array(_)) if decide::has_images(content) => content.clone(),
+        Some(content @ Value::Array(_)) if dgem_core::images::has_images(content) => {
+            content.clone()
+        }
         _ => {
             let text = message_text(user).trim().to_string();
             // An empty user message is an empty state: the one rule's message
@@ -462,7 +467,7 @@ async fn respond(
     let bytes = bytes.map_err(|r| body::rejection(&r))?;
     let parsed = body::parse(headers, bytes).await?;
     let req = parse(&parsed.json, &state.config().schema_defaults)?;
-    decide::check_images(state, decide::has_images(&req.state))?;
+    decide::check_images(state, dgem_core::images::has_images(&req.state))?;
     decide::check_state_images(Flavor::Chat, &req.state)?;
     // The policy's own post-read keys are its client's to apply here (see
     // AFTER_FIELDS): only the request's extension keys run.

@@ -20,11 +20,6 @@ pub struct Timed {
     pub gate_ms: f64,
 }
 
-/// Whether a state holds image parts (a list with an `image_url` or `image` part).
-pub fn has_images(state: &Value) -> bool {
-    dgem_core::images::has_images(state)
-}
-
 /// Refuse image states on a backend that cannot read images, with 422 on
 /// every route naming the backend (rather than silently dropping the images).
 /// On one that can, [`check_state_images`] checks each image.
@@ -34,14 +29,8 @@ pub fn has_images(state: &Value) -> bool {
 pub fn check_images(state: &AppState, images: bool) -> Result<(), ApiError> {
     let info = state.engine().info();
     if images && !info.supports_images {
-        return Err(ApiError::new(
-            ErrorKind::Validation,
-            format!(
-                "images: this server's backend ({}, model {}) cannot read images; send the state as text or JSON, or use an image-capable backend (`--backend vllm=URL`)",
-                info.engine, info.model_id
-            ),
-        )
-        .with_param("images"));
+        let e = dgem_core::images::no_vision(&info.engine, &info.model_id);
+        return Err(ApiError::new(ErrorKind::Validation, e.message).with_param(e.field));
     }
     Ok(())
 }

@@ -191,7 +191,7 @@ async fn respond(
     // as on chat, /api and MCP (the original server wrote it as JSON text).
     let state_parts = req
         .get("state")
-        .filter(|s| decide::has_images(s))
+        .filter(|s| dgem_core::images::has_images(s))
         .and_then(Value::as_array);
     decide::check_images(state, !images.is_empty() || state_parts.is_some())?;
     // Each part is checked and named as the caller sent it (`images[i]`, `state[i]`).

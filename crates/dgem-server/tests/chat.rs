@@ -278,7 +278,9 @@ fn expected_prefix(case: &str) -> &'static str {
         "think_too_big" => "schema: think must be a thought budget in tokens, 0 to 4096",
         "steps_not_number" => "schema: steps must be",
         "seed_not_integer" => "`seed` must be an integer",
-        "image_state" => "images: this server's backend (scripted, model toy) cannot read images",
+        "image_state" => {
+            "images: this backend (scripted, model toy) has no vision and cannot read images"
+        }
         other => panic!("no expectation for {other}"),
     }
 }

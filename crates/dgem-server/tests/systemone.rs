@@ -159,7 +159,7 @@ fn cases() -> Vec<(&'static str, Value, &'static str)> {
             with(
                 |b| b["images"] = json!(["data:image/png;base64,AAAA", {"content_type": "image/jpeg", "base64": "BBBB"}]),
             ),
-            "images: this server's backend (scripted, model toy) cannot read images",
+            "images: this backend (scripted, model toy) has no vision and cannot read images",
         ),
     ]
 }
