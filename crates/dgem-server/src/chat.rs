@@ -18,6 +18,7 @@ use crate::body;
 use crate::decide::{self, Timed};
 use crate::error::{ApiError, ErrorKind, Flavor};
 use crate::state::AppState;
+use crate::structured::{self, StructuredOutput};
 
 /// The message-shape error (exact wording of serving.md §3.2).
 pub const SHAPE_MESSAGE: &str =
@@ -40,6 +41,7 @@ pub const READ_FIELDS: &[&str] = &[
     "stream_options",
     "backend",
     "vertex_url",
+    "response_format",
 ];
 
 /// OpenAI fields that cannot change a decision: a readout takes every
@@ -90,9 +92,6 @@ fn unsupported(field: &str) -> Option<&'static str> {
     Some(match field {
         "tools" | "tool_choice" | "functions" | "function_call" | "parallel_tool_calls" => {
             "tool calls are not served; ask which tool as a `choice` question instead"
-        }
-        "response_format" => {
-            "the reply is always the decision envelope ({answers, diagnostics}); describe the output as questions in the schema"
         }
         "logprobs" | "top_logprobs" => {
             "token logprobs are not served; the envelope carries every allowed answer's probability"
@@ -215,6 +214,10 @@ pub struct ChatRequest {
     pub ignored: Vec<String>,
     /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention.
     pub hesitation: Hesitation,
+    /// Set for a `response_format` of type `json_schema`: the reply's content
+    /// is the requested object and the envelope goes in `dgem`
+    /// ([`crate::structured`]).
+    pub structured: Option<StructuredOutput>,
 }
 
 /// The request's [`AFTER_FIELDS`], checked against `schema`.
@@ -295,6 +298,40 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
 pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiError> {
     let ignored = check_fields(req)?;
     let (stream, stream_usage) = stream_of(req)?;
+    let (schema, state, structured) = if structured::wants_schema(req.get("response_format"))? {
+        let s = structured::parse(req, defaults)?;
+        (s.schema, s.state, Some(s.output))
+    } else {
+        let (schema, state) = schema_and_state(req, defaults)?;
+        (schema, state, None)
+    };
+    let seed = seed_of(req.get("seed")).map_err(invalid)?;
+    let model = req
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(DEFAULT_MODEL)
+        .to_string();
+    let hesitation = hesitation_of(req, &schema)?;
+    Ok(ChatRequest {
+        schema,
+        state,
+        seed,
+        model,
+        stream,
+        stream_usage,
+        ignored,
+        hesitation,
+        structured,
+    })
+}
+
+/// The dgem form: the system message is the schema JSON, the user message
+/// the state.
+fn schema_and_state(
+    req: &Value,
+    defaults: &SchemaDefaults,
+) -> Result<(ValidSchema, Value), ApiError> {
     let messages = req
         .get("messages")
         .and_then(Value::as_array)
@@ -358,32 +395,18 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
             }
         }
     };
-    let seed = seed_of(req.get("seed")).map_err(invalid)?;
-    let model = req
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .unwrap_or(DEFAULT_MODEL)
-        .to_string();
-    let hesitation = hesitation_of(req, &schema)?;
-    Ok(ChatRequest {
-        schema,
-        state,
-        seed,
-        model,
-        stream,
-        stream_usage,
-        ignored,
-        hesitation,
-    })
+    Ok((schema, state))
 }
 
 /// The OpenAI `chat.completion` body whose `content` is the pretty-printed
 /// envelope, plus `extra` top-level envelope keys (the `cascade` summary).
+/// With `structured`, the content is the requested object (compact JSON)
+/// and the envelope is the top-level `dgem` field.
 pub fn response_body(
     model: &str,
     t: &Timed,
     extra: Option<serde_json::Map<String, Value>>,
+    structured: Option<&StructuredOutput>,
 ) -> Result<Value, ApiError> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -392,7 +415,11 @@ pub fn response_body(
     if let (Some(extra), Some(m)) = (extra, envelope.as_object_mut()) {
         m.extend(extra);
     }
-    let content = serde_json::to_string_pretty(&envelope).map_err(|e| {
+    let written = match structured {
+        Some(s) => serde_json::to_string(&s.reply_object(&envelope)),
+        None => serde_json::to_string_pretty(&envelope),
+    };
+    let content = written.map_err(|e| {
         ApiError::new(
             ErrorKind::Internal,
             format!("could not write the envelope: {e}"),
@@ -400,7 +427,7 @@ pub fn response_body(
     })?;
     let n = decide::output_tokens(&t.decision);
     let prompt = t.decision.diagnostics.prompt_tokens.unwrap_or(0);
-    Ok(json!({
+    let mut body = json!({
         "id": format!("chatcmpl-{}", now.as_millis()),
         "object": "chat.completion",
         "created": now.as_secs(),
@@ -411,7 +438,11 @@ pub fn response_body(
             "finish_reason": "stop"
         }],
         "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
-    }))
+    });
+    if let (Some(_), Some(m)) = (structured, body.as_object_mut()) {
+        m.insert("dgem".into(), envelope);
+    }
+    Ok(body)
 }
 
 /// The same reply as OpenAI `chat.completion.chunk` server-sent events: one
@@ -429,10 +460,14 @@ pub fn stream_events(body: &Value, include_usage: bool) -> Vec<String> {
         })
     };
     let content = body["choices"][0]["message"]["content"].clone();
+    let mut first = base(
+        json!([{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]),
+    );
+    if let (Some(dgem), Some(m)) = (body.get("dgem"), first.as_object_mut()) {
+        m.insert("dgem".into(), dgem.clone());
+    }
     let mut events = vec![
-        base(
-            json!([{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]),
-        ),
+        first,
         base(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}])),
     ];
     if include_usage {
@@ -499,7 +534,7 @@ async fn respond(
             .await;
         finished.to_json()
     };
-    let body = response_body(&req.model, &timed, extra)?;
+    let body = response_body(&req.model, &timed, extra, req.structured.as_ref())?;
     let mut resp = if req.stream {
         let events = stream_events(&body, req.stream_usage)
             .into_iter()
@@ -542,8 +577,9 @@ mod tests {
 
     use super::*;
 
-    /// Regression (issue 16): `tools`, `response_format`, `logprobs` and `n`
-    /// were silently ignored; an unknown field too.
+    /// Regression (issue 16): `tools`, `logprobs` and `n` were silently
+    /// ignored; an unknown field too. (`response_format` is read now: a
+    /// `json_schema` one is a decision, see `crate::structured`.)
     #[test]
     fn fields_a_decision_cannot_honour_are_refused_naming_them() {
         let base = json!({"model": "m", "messages": [], "temperature": 0.2, "max_tokens": 5});
@@ -553,11 +589,6 @@ mod tests {
         );
         for (field, value, needle) in [
             ("tools", json!([]), "tool calls are not served"),
-            (
-                "response_format",
-                json!({"type": "json_object"}),
-                "decision envelope",
-            ),
             ("logprobs", json!(true), "probability"),
             ("n", json!(2), "`n` must be 1"),
             (
@@ -575,6 +606,17 @@ mod tests {
         let mut one = base.clone();
         one["n"] = json!(1);
         assert!(check_fields(&one).is_ok());
+    }
+
+    /// Regression (issue 16): `response_format` was ignored; a `json_object`
+    /// one (no schema to decide on) is refused naming its type.
+    #[test]
+    fn a_json_object_response_format_is_refused_naming_its_type() {
+        let body = json!({"model": "m", "response_format": {"type": "json_object"},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let e = parse(&body, &SchemaDefaults::default()).expect_err("json_object");
+        assert_eq!(e.param.as_deref(), Some("response_format.type"));
+        assert!(e.message.contains("json_schema"), "{}", e.message);
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub mod env {
     /// Seconds the drain after SIGTERM may take before open connections are
     /// dropped (default 8, inside Cloud Run's 10 s grace period).
     pub const SHUTDOWN_TIMEOUT_S: &str = "SHUTDOWN_TIMEOUT_S";
+    /// Comma-separated origins a browser page may call from (`*` for any);
+    /// unset = no CORS headers (see `crate::cors`).
+    pub const DGEM_CORS_ORIGINS: &str = "DGEM_CORS_ORIGINS";
 }
 
 /// A setting in the environment has a value that cannot be used.
@@ -94,6 +97,8 @@ pub struct ServeConfig {
     pub staging_dir: Option<std::path::PathBuf>,
     /// Header-read timeout, connection cap and shutdown deadline.
     pub conn: crate::conn::ConnLimits,
+    /// Origins allowed by CORS (`*` = any); empty = CORS off ([`crate::cors`]).
+    pub cors_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -116,6 +121,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("warmup", &self.warmup)
             .field("staging_dir", &self.staging_dir)
             .field("conn", &self.conn)
+            .field("cors_origins", &self.cors_origins)
             .finish()
     }
 }
@@ -137,6 +143,7 @@ impl Default for ServeConfig {
             warmup: true,
             staging_dir: None,
             conn: crate::conn::ConnLimits::default(),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -224,6 +231,17 @@ impl ServeConfig {
         }
         c.staging_dir = get(env::DGEM_STAGING_DIR).map(std::path::PathBuf::from);
         c.conn = conn_limits(&get)?;
+        if let Some(v) = get(env::DGEM_CORS_ORIGINS) {
+            c.cors_origins = v
+                .split(',')
+                .map(str::trim)
+                .filter(|o| !o.is_empty())
+                .map(str::to_string)
+                .collect();
+            for o in &c.cors_origins {
+                crate::cors::check_origin(env::DGEM_CORS_ORIGINS, o)?;
+            }
+        }
         Ok(c)
     }
 

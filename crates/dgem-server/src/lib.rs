@@ -9,6 +9,7 @@
 //! * `POST /v1/systemone` (and `/invoke/v1/systemone`): the Jev shape, JSON or multipart.
 //! * `POST /v1/raw/chat/completions`: 410 `route_removed`.
 //! * `GET /v1/models`: the served model, in OpenAI's list shape.
+//! * `GET /openapi.json`: the OpenAPI 3.1 document of every route ([`openapi`]).
 //! * `GET /health`, `/invoke/health`, `/`: always 200; `GET /ready`: 200 after a
 //!   real warm-up decision; `GET /metrics`: Prometheus text.
 //! * [`api`]: the `/api/*` routes of the Decision Studio, shared with
@@ -40,14 +41,17 @@ pub mod body;
 pub mod chat;
 pub mod config;
 pub mod conn;
+pub mod cors;
 pub mod decide;
 pub mod error;
 pub mod gate;
 pub mod health;
 pub mod layers;
 pub mod loading;
+pub mod openapi;
 pub mod staging;
 pub mod state;
+pub mod structured;
 pub mod surface;
 pub mod systemone;
 pub mod telemetry;
@@ -118,6 +122,10 @@ fn own_routes(state: AppState) -> Router {
             "/ready",
             get(health::ready).fallback(health::get_only_fallback),
         )
+        .route(
+            "/openapi.json",
+            get(openapi::handler).fallback(health::get_only_fallback),
+        )
         .with_state(state)
 }
 
@@ -131,9 +139,17 @@ pub fn router(state: AppState) -> Router {
 /// `/api`): a request `extra` does not route falls through to the server's
 /// own. Both get the same layer stack ([`surface::surface`]): with keys
 /// configured, a POST to `/mcp` or `/api/decide` needs a key too.
+///
+/// With CORS origins configured ([`ServeConfig::cors_origins`]), the CORS
+/// layer wraps the whole stack ([`cors`]).
 pub fn router_with(state: AppState, extra: Router) -> Router {
     let guard = surface::Guard::from_config(state.config());
-    surface::surface([extra, own_routes(state)], &guard)
+    let cors = cors::layer(&state.config().cors_origins);
+    let app = surface::surface([extra, own_routes(state)], &guard);
+    match cors {
+        Some(c) => app.layer(c),
+        None => app,
+    }
 }
 
 /// Bind `addr` with `SO_REUSEADDR` and a backlog of [`LISTEN_BACKLOG`].

@@ -3,9 +3,13 @@
 Usage: python3 openai_client.py BASE_URL API_KEY
 Exits 0 when the parsed envelope has the expected answers and probabilities.
 """
+import enum
 import json
 import math
 import sys
+import typing
+
+import pydantic
 
 from openai import OpenAI
 
@@ -86,6 +90,53 @@ def main() -> int:
         assert "`tools`" in str(e), e
     else:
         raise AssertionError("expected a 400 for tools")
+
+    # Issue 16: a `json_schema` response format is a decision. The SDK's
+    # `parse` sends a Pydantic model as a strict JSON Schema (the Enum under
+    # `$defs`) and fills the model from the reply's content; the envelope with
+    # every probability is the `dgem` extension field.
+    class Team(str, enum.Enum):
+        billing = "billing"
+        support = "support"
+        engineering = "engineering"
+
+    class Ticket(pydantic.BaseModel):
+        urgent: bool = pydantic.Field(description="Does it need someone today?")
+        team: Team = pydantic.Field(description="Which team owns it?")
+        priority: int = pydantic.Field(ge=1, le=4)
+        tier: typing.Literal[1, 2, 3]
+
+    parsed = client.beta.chat.completions.parse(
+        model="dgem-test",
+        messages=[
+            {"role": "system", "content": "Sort the customer ticket."},
+            {"role": "user", "content": "charged twice want_support want_yes want_3"},
+        ],
+        response_format=Ticket,
+    )
+    ticket = parsed.choices[0].message.parsed
+    assert ticket == Ticket(urgent=True, team=Team.support, priority=3, tier=3), ticket
+    dgem = parsed.model_extra["dgem"]
+    team_p = dgem["answers"]["team"]["probabilities"]
+    assert set(team_p) == {"billing", "support", "engineering"}, team_p
+    assert math.isclose(team_p["support"], 0.8, abs_tol=1e-6), team_p
+    assert math.isclose(sum(dgem["answers"]["priority"]["probabilities"].values()), 1.0, abs_tol=1e-6)
+
+    # A free-text field is not a decision: 400 naming the property.
+    class Why(pydantic.BaseModel):
+        reason: str
+
+    try:
+        client.beta.chat.completions.parse(
+            model="dgem-test",
+            messages=[{"role": "user", "content": "charged twice"}],
+            response_format=Why,
+        )
+    except Exception as e:  # openai.BadRequestError
+        assert getattr(e, "status_code", None) == 400, e
+        assert "properties.reason" in str(e) and "free text" in str(e), e
+    else:
+        raise AssertionError("expected a 400 for a free-text property")
 
     # A validation error surfaces as the SDK's BadRequestError with our message.
     try:

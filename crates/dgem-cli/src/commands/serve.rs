@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// `local`); `/` then shows the page instead of the health JSON (docs/studio.md).
     #[arg(long, env = "DGEM_STUDIO")]
     pub studio: bool,
+    /// Let browser pages on this origin call the server (CORS; repeatable or
+    /// comma-separated; `*` for any origin). Default: `DGEM_CORS_ORIGINS`, else
+    /// no CORS headers.
+    #[arg(long = "cors-origin", value_name = "ORIGIN", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
     /// Folder of `.json.tmpl` policy templates for `/mcp` and the Studio.
     #[arg(long, env = "DGEM_TEMPLATES", default_value = "templates")]
     pub templates: std::path::PathBuf,
@@ -66,6 +71,12 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     if args.no_warmup {
         config.warmup = false;
+    }
+    if !args.cors_origins.is_empty() {
+        for o in &args.cors_origins {
+            dgem_server::cors::check_origin("--cors-origin", o).map_err(user)?;
+        }
+        config.cors_origins = args.cors_origins.clone();
     }
     // The Studio lists and renders policies from this folder: a wrong path is
     // the user's to fix now, not a 4xx on every page load later.

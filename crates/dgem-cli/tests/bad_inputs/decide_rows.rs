@@ -219,7 +219,26 @@ pub fn chat_rows() -> Vec<Row> {
             "chat_response_format",
             json!({"response_format": {"type": "json_object"}}),
         )
-        .is(400, &["`response_format`", "envelope"]),
+        .is(400, &["`response_format.type`", "json_schema"]),
+        // Issue 16: a `json_schema` response format is a decision; a property
+        // that is not one (free text, a nested object) is refused by path.
+        chat_extra(
+            "chat_response_format_free_text",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "t",
+                "schema": {"type": "object", "properties": {"why": {"type": "string"}}}}}}),
+        )
+        .is(400, &["properties.why", "free text", "enum"]),
+        chat_extra(
+            "chat_response_format_nested",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "t",
+                "schema": {"type": "object", "properties": {"x": {"type": "object"}}}}}}),
+        )
+        .is(400, &["properties.x", "nested object"]),
+        chat_extra(
+            "chat_response_format_no_schema",
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "t"}}}),
+        )
+        .is(400, &["`response_format.json_schema.schema` is missing"]),
         chat_extra("chat_logprobs", json!({"logprobs": true})).is(400, &["`logprobs`"]),
         chat_extra("chat_n_two", json!({"n": 2})).is(400, &["`n` must be 1"]),
         chat_extra("chat_unknown_field", json!({"temprature": 0.5}))

@@ -1,0 +1,350 @@
+//! Wire shapes of the routes, for the OpenAPI document. Field names are the
+//! wire's; the handlers' own checks (and their error messages) are the
+//! authority on what is accepted.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// `POST /v1/chat/completions` body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    /// Echoed in the reply (default `dgemma-structured`).
+    pub model: Option<String>,
+    /// Exactly `[system: schema JSON, user: state]`; or, with a `json_schema`
+    /// `response_format`, any system/developer/user/assistant messages.
+    pub messages: Vec<ChatMessage>,
+    /// Seed of the read (default 42).
+    pub seed: Option<i64>,
+    /// Answer as server-sent events.
+    pub stream: Option<bool>,
+    /// Only with `stream: true`.
+    pub stream_options: Option<StreamOptions>,
+    /// `json_schema`: the properties (booleans, enums, bounded integers) are
+    /// the questions, and the reply is an object in the schema's shape.
+    pub response_format: Option<ResponseFormat>,
+    /// Gateway routing: the backend to use.
+    pub backend: Option<String>,
+    /// Gateway routing: a Vertex endpoint URL.
+    pub vertex_url: Option<String>,
+    /// Post-hoc temperature by question type (`{"choice": 1.5}`) or one number.
+    pub temperature_by_type: Option<Value>,
+    /// Withhold answers whose confidence is below this (number or by question id).
+    pub abstain_below: Option<Value>,
+    /// Withhold answers whose hesitation is at or above this.
+    pub abstain_above: Option<Value>,
+    /// Cascade: `off`, `self` or `stage2`.
+    pub cascade_mode: Option<String>,
+    /// Cascade threshold in [0, 1].
+    pub cascade_threshold: Option<f64>,
+    /// What the threshold compares: `hesitation` or `confidence`.
+    pub cascade_threshold_mode: Option<String>,
+    /// The Stage-2 model.
+    pub cascade_model: Option<String>,
+    /// Show Stage 2 the Stage-1 distribution.
+    pub stage2_prior: Option<bool>,
+    /// Expected answers by question id (scored in the cascade summary).
+    pub expected_answers: Option<Value>,
+    /// No effect on a decision (named in `X-DGem-Ignored-Fields`).
+    pub temperature: Option<f64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub top_p: Option<f64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub max_tokens: Option<u64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub max_completion_tokens: Option<u64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub presence_penalty: Option<f64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub frequency_penalty: Option<f64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub user: Option<String>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub metadata: Option<Value>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub store: Option<bool>,
+    /// No effect (named in `X-DGem-Ignored-Fields`).
+    pub service_tier: Option<String>,
+    /// Must be 1 when given.
+    pub n: Option<u64>,
+}
+
+/// One chat message.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatMessage {
+    /// `system`, `developer`, `user` or `assistant`.
+    pub role: String,
+    /// Text, or a list of parts (`{type: text, text}`, `{type: image_url, image_url: {url}}`).
+    pub content: Value,
+}
+
+/// `stream_options`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StreamOptions {
+    /// End the stream with a usage chunk.
+    pub include_usage: Option<bool>,
+}
+
+/// `response_format`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResponseFormat {
+    /// `json_schema` or `text` (`json_object` is refused: no schema to decide on).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// With `json_schema`.
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JsonSchemaFormat {
+    /// Name of the reply type.
+    pub name: Option<String>,
+    /// An object schema whose properties are `{"type": "boolean"}`, `{"enum": [...]}`
+    /// or `{"type": "integer", "minimum": A, "maximum": B}` (local `$ref`s followed).
+    pub schema: Value,
+    /// Accepted; every property is always answered.
+    pub strict: Option<bool>,
+}
+
+/// The `chat.completion` reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatCompletion {
+    /// `chatcmpl-<ms>`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The request's `model`.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<ChatChoice>,
+    /// Token counts.
+    pub usage: Usage,
+    /// With a `json_schema` response format: the decision envelope.
+    pub dgem: Option<Envelope>,
+}
+
+/// The one choice of a reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChatChoice {
+    /// 0.
+    pub index: u32,
+    /// The answer.
+    pub message: AssistantMessage,
+    /// `stop`.
+    pub finish_reason: String,
+}
+
+/// The assistant message of a reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AssistantMessage {
+    /// `assistant`.
+    pub role: String,
+    /// The envelope as pretty JSON text; or, with a `json_schema` response
+    /// format, the requested object as JSON text.
+    pub content: String,
+}
+
+/// Token counts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Usage {
+    /// Prompt length of the longest read.
+    pub prompt_tokens: u64,
+    /// Output rows of the decision (answer templates and thought tokens).
+    pub completion_tokens: u64,
+    /// The sum.
+    pub total_tokens: u64,
+}
+
+/// The decision envelope.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Envelope {
+    /// One answer per question id (`null` for a question skipped by `ask_if`).
+    pub answers: BTreeMap<String, Answer>,
+    /// Timing, reads, samples, prompt wording, the model.
+    pub diagnostics: Value,
+}
+
+/// One answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Answer {
+    /// `noul`, `choice` or `score`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The label read (`yes`, `B`, `3`, or a name).
+    pub label: String,
+    /// Probability of the chosen answer, in [0, 1].
+    pub confidence: f64,
+    /// One probability per allowed answer, by name; they sum to 1.
+    pub probabilities: BTreeMap<String, f64>,
+    /// Entropy of `probabilities`, nats.
+    pub entropy: f64,
+    /// Hesitation: entropy / ln K, in [0, 1].
+    pub normalized_entropy: f64,
+    /// Boolean: p(yes).
+    pub noul: Option<f64>,
+    /// Choice: the most probable option.
+    pub choice: Option<String>,
+    /// Score: the 1-based expected level position.
+    pub score: Option<f64>,
+    /// Score: the most probable level.
+    pub level: Option<String>,
+    /// Score with numeric levels: the expected level value.
+    pub value: Option<f64>,
+    /// With several reads: standard error of the top probability.
+    pub stderr: Option<f64>,
+    /// With several reads: share of reads that agree with the answer.
+    pub agreement: Option<f64>,
+    /// Set when the answer is withheld.
+    pub abstained: Option<bool>,
+    /// Why it was withheld.
+    pub abstain_reason: Option<String>,
+}
+
+/// `POST /v1/systemone` body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SystemOneRequest {
+    /// Echo only; the reply names the server's model.
+    pub model: Option<String>,
+    /// What the questions are about.
+    pub state: Value,
+    /// Questions by id (or a list with `id`s).
+    pub questions: BTreeMap<String, SystemOneQuestion>,
+    /// Seed (default 42).
+    pub seed: Option<i64>,
+    /// Image URLs (`data:` or `https:`), on a backend that reads images.
+    pub images: Option<Vec<String>>,
+    /// Schema keys: rubric, samples, layout… (as in a policy).
+    pub instructions: Option<String>,
+    /// Reads averaged: a count or `auto`.
+    pub samples: Option<Value>,
+}
+
+/// A `/v1/systemone` question.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SystemOneQuestion {
+    /// `noul`, `choice` or `score`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The question text.
+    pub instructions: Option<String>,
+    /// Options (choice), `{true, false}` descriptions (noul) or levels (score).
+    pub criteria: Option<Value>,
+}
+
+/// `POST /v1/systemone` reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SystemOneResponse {
+    /// The served model.
+    pub model: String,
+    /// Answers by question id (scores 0-based, with a `legend`).
+    pub answers: BTreeMap<String, Value>,
+    /// `input_tokens`, `output_tokens`.
+    pub usage: Value,
+    /// As in the envelope.
+    pub diagnostics: Value,
+}
+
+/// `GET /v1/models` reply.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    /// `list`.
+    pub object: String,
+    /// The served model.
+    pub data: Vec<ModelEntry>,
+}
+
+/// One model.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelEntry {
+    /// The served model name.
+    pub id: String,
+    /// `model`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// `dgem`.
+    pub owned_by: String,
+}
+
+/// Every error, on every route.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error detail.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, naming the field, the allowed values and the value given.
+    pub message: String,
+    /// `invalid_request_error`, `validation_error`, `authentication_error`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Path of the field at fault, when one is (`messages[0].content`).
+    pub param: Option<String>,
+}
+
+/// `POST /api/decide` body: a template with variables, or ad-hoc questions
+/// with a state.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiDecideRequest {
+    /// Template id (default: the shipped default), or the path's.
+    pub template: Option<String>,
+    /// Template variables.
+    pub variables: Option<Value>,
+    /// Ad-hoc questions (instead of a template).
+    pub questions: Option<Value>,
+    /// State of ad-hoc questions.
+    pub state: Option<Value>,
+    /// Image URLs.
+    pub images: Option<Vec<String>>,
+    /// Rubric of ad-hoc questions.
+    pub instructions: Option<String>,
+    /// Backend to route to (also `X-DGem-Backend`).
+    pub backend: Option<String>,
+    /// Seed.
+    pub seed: Option<i64>,
+    /// Reads averaged: a count or `auto`.
+    pub samples: Option<Value>,
+    /// Post-hoc temperature by type, or one number.
+    pub temperature: Option<Value>,
+    /// Abstention: confidence floor.
+    pub abstain_below: Option<Value>,
+    /// Abstention: hesitation ceiling.
+    pub abstain_above: Option<Value>,
+    /// Cascade: `off`, `self` or `stage2`.
+    pub cascade_mode: Option<String>,
+    /// Cascade threshold in [0, 1].
+    pub cascade_threshold: Option<f64>,
+    /// `hesitation` or `confidence`.
+    pub cascade_threshold_mode: Option<String>,
+    /// The Stage-2 model.
+    pub cascade_model: Option<String>,
+    /// Show Stage 2 the Stage-1 distribution.
+    pub stage2_prior: Option<bool>,
+    /// Expected answers by question id.
+    pub expected_answers: Option<Value>,
+    /// Suggest new options for hesitant choices.
+    pub suggest_expansions: Option<bool>,
+    /// Hesitation above which expansions are suggested.
+    pub expansion_entropy: Option<f64>,
+}
+
+/// A JSON-RPC 2.0 request to `/mcp`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JsonRpcRequest {
+    /// `2.0`.
+    pub jsonrpc: String,
+    /// Request id (absent on a notification).
+    pub id: Option<Value>,
+    /// `initialize`, `tools/list`, `tools/call`, …
+    pub method: String,
+    /// Method parameters.
+    pub params: Option<Value>,
+}

@@ -1,0 +1,533 @@
+//! Structured output as a decision: an OpenAI `response_format` of type
+//! `json_schema` whose properties are booleans, enums or bounded integers is
+//! read as one decision, one question per property.
+//!
+//! A client that asks a chat model for `{"urgent": true, "team": "billing"}`
+//! in a JSON Schema usually gets one sampled token path and no idea how sure
+//! the model was. Here every property becomes a slot on the canvas, every
+//! allowed value of every property gets a probability from one forward pass,
+//! and the reply's `content` is a JSON object in the schema's shape holding
+//! the most probable value of each property (what `client.beta.chat.
+//! completions.parse` turns into the caller's model). The full decision
+//! envelope (`answers` with `probabilities`, `entropy`, `normalized_entropy`,
+//! and `diagnostics`) rides beside it in the top-level `dgem` extension field.
+//!
+//! The mapping, property by property (the property name is the question id,
+//! its `description` — else its `title` — the question text):
+//!
+//! | JSON Schema | question | value in the reply |
+//! | :-- | :-- | :-- |
+//! | `{"type": "boolean"}` | `boolean` | `true` / `false` |
+//! | `{"enum": [...]}` (strings, numbers or booleans; 2 to 300 values) | `choice` over the values | the chosen enum value, with its JSON type |
+//! | `{"type": "integer", "minimum": a, "maximum": b}` (2 to 26 values) | `score` with levels `a`..=`b` | the most probable level, an integer |
+//!
+//! A `$ref` to `#/$defs/NAME` (or `#/definitions/NAME`), and an `allOf` of
+//! exactly one schema (how Pydantic writes an `Enum` field with a
+//! description), are followed. Everything else — free text, numbers without
+//! an enum, nested objects, arrays, nullable (`anyOf` with `null`) fields — is
+//! not a decision and is refused with a 400 naming the property's path, the
+//! kinds allowed and what was given.
+//!
+//! The messages: every `system`/`developer` message is the rubric (the
+//! schema's `instructions`, followed by the JSON Schema's own
+//! `description`); the `user`/`assistant` messages are the state. One user
+//! message is the state as it is (text, or its image parts); several are
+//! written one per paragraph as `role: text`.
+
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, ErrorKind};
+
+/// Path of the JSON Schema inside a chat request, the prefix of every
+/// error's `param` from this module.
+pub const SCHEMA_PATH: &str = "response_format.json_schema.schema";
+
+/// Most integer levels a score property may have (a score has at most 26
+/// levels: one slot, one letter or digit per level).
+pub const MAX_INTEGER_LEVELS: i64 = 26;
+
+/// What kind of value a property takes.
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    /// `true` / `false`.
+    Boolean,
+    /// One of these JSON values (their text are the option names, in order).
+    Enum(Vec<Value>),
+    /// An integer in `min..=min + count - 1`.
+    Integer {
+        /// The lowest level.
+        min: i64,
+    },
+}
+
+/// One property of the requested object, in the schema's order.
+#[derive(Debug, Clone, PartialEq)]
+struct Property {
+    name: String,
+    kind: Kind,
+}
+
+/// The shape of the reply a `json_schema` response format asks for, kept to
+/// write the chosen values back in that shape
+/// ([`StructuredOutput::reply_object`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StructuredOutput {
+    properties: Vec<Property>,
+}
+
+/// A chat request in structured-output form, after validation.
+#[derive(Debug, Clone)]
+pub struct StructuredRequest {
+    /// The schema built from the JSON Schema (one question per property).
+    pub schema: ValidSchema,
+    /// The state: the user text, or its image parts.
+    pub state: Value,
+    /// How to write the answers back as the requested object.
+    pub output: StructuredOutput,
+}
+
+fn invalid(message: impl Into<String>, param: impl Into<String>) -> ApiError {
+    ApiError::new(ErrorKind::InvalidRequest, message).with_param(param)
+}
+
+/// Whether `response_format` asks for a JSON Schema (`{"type":
+/// "json_schema", ...}`); `None` and `{"type": "text"}` (OpenAI's default)
+/// ask for nothing.
+///
+/// # Errors
+/// 400 naming `response_format.type` for `json_object` (no schema to decide
+/// on) or any other type, and `response_format` when it is not an object.
+pub fn wants_schema(response_format: Option<&Value>) -> Result<bool, ApiError> {
+    let rf = match response_format {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            return Err(invalid(
+                format!("`response_format` must be an object such as {{\"type\": \"json_schema\", \"json_schema\": {{\"name\": ..., \"schema\": {{...}}}}}}. Given: {other}"),
+                "response_format",
+            ))
+        }
+    };
+    match rf.get("type").and_then(Value::as_str) {
+        Some("json_schema") => Ok(true),
+        Some("text") => Ok(false),
+        Some("json_object") => Err(invalid(
+            "`response_format.type` `json_object` has no schema to decide on: send `{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}` whose properties are booleans, enums or bounded integers",
+            "response_format.type",
+        )),
+        _ => Err(invalid(
+            format!(
+                "`response_format.type` must be one of [json_schema, text]. Given: {}",
+                rf.get("type").map_or_else(|| "nothing".to_string(), Value::to_string)
+            ),
+            "response_format.type",
+        )),
+    }
+}
+
+/// Follow a local `$ref` and a one-element `allOf`, at most 8 times (a cycle
+/// of references is refused).
+fn resolve<'a>(root: &'a Value, mut v: &'a Value, path: &str) -> Result<&'a Value, ApiError> {
+    for _ in 0..8 {
+        if let Some(r) = v.get("$ref") {
+            let target = r.as_str().and_then(|r| {
+                let name = r
+                    .strip_prefix("#/$defs/")
+                    .map(|n| ("$defs", n))
+                    .or_else(|| r.strip_prefix("#/definitions/").map(|n| ("definitions", n)))?;
+                root.get(name.0)?.get(name.1)
+            });
+            v = target.ok_or_else(|| {
+                invalid(
+                    format!("{path}: `$ref` {r} does not name an entry of `$defs` (only local `#/$defs/NAME` references are followed)"),
+                    format!("{path}.$ref"),
+                )
+            })?;
+            continue;
+        }
+        match v.get("allOf").and_then(Value::as_array) {
+            Some(all) if all.len() == 1 => v = &all[0],
+            _ => return Ok(v),
+        }
+    }
+    Err(invalid(
+        format!("{path}: references nest more than 8 deep (a cycle?)"),
+        path.to_string(),
+    ))
+}
+
+fn integer_bound(v: &Value, key: &str, path: &str) -> Result<Option<i64>, ApiError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(n) => n
+            .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            })
+            .map(Some)
+            .ok_or_else(|| {
+                invalid(
+                    format!("{path}.{key} must be a whole number. Given: {n}"),
+                    format!("{path}.{key}"),
+                )
+            }),
+    }
+}
+
+const ALLOWED: &str = "{\"type\": \"boolean\"}, {\"enum\": [...]} or {\"type\": \"integer\", \"minimum\": A, \"maximum\": B}";
+
+/// One property's kind, or why it cannot be a question.
+fn kind_of(v: &Value, path: &str) -> Result<Kind, ApiError> {
+    let refuse = |why: &str| {
+        invalid(
+            format!("{path}: {why}; a property of a decision is {ALLOWED}"),
+            path.to_string(),
+        )
+    };
+    if !v.is_object() {
+        return Err(refuse(&format!("must be a schema object. Given: {v}")));
+    }
+    if v.get("anyOf").is_some() || v.get("oneOf").is_some() {
+        return Err(refuse(
+            "`anyOf`/`oneOf` (such as a nullable field) is not a decision: every property gets an answer",
+        ));
+    }
+    let ty = match v.get("type") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) => Some(t.as_str()),
+        Some(Value::Array(ts)) if ts.len() == 1 => ts[0].as_str(),
+        Some(other) => {
+            return Err(refuse(&format!(
+                "`type` must be one type (a nullable field is not a decision). Given: {other}"
+            )))
+        }
+    };
+    if let Some(values) = v.get("enum") {
+        let Some(values) = values.as_array() else {
+            return Err(refuse(&format!("`enum` must be a list. Given: {values}")));
+        };
+        if let Some((i, bad)) = values
+            .iter()
+            .enumerate()
+            .find(|(_, e)| !(e.is_string() || e.is_number() || e.is_boolean()))
+        {
+            return Err(invalid(
+                format!("{path}.enum[{i}]: an enum value must be a string, number or boolean. Given: {bad}"),
+                format!("{path}.enum[{i}]"),
+            ));
+        }
+        return Ok(Kind::Enum(values.clone()));
+    }
+    if let Some(c) = v.get("const") {
+        return Err(refuse(&format!(
+            "`const` {c} has one value: there is nothing to decide"
+        )));
+    }
+    match ty {
+        Some("boolean") => Ok(Kind::Boolean),
+        Some("integer") => {
+            let lo = integer_bound(v, "minimum", path)?
+                .or(integer_bound(v, "exclusiveMinimum", path)?.map(|m| m + 1));
+            let hi = integer_bound(v, "maximum", path)?
+                .or(integer_bound(v, "exclusiveMaximum", path)?.map(|m| m - 1));
+            match (lo, hi) {
+                (Some(lo), Some(hi)) if hi > lo && hi - lo < MAX_INTEGER_LEVELS => {
+                    Ok(Kind::Integer { min: lo })
+                }
+                (Some(lo), Some(hi)) => Err(refuse(&format!(
+                    "an integer property needs 2 to {MAX_INTEGER_LEVELS} values between `minimum` and `maximum`. Given: {lo}..={hi}"
+                ))),
+                _ => Err(refuse(
+                    "an integer property needs both `minimum` and `maximum` (its levels)",
+                )),
+            }
+        }
+        Some("string") => Err(refuse(
+            "free text (a string without `enum`) is not a decision: list the allowed values in `enum`",
+        )),
+        Some("number") => Err(refuse(
+            "a real number is not a decision: use an integer with `minimum` and `maximum`, or an `enum`",
+        )),
+        Some("object") | Some("array") => Err(refuse(&format!(
+            "a nested {} is not read: flatten it into properties of the top-level object",
+            ty.unwrap_or_default()
+        ))),
+        Some(other) => Err(refuse(&format!("`type` {other:?} is not a decision"))),
+        None => Err(refuse("it has no `type` and no `enum`")),
+    }
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The dgem schema for a JSON Schema, plus the reply shape.
+fn schema_of(
+    json_schema: &Value,
+    instructions: &[String],
+) -> Result<(Value, StructuredOutput), ApiError> {
+    let path = SCHEMA_PATH;
+    let root = json_schema.get("schema").ok_or_else(|| {
+        invalid(
+            "`response_format.json_schema.schema` is missing: it holds the JSON Schema of the reply object",
+            path,
+        )
+    })?;
+    let obj = resolve(root, root, path)?;
+    if obj.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(invalid(
+            format!("{path}: the reply must be an object (`\"type\": \"object\"` with `properties`). Given type: {}", obj.get("type").unwrap_or(&Value::Null)),
+            format!("{path}.type"),
+        ));
+    }
+    let props = match obj.get("properties") {
+        Some(Value::Object(p)) if !p.is_empty() => p,
+        _ => {
+            return Err(invalid(
+                format!("{path}.properties must be a non-empty object: one property per question"),
+                format!("{path}.properties"),
+            ))
+        }
+    };
+    let mut properties = Vec::with_capacity(props.len());
+    let mut questions = Vec::with_capacity(props.len());
+    for (name, raw) in props {
+        let ppath = format!("{path}.properties.{name}");
+        let p = resolve(root, raw, &ppath)?;
+        let kind = kind_of(p, &ppath)?;
+        // The property's own description wins over its referenced type's.
+        let text = [raw, p]
+            .iter()
+            .find_map(|s| s.get("description").or_else(|| s.get("title")))
+            .map(text_of)
+            .unwrap_or_default();
+        let mut q = Map::new();
+        q.insert("id".into(), json!(name));
+        q.insert("instructions".into(), json!(text));
+        match &kind {
+            Kind::Boolean => {
+                q.insert("type".into(), json!("boolean"));
+            }
+            Kind::Enum(values) => {
+                q.insert("type".into(), json!("choice"));
+                q.insert(
+                    "options".into(),
+                    json!(values.iter().map(text_of).collect::<Vec<_>>()),
+                );
+            }
+            Kind::Integer { min } => {
+                let hi = integer_bound(p, "maximum", &ppath)?
+                    .or(integer_bound(p, "exclusiveMaximum", &ppath)?.map(|m| m - 1))
+                    .unwrap_or(*min);
+                q.insert("type".into(), json!("score"));
+                q.insert(
+                    "levels".into(),
+                    json!((*min..=hi).map(|l| l.to_string()).collect::<Vec<_>>()),
+                );
+            }
+        }
+        questions.push(Value::Object(q));
+        properties.push(Property {
+            name: name.clone(),
+            kind,
+        });
+    }
+    let mut rubric: Vec<String> = instructions.to_vec();
+    if let Some(d) = obj
+        .get("description")
+        .or_else(|| json_schema.get("description"))
+    {
+        rubric.push(text_of(d));
+    }
+    let mut schema = Map::new();
+    if !rubric.is_empty() {
+        schema.insert("instructions".into(), json!(rubric.join("\n\n")));
+    }
+    schema.insert("questions".into(), Value::Array(questions));
+    Ok((Value::Object(schema), StructuredOutput { properties }))
+}
+
+/// Text of a message: a string content as is, or every text part's `text`.
+fn message_text(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The rubric and the state from the messages (see the module doc).
+fn messages_of(messages: &[Value]) -> Result<(Vec<String>, Value), ApiError> {
+    let mut rubric = Vec::new();
+    let mut turns: Vec<(usize, &str, &Value)> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        match role {
+            "system" | "developer" => {
+                if m.get("content").is_some_and(dgem_core::images::has_images) {
+                    return Err(invalid(
+                        format!("messages[{i}].content: a {role} message is the rubric, text only; send image parts in a user message"),
+                        format!("messages[{i}].content"),
+                    ));
+                }
+                let t = message_text(m).trim().to_string();
+                if !t.is_empty() {
+                    rubric.push(t);
+                }
+            }
+            "user" | "assistant" => turns.push((i, role, m)),
+            other => {
+                return Err(invalid(
+                    format!("messages[{i}].role must be one of [system, developer, user, assistant]. Given: {other:?}"),
+                    format!("messages[{i}].role"),
+                ))
+            }
+        }
+    }
+    let state = match turns.as_slice() {
+        [] => {
+            return Err(invalid(
+                "messages: a structured-output decision needs a user message (what the schema's questions are about)",
+                "messages",
+            ))
+        }
+        [(_, "user", m)] => match m.get("content") {
+            Some(content @ Value::Array(_)) if dgem_core::images::has_images(content) => {
+                content.clone()
+            }
+            _ => Value::String(message_text(m).trim().to_string()),
+        },
+        many => {
+            let mut text = Vec::with_capacity(many.len());
+            for (i, role, m) in many {
+                if m.get("content").is_some_and(dgem_core::images::has_images) {
+                    return Err(invalid(
+                        format!("messages[{i}].content: images are read from a conversation of one user message only"),
+                        format!("messages[{i}].content"),
+                    ));
+                }
+                text.push(format!("{role}: {}", message_text(m).trim()));
+            }
+            Value::String(text.join("\n\n"))
+        }
+    };
+    if let Err(e) = dgem_core::state::check_informative(&state) {
+        return Err(invalid(e.message, "messages"));
+    }
+    Ok((rubric, state))
+}
+
+/// Rewrite a schema error's field (`questions[2].options[1]`) as the path
+/// in the request (`response_format.json_schema.schema.properties.team.enum[1]`).
+fn request_path(field: &str, output: &StructuredOutput) -> String {
+    let Some(rest) = field.strip_prefix("questions[") else {
+        return if field == "questions" {
+            format!("{SCHEMA_PATH}.properties")
+        } else {
+            SCHEMA_PATH.to_string()
+        };
+    };
+    let Some((index, tail)) = rest.split_once(']') else {
+        return format!("{SCHEMA_PATH}.properties");
+    };
+    let name = index
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| output.properties.get(i))
+        .map_or("?", |p| p.name.as_str());
+    let tail = tail.replacen(".options", ".enum", 1);
+    let tail = if tail == ".id" { String::new() } else { tail };
+    format!("{SCHEMA_PATH}.properties.{name}{tail}")
+}
+
+/// Read a structured-output chat request: the questions from
+/// `response_format.json_schema.schema`, the rubric and state from
+/// `messages`.
+///
+/// # Errors
+/// 400 `invalid_request_error` naming the property (or message) at fault.
+pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<StructuredRequest, ApiError> {
+    let json_schema = req
+        .get("response_format")
+        .and_then(|rf| rf.get("json_schema"))
+        .filter(|j| j.is_object())
+        .ok_or_else(|| {
+            invalid(
+                "`response_format.json_schema` must be an object {\"name\": ..., \"schema\": {...}}",
+                "response_format.json_schema",
+            )
+        })?;
+    let messages = req
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("`messages` must be a non-empty list", "messages"))?;
+    let (rubric, state) = messages_of(messages)?;
+    let (raw, output) = schema_of(json_schema, &rubric)?;
+    let schema = ValidSchema::from_value(&raw, defaults).map_err(|e| {
+        let param = request_path(&e.field, &output);
+        let message = e.message.replacen(&e.field, &param, 1);
+        invalid(message, param)
+    })?;
+    Ok(StructuredRequest {
+        schema,
+        state,
+        output,
+    })
+}
+
+impl StructuredOutput {
+    /// The reply object: each property's most probable value, in the
+    /// schema's order (`null` for an answer withheld by abstention or
+    /// missing from the envelope).
+    ///
+    /// `envelope` is the decision envelope (`{"answers": {...}, ...}`).
+    pub fn reply_object(&self, envelope: &Value) -> Value {
+        let answers = &envelope["answers"];
+        let out: Map<String, Value> = self
+            .properties
+            .iter()
+            .map(|p| {
+                let a = &answers[&p.name];
+                let value = if !a.is_object() || a["abstained"] == json!(true) {
+                    Value::Null
+                } else {
+                    match &p.kind {
+                        // A boolean's labels are always `yes` / `no`; the label
+                        // is the answer after any Stage-2 write-back.
+                        Kind::Boolean => match a["label"].as_str() {
+                            Some("yes") => json!(true),
+                            Some("no") => json!(false),
+                            _ => Value::Null,
+                        },
+                        Kind::Enum(values) => a["choice"]
+                            .as_str()
+                            .and_then(|c| values.iter().find(|v| text_of(v) == c))
+                            .cloned()
+                            .unwrap_or(Value::Null),
+                        Kind::Integer { .. } => a["level"]
+                            .as_str()
+                            .and_then(|l| l.parse::<i64>().ok())
+                            .map_or(Value::Null, |l| json!(l)),
+                    }
+                };
+                (p.name.clone(), value)
+            })
+            .collect();
+        Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+#[path = "structured_tests.rs"]
+mod tests;

@@ -1,0 +1,194 @@
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+
+use super::*;
+
+/// What `client.beta.chat.completions.parse(response_format=Ticket)` sends
+/// for a Pydantic model with an `Enum` field, a `Literal`, a bool and a
+/// bounded int.
+fn pydantic_like() -> Value {
+    json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Sort the customer ticket."},
+            {"role": "user", "content": "I was charged twice for one order."}
+        ],
+        "response_format": {"type": "json_schema", "json_schema": {
+            "name": "Ticket", "strict": true,
+            "schema": {
+                "$defs": {"Team": {"enum": ["billing", "support", "engineering"], "title": "Team", "type": "string"}},
+                "properties": {
+                    "urgent": {"description": "Does it need someone today?", "title": "Urgent", "type": "boolean"},
+                    "team": {"$ref": "#/$defs/Team", "description": "Which team owns it?"},
+                    "channel": {"enum": ["email", "phone"], "title": "Channel", "type": "string"},
+                    "priority": {"type": "integer", "minimum": 1, "maximum": 4},
+                    "tier": {"enum": [1, 2, 3]}
+                },
+                "required": ["urgent", "team", "channel", "priority", "tier"],
+                "title": "Ticket", "type": "object", "additionalProperties": false
+            }
+        }}
+    })
+}
+
+fn err(req: &Value) -> ApiError {
+    parse(req, &SchemaDefaults::default()).unwrap_err()
+}
+
+fn with_property(schema: Value) -> Value {
+    let mut req = pydantic_like();
+    req["response_format"]["json_schema"]["schema"]["properties"]["bad"] = schema;
+    req
+}
+
+#[test]
+fn a_pydantic_schema_becomes_one_question_per_property() {
+    let r = parse(&pydantic_like(), &SchemaDefaults::default()).unwrap();
+    let qs = &r.schema.questions;
+    let ids: Vec<&str> = qs.iter().map(|q| q.id.as_str()).collect();
+    assert_eq!(ids, ["urgent", "team", "channel", "priority", "tier"]);
+    let names =
+        |i: usize| -> Vec<String> { qs[i].alternatives.iter().map(|a| a.name.clone()).collect() };
+    assert_eq!(names(0), ["yes", "no"]);
+    assert_eq!(names(1), ["billing", "support", "engineering"]);
+    assert_eq!(names(3), ["1", "2", "3", "4"]);
+    assert_eq!(names(4), ["1", "2", "3"]);
+    assert_eq!(qs[0].instructions, "Does it need someone today?");
+    // The property's description wins over its `$defs` entry's title.
+    assert_eq!(qs[1].instructions, "Which team owns it?");
+    assert_eq!(qs[2].instructions, "Channel");
+    assert_eq!(
+        r.schema.instructions.as_deref(),
+        Some("Sort the customer ticket.")
+    );
+    assert_eq!(r.state, json!("I was charged twice for one order."));
+}
+
+#[test]
+fn the_reply_object_has_the_schema_shape_and_types() {
+    let r = parse(&pydantic_like(), &SchemaDefaults::default()).unwrap();
+    let envelope = json!({"answers": {
+        "urgent": {"label": "yes", "probabilities": {"yes": 0.7, "no": 0.3}},
+        "team": {"choice": "support"},
+        "channel": {"choice": "phone", "abstained": true},
+        "priority": {"level": "3"},
+        "tier": {"choice": "2"}
+    }});
+    let obj = r.output.reply_object(&envelope);
+    assert_eq!(
+        obj.to_string(),
+        r#"{"urgent":true,"team":"support","channel":null,"priority":3,"tier":2}"#
+    );
+}
+
+#[test]
+fn fields_that_are_not_decisions_are_refused_naming_the_property() {
+    let cases = [
+        (json!({"type": "string"}), "free text"),
+        (json!({"type": "number"}), "real number"),
+        (json!({"type": "object", "properties": {}}), "nested object"),
+        (
+            json!({"type": "array", "items": {"type": "boolean"}}),
+            "nested array",
+        ),
+        (
+            json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]}),
+            "nullable",
+        ),
+        (json!({"type": ["boolean", "null"]}), "one type"),
+        (
+            json!({"type": "integer", "minimum": 1}),
+            "both `minimum` and `maximum`",
+        ),
+        (
+            json!({"type": "integer", "minimum": 0, "maximum": 100}),
+            "2 to 26 values",
+        ),
+        (json!({"const": "x"}), "one value"),
+        (json!({"$ref": "#/$defs/Nope"}), "does not name an entry"),
+    ];
+    for (schema, words) in cases {
+        let e = err(&with_property(schema.clone()));
+        let body = e.body();
+        let param = body["error"]["param"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            param.starts_with("response_format.json_schema.schema.properties.bad"),
+            "{schema}: {param}"
+        );
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(words), "{schema}: {msg}");
+        assert!(msg.contains("properties.bad"), "{schema}: {msg}");
+    }
+}
+
+#[test]
+fn an_enum_of_one_value_is_refused_at_its_enum() {
+    let e = err(&with_property(json!({"enum": ["only"]})));
+    let body = e.body();
+    assert_eq!(
+        body["error"]["param"],
+        "response_format.json_schema.schema.properties.bad.enum"
+    );
+}
+
+#[test]
+fn json_object_and_unknown_types_are_refused() {
+    assert!(wants_schema(Some(&json!({"type": "json_schema"}))).unwrap());
+    assert!(!wants_schema(Some(&json!({"type": "text"}))).unwrap());
+    assert!(!wants_schema(None).unwrap());
+    let e = wants_schema(Some(&json!({"type": "json_object"}))).unwrap_err();
+    assert_eq!(e.body()["error"]["param"], "response_format.type");
+    let e = wants_schema(Some(&json!({"type": "yaml"}))).unwrap_err();
+    assert!(e.body()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("[json_schema, text]"));
+    let e = wants_schema(Some(&json!("json"))).unwrap_err();
+    assert_eq!(e.body()["error"]["param"], "response_format");
+}
+
+#[test]
+fn a_conversation_is_the_state_one_turn_per_paragraph() {
+    let mut req = pydantic_like();
+    req["messages"] = json!([
+        {"role": "developer", "content": "Judge the last reply."},
+        {"role": "user", "content": "Where is my parcel?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "It left today."}]}
+    ]);
+    let r = parse(&req, &SchemaDefaults::default()).unwrap();
+    assert_eq!(
+        r.state,
+        json!("user: Where is my parcel?\n\nassistant: It left today.")
+    );
+    assert_eq!(
+        r.schema.instructions.as_deref(),
+        Some("Judge the last reply.")
+    );
+}
+
+#[test]
+fn a_missing_user_message_or_empty_state_is_refused() {
+    let mut req = pydantic_like();
+    req["messages"] = json!([{"role": "system", "content": "Sort it."}]);
+    assert_eq!(err(&req).body()["error"]["param"], "messages");
+    req["messages"] = json!([{"role": "user", "content": "   "}]);
+    assert_eq!(err(&req).body()["error"]["param"], "messages");
+    req["messages"] = json!([{"role": "tool", "content": "x"}]);
+    assert_eq!(err(&req).body()["error"]["param"], "messages[0].role");
+}
+
+#[test]
+fn a_property_name_that_is_not_an_id_is_refused_at_the_property() {
+    let mut req = pydantic_like();
+    req["response_format"]["json_schema"]["schema"]["properties"]["has space"] =
+        json!({"type": "boolean"});
+    let body = err(&req).body();
+    assert_eq!(
+        body["error"]["param"],
+        "response_format.json_schema.schema.properties.has space"
+    );
+}
