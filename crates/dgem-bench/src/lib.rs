@@ -5,7 +5,9 @@
 //! [`dgem_engine::Engine`] that writes rows as they finish and resumes a killed
 //! run ([`runner`]), metric functions with their sources ([`metrics`]), JSON
 //! receipts ([`receipt`]), report formats and `--fail-under` gates ([`report`]),
-//! the reliability diagram ([`svg`]) and one module per harness ([`suites`]).
+//! the reliability diagram ([`svg`]), one module per harness ([`suites`]),
+//! and scale-out: a run split by item id ([`shard`]) and the shards' receipts
+//! joined again ([`merge`]).
 //!
 //! Sits above `dgem-engine` and `dgem-core`; the CLI (`dgem-cli`) adds argument
 //! parsing and the progress bar. No clap here.
@@ -20,10 +22,12 @@
 pub mod calibrate;
 pub mod dataset;
 mod error;
+pub mod merge;
 pub mod metrics;
 pub mod receipt;
 pub mod report;
 pub mod runner;
+pub mod shard;
 pub mod suites;
 pub mod svg;
 

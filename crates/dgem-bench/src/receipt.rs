@@ -145,6 +145,23 @@ pub struct Receipt {
     pub breakdown: Value,
     /// Every item with its answers, probabilities and timing.
     pub items: Vec<Value>,
+    /// Set on the receipt of one shard of a run (`--shard I/N`): which shard,
+    /// and the id and dataset line of every row it was given, so
+    /// `dgem bench-merge` can check that the shards cover the dataset once
+    /// and put the items back in dataset order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardPlan>,
+}
+
+/// What one shard of a run was given (see [`Receipt::shard`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardPlan {
+    /// 0-based shard index.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+    /// `(id, 1-based dataset line)` of every row of this shard, in dataset order.
+    pub rows: Vec<(String, usize)>,
 }
 
 /// Unix seconds now.

@@ -198,11 +198,67 @@ pub fn render(
 pub fn fmt_metric(v: f64) -> String {
     if v.is_nan() {
         "n/a".into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        // Counts (`items`, `errors`) and exact values print as integers.
+        format!("{}", v as i64)
     } else if v.abs() >= 100.0 {
         format!("{v:.1}")
     } else {
         format!("{v:.4}")
     }
+}
+
+/// Write each table to its own CSV file in `dir` (created if missing), named
+/// after its title (`Items` → `items.csv`, `By slot` → `by_slot.csv`), so a
+/// spreadsheet or `pandas.read_csv` reads one table per file. Returns the
+/// paths written, in table order.
+///
+/// # Errors
+/// [`BenchError::Io`] when the folder or a file cannot be written.
+pub fn write_csv_tables(
+    dir: &std::path::Path,
+    tables: &[Table],
+) -> Result<Vec<std::path::PathBuf>, BenchError> {
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let mut written = Vec::with_capacity(tables.len());
+    let mut used = std::collections::HashSet::new();
+    for t in tables {
+        let mut slug: String = t
+            .title
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        slug = slug.trim_matches('_').to_string();
+        while slug.contains("__") {
+            slug = slug.replace("__", "_");
+        }
+        if slug.is_empty() {
+            slug = "table".into();
+        }
+        let mut name = slug.clone();
+        let mut n = 2;
+        while !used.insert(name.clone()) {
+            name = format!("{slug}_{n}");
+            n += 1;
+        }
+        let path = dir.join(format!("{name}.csv"));
+        let text = render(
+            Format::Csv,
+            std::slice::from_ref(t),
+            &BTreeMap::new(),
+            &Value::Null,
+            &[],
+        );
+        std::fs::write(&path, text).map_err(|e| BenchError::io(&path, e))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Percent with one decimal.
@@ -296,6 +352,17 @@ pub fn check_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<Strin
 mod tests {
     use super::*;
 
+    /// Regression (issue 16): counts printed as `30.0000`.
+    #[test]
+    fn counts_print_as_integers() {
+        assert_eq!(fmt_metric(30.0), "30");
+        assert_eq!(fmt_metric(0.0), "0");
+        assert_eq!(fmt_metric(1234.0), "1234");
+        assert_eq!(fmt_metric(0.25), "0.2500");
+        assert_eq!(fmt_metric(152.25), "152.2");
+        assert_eq!(fmt_metric(f64::NAN), "n/a");
+    }
+
     #[test]
     fn gates_respect_direction() {
         let m: BTreeMap<String, f64> = [
@@ -325,6 +392,23 @@ mod tests {
         let m = BTreeMap::new();
         let csv = render(Format::Csv, &[t.clone()], &m, &Value::Null, &[]);
         assert_eq!(csv, "a,b\n1,\"x,y\"\n");
+        // One file per table, named after the title (issue 16: CSV output
+        // was every table in one stream).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut t2 = Table::new("By slot / type", &["k"]);
+        t2.push(vec!["v".into()]);
+        let paths = write_csv_tables(dir.path(), &[t.clone(), t2, t.clone()]).expect("writes");
+        let names: Vec<String> = paths
+            .iter()
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names, ["t.csv", "by_slot_type.csv", "t_2.csv"]);
+        assert_eq!(std::fs::read_to_string(&paths[1]).expect("read"), "k\nv\n");
         let md = render(Format::Md, &[t.clone()], &m, &Value::Null, &[]);
         assert!(md.contains("| a | b |\n|---|---|\n| 1 | x,y |"));
         let txt = render(Format::Table, &[t], &m, &Value::Null, &[]);

@@ -35,43 +35,93 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Make one decision: render a policy with variables and read its answers.
+    #[command(
+        after_help = "Examples:\n  dgem decide -t support_triage -v ticket=\"I was charged twice\"\n  dgem decide -t support_triage -d vars.json --json\n  dgem decide -t ./my_policy.json.tmpl -v text=\"the build is red\" --samples auto --stats"
+    )]
     Decide(Box<commands::decide::DecideArgs>),
     /// Fetch, list and verify embedded models.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  dgem model pull\n  dgem model list\n  dgem model verify"
+    )]
     Model(commands::model::ModelCommand),
     /// Run a labelled dataset: accuracy by domain and tier, latency, throughput.
+    #[command(
+        after_help = "Examples:\n  dgem bench -o results/bench.json\n  dgem bench -n 10 --format md\n  dgem bench --shard 0/4 -o shard-0.json --resume\n  dgem bench --fail-under item_accuracy=0.5 --csv-dir out/"
+    )]
     Bench(commands::bench::BenchArgs),
     /// Calibration of the probabilities: ECE, Brier, NLL, AUROC, reliability SVG.
+    #[command(
+        after_help = "Examples:\n  dgem bench-calibration -o results/calibration.json\n  dgem bench-calibration --from-receipt results/bench.json --svg reliability.svg"
+    )]
     BenchCalibration(commands::bench::CalibrationArgs),
     /// Fit a temperature per question type on labelled rows (k-fold) and write a calibration file.
+    #[command(
+        after_help = "Examples:\n  dgem calibrate --dataset data/eval_dataset.jsonl --out calibration.json\n  dgem decide -t support_triage -v ticket=... --calibration-file calibration.json"
+    )]
     Calibrate(commands::calibrate::CalibrateArgs),
     /// Wide intent sets with bracket routing past 26 options.
+    #[command(
+        after_help = "Examples:\n  dgem bench-intents -o results/intents.json\n  dgem bench-intents -d data/intents/clinc150_eval.jsonl -n 10"
+    )]
     BenchIntents(commands::bench_suites::IntentsArgs),
     /// Listwise reranking: nDCG@10, p-MRR, tie rate, poisoned-passage quarantine.
+    #[command(after_help = "Examples:\n  dgem bench-rerank -o results/rerank.json --format md")]
     BenchRerank(commands::bench_suites::RerankArgs),
     /// Option-order sensitivity: flip rate and total variation distance.
+    #[command(after_help = "Examples:\n  dgem bench-permutation -o results/permutation.json")]
     BenchPermutation(commands::bench_suites::PermutationArgs),
     /// Compare two receipts: metric deltas, flipped items, McNemar's test.
+    #[command(
+        after_help = "Examples:\n  dgem bench-compare results/before.json results/after.json\n  dgem bench-compare a.json b.json --fail-under mcnemar_p=0.05"
+    )]
     BenchCompare(commands::bench_suites::CompareArgs),
+    /// JevBench rows: chance-corrected accuracy, ECE, Brier and JevBench's composite scores.
+    #[command(
+        after_help = "Examples:\n  dgem bench-jev -o results/jev.json\n  dgem bench-jev -d jevbench_public.jsonl --endpoint-kind gpu --format md"
+    )]
+    BenchJev(commands::bench_suites::JevArgs),
+    /// Join the receipts of a run's shards (`--shard I/N`) into one receipt.
+    BenchMerge(commands::bench_suites::MergeArgs),
     /// Render a policy template and print the JSON (no model involved).
+    #[command(
+        after_help = "Examples:\n  dgem render -t support_triage -v ticket=\"refund please\""
+    )]
     Render(commands::render::RenderArgs),
     /// Print a shell completion script: `dgem completions bash > ~/.local/share/bash-completion/completions/dgem`.
+    #[command(
+        after_help = "Examples:\n  dgem completions bash > ~/.local/share/bash-completion/completions/dgem\n  dgem completions zsh > \"${fpath[1]}/_dgem\"\n  dgem completions fish > ~/.config/fish/completions/dgem.fish"
+    )]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
     /// List, show or start policy templates (the shipped ones are built in).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  dgem templates list\n  dgem templates show support_triage\n  dgem templates init my_policy --dir templates"
+    )]
     Templates(commands::templates::TemplatesCommand),
     /// Plan every JevBench row (prompts, slots, label ids, scoring) without running the model.
+    #[command(after_help = "Examples:\n  dgem plan -d data/jevbench_style.jsonl")]
     Plan(commands::plan::PlanArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
+    #[command(
+        after_help = "Examples:\n  dgem serve --port 8080\n  dgem serve --studio --cors-origin http://localhost:3000\n  API_KEY=s3cret MAX_INFLIGHT=4 dgem serve --no-warmup\n  curl -s localhost:8080/openapi.json"
+    )]
     Serve(commands::serve::ServeArgs),
     /// Serve the decision tools to agents over MCP (stdio).
+    #[command(after_help = "Examples:\n  dgem mcp\n  dgem mcp --templates ./policies")]
     Mcp(commands::mcp::McpArgs),
     /// Stage model weights: headers first, full-size files, parallel ranged bodies, `.ready`.
+    #[command(
+        after_help = "Examples:\n  dgem stage gs://my-bucket/dgemma /tmp/dgemma\n  dgem stage https://weights.example.com/dgemma/ /tmp/dgemma --parallel 32"
+    )]
     Stage(commands::stage::StageArgs),
     /// Route decisions across Vertex, Cloud Run, local and remote backends with failover.
+    #[command(
+        after_help = "Examples:\n  dgem gateway --embedded\n  dgem gateway --cloudrun-url https://dgem-xyz.a.run.app --local-url http://127.0.0.1:8080"
+    )]
     Gateway(Box<commands::gateway::GatewayArgs>),
 }
 
@@ -140,6 +190,12 @@ fn main() -> ExitCode {
         Command::BenchPermutation(args) => {
             return commands::bench::exit(commands::bench_suites::run_permutation(args))
         }
+        Command::BenchJev(args) => {
+            return commands::bench::exit(commands::bench_suites::run_jev(args))
+        }
+        Command::BenchMerge(args) => {
+            return commands::bench::exit(commands::bench_suites::run_merge(args))
+        }
         Command::BenchCompare(args) => {
             return commands::bench::exit(commands::bench_suites::run_compare(args))
         }
@@ -153,5 +209,29 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.report(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::Cli;
+
+    /// Regression (issue 16): `--help` had no examples. Every subcommand's
+    /// help now ends with some.
+    #[test]
+    fn every_subcommand_help_has_examples() {
+        let cli = Cli::command();
+        let missing: Vec<String> = cli
+            .get_subcommands()
+            .filter(|c| c.get_name() != "help")
+            .filter(|c| {
+                !c.get_after_help()
+                    .is_some_and(|h| h.to_string().starts_with("Example"))
+            })
+            .map(|c| c.get_name().to_string())
+            .collect();
+        assert!(missing.is_empty(), "no examples in --help: {missing:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! Metric functions shared by the harnesses. Every formula names its source.
 
 pub mod calibration;
+pub mod jevbench;
 pub mod ranking;
 pub mod stats;
 

@@ -8,6 +8,7 @@ pub mod calibration;
 pub mod compare;
 pub mod intents;
 pub mod jev;
+pub mod jev_run;
 pub mod permutation;
 pub mod rerank;
 

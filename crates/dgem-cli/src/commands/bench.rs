@@ -13,9 +13,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::Args;
 use dgem_bench::dataset::{self, Dataset, Row};
-use dgem_bench::receipt::{self, DatasetInfo, ModelInfo, Receipt, RunInfo, VersionInfo};
+use dgem_bench::receipt::{self, DatasetInfo, ModelInfo, Receipt, RunInfo, ShardPlan, VersionInfo};
 use dgem_bench::report::{self, Format, Gate};
 use dgem_bench::runner::{self, Progress, RunConfig, RunOutcome};
+use dgem_bench::shard::Shard;
 use dgem_bench::suites::{self, bench::BenchRow, Decider, Summary};
 use dgem_bench::BenchError;
 use dgem_core::labels::LabelMode;
@@ -78,6 +79,10 @@ pub struct RunArgs {
     /// Report format: table, json, csv, md or github.
     #[arg(long, env = "DGEM_BENCH_FORMAT", default_value = "table")]
     pub format: String,
+    /// Also write each report table to its own CSV file in this folder
+    /// (`items.csv`, `groups.csv`, …).
+    #[arg(long = "csv-dir", env = "DGEM_BENCH_CSV_DIR", value_name = "DIR")]
+    pub csv_dir: Option<PathBuf>,
     /// Exit 3 unless METRIC meets VALUE (repeatable), e.g. `item_accuracy=0.8`;
     /// for error-like metrics (ece, brier, nll, *_ms, flip_rate, tvd) the value is a ceiling.
     #[arg(
@@ -95,8 +100,26 @@ pub struct RunArgs {
     /// Base seed.
     #[arg(long, env = "DGEM_BENCH_SEED", default_value_t = 42)]
     pub seed: i64,
+    /// Run shard I of N (0-based): the rows whose id hashes to I. Also read
+    /// from `DGEM_BENCH_SHARD`, Cloud Run Jobs' `CLOUD_RUN_TASK_INDEX`/`_COUNT`
+    /// and Kubernetes' `JOB_COMPLETION_INDEX` with `DGEM_SHARD_COUNT`. Join the
+    /// shards' receipts with `dgem bench-merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Set by commands that must see every row (`dgem calibrate` fits on the
+    /// whole set): no shard, whatever the environment says.
+    #[arg(skip)]
+    pub never_shard: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// The shard of this run: `--shard`, else the environment (see [`Shard::resolve`]).
+pub fn shard_of(args: &RunArgs) -> Result<Option<Shard>, Failure> {
+    if args.never_shard {
+        return Ok(None);
+    }
+    Shard::resolve(args.shard.as_deref(), |k| std::env::var(k).ok()).map_err(user)
 }
 
 /// Arguments of `dgem bench`.
@@ -119,42 +142,90 @@ pub struct CalibrationArgs {
     pub run: RunArgs,
 }
 
-/// A progress bar on stderr (indicatif hides it when stderr is not a terminal).
-struct Bar(ProgressBar);
+/// Items the ETA's rate is measured over: the last this many finished.
+pub const ETA_WINDOW: usize = 20;
+
+/// Time left from the finish times of the last [`ETA_WINDOW`] items: their
+/// rate, not the whole run's average (which a slow first item, model load or
+/// a resumed run would skew), so the estimate does not jump. `None` until two
+/// items have finished in this session.
+pub fn eta_from_window(
+    window: &std::collections::VecDeque<std::time::Instant>,
+    remaining: u64,
+) -> Option<std::time::Duration> {
+    let (first, last) = (window.front()?, window.back()?);
+    let spans = window.len().checked_sub(1).filter(|n| *n > 0)?;
+    let per_item = last.duration_since(*first).as_secs_f64() / spans as f64;
+    Some(std::time::Duration::from_secs_f64(
+        per_item * remaining as f64,
+    ))
+}
+
+/// A progress bar on stderr (indicatif hides it when stderr is not a
+/// terminal), with the ETA of [`eta_from_window`].
+struct Bar {
+    bar: ProgressBar,
+    window: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
+}
 
 impl Bar {
     fn new(name: &str) -> Self {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> ");
+        let style =
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
         bar.set_style(style);
         bar.set_prefix(name.to_owned());
-        Self(bar)
+        Self {
+            bar,
+            window: std::sync::Mutex::new(std::collections::VecDeque::with_capacity(ETA_WINDOW)),
+        }
     }
 }
 
 impl Progress for Bar {
     fn begin(&self, total: usize, done: usize) {
-        self.0.set_length(total as u64);
-        self.0.set_position(done as u64);
+        self.bar.set_length(total as u64);
+        self.bar.set_position(done as u64);
         if done > 0 {
-            self.0
+            self.bar
                 .println(format!("resuming: {done} of {total} rows already done"));
         }
     }
     fn advance(&self, id: &str) {
-        self.0.set_message(id.to_owned());
-        self.0.inc(1);
+        self.bar.inc(1);
+        let remaining = self
+            .bar
+            .length()
+            .unwrap_or(0)
+            .saturating_sub(self.bar.position());
+        let eta = match self.window.lock() {
+            Ok(mut w) => {
+                w.push_back(std::time::Instant::now());
+                while w.len() > ETA_WINDOW {
+                    w.pop_front();
+                }
+                eta_from_window(&w, remaining)
+            }
+            Err(_) => None,
+        };
+        let eta = eta.map_or_else(
+            || "eta …".to_string(),
+            |d| format!("eta {}", indicatif::HumanDuration(d)),
+        );
+        self.bar.set_message(format!("{eta} · {id}"));
     }
     fn end(&self) {
-        self.0.finish_and_clear();
+        self.bar.finish_and_clear();
     }
 }
 
 /// Everything a harness needs to run, resolved from [`RunArgs`].
 pub struct Prepared<T> {
     pub dataset: Dataset<T>,
+    /// The shard this process runs (its rows only are in `dataset`).
+    pub shard: Option<Shard>,
     pub decider: Decider,
     pub format: Format,
     pub gates: Vec<Gate>,
@@ -217,6 +288,14 @@ pub fn prepare<T: Row>(
         );
     }
     ds.window(args.offset, args.limit);
+    let shard = shard_of(args)?;
+    if let Some(sh) = shard {
+        ds.rows.retain(|(_, r)| sh.contains(r.id()));
+        eprintln!(
+            "shard {sh}: {} row(s) of this dataset (split by item id)",
+            ds.rows.len()
+        );
+    }
     let mut model = args.model.clone();
     if letters && model.labels.is_none() {
         model.labels = Some(LabelMode::Letters);
@@ -224,6 +303,7 @@ pub fn prepare<T: Row>(
     let engine = Arc::new(setup::engine(&model)?);
     Ok(Prepared {
         dataset: ds,
+        shard,
         decider: Decider {
             engine,
             samples,
@@ -273,6 +353,10 @@ pub fn settings(args: &RunArgs, extra: Value) -> Value {
         "workers": args.workers, "limit": args.limit, "offset": args.offset,
         "samples": args.samples, "layout": args.layout, "strict": args.strict,
     });
+    // A bad shard stops the run in `prepare`; here only a valid one is named.
+    if let (Ok(Some(sh)), Some(o)) = (shard_of(args), s.as_object_mut()) {
+        o.insert("shard".into(), json!(sh.to_string()));
+    }
     if let (Some(o), Value::Object(e)) = (s.as_object_mut(), extra) {
         o.extend(e);
     }
@@ -281,7 +365,7 @@ pub fn settings(args: &RunArgs, extra: Value) -> Value {
 
 /// Build the receipt, write it (and drop the partial file), print the report,
 /// check the gates.
-pub fn finish<T, R: Serialize>(
+pub fn finish<T: Row, R: Serialize>(
     args: &RunArgs,
     suite: &str,
     p: &Prepared<T>,
@@ -320,6 +404,16 @@ pub fn finish<T, R: Serialize>(
         metrics: summary.metrics.clone(),
         breakdown: summary.breakdown.clone(),
         items,
+        shard: p.shard.map(|sh| ShardPlan {
+            index: sh.index,
+            count: sh.count,
+            rows: p
+                .dataset
+                .rows
+                .iter()
+                .map(|(line, r)| (r.id().to_owned(), *line))
+                .collect(),
+        }),
     };
     if !outcome.failed.is_empty() {
         eprintln!(
@@ -337,7 +431,13 @@ pub fn finish<T, R: Serialize>(
         }
         eprintln!("receipt written to {}", out.display());
     }
-    print_and_gate(p.format, summary, &p.gates, headline)
+    print_and_gate(
+        p.format,
+        summary,
+        &p.gates,
+        headline,
+        args.csv_dir.as_deref(),
+    )
 }
 
 /// Decisions per second of the last session.
@@ -349,13 +449,23 @@ pub fn decisions_per_s<R>(o: &RunOutcome<R>, decisions_per_item: f64) -> f64 {
     }
 }
 
-/// Print the report in `format` and check gates.
+/// Print the report in `format` (and write its tables to `csv_dir`, one CSV
+/// file each) and check gates.
 pub fn print_and_gate(
     format: Format,
     s: &Summary,
     gates: &[Gate],
     headline: &[&str],
+    csv_dir: Option<&Path>,
 ) -> Result<Outcome, Failure> {
+    if let Some(dir) = csv_dir {
+        let written = report::write_csv_tables(dir, &s.tables).map_err(user)?;
+        eprintln!(
+            "{} table(s) written as CSV to {}",
+            written.len(),
+            dir.display()
+        );
+    }
     print!(
         "{}",
         report::render(format, &s.tables, &s.metrics, &s.breakdown, headline)
@@ -448,7 +558,13 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(user)?;
         let format: Format = a.format.parse().map_err(user)?;
-        return print_and_gate(format, &s, &gates, &["accuracy", "ece_10bin", "brier"]);
+        return print_and_gate(
+            format,
+            &s,
+            &gates,
+            &["accuracy", "ece_10bin", "brier"],
+            a.csv_dir.as_deref(),
+        );
     }
     let p = prepare::<BenchRow>(a, BENCH_DATASET, false)?;
     let settings = settings(a, json!({}));
@@ -483,4 +599,32 @@ pub fn bench_template(name: &str) -> Result<String, Failure> {
             )
         })
         .map_err(user)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Regression (issue 16): the ETA jumped, taken from the whole run's
+    /// average; it is now the rate of the last items only.
+    #[test]
+    fn the_eta_follows_the_recent_rate_not_the_run_average() {
+        let t0 = Instant::now();
+        // A slow first item (60 s, the model load), then one item a second.
+        let mut w: VecDeque<Instant> = VecDeque::new();
+        w.push_back(t0);
+        for i in 0..ETA_WINDOW {
+            w.push_back(t0 + Duration::from_secs(60 + i as u64));
+        }
+        while w.len() > ETA_WINDOW {
+            w.pop_front();
+        }
+        let eta = eta_from_window(&w, 30).expect("eta");
+        assert_eq!(eta.as_secs_f64().round(), 30.0);
+        assert!(eta_from_window(&VecDeque::from([t0]), 5).is_none());
+        assert!(eta_from_window(&VecDeque::new(), 5).is_none());
+    }
 }

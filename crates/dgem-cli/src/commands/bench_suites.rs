@@ -47,6 +47,9 @@ pub struct CompareArgs {
     /// Report format: table, json, csv, md or github.
     #[arg(long, env = "DGEM_BENCH_FORMAT", default_value = "table")]
     pub format: String,
+    /// Also write each report table to its own CSV file in this folder.
+    #[arg(long = "csv-dir", env = "DGEM_BENCH_CSV_DIR", value_name = "DIR")]
+    pub csv_dir: Option<PathBuf>,
     /// Exit 3 unless METRIC meets VALUE (e.g. `mcnemar_p=0.05`).
     #[arg(
         long = "fail-under",
@@ -150,6 +153,142 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
     )
 }
 
+/// Arguments of `dgem bench-jev`.
+#[derive(Debug, Args)]
+pub struct JevArgs {
+    /// Where the model runs, for the speed score: `cpu` or `gpu` (self-hosted:
+    /// latency is charged 2t + 0.15 s) or `api`.
+    #[arg(
+        long = "endpoint-kind",
+        env = "DGEM_JEV_ENDPOINT_KIND",
+        default_value = "cpu"
+    )]
+    pub endpoint_kind: String,
+    /// USD per 1,000 decisions, for the cost score (default: dgem's $0.0260).
+    #[arg(long = "usd-per-1k", env = "DGEM_JEV_USD_PER_1K")]
+    pub usd_per_1k: Option<f64>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Run `dgem bench-jev`.
+pub fn run_jev(args: JevArgs) -> Result<Outcome, Failure> {
+    let a = &args.run;
+    let self_hosted = match args.endpoint_kind.as_str() {
+        "cpu" | "gpu" => true,
+        "api" => false,
+        other => {
+            return Err(user(anyhow::anyhow!(
+                "`--endpoint-kind` must be one of [cpu, gpu, api]. Given: `{other}`"
+            )))
+        }
+    };
+    let usd_per_1k = args
+        .usd_per_1k
+        .unwrap_or(dgem_bench::metrics::jevbench::DGEM_USD_PER_1K);
+    if !(usd_per_1k.is_finite() && usd_per_1k >= 0.0) {
+        return Err(user(anyhow::anyhow!(
+            "`--usd-per-1k` must be a non-negative number. Given: `{usd_per_1k}`"
+        )));
+    }
+    let scoring = suites::jev_run::JevScoring {
+        self_hosted,
+        usd_per_1k,
+    };
+    // Labels such as `refund_full`/`refund_partial` share their first token:
+    // letters tell them apart.
+    let p = prepare::<suites::jev::JevRow>(a, "data/jevbench_style.jsonl", true)?;
+    let st = settings(
+        a,
+        json!({"scoring": scoring, "endpoint_kind": args.endpoint_kind}),
+    );
+    let d = p.decider.clone();
+    let outcome = execute(a, "jev", &p, &st, move |_, row| {
+        let d = d.clone();
+        async move { suites::jev_run::run_item(&d, row).await }
+    })?;
+    let s = suites::jev_run::summarize(
+        &outcome.rows,
+        crate::commands::bench::decisions_per_s(&outcome, 1.0),
+        scoring,
+    );
+    finish(a, "jev", &p, st, &outcome, &s, headline("jev"))
+}
+
+/// Arguments of `dgem bench-merge`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  dgem bench --shard 0/2 -o s0.json & dgem bench --shard 1/2 -o s1.json; wait\n  dgem bench-merge s0.json s1.json -o merged.json"
+)]
+pub struct MergeArgs {
+    /// The shards' receipts (written by a `bench*` command with `--shard I/N`), one per shard, in any order.
+    #[arg(required = true, value_name = "RECEIPT")]
+    pub receipts: Vec<PathBuf>,
+    /// Write the merged receipt here.
+    #[arg(short = 'o', long = "out")]
+    pub out: Option<PathBuf>,
+    /// Report format: table, json, csv, md or github.
+    #[arg(long, env = "DGEM_BENCH_FORMAT", default_value = "table")]
+    pub format: String,
+    /// Also write each report table to its own CSV file in this folder.
+    #[arg(long = "csv-dir", env = "DGEM_BENCH_CSV_DIR", value_name = "DIR")]
+    pub csv_dir: Option<PathBuf>,
+    /// Exit 3 unless METRIC meets VALUE (repeatable), as on the bench commands.
+    #[arg(
+        long = "fail-under",
+        env = "DGEM_BENCH_FAIL_UNDER",
+        value_delimiter = ','
+    )]
+    pub fail_under: Vec<String>,
+}
+
+/// The metrics a suite's report leads with.
+fn headline(suite: &str) -> &'static [&'static str] {
+    match suite {
+        "bench" => &["item_accuracy", "slot_accuracy", "latency_p50_ms"],
+        "calibration" => &["accuracy", "ece_10bin", "brier"],
+        "intents" => &["intent_accuracy", "ece_10bin"],
+        "rerank" => &["ndcg10", "p_mrr", "tie_rate"],
+        "permutation" => &["flip_rate", "mean_max_tvd", "canonical_accuracy"],
+        "jev" => &["chance_corrected_accuracy", "ece_10bin", "composite_v14"],
+        _ => &[],
+    }
+}
+
+/// Run `dgem bench-merge`: join shard receipts into one whose rows and
+/// metrics are a single-process run's (see `dgem_bench::merge`).
+pub fn run_merge(args: MergeArgs) -> Result<Outcome, Failure> {
+    let format: Format = args.format.parse().map_err(user)?;
+    let gates = args
+        .fail_under
+        .iter()
+        .map(|g| g.parse::<Gate>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(user)?;
+    let shards = args
+        .receipts
+        .iter()
+        .map(|p| Ok((p.display().to_string(), Receipt::read(p).map_err(user)?)))
+        .collect::<Result<Vec<_>, Failure>>()?;
+    let (merged, summary) = dgem_bench::merge::merge(&shards).map_err(user)?;
+    if let Some(out) = &args.out {
+        merged.write(out).map_err(crate::failure::internal)?;
+        eprintln!(
+            "merged {} shard(s), {} item(s): receipt written to {}",
+            shards.len(),
+            merged.items.len(),
+            out.display()
+        );
+    }
+    print_and_gate(
+        format,
+        &summary,
+        &gates,
+        headline(&merged.suite),
+        args.csv_dir.as_deref(),
+    )
+}
+
 /// Run `dgem bench-compare`.
 pub fn run_compare(args: CompareArgs) -> Result<Outcome, Failure> {
     let format: Format = args.format.parse().map_err(user)?;
@@ -167,5 +306,5 @@ pub fn run_compare(args: CompareArgs) -> Result<Outcome, Failure> {
             eprintln!("warning: {}", x.as_str().unwrap_or_default());
         }
     }
-    print_and_gate(format, &s, &gates, &["mcnemar_p"])
+    print_and_gate(format, &s, &gates, &["mcnemar_p"], args.csv_dir.as_deref())
 }

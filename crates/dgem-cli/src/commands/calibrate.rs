@@ -123,10 +123,13 @@ impl CalibrateArgs {
             strict: self.strict,
             resume: self.resume,
             format: self.format.clone(),
+            csv_dir: None,
             fail_under: Vec::new(),
             samples: self.samples.clone(),
             layout: self.layout.clone(),
             seed: self.seed,
+            shard: None,
+            never_shard: true,
             model: self.model.clone(),
         }
     }
