@@ -224,16 +224,23 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     };
     let rt = setup::runtime()?;
     let started = std::time::Instant::now();
-    let mut decision: Decision = rt
-        .block_on(engine_.decide(DecideRequest {
-            schema: schema.clone(),
-            state: payload.state.clone(),
-            seed: args.seed,
-        }))
-        .map_err(engine)?;
+    let spinner = crate::progress::spinner("deciding…");
+    let decided = rt.block_on(engine_.decide(DecideRequest {
+        schema: schema.clone(),
+        state: payload.state.clone(),
+        seed: args.seed,
+    }));
+    let mut decision: Decision = match decided {
+        Ok(d) => d,
+        Err(e) => {
+            spinner.finish_and_clear();
+            return Err(engine(e));
+        }
+    };
     let images = dgem_core::images::image_urls(&payload.state);
     let finished =
         rt.block_on(after.finish(&mut decision, &schema, &payload.state, &images, &hesitation));
+    spinner.finish_and_clear();
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // A calibration file asked for by name must fit this model and policy.
     if let Some(c) = finished.calibration.as_ref().filter(|c| !c.applied) {
