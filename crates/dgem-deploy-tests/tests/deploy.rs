@@ -535,3 +535,19 @@ fn stage_weights_dry_run_writes_nothing() {
         "cat >{o}/stage-weights.cloudbuild.yaml <<'EOF_DGEM'"
     )));
 }
+
+/// Regression: the serving image's builder copied neither `vendor/` (the
+/// patched gtmpl of `[patch.crates-io]`) nor `templates/` (compiled into the
+/// binary), so `cargo build --locked` could not succeed inside it.
+#[test]
+fn the_builder_copies_every_source_the_build_reads() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("deploy/Dockerfile")).expect("Dockerfile");
+    for line in [
+        "COPY crates ./crates",
+        "COPY vendor ./vendor",
+        "COPY templates ./templates",
+    ] {
+        assert!(text.lines().any(|l| l.trim() == line), "missing `{line}`");
+    }
+}
