@@ -40,6 +40,7 @@ pub mod api;
 pub mod body;
 pub mod chat;
 pub mod config;
+pub mod config_file;
 pub mod conn;
 pub mod cors;
 pub mod decide;

@@ -250,8 +250,8 @@ fn api_decide() {}
     request_body = ApiDecideRequest,
     responses(
         (status = 200, description = "The envelope", body = Envelope),
-        (status = 400, description = "The request names the field at fault", body = ErrorBody),
-        (status = 404, description = "No such template", body = ErrorBody)
+        (status = 400, description = "The request names the field at fault; an unknown template is a 400 naming `template`", body = ErrorBody),
+        (status = 401, description = "Missing or wrong key", body = ErrorBody)
     ),
     security((), ("bearer" = [])))]
 #[allow(dead_code)]
@@ -270,8 +270,9 @@ fn api_health() {}
 fn api_backends() {}
 
 /// MCP over Streamable HTTP (`dgem_mcp::http_router_for`): JSON-RPC 2.0
-/// `initialize`, `tools/list`, `tools/call` (`decide`, `decide_template`,
-/// `list_templates`).
+/// `initialize`, `tools/list`, `tools/call` (`decide_policy`,
+/// `decide_custom_questions`, `list_policy_templates`,
+/// `get_health_and_gpu_status`, `warmup_gpu`).
 #[utoipa::path(post, path = "/mcp", tag = "agents",
     request_body = JsonRpcRequest,
     responses(

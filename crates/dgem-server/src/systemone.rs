@@ -179,9 +179,11 @@ async fn respond(
     refuse_misspelled_images(req)?;
     let raw = jev_schema(req)?;
     let schema = ValidSchema::from_value(&raw, &state.config().schema_defaults)
-        .map_err(|e| unprocessable(e.message))?;
+        .map_err(|e| unprocessable(e.message).with_param(e.field))?;
     let text = match req.get("state") {
-        None | Some(Value::Null) => return Err(unprocessable("state: required")),
+        None | Some(Value::Null) => {
+            return Err(unprocessable("state: required").with_param("state"))
+        }
         Some(s) => state_text(s),
     };
     let seed = seed_of(req.get("seed")).map_err(unprocessable)?;

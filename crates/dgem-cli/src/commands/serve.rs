@@ -17,6 +17,11 @@ use crate::setup::{self, ModelArgs};
 /// `REQUEST_TIMEOUT_S`, `MAX_BODY_BYTES`, `DEFAULT_SAMPLES`, `DEFAULT_LAYOUT`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// A TOML file of settings (keys: the snake_case names of the settings,
+    /// e.g. `port`, `max_inflight`, `api_keys`, `cors_origins`, `studio`,
+    /// `model`). Environment variables and flags win over it (docs/serve.md).
+    #[arg(long, env = "DGEM_CONFIG", value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// Port to listen on (falls back to `AIP_HTTP_PORT`, then 8080).
     #[arg(long, env = "PORT")]
     pub port: Option<u16>,
@@ -59,7 +64,20 @@ pub struct ServeArgs {
 
 /// Load the model, bind, serve until Ctrl-C or SIGTERM, then drain.
 pub fn run(args: ServeArgs) -> Result<(), Failure> {
-    let mut config = ServeConfig::from_env().map_err(user)?;
+    let file = args
+        .config
+        .as_deref()
+        .map(dgem_server::config_file::ConfigFile::read)
+        .transpose()
+        .map_err(user)?;
+    let mut config = match &file {
+        Some(f) => f.serve_config(|k| std::env::var(k).ok()).map_err(user)?,
+        None => ServeConfig::from_env().map_err(user)?,
+    };
+    let args = match &file {
+        Some(f) => with_file(args, f)?,
+        None => args,
+    };
     if let Some(p) = args.port {
         config.port = p;
     }
@@ -181,4 +199,70 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             Err(_) => Ok(()),
         }
     })
+}
+
+/// Fill the command's own settings that neither a flag nor the environment
+/// set from the config file (`host`, `studio`, `served_model`, `templates`,
+/// `warmup`, `model`, `threads`, `context`). A flag left at its default (`--context
+/// 4096`, `--templates templates`) counts as unset.
+fn with_file(
+    mut args: ServeArgs,
+    f: &dgem_server::config_file::ConfigFile,
+) -> Result<ServeArgs, Failure> {
+    let bad = |key: &str, expected: &str, given: &str| {
+        user(anyhow::anyhow!(
+            "`--config` {}: `{key}` must be {expected}. Given: `{given}`",
+            f.path.display()
+        ))
+    };
+    let boolean = |key: &str| -> Result<Option<bool>, Failure> {
+        f.get(key)
+            .map(|v| match v {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => Err(bad(key, "true or false", other)),
+            })
+            .transpose()
+    };
+    if args.host.is_none() {
+        if let Some(h) = f.get("host") {
+            args.host = Some(
+                h.parse()
+                    .map_err(|_| bad("host", "an IP address such as 0.0.0.0 or 127.0.0.1", h))?,
+            );
+        }
+    }
+    if !args.studio {
+        args.studio = boolean("studio")?.unwrap_or(false);
+    }
+    if args.served_model.is_none() {
+        args.served_model = f.get("served_model").map(str::to_string);
+    }
+    if !args.no_warmup && boolean("warmup")? == Some(false) {
+        args.no_warmup = true;
+    }
+    if args.templates == std::path::Path::new("templates") {
+        if let Some(t) = f.get("templates") {
+            args.templates = t.into();
+        }
+    }
+    if args.model.model.is_none() {
+        args.model.model = f.get("model").map(Into::into);
+    }
+    if args.model.threads.is_none() {
+        if let Some(t) = f.get("threads") {
+            args.model.threads = Some(
+                t.parse()
+                    .map_err(|_| bad("threads", "a whole number of threads", t))?,
+            );
+        }
+    }
+    if args.model.context == 4096 {
+        if let Some(c) = f.get("context") {
+            args.model.context = c
+                .parse()
+                .map_err(|_| bad("context", "a whole number of tokens", c))?;
+        }
+    }
+    Ok(args)
 }
