@@ -40,6 +40,7 @@ pub async fn cascade(
 ) -> CascadeSummary {
     let span = tracing::info_span!(
         "cascade",
+        otel.name = "dgem.cascade",
         mode = opts.mode.as_str(),
         provider = provider.name(),
         escalated = tracing::field::Empty,

@@ -7,6 +7,7 @@
 
 mod commands;
 mod failure;
+mod otel;
 mod progress;
 mod setup;
 mod vllm;
@@ -14,6 +15,30 @@ mod vllm;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
+
+/// What the trace exporter takes: spans at `info` and above, but none of
+/// llama.cpp's own log lines or the HTTP client's internals.
+fn otel_filter() -> tracing_subscriber::filter::Targets {
+    tracing_subscriber::filter::Targets::new()
+        .with_default(tracing::Level::INFO)
+        .with_target("llama-cpp-2", tracing::level_filters::LevelFilter::OFF)
+        .with_target("reqwest", tracing::level_filters::LevelFilter::OFF)
+        .with_target("hyper", tracing::level_filters::LevelFilter::OFF)
+        .with_target("hyper_util", tracing::level_filters::LevelFilter::OFF)
+        .with_target("h2", tracing::level_filters::LevelFilter::OFF)
+        .with_target("opentelemetry", tracing::level_filters::LevelFilter::OFF)
+        .with_target(
+            "opentelemetry_sdk",
+            tracing::level_filters::LevelFilter::OFF,
+        )
+        .with_target(
+            "opentelemetry_otlp",
+            tracing::level_filters::LevelFilter::OFF,
+        )
+}
 
 /// dgem — read a probability for every allowed answer of every question of a
 /// policy, in one pass of a model.
@@ -162,11 +187,21 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The log filter (`--log`) is for stderr only: traces take every span at
+    // `info` and above, whatever is printed.
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter(filter);
+    let (otel, _otel_guard) = match otel::layer() {
+        Ok(Some((layer, guard))) => (Some(layer.with_filter(otel_filter())), Some(guard)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    tracing_subscriber::registry().with(fmt).with(otel).init();
     let outcome = match cli.command {
         Command::Decide(args) => commands::decide::run(*args),
         Command::Model(cmd) => commands::model::run(cmd),

@@ -13,6 +13,8 @@
 
 use std::time::Instant;
 
+use tracing::Instrument as _;
+
 use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
@@ -345,7 +347,8 @@ impl Ctx<'_> {
             }
             index.push(at);
         }
-        let out = self.engine.backend.forward(reads).await?;
+        let span = forward_span(&self.engine.backend.info().engine, reads.len());
+        let out = self.engine.backend.forward(reads).instrument(span).await?;
         counters.absorb(&out);
         counters.calibration_ms += started.elapsed().as_secs_f64() * 1e3;
         for (mi, &qi) in missing.iter().enumerate() {
@@ -400,7 +403,8 @@ impl Ctx<'_> {
             .iter()
             .map(|s| s.slots.first().map_or(0, |q| q.pos))
             .collect();
-        let out = self.engine.backend.forward(batch).await?;
+        let span = forward_span(&self.engine.backend.info().engine, batch.len());
+        let out = self.engine.backend.forward(batch).instrument(span).await?;
         counters.absorb(&out);
         let mut result = Vec::new();
         for (r, qs, ranges) in &plans {
@@ -592,4 +596,10 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         answers,
         diagnostics,
     })
+}
+
+/// The span of one model call: `dgem.forward_pass` in traces, with the
+/// engine and the number of sequences read.
+pub(crate) fn forward_span(engine: &str, reads: usize) -> tracing::Span {
+    tracing::info_span!("forward_pass", otel.name = "dgem.forward_pass", %engine, reads)
 }

@@ -29,6 +29,7 @@ use dgem_core::slots::{
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
+use tracing::Instrument as _;
 
 use crate::{DecideRequest, Decision, Engine, EngineError};
 
@@ -207,7 +208,8 @@ async fn run_reads(
         })
         .collect();
     let n = seqs.len();
-    let out = engine.backend.forward(seqs).await?;
+    let span = crate::cloze::forward_span(&engine.backend.info().engine, seqs.len());
+    let out = engine.backend.forward(seqs).instrument(span).await?;
     if out.sequences.len() != n {
         return Err(EngineError::Backend(dgem_backend::BackendError::Model(
             "backend returned fewer canvases than requested".into(),

@@ -139,7 +139,7 @@ impl Engine {
     ///
     /// A choice question with more than 26 options is answered through bracket
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
-    #[tracing::instrument(skip_all, fields(questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
+    #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
         let info = self.backend.info();
         if !info.supports_images && dgem_core::images::has_images(&req.state) {

@@ -231,7 +231,9 @@ impl TemplateDir {
         let path = self.resolve(name)?;
         let text = self.text(name)?;
         let label = display_name(&path);
-        let rendered = dgem_core::template::render(&label, &text, vars)
+        let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %label);
+        let rendered = span
+            .in_scope(|| dgem_core::template::render(&label, &text, vars))
             .map_err(|e| TemplateError::Variables(e.to_string()))?;
         parse_named_payload(&label, &rendered, vars)
             .map_err(|e| TemplateError::Variables(e.to_string()))

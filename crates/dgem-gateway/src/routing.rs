@@ -375,7 +375,7 @@ impl Gateway {
     /// # Errors
     /// [`GatewayError`]: `UnknownBackend`, `Rejected` (a 4xx, not failed over),
     /// `Upstream` (every attempt failed), `WakeupTimeout`, `Unavailable`.
-    #[tracing::instrument(skip_all, fields(mode = requested.unwrap_or(self.default.as_str()), backend, attempts))]
+    #[tracing::instrument(skip_all, fields(otel.name = "dgem.gateway.decide", mode = requested.unwrap_or(self.default.as_str()), backend, attempts))]
     pub async fn route<T, F>(
         &self,
         requested: Option<&str>,
@@ -521,6 +521,7 @@ impl Gateway {
     }
 
     /// Poll the warming replicas' health with backoff until one is ready.
+    #[tracing::instrument(skip_all, fields(otel.name = "dgem.gateway.cold_start_backoff", replicas = warming.len()))]
     async fn hold(
         &self,
         warming: &[usize],

@@ -220,6 +220,8 @@ pub async fn track(req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let span = tracing::info_span!(
         "request",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
         %method,
         route = %route,
         status = Empty,

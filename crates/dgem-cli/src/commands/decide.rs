@@ -106,7 +106,10 @@ pub fn load_payload(
     {
         return Err(user(anyhow::anyhow!("`--var`: {msg}")));
     }
-    let rendered = dgem_core::template::render(&name, &text, &vars).map_err(user)?;
+    let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %name);
+    let rendered = span
+        .in_scope(|| dgem_core::template::render(&name, &text, &vars))
+        .map_err(user)?;
     let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
     Ok((payload, vars))
 }
