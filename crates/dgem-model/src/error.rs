@@ -134,6 +134,11 @@ pub enum ModelError {
         reason: String,
     },
 
+    /// A Hugging Face Hub pull failed; the message says what to do (see
+    /// [`crate::hub`]).
+    #[error("{0}")]
+    Hub(String),
+
     /// The GGUF file is not a Gemma 3 family model.
     #[error(
         "`{}` is a GGUF model with `general.architecture` = `{}`; dgem needs a Gemma 3 \
@@ -150,6 +155,16 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// Whether the user must act (a wrong reference, an unreachable or
+    /// refusing hub, a file that is not a Gemma 3 GGUF) rather than dgem
+    /// having failed.
+    pub fn is_user_error(&self) -> bool {
+        matches!(
+            self,
+            Self::Hub(_) | Self::NotGguf { .. } | Self::NotGemma3 { .. }
+        )
+    }
+
     /// Shorthand for [`ModelError::Io`].
     pub(crate) fn io(
         action: &'static str,

@@ -26,6 +26,7 @@ pub mod cache;
 pub mod env;
 pub mod error;
 pub mod gguf;
+pub mod hub;
 pub mod progress;
 pub mod pull;
 pub mod spec;

