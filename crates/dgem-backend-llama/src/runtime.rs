@@ -4,7 +4,8 @@
 //! second call), while tests and the CLI load several models. We keep the one
 //! backend handle in a `OnceLock` for the life of the process and route
 //! llama.cpp's own logging (normally printed on stderr) into `tracing`, so CLI
-//! output stays clean unless a subscriber asks for it.
+//! output stays clean unless a subscriber asks for it. The SIMD check
+//! ([`crate::simd`]) runs first.
 
 use std::sync::OnceLock;
 
@@ -19,6 +20,9 @@ static RUNTIME: OnceLock<Result<LlamaRuntime, String>> = OnceLock::new();
 pub(crate) fn runtime() -> Result<&'static LlamaRuntime, LlamaError> {
     RUNTIME
         .get_or_init(|| {
+            // Before any ggml code runs: a build for instructions this CPU
+            // lacks would die with SIGILL inside the first kernel.
+            crate::simd::check_this_cpu().map_err(|e| e.to_string())?;
             send_logs_to_tracing(LogOptions::default().with_logs_enabled(true));
             LlamaRuntime::init().map_err(|e| e.to_string())
         })

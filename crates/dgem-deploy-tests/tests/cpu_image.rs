@@ -161,8 +161,10 @@ fn builder_compiles_dgem_with_the_lock_file() {
         ),
         "{runs:?}"
     );
-    // What the build reads: the workspace, the patched crate the workspace's
-    // [patch.crates-io] points at, and the templates compiled into the binary.
+    // What the build reads: the workspace, its .cargo/config.toml (the SIMD pin
+    // of llama.cpp: without it a build with SOURCE_DATE_EPOCH set is ~20x
+    // slower), the patched crate the workspace's [patch.crates-io] points at,
+    // and the templates compiled into the binary.
     let copies: Vec<&str> = b
         .ins
         .iter()
@@ -173,11 +175,21 @@ fn builder_compiles_dgem_with_the_lock_file() {
         copies,
         [
             "Cargo.toml Cargo.lock rust-toolchain.toml rustfmt.toml ./",
+            ".cargo ./.cargo",
             "crates ./crates",
             "vendor ./vendor",
             "templates ./templates"
         ]
     );
+    let config =
+        std::fs::read_to_string(root.join(".cargo/config.toml")).expect(".cargo/config.toml");
+    for pin in [
+        "GGML_AVX2 = \"ON\"",
+        "GGML_FMA = \"ON\"",
+        "GGML_F16C = \"ON\"",
+    ] {
+        assert!(config.contains(pin), ".cargo/config.toml lacks {pin}");
+    }
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     assert!(
         manifest.contains("path = \"vendor/"),
