@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dgem_backend::{
     Attention, Backend, BackendError, BackendInfo, ForwardOutput, ForwardStats, Health, LabelMode,
-    SequenceRead,
+    SequenceRead, SlotLogits, SlotQuery,
 };
-use dgem_core::tokenizer::Tokenizer;
+use dgem_core::tokenizer::{TokenId, Tokenizer};
 use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::tokenizer::{load_model, LlamaTokenizer};
-use crate::worker::{self, Job, WorkerConfig};
+use crate::worker::{self, Job, JobKind, WorkerConfig};
 use crate::{LlamaConfig, LlamaError};
 
 /// Gemma 3 GGUF (or any causal GGUF llama.cpp reads) run in-process on the CPU.
@@ -88,6 +88,12 @@ impl LlamaBackend {
             "between 16 and 2^31-1",
             config.context_size,
         )?;
+        check(
+            (1..=config.context_size).contains(&config.kv_chunk),
+            "kv_chunk",
+            "between 1 and the context size",
+            config.kv_chunk,
+        )?;
         let started = Instant::now();
         let model = Arc::new(load_model(
             &config.model_path,
@@ -100,6 +106,7 @@ impl LlamaBackend {
             context_size: config.context_size,
             logits_all: config.logits_all,
             batch_reads: config.batch_reads,
+            kv_chunk: config.kv_chunk,
         };
         let thread = worker::spawn(tokenizer.model(), worker_cfg, rx)?;
         tracing::info!(
@@ -132,6 +139,106 @@ impl LlamaBackend {
     /// The concrete tokenizer (same vocabulary as [`Backend::tokenizer`]).
     pub fn llama_tokenizer(&self) -> &LlamaTokenizer {
         &self.tokenizer
+    }
+
+    /// Send one job to the model thread and wait for its answer, under the
+    /// queue and model timeouts.
+    async fn submit(
+        &self,
+        kind: JobKind,
+        reads: Vec<SequenceRead>,
+    ) -> Result<ForwardOutput, BackendError> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| BackendError::Unavailable("backend is shutting down".into()))?;
+        let (reply, rx) = oneshot::channel();
+        let (started, started_rx) = oneshot::channel();
+        let job = Job {
+            kind,
+            reads,
+            enqueued: Instant::now(),
+            span: tracing::Span::current(),
+            started: Some(started),
+            reply,
+        };
+        tx.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => BackendError::Overloaded(format!(
+                "llama.cpp queue of {} jobs is full",
+                self.queue_capacity
+            )),
+            mpsc::error::TrySendError::Closed(_) => {
+                BackendError::Unavailable("model thread has stopped".into())
+            }
+        })?;
+        // Two budgets: the wait in the queue, then the model time. A job whose
+        // queue wait runs out is dropped unrun (the worker skips a job whose
+        // caller is gone) and the caller hears `Overloaded`, not `Timeout`.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if let Some(limit) = self.queue_timeout {
+            match tokio::time::timeout(limit, started_rx).await {
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(BackendError::Overloaded(format!(
+                        "waited {} ms in the llama.cpp queue (the queue timeout) before the model could start",
+                        ms(limit)
+                    )))
+                }
+            }
+        } else {
+            let _ = started_rx.await;
+        }
+        let answer = async {
+            rx.await
+                .map_err(|_| BackendError::Unavailable("model thread dropped the request".into()))?
+        };
+        match self.model_timeout {
+            Some(limit) => tokio::time::timeout(limit, answer)
+                .await
+                .map_err(|_| BackendError::Timeout(ms(limit)))?,
+            None => answer.await,
+        }
+    }
+
+    /// The benchmark baseline, on the model thread and its context:
+    /// llama.cpp's own prompt evaluation of `tokens` (an empty KV cache, the
+    /// whole prompt in one `llama_decode`, logits at the last row only), with
+    /// the cache emptied again afterwards. Returns the decode's wall time in
+    /// ms and the last row read over `labels` (empty `labels`: no slot).
+    ///
+    /// # Errors
+    /// [`BackendError::InvalidRequest`] for an empty or too long prompt or an
+    /// id outside the vocabulary; otherwise as [`Backend::forward`].
+    pub async fn prompt_eval(
+        &self,
+        tokens: Vec<TokenId>,
+        labels: Vec<Vec<TokenId>>,
+    ) -> Result<(f64, Option<SlotLogits>), BackendError> {
+        let pos = tokens.len();
+        let read = SequenceRead {
+            tokens,
+            slots: vec![SlotQuery { pos, labels }],
+        };
+        validate(
+            std::slice::from_ref(&read),
+            self.tokenizer.vocab_size(),
+            self.info.max_tokens,
+        )?;
+        let out = self.submit(JobKind::PromptEval, vec![read]).await?;
+        let slot = out
+            .sequences
+            .into_iter()
+            .next()
+            .and_then(|s| s.into_iter().next());
+        Ok((out.stats.forward_ms, slot))
+    }
+
+    /// Empty the KV cache: the next read decodes its whole prompt (a cold read).
+    ///
+    /// # Errors
+    /// As [`Backend::forward`] (queue full, thread stopped, timeouts).
+    pub async fn clear_cache(&self) -> Result<(), BackendError> {
+        self.submit(JobKind::Reset, Vec::new()).await.map(|_| ())
     }
 }
 
@@ -200,55 +307,7 @@ impl Backend for LlamaBackend {
                 stats: ForwardStats::default(),
             });
         }
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| BackendError::Unavailable("backend is shutting down".into()))?;
-        let (reply, rx) = oneshot::channel();
-        let (started, started_rx) = oneshot::channel();
-        let job = Job {
-            reads,
-            enqueued: Instant::now(),
-            span: tracing::Span::current(),
-            started: Some(started),
-            reply,
-        };
-        tx.try_send(job).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => BackendError::Overloaded(format!(
-                "llama.cpp queue of {} jobs is full",
-                self.queue_capacity
-            )),
-            mpsc::error::TrySendError::Closed(_) => {
-                BackendError::Unavailable("model thread has stopped".into())
-            }
-        })?;
-        // Two budgets: the wait in the queue, then the model time. A job whose
-        // queue wait runs out is dropped unrun (the worker skips a job whose
-        // caller is gone) and the caller hears `Overloaded`, not `Timeout`.
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        if let Some(limit) = self.queue_timeout {
-            match tokio::time::timeout(limit, started_rx).await {
-                Ok(_) => {}
-                Err(_) => {
-                    return Err(BackendError::Overloaded(format!(
-                        "waited {} ms in the llama.cpp queue (the queue timeout) before the model could start",
-                        ms(limit)
-                    )))
-                }
-            }
-        } else {
-            let _ = started_rx.await;
-        }
-        let answer = async {
-            rx.await
-                .map_err(|_| BackendError::Unavailable("model thread dropped the request".into()))?
-        };
-        match self.model_timeout {
-            Some(limit) => tokio::time::timeout(limit, answer)
-                .await
-                .map_err(|_| BackendError::Timeout(ms(limit)))?,
-            None => answer.await,
-        }
+        self.submit(JobKind::Reads, reads).await
     }
 
     async fn health(&self) -> Health {
@@ -277,8 +336,6 @@ impl Drop for LlamaBackend {
 
 #[cfg(test)]
 mod tests {
-    use dgem_backend::SlotQuery;
-
     use super::*;
 
     fn read(tokens: Vec<u32>, pos: usize, labels: Vec<Vec<u32>>) -> SequenceRead {

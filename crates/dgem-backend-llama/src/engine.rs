@@ -1,11 +1,31 @@
 //! The llama.cpp context, its KV cache and the two ways of reading a call.
 //!
-//! KV reuse: the tokens currently cached for llama sequence 0 are remembered; a
-//! new read drops everything after the longest common prefix and decodes only
-//! the new suffix. Several reads of one call that share a prompt are either run
-//! one after another through that cache, or (`batch_reads`) in **one** decode:
-//! the shared prefix is tagged with every sequence id (or copied with
-//! `seq_cp` when cached) and each read's suffix gets its own sequence id.
+//! **Determinism.** ggml's CPU kernels give a row numbers that depend on the
+//! batch it was computed in: a batch of fewer than 4 rows takes another matmul
+//! kernel, a row in the trailing partial group of 4 takes a GEMV instead of a
+//! GEMM, and so on. Measured on Gemma 3 270M: a warm read that re-decoded the
+//! last 3 tokens of a prompt moved `yes` from 0.4513 to 0.4528. So the shape of
+//! every decode is made a function of the tokens alone, never of what the KV
+//! cache held before the call:
+//! - the prompt is decoded in **canonical chunks**, `[k·C, (k+1)·C)` at absolute
+//!   positions (`C` = [`WorkerConfig::kv_chunk`]), the last one ending where the
+//!   read ends;
+//! - across calls, a cached prefix is reused only in whole canonical chunks
+//!   (`canon` counts the leading positions that were computed that way), so a
+//!   warm read re-decodes exactly the chunks a cold read decodes last, in
+//!   batches of the same shape, and gets the same bits;
+//! - within one call, later reads reuse everything the call itself computed
+//!   (the same sequence of decodes happens on every run of the request).
+//!
+//! The physical KV cells are laid out in position order too (sequence 0 only
+//! grows at its end or is cut back, so llama.cpp places new tokens right after
+//! the kept prefix): attention sums over cells in cell order.
+//!
+//! Several reads of one call that share a prompt are either run one after
+//! another through that cache, or (`batch_reads`) in **one** decode of their
+//! continuations: the shared prefix is decoded on sequence 0 (canonical chunks),
+//! copied to one sequence id per read with `seq_cp`, and every read's suffix
+//! goes in one batch under its own id.
 
 use std::num::NonZeroU32;
 
@@ -26,12 +46,11 @@ use crate::LlamaError;
 const MAX_UBATCH: usize = 512;
 /// llama.cpp's `LLAMA_FLASH_ATTN_TYPE_DISABLED`.
 const FLASH_ATTN_DISABLED: i32 = 0;
-/// Row-tile size of ggml's CPU matrix kernels: a row's numbers depend on whether it
-/// sat in a full tile of its batch. Reused KV prefixes and decode chunks start at
-/// multiples of this, so a warm read gives bit-identical numbers to a cold one.
-const TILE: usize = 8;
 /// llama sequence ids available: 0 holds the cached prefix, 1.. the batched reads.
-const MAX_SEQS: usize = 8;
+const MAX_SEQS: usize = 16;
+/// Reads whose tokens agree up to this many tokens before their first slot row
+/// are batched together (a question's cue, an option's continuation).
+const MAX_CONTINUATION: usize = 48;
 
 fn model_err(what: &str, e: impl std::fmt::Display) -> BackendError {
     BackendError::Model(format!("{what}: {e}"))
@@ -51,6 +70,24 @@ fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// How many reads from the start of `reads` to batch: consecutive reads that
+/// agree with the first up to at most [`MAX_CONTINUATION`] tokens before their
+/// first slot row, at most `MAX_SEQS - 1` of them.
+fn continuation_run(reads: &[SequenceRead]) -> usize {
+    let Some(first) = reads.first() else {
+        return 0;
+    };
+    let mut n = 1;
+    for read in reads.iter().skip(1).take(MAX_SEQS - 2) {
+        let Some((row, _)) = span(read) else { break };
+        if common_prefix(&first.tokens, &read.tokens) + MAX_CONTINUATION < row {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// Positions `[first_row, end)` a read needs: rows `pos - 1` of its slots.
 fn span(read: &SequenceRead) -> Option<(usize, usize)> {
     let end = read.slots.iter().map(|s| s.pos).max()?;
@@ -64,9 +101,20 @@ pub(crate) struct Engine<'m> {
     batch: LlamaBatch<'static>,
     /// Tokens whose KV state sequence 0 currently holds, from position 0.
     cached: Vec<TokenId>,
-    n_batch: usize,
+    /// Leading positions of `cached` computed in whole canonical chunks (a
+    /// multiple of `chunk`): the only part a later call may reuse.
+    canon: usize,
+    /// Leading positions of `cached` this call may reuse: `canon` at the start
+    /// of a call, then everything the call itself decoded.
+    trusted: usize,
+    /// Canonical chunk size `C` (tokens).
+    chunk: usize,
+    /// Tokens one `batch` holds.
+    batch_capacity: usize,
     logits_all: bool,
     batch_reads: bool,
+    /// Wall time of the last `llama_decode` call, ms.
+    last_decode_ms: f64,
 }
 
 impl<'m> Engine<'m> {
@@ -99,11 +147,15 @@ impl<'m> Engine<'m> {
             .map_err(|e| LlamaError::Context(e.to_string()))?;
         Ok(Self {
             ctx,
-            batch: LlamaBatch::new(cfg.context_size.max(TILE), MAX_SEQS as i32),
+            batch: LlamaBatch::new(cfg.context_size.max(16), 1),
             cached: Vec::new(),
-            n_batch: (cfg.context_size / TILE * TILE).max(TILE),
+            canon: 0,
+            trusted: 0,
+            chunk: cfg.kv_chunk.max(1),
+            batch_capacity: cfg.context_size.max(16),
             logits_all: cfg.logits_all,
             batch_reads: cfg.batch_reads,
+            last_decode_ms: 0.0,
         })
     }
 
@@ -111,6 +163,42 @@ impl<'m> Engine<'m> {
     pub(crate) fn reset(&mut self) {
         self.ctx.clear_kv_cache();
         self.cached.clear();
+        self.canon = 0;
+        self.trusted = 0;
+    }
+
+    /// Wall time of the last `llama_decode` call, ms.
+    pub(crate) fn last_decode_ms(&self) -> f64 {
+        self.last_decode_ms
+    }
+
+    /// The benchmark baseline: llama.cpp's own prompt evaluation of
+    /// `reads[0].tokens` on an empty cache — the whole prompt in one batch
+    /// (llama.cpp splits it in ubatches of 512), logits at the last row only —
+    /// then an empty cache again. Returns the last row read over the first
+    /// slot's labels; [`Self::last_decode_ms`] holds the decode time.
+    pub(crate) fn prompt_eval(
+        &mut self,
+        reads: &[SequenceRead],
+    ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
+        let Some(read) = reads.first() else {
+            return Ok((Vec::new(), 0));
+        };
+        self.reset();
+        self.batch.clear();
+        let last = read.tokens.len().saturating_sub(1);
+        for (p, &t) in read.tokens.iter().enumerate() {
+            self.batch
+                .add(token(t)?, pos_i32(p)?, &[0], p == last)
+                .map_err(|e| model_err("batch", e))?;
+        }
+        let result = self.decode();
+        let slots = match (&result, read.slots.first()) {
+            (Ok(()), Some(slot)) => vec![self.read_row(last, &slot.labels)?],
+            _ => Vec::new(),
+        };
+        self.reset();
+        result.map(|()| (vec![slots], 0))
     }
 
     /// Read every slot of validated reads; returns them and the reused positions.
@@ -119,6 +207,8 @@ impl<'m> Engine<'m> {
         reads: &[SequenceRead],
         cancelled: &dyn Fn() -> bool,
     ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
+        // What an earlier call left is reusable only in whole canonical chunks.
+        self.trusted = self.canon;
         let mut out = Vec::with_capacity(reads.len());
         let mut cached = 0;
         let mut rest = reads;
@@ -131,7 +221,7 @@ impl<'m> Engine<'m> {
                 ));
             }
             let take = if self.batch_reads {
-                rest.len().min(MAX_SEQS - 1)
+                continuation_run(rest)
             } else {
                 1
             };
@@ -158,21 +248,73 @@ impl<'m> Engine<'m> {
         Ok((out, cached))
     }
 
-    /// Make sequence 0 hold `tokens[..start]` for the largest `start <= want`
-    /// already cached; returns that `start`.
+    /// Make sequence 0 hold `tokens[..start]` for the largest reusable
+    /// `start <= want`; returns that `start`. Reusable: what this call decoded,
+    /// else whole canonical chunks (see the module docs).
     fn keep_prefix(&mut self, tokens: &[TokenId], want: usize) -> Result<usize, BackendError> {
-        let start = common_prefix(&self.cached, tokens).min(want) / TILE * TILE;
+        let reusable = common_prefix(&self.cached, tokens)
+            .min(want)
+            .min(self.trusted);
+        let start = if reusable > self.canon {
+            reusable
+        } else {
+            reusable / self.chunk * self.chunk
+        };
         let removed = self
             .ctx
             .clear_kv_cache_seq(Some(0), u32::try_from(start).ok(), None)
             .map_err(|e| model_err("kv seq_rm", e))?;
         if removed {
             self.cached.truncate(start);
+            self.canon = self.canon.min(start);
+            self.trusted = self.trusted.min(start);
             Ok(start)
         } else {
             self.reset();
             Ok(0)
         }
+    }
+
+    /// Decode `tokens[from..end]` on sequence 0 after [`Self::keep_prefix`]
+    /// returned `from`, requesting logits at the (sorted) `rows`; calls
+    /// `on_rows(self, chunk_start, chunk_end)` after each decode so the caller
+    /// can read the rows that decode produced. From a canonical start the
+    /// pieces end at multiples of the chunk size, and the canonical prefix
+    /// grows with every whole chunk.
+    fn decode_prompt(
+        &mut self,
+        tokens: &[TokenId],
+        from: usize,
+        rows: &[usize],
+        on_rows: &mut dyn FnMut(&Self, usize, usize) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let end = tokens.len();
+        let canonical = from == self.canon;
+        let mut at = from;
+        while at < end {
+            let to = if canonical {
+                ((at / self.chunk + 1) * self.chunk).min(end)
+            } else {
+                // Within-call reuse: one batch (its shape is fixed per request).
+                end
+            };
+            self.batch.clear();
+            for (p, &t) in tokens.iter().enumerate().take(to).skip(at) {
+                let want = self.logits_all || rows.binary_search(&p).is_ok();
+                self.batch
+                    .add(token(t)?, pos_i32(p)?, &[0], want)
+                    .map_err(|e| model_err("batch", e))?;
+            }
+            self.decode()?;
+            self.cached.extend_from_slice(&tokens[at..to]);
+            self.trusted = self.cached.len();
+            if canonical && (to - at == self.chunk) {
+                self.canon = to;
+            }
+            on_rows(self, at, to)?;
+            at = to;
+        }
+        Ok(())
     }
 
     /// One read through the longest-common-prefix cache of sequence 0.
@@ -189,26 +331,15 @@ impl<'m> Engine<'m> {
         rows.sort_unstable();
         rows.dedup();
         let mut results: Vec<Option<SlotLogits>> = vec![None; read.slots.len()];
-        let mut from = start;
-        while from < end {
-            let to = (from + self.n_batch).min(end);
-            self.batch.clear();
-            for (p, &t) in tokens.iter().enumerate().take(to).skip(from) {
-                let want = self.logits_all || rows.binary_search(&p).is_ok();
-                self.batch
-                    .add(token(t)?, pos_i32(p)?, &[0], want)
-                    .map_err(|e| model_err("batch", e))?;
-            }
-            self.decode()?;
-            self.cached.extend_from_slice(&tokens[from..to]);
+        self.decode_prompt(tokens, start, &rows, &mut |engine, from, to| {
             for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
                 let row = slot.pos.saturating_sub(1);
                 if (from..to).contains(&row) {
-                    *result = Some(self.read_row(row - from, &slot.labels)?);
+                    *result = Some(engine.read_row(row - from, &slot.labels)?);
                 }
             }
-            from = to;
-        }
+            Ok(())
+        })?;
         let slots = results
             .into_iter()
             .map(|r| {
@@ -220,8 +351,10 @@ impl<'m> Engine<'m> {
         Ok((slots, start))
     }
 
-    /// Several reads sharing a prefix in one decode, one llama sequence each.
-    /// `None` when they do not fit (the caller then reads them one by one).
+    /// Several reads sharing a prefix: the prefix on sequence 0 (canonical
+    /// chunks, through the cache), then every read's continuation in one
+    /// decode under its own sequence id. `None` when they do not fit (the
+    /// caller then reads them one by one).
     #[allow(clippy::type_complexity)]
     fn read_group(
         &mut self,
@@ -241,12 +374,13 @@ impl<'m> Engine<'m> {
             .min()
             .unwrap_or(0)
             .min(first_row);
-        let cells = shared + spans.iter().map(|&(_, end)| end - shared).sum::<usize>();
-        if cells > self.n_batch {
+        let continuation: usize = spans.iter().map(|&(_, end)| end - shared).sum();
+        if shared + continuation > self.batch_capacity || shared == 0 {
             return Ok(None);
         }
         let start = self.keep_prefix(&base.tokens[..shared], shared)?;
-        let result = self.decode_group(group, &spans, start, shared);
+        self.decode_prompt(&base.tokens[..shared], start, &[], &mut |_, _, _| Ok(()))?;
+        let result = self.decode_continuations(group, &spans, shared);
         // Sequences 1.. are scratch: drop them whatever happened.
         for seq in 1..=group.len() {
             let _ = self
@@ -255,7 +389,6 @@ impl<'m> Engine<'m> {
         }
         match result {
             Ok(slots) => {
-                self.cached.extend_from_slice(&base.tokens[start..shared]);
                 let reused = start + (group.len() - 1) * shared;
                 Ok(Some((slots, reused)))
             }
@@ -266,31 +399,24 @@ impl<'m> Engine<'m> {
         }
     }
 
-    fn decode_group(
+    /// Copy the prefix `[0, shared)` of sequence 0 to sequences `1..=n` and
+    /// decode every read's tokens `[shared, end)` in one batch.
+    fn decode_continuations(
         &mut self,
         group: &[SequenceRead],
         spans: &[(usize, usize)],
-        start: usize,
         shared: usize,
     ) -> Result<Vec<Vec<SlotLogits>>, BackendError> {
-        let seqs: Vec<i32> = (0..=group.len()).map(|s| s as i32).collect();
-        for &seq in &seqs[1..] {
-            if start > 0 {
-                self.ctx
-                    .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(start).ok())
-                    .map_err(|e| model_err("kv seq_cp", e))?;
-            }
+        let seqs: Vec<i32> = (1..=group.len()).map(|s| s as i32).collect();
+        for &seq in &seqs {
+            self.ctx
+                .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(shared).ok())
+                .map_err(|e| model_err("kv seq_cp", e))?;
         }
         self.batch.clear();
-        let prefix = &group[0].tokens[..shared];
-        for (p, &t) in prefix.iter().enumerate().skip(start) {
-            self.batch
-                .add(token(t)?, pos_i32(p)?, &seqs, self.logits_all)
-                .map_err(|e| model_err("batch", e))?;
-        }
         // Batch index of each read's slot rows.
         let mut index: Vec<Vec<(usize, usize)>> = Vec::with_capacity(group.len());
-        for ((read, &(_, end)), &seq) in group.iter().zip(spans).zip(&seqs[1..]) {
+        for ((read, &(_, end)), &seq) in group.iter().zip(spans).zip(&seqs) {
             let mut rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
             rows.sort_unstable();
             rows.dedup();
@@ -327,9 +453,13 @@ impl<'m> Engine<'m> {
     }
 
     fn decode(&mut self) -> Result<(), BackendError> {
-        self.ctx
+        let started = std::time::Instant::now();
+        let result = self
+            .ctx
             .decode(&mut self.batch)
-            .map_err(|e| model_err("llama_decode", e))
+            .map_err(|e| model_err("llama_decode", e));
+        self.last_decode_ms = started.elapsed().as_secs_f64() * 1e3;
+        result
     }
 
     /// Read a slot from the logits of batch entry `idx` (which requested output).

@@ -31,11 +31,13 @@ mod config;
 mod engine;
 mod readout;
 mod runtime;
+mod simd;
 pub mod stage2;
 mod tokenizer;
 mod worker;
 
 pub use backend::LlamaBackend;
-pub use config::{LlamaConfig, LlamaError};
+pub use config::{default_threads, LlamaConfig, LlamaError, DEFAULT_KV_CHUNK};
 pub use readout::{read_slot, LOGPROB_FLOOR};
+pub use simd::{check as check_simd, simd_features, SimdFeature, SimdReport};
 pub use tokenizer::LlamaTokenizer;

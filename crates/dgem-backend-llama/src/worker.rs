@@ -13,8 +13,23 @@ use tokio::sync::{mpsc, oneshot};
 use crate::engine::Engine;
 use crate::LlamaError;
 
+/// What a [`Job`] asks of the model thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobKind {
+    /// Read every slot of `reads` (the ordinary `forward`).
+    Reads,
+    /// The benchmark baseline: empty the KV cache, decode `reads[0].tokens` as
+    /// llama.cpp's own prompt evaluation does (one batch, logits at the last
+    /// row only), empty the cache again; `forward_ms` is the decode time.
+    PromptEval,
+    /// Empty the KV cache (the next read starts cold).
+    Reset,
+}
+
 /// One `forward` call travelling to the model thread.
 pub(crate) struct Job {
+    /// What to do with `reads`.
+    pub kind: JobKind,
     /// The reads to run, already validated.
     pub reads: Vec<SequenceRead>,
     /// When the job entered the queue.
@@ -34,6 +49,8 @@ pub(crate) struct WorkerConfig {
     pub context_size: usize,
     pub logits_all: bool,
     pub batch_reads: bool,
+    /// Canonical KV chunk size in tokens ([`crate::LlamaConfig::kv_chunk`]).
+    pub kv_chunk: usize,
 }
 
 /// Start the model thread; returns once its context exists (or failed to).
@@ -110,14 +127,24 @@ fn handle(engine: &mut Engine<'_>, mut job: Job) {
     let started = Instant::now();
     let queue_ms = started.duration_since(job.enqueued).as_secs_f64() * 1e3;
     let cancelled = || job.reply.is_closed();
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        engine.run_reads(&job.reads, &cancelled)
+    let result = catch_unwind(AssertUnwindSafe(|| match job.kind {
+        JobKind::Reads => engine.run_reads(&job.reads, &cancelled),
+        JobKind::PromptEval => engine.prompt_eval(&job.reads),
+        JobKind::Reset => {
+            engine.reset();
+            Ok((Vec::new(), 0))
+        }
     }))
     .unwrap_or_else(|_| {
         engine.reset();
         Err(BackendError::Model("llama.cpp call panicked".into()))
     });
-    let forward_ms = started.elapsed().as_secs_f64() * 1e3;
+    let forward_ms = match job.kind {
+        // The baseline's time is its one `llama_decode`, as llama.cpp reports
+        // prompt evaluation (not the cache clears around it).
+        JobKind::PromptEval => engine.last_decode_ms(),
+        JobKind::Reads | JobKind::Reset => started.elapsed().as_secs_f64() * 1e3,
+    };
     let result = result.map(|(sequences, cached_tokens)| ForwardOutput {
         sequences,
         stats: ForwardStats {

@@ -24,6 +24,9 @@ pub fn backend(path: &PathBuf) -> LlamaBackend {
     let mut cfg = LlamaConfig::new(path, "test-model");
     cfg.context_size = 1024;
     cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    // These tests compare lone reads through the prefix cache; batched reads
+    // (the default) have a test of their own.
+    cfg.batch_reads = false;
     LlamaBackend::load(cfg).expect("model loads")
 }
 
