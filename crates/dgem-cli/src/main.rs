@@ -106,6 +106,11 @@ enum Command {
         after_help = "Examples:\n  dgem bench-jev -o results/jev.json\n  dgem bench-jev -d jevbench_public.jsonl --endpoint-kind gpu --format md"
     )]
     BenchJev(commands::bench_suites::JevArgs),
+    /// Speed of the embedded engine against llama.cpp's own prompt evaluation, as ratios.
+    #[command(
+        after_help = "Examples:\n  dgem bench-speed\n  dgem bench-speed --rounds 9 --threads 2 -o results/speed.json"
+    )]
+    BenchSpeed(commands::speed::SpeedArgs),
     /// Join the receipts of a run's shards (`--shard I/N`) into one receipt.
     BenchMerge(commands::bench_suites::MergeArgs),
     /// Render a policy template and print the JSON (no model involved).
@@ -228,6 +233,7 @@ fn main() -> ExitCode {
         Command::BenchJev(args) => {
             return commands::bench::exit(commands::bench_suites::run_jev(args))
         }
+        Command::BenchSpeed(args) => commands::speed::run(args),
         Command::BenchMerge(args) => {
             return commands::bench::exit(commands::bench_suites::run_merge(args))
         }

@@ -12,5 +12,6 @@ pub mod output;
 pub mod plan;
 pub mod render;
 pub mod serve;
+pub mod speed;
 pub mod stage;
 pub mod templates;

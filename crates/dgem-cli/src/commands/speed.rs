@@ -1,0 +1,420 @@
+//! `dgem bench-speed`: the embedded engine against llama.cpp's own prompt
+//! evaluation of the same token ids, in one process and one time window.
+//!
+//! Each round runs, in this order: the **baseline** (the vendored llama.cpp
+//! decoding the cold decision's longest prompt in one batch on an empty KV
+//! cache, logits at the last row only, on the same model thread and context),
+//! then dgem's decisions — **cold** (empty KV cache, calibration priors
+//! cached), **warm** (the same decision again), **first of policy** (a policy
+//! whose priors are not cached yet, empty KV cache), **1 question** vs **8
+//! questions** (same state, empty KV cache), and `schema_first` **cold** vs
+//! **policy cached** (another state of the same policy read just before).
+//! Rounds are interleaved so that load on a shared machine spreads over every
+//! scenario alike; each ratio is taken within a round, then summarized as
+//! median / min / max over the rounds. No number here is asserted by a test:
+//! machines are noisy, so read ratios, not absolute times.
+//!
+//! Overhead outside the model = a decision's wall time minus the queue and
+//! model time its backend calls reported (engine work: prompts, tokenizing,
+//! readout, calibration bookkeeping; no HTTP), at 1 and at 16 concurrent
+//! callers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use clap::Args;
+use dgem_backend::{Backend, BackendError, BackendInfo, ForwardOutput, Health, SequenceRead};
+use dgem_backend_llama::LlamaBackend;
+use dgem_core::schema::{Layout, SchemaDefaults, ValidSchema};
+use dgem_core::tokenizer::{TokenId, Tokenizer};
+use dgem_engine::{DecideRequest, Engine, EngineConfig};
+use serde_json::{json, Value};
+
+use crate::failure::{internal, user, Failure};
+use crate::setup::{self, ModelArgs};
+
+/// Arguments of `dgem bench-speed`.
+#[derive(Debug, Args)]
+pub struct SpeedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Interleaved rounds (at least 5 for a median worth reading).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+    /// Also write the per-round times and the summary as JSON to this file.
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// One backend call as the recorder saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    /// Tokens of each read, up to its last slot (what the model must evaluate).
+    prompts: Vec<Vec<TokenId>>,
+    queue_ms: f64,
+    forward_ms: f64,
+}
+
+/// A pass-through [`Backend`] that records every `forward` call, so the bench
+/// can hand the baseline the very token ids dgem evaluated and subtract model
+/// time from wall time.
+#[derive(Debug)]
+struct Recorder {
+    inner: Arc<LlamaBackend>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Backend for Recorder {
+    fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        self.inner.tokenizer()
+    }
+
+    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
+        let prompts = reads
+            .iter()
+            .map(|r| {
+                let end = r.slots.iter().map(|s| s.pos).max().unwrap_or(0);
+                r.tokens[..end.min(r.tokens.len())].to_vec()
+            })
+            .collect();
+        let out = self.inner.forward(reads).await?;
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(Call {
+                prompts,
+                queue_ms: out.stats.queue_ms,
+                forward_ms: out.stats.forward_ms,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn health(&self) -> Health {
+        self.inner.health().await
+    }
+}
+
+/// The support-triage policy the issue measured, with `extra` appended to
+/// its instructions (a new policy text: priors not cached) and `layout`.
+fn triage(extra: &str, layout: Layout) -> Result<ValidSchema, Failure> {
+    schema(
+        json!({
+            "instructions": format!("You are sorting customer tickets for a software company. Base every answer on the ticket text only; do not guess at facts it does not state.{extra}"),
+            "questions": [
+                {"id": "urgent", "type": "boolean", "instructions": "Does this ticket need someone today?",
+                 "criteria": {"true": "a live outage, lost data, a wrong or duplicate charge, or a customer who is blocked from working",
+                              "false": "a question, a request or a minor annoyance that can wait in the normal queue"}},
+                {"id": "team", "type": "choice", "instructions": "Which team should own this ticket?",
+                 "options": [{"name": "billing", "description": "charges, refunds, invoices, plans, payment methods"},
+                             {"name": "support", "description": "how-to questions, account settings, passwords, general help"},
+                             {"name": "engineering", "description": "outages, errors, bugs, crashes, slow or broken features"}]},
+                {"id": "sentiment", "type": "score", "instructions": "How upset does the customer sound?",
+                 "levels": ["calm", "annoyed", "frustrated", "furious"]}
+            ]
+        }),
+        layout,
+    )
+}
+
+/// A policy of `n` yes/no questions about one ticket (for 1 vs 8 questions).
+fn questions(n: usize) -> Result<ValidSchema, Failure> {
+    const ASKED: [&str; 8] = [
+        "Does the customer ask for money back?",
+        "Is a service down for the customer?",
+        "Does the customer mention a deadline?",
+        "Is the customer locked out of the account?",
+        "Does the ticket report a bug?",
+        "Does the customer threaten to leave?",
+        "Is a payment method mentioned?",
+        "Does the ticket ask a how-to question?",
+    ];
+    let qs: Vec<Value> = ASKED
+        .iter()
+        .take(n)
+        .enumerate()
+        .map(|(i, q)| json!({"id": format!("q{i}"), "type": "boolean", "instructions": q}))
+        .collect();
+    schema(
+        json!({"instructions": "Answer each question about the ticket.", "questions": qs}),
+        Layout::DocumentFirst,
+    )
+}
+
+fn schema(raw: Value, layout: Layout) -> Result<ValidSchema, Failure> {
+    let mut s = ValidSchema::from_value(&raw, &SchemaDefaults::default())
+        .map_err(|e| internal(anyhow::anyhow!("bench policy: {e}")))?;
+    s.layout = layout;
+    Ok(s)
+}
+
+const TICKET_A: &str = "I was charged twice for my renewal this morning, please refund the duplicate charge before the weekend.";
+const TICKET_B: &str =
+    "The export button has done nothing since yesterday's update and my report is due at noon.";
+
+/// What one measured decision cost.
+#[derive(Debug, Clone)]
+struct Timed {
+    wall_ms: f64,
+    overhead_ms: f64,
+    /// The backend calls it made.
+    calls: Vec<Call>,
+}
+
+struct Bench {
+    backend: Arc<LlamaBackend>,
+    recorder: Arc<Recorder>,
+    engine: Engine,
+}
+
+impl Bench {
+    async fn decide(&self, schema: &ValidSchema, ticket: &str) -> Result<Timed, Failure> {
+        self.recorder.take();
+        let t = Instant::now();
+        self.engine
+            .decide(DecideRequest {
+                schema: schema.clone(),
+                state: json!({ "ticket": ticket }),
+                seed: 42,
+            })
+            .await
+            .map_err(|e| internal(anyhow::anyhow!("bench decision: {e}")))?;
+        let wall_ms = t.elapsed().as_secs_f64() * 1e3;
+        let calls = self.recorder.take();
+        let model: f64 = calls.iter().map(|c| c.queue_ms + c.forward_ms).sum();
+        Ok(Timed {
+            wall_ms,
+            overhead_ms: (wall_ms - model).max(0.0),
+            calls,
+        })
+    }
+
+    async fn cold(&self, schema: &ValidSchema, ticket: &str) -> Result<Timed, Failure> {
+        self.backend.clear_cache().await.map_err(model_failure)?;
+        self.decide(schema, ticket).await
+    }
+
+    /// The longest prompt one decision of `schema` evaluates (its first call).
+    async fn prompt_of(&self, schema: &ValidSchema, ticket: &str) -> Result<Vec<TokenId>, Failure> {
+        let calls = self.cold(schema, ticket).await?.calls;
+        Ok(calls
+            .first()
+            .and_then(|c| c.prompts.iter().max_by_key(|p| p.len()).cloned())
+            .unwrap_or_default())
+    }
+}
+
+fn model_failure(e: BackendError) -> Failure {
+    internal(anyhow::anyhow!("model call: {e}"))
+}
+
+/// Scenario names in print order; `ratio_to` names the scenario each one is
+/// divided by within a round.
+const SCENARIOS: [(&str, &str, &str); 10] = [
+    ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
+    ("cold", "cold decision, priors cached", "baseline"),
+    ("warm", "same decision again (KV cached)", "baseline"),
+    (
+        "first_of_policy",
+        "first decision of a new policy",
+        "baseline",
+    ),
+    ("q1", "1 question, cold", "baseline"),
+    ("q8", "8 questions, cold", "q1"),
+    ("schema_first_cold", "schema_first, cold", "baseline"),
+    (
+        "schema_first_cached",
+        "schema_first, policy cached",
+        "schema_first_cold",
+    ),
+    ("overhead_1", "overhead outside the model, 1 caller", ""),
+    ("overhead_16", "overhead outside the model, 16 callers", ""),
+];
+
+fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let med = if s.is_empty() {
+        f64::NAN
+    } else if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
+    (
+        med,
+        s.first().copied().unwrap_or(f64::NAN),
+        s.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// Run `dgem bench-speed`.
+///
+/// # Errors
+/// A user [`Failure`] for bad model flags; internal when the model fails.
+pub fn run(args: SpeedArgs) -> Result<(), Failure> {
+    let (backend, config) = setup::load_llama(&args.model)?;
+    let rt = setup::runtime()?;
+    rt.block_on(run_rounds(backend, config, &args))
+}
+
+async fn run_rounds(
+    backend: Arc<LlamaBackend>,
+    config: EngineConfig,
+    args: &SpeedArgs,
+) -> Result<(), Failure> {
+    let recorder = Arc::new(Recorder {
+        inner: Arc::clone(&backend),
+        calls: Mutex::new(Vec::new()),
+    });
+    let threads = args.model.threads;
+    let engine = Engine::new(
+        Arc::clone(&recorder) as Arc<dyn Backend>,
+        EngineConfig {
+            // Priors in memory only: "first of policy" stays first every round.
+            calibration_store: None,
+            ..config
+        },
+    );
+    let b = Bench {
+        backend,
+        recorder,
+        engine,
+    };
+    let main = triage("", Layout::DocumentFirst)?;
+    let sf = triage("", Layout::SchemaFirst)?;
+    let (q1, q8) = (questions(1)?, questions(8)?);
+    // Warm-up: priors of every cached-prior scenario, and the cold prompt.
+    for s in [&main, &sf, &q1, &q8] {
+        b.cold(s, TICKET_A).await?;
+        b.cold(s, TICKET_B).await?;
+    }
+    let prompt = b.prompt_of(&main, TICKET_A).await?;
+    if prompt.is_empty() {
+        return Err(user(anyhow::anyhow!("the bench policy read no prompt")));
+    }
+    let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
+    for round in 0..args.rounds {
+        let (base_ms, _) = b
+            .backend
+            .prompt_eval(prompt.clone(), Vec::new())
+            .await
+            .map_err(model_failure)?;
+        push("baseline", base_ms);
+        let cold = b.cold(&main, TICKET_A).await?;
+        push("cold", cold.wall_ms);
+        push("overhead_1", cold.overhead_ms);
+        let warm = b.decide(&main, TICKET_A).await?;
+        push("warm", warm.wall_ms);
+        push("overhead_1", warm.overhead_ms);
+        let fresh = triage(
+            &format!(" (Policy revision {round}.)"),
+            Layout::DocumentFirst,
+        )?;
+        push("first_of_policy", b.cold(&fresh, TICKET_A).await?.wall_ms);
+        push("q1", b.cold(&q1, TICKET_A).await?.wall_ms);
+        push("q8", b.cold(&q8, TICKET_A).await?.wall_ms);
+        push("schema_first_cold", b.cold(&sf, TICKET_B).await?.wall_ms);
+        b.decide(&sf, TICKET_A).await?;
+        push(
+            "schema_first_cached",
+            b.decide(&sf, TICKET_B).await?.wall_ms,
+        );
+        // 16 callers at once on the warm decision: each one's wall time minus
+        // the queue and model time of its own calls.
+        let many = futures_overhead(&b, &main, 16).await?;
+        for o in many {
+            push("overhead_16", o);
+        }
+        eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
+    }
+    report(&times, prompt.len(), threads, args)
+}
+
+/// Per-caller overhead of `n` concurrent warm decisions.
+async fn futures_overhead(b: &Bench, schema: &ValidSchema, n: usize) -> Result<Vec<f64>, Failure> {
+    b.recorder.take();
+    let calls = (0..n).map(|_| async {
+        let started = Instant::now();
+        b.engine
+            .decide(DecideRequest {
+                schema: schema.clone(),
+                state: json!({ "ticket": TICKET_A }),
+                seed: 42,
+            })
+            .await
+            .map(|d| (started.elapsed().as_secs_f64() * 1e3, d))
+    });
+    let done = futures_util::future::join_all(calls).await;
+    let mut out = Vec::with_capacity(n);
+    for r in done {
+        let (wall, d) = r.map_err(|e| internal(anyhow::anyhow!("bench decision: {e}")))?;
+        let t = &d.diagnostics.timing;
+        out.push((wall - t.queue_ms - t.forward_ms).max(0.0));
+    }
+    b.recorder.take();
+    Ok(out)
+}
+
+fn report(
+    times: &std::collections::BTreeMap<&str, Vec<f64>>,
+    prompt_tokens: usize,
+    threads: Option<usize>,
+    args: &SpeedArgs,
+) -> Result<(), Failure> {
+    let threads = threads.unwrap_or_else(dgem_backend_llama::default_threads);
+    println!(
+        "dgem bench-speed: {} rounds, {threads} threads, cold prompt {prompt_tokens} tokens",
+        args.rounds
+    );
+    println!(
+        "{:<22} {:<42} {:>9} {:>9} {:>9}   {:<34}",
+        "scenario", "what", "median ms", "min", "max", "ratio median [min, max]"
+    );
+    let mut summary = serde_json::Map::new();
+    for (name, what, to) in SCENARIOS {
+        let Some(v) = times.get(name) else { continue };
+        let (med, min, max) = stats(v);
+        let mut row =
+            json!({"what": what, "median_ms": med, "min_ms": min, "max_ms": max, "ms": v});
+        let ratio = times.get(to).map(|base| {
+            let r: Vec<f64> = v.iter().zip(base).map(|(a, b)| a / b).collect();
+            stats(&r)
+        });
+        let ratio_text = match ratio {
+            Some((m, lo, hi)) => {
+                row["ratio_to"] = json!(to);
+                row["ratio"] = json!({"median": m, "min": lo, "max": hi});
+                format!("{m:.2}× [{lo:.2}, {hi:.2}] of {to}")
+            }
+            None => String::new(),
+        };
+        println!("{name:<22} {what:<42} {med:>9.1} {min:>9.1} {max:>9.1}   {ratio_text}");
+        summary.insert(name.to_owned(), row);
+    }
+    if let Some(out) = &args.out {
+        let doc = json!({
+            "rounds": args.rounds,
+            "threads": threads,
+            "prompt_tokens": prompt_tokens,
+            "scenarios": summary,
+        });
+        std::fs::write(out, serde_json::to_vec_pretty(&doc).unwrap_or_default())
+            .map_err(|e| user(anyhow::anyhow!("cannot write `{}`: {e}", out.display())))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! `dgem bench-speed` on the real model: every scenario is measured and each
+//! ratio is taken against the scenario it names (no time is asserted: the
+//! machine is shared). Needs `DGEM_TEST_MODEL` (under CI a missing model fails).
+#![allow(clippy::unwrap_used, clippy::print_stderr)]
+
+mod common;
+
+use common::{dgem, model, stderr};
+use serde_json::Value;
+
+#[test]
+fn bench_speed_measures_every_scenario_against_its_baseline() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("speed.json");
+    let o = dgem(
+        &[
+            "bench-speed",
+            "--rounds",
+            "1",
+            "--threads",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        Some(&m),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("of baseline") && table.contains("of q1"),
+        "{table}"
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(v["rounds"], 1);
+    assert!(v["prompt_tokens"].as_u64().unwrap() > 100, "{v}");
+    let s = &v["scenarios"];
+    for (name, to) in [
+        ("cold", "baseline"),
+        ("warm", "baseline"),
+        ("first_of_policy", "baseline"),
+        ("q8", "q1"),
+        ("schema_first_cached", "schema_first_cold"),
+    ] {
+        assert_eq!(s[name]["ratio_to"], to, "{name}: {v}");
+        let ratio = s[name]["ratio"]["median"].as_f64().unwrap();
+        let expect = s[name]["median_ms"].as_f64().unwrap() / s[to]["median_ms"].as_f64().unwrap();
+        assert!((ratio - expect).abs() < 1e-9, "{name}: {ratio} vs {expect}");
+    }
+    assert!(s["baseline"]["median_ms"].as_f64().unwrap() > 0.0);
+    // 16 callers, one round: 16 overhead samples.
+    assert_eq!(s["overhead_16"]["ms"].as_array().unwrap().len(), 16);
+    // The warm decision reuses the KV cache: it cannot cost what the cold one does.
+    assert!(
+        s["warm"]["median_ms"].as_f64() < s["cold"]["median_ms"].as_f64(),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_kv_chunk_exits_1_naming_the_flag() {
+    let o = dgem(&["bench-speed", "--kv-chunk", "0"], None);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`--kv-chunk` must be between 1"),
+        "{}",
+        stderr(&o)
+    );
+    let o = dgem(
+        &["decide", "-t", "support_triage", "--batch-reads", "maybe"],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("[on, off]"), "{}", stderr(&o));
+}
