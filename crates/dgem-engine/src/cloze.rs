@@ -31,7 +31,7 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::SchemaError;
 
-use crate::calibration::{PriorKey, CONTENT_FREE_STATES};
+use crate::calibration::{text_key, PriorKey, CONTENT_FREE_STATES};
 use crate::{DecideRequest, Decision, Engine, EngineError};
 
 /// One question as listed in one read: alternatives possibly permuted.
@@ -254,6 +254,19 @@ impl Ctx<'_> {
         state: &str,
         prefill: &str,
     ) -> Result<Vec<TokenId>, EngineError> {
+        let text = self.prompt_text(r, listed, state);
+        let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
+        ids.extend(self.tok.encode(&text).map_err(dgem_core::CoreError::from)?);
+        ids.extend(
+            self.tok
+                .encode(prefill)
+                .map_err(dgem_core::CoreError::from)?,
+        );
+        Ok(ids)
+    }
+
+    /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
+    fn prompt_text(&self, r: u32, listed: &[&Question], state: &str) -> String {
         let mode = self.engine.label_mode();
         let shown: Vec<Question> = listed
             .iter()
@@ -271,15 +284,7 @@ impl Ctx<'_> {
             chunked: false,
             wording: None,
         });
-        let text = gemma_chat_prompt(self.schema.layout, &sys, state);
-        let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
-        ids.extend(self.tok.encode(&text).map_err(dgem_core::CoreError::from)?);
-        ids.extend(
-            self.tok
-                .encode(prefill)
-                .map_err(dgem_core::CoreError::from)?,
-        );
-        Ok(ids)
+        gemma_chat_prompt(self.schema.layout, &sys, state)
     }
 
     /// Every question's sequences after one prompt, flattened, with the index
@@ -301,6 +306,54 @@ impl Ctx<'_> {
 
     /// Priors for each question of one read (content-free states), from cache or model.
     async fn priors(
+        &self,
+        r: u32,
+        listed: &[&Question],
+        prefill: &str,
+        qs: &[ReadQuestion],
+        counters: &mut Counters,
+    ) -> Result<Vec<Vec<f64>>, EngineError> {
+        // Fast path: every question's priors found by the prompt texts alone.
+        let texts: Vec<String> = CONTENT_FREE_STATES
+            .iter()
+            .map(|cf| self.prompt_text(r, listed, cf))
+            .collect();
+        let text_keys: Vec<[u8; 32]> = qs
+            .iter()
+            .map(|q| {
+                text_key(
+                    &texts,
+                    prefill,
+                    &q.slot.cue,
+                    &q.slot.labels,
+                    &format!("{:?}", q.slot.scoring),
+                )
+            })
+            .collect();
+        {
+            let mut cache = self.engine.priors.lock().map_err(|_| {
+                EngineError::Unsupported("calibration cache poisoned — this is a bug".into())
+            })?;
+            let found: Option<Vec<Vec<f64>>> =
+                text_keys.iter().map(|k| cache.get_by_text(k)).collect();
+            if let Some(found) = found {
+                return Ok(found);
+            }
+        }
+        let priors = self
+            .priors_by_tokens(r, listed, prefill, qs, counters)
+            .await?;
+        if let Ok(mut cache) = self.engine.priors.lock() {
+            for (k, p) in text_keys.into_iter().zip(&priors) {
+                cache.put_by_text(k, p.clone());
+            }
+        }
+        Ok(priors)
+    }
+
+    /// [`Self::priors`] through the token-keyed cache (and the store), reading
+    /// the content-free prompts on the model for what is missing.
+    async fn priors_by_tokens(
         &self,
         r: u32,
         listed: &[&Question],
