@@ -1,10 +1,11 @@
 //! The llama.cpp context, its KV cache and the two ways of reading a call.
 //!
 //! **Determinism.** ggml's CPU kernels give a row numbers that depend on the
-//! batch it was computed in: a batch of fewer than 4 rows takes another matmul
-//! kernel, a row in the trailing partial group of 4 takes a GEMV instead of a
-//! GEMM, and so on. Measured on Gemma 3 270M: a warm read that re-decoded the
-//! last 3 tokens of a prompt moved `yes` from 0.4513 to 0.4528. So the shape of
+//! batch it was computed in: the AVX2-repacked Q4_K weights are multiplied
+//! four rows at a time (GEMM) and the rows of a batch's trailing partial group
+//! go through a GEMV (ggml-cpu `repack.cpp`), and other kernels choose their
+//! path by batch size. Measured on Gemma 3 270M: a warm read that re-decoded
+//! only the last few tokens of a prompt moved `yes` from 0.4513 to 0.4528. So the shape of
 //! every decode is made a function of the tokens alone, never of what the KV
 //! cache held before the call:
 //! - the prompt is decoded in **canonical chunks**, `[k·C, (k+1)·C)` at absolute

@@ -78,7 +78,7 @@ async fn same_read_twice_is_identical_and_cached() {
 }
 
 /// Regression (issue 14): a warm read re-decoded only the last few tokens of
-/// its prompt (reuse was aligned to 8 rows), and a batch of under 4 rows takes
+/// its prompt (reuse was aligned to 8 rows), and a batch that short takes
 /// other ggml kernels than the long batch of a cold read: `yes` went from
 /// 0.4513 to 0.4528 on the second identical call. Prompts of every length
 /// modulo 8, each read cold on a fresh cache, then warm, then after reads of

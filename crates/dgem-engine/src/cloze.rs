@@ -254,9 +254,13 @@ impl Ctx<'_> {
         state: &str,
         prefill: &str,
     ) -> Result<Vec<TokenId>, EngineError> {
-        let text = self.prompt_text(r, listed, state);
+        self.tokens_of(&self.prompt_text(r, listed, state), prefill)
+    }
+
+    /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded.
+    fn tokens_of(&self, text: &str, prefill: &str) -> Result<Vec<TokenId>, EngineError> {
         let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
-        ids.extend(self.tok.encode(&text).map_err(dgem_core::CoreError::from)?);
+        ids.extend(self.tok.encode(text).map_err(dgem_core::CoreError::from)?);
         ids.extend(
             self.tok
                 .encode(prefill)
@@ -340,9 +344,7 @@ impl Ctx<'_> {
                 return Ok(found);
             }
         }
-        let priors = self
-            .priors_by_tokens(r, listed, prefill, qs, counters)
-            .await?;
+        let priors = self.priors_by_tokens(&texts, prefill, qs, counters).await?;
         if let Ok(mut cache) = self.engine.priors.lock() {
             for (k, p) in text_keys.into_iter().zip(&priors) {
                 cache.put_by_text(k, p.clone());
@@ -352,18 +354,18 @@ impl Ctx<'_> {
     }
 
     /// [`Self::priors`] through the token-keyed cache (and the store), reading
-    /// the content-free prompts on the model for what is missing.
+    /// the content-free prompts (`texts`, one per content-free state) on the
+    /// model for what is missing.
     async fn priors_by_tokens(
         &self,
-        r: u32,
-        listed: &[&Question],
+        texts: &[String],
         prefill: &str,
         qs: &[ReadQuestion],
         counters: &mut Counters,
     ) -> Result<Vec<Vec<f64>>, EngineError> {
         let mut per_state = Vec::new();
-        for cf in CONTENT_FREE_STATES {
-            let prompt = self.prompt(r, listed, cf, prefill)?;
+        for text in texts {
+            let prompt = self.tokens_of(text, prefill)?;
             per_state.push(self.sequences(&prompt, qs)?);
         }
         let key = |qi: usize| -> PriorKey {

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use clap::Args;
 use dgem_backend::{Backend, BackendError, BackendInfo, ForwardOutput, Health, SequenceRead};
 use dgem_backend_llama::LlamaBackend;
+use dgem_bench::metrics::percentile;
 use dgem_core::schema::{Layout, SchemaDefaults, ValidSchema};
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_engine::{DecideRequest, Engine, EngineConfig};
@@ -52,13 +53,10 @@ pub struct SpeedArgs {
 struct Call {
     /// Tokens of each read, up to its last slot (what the model must evaluate).
     prompts: Vec<Vec<TokenId>>,
-    queue_ms: f64,
-    forward_ms: f64,
 }
 
 /// A pass-through [`Backend`] that records every `forward` call, so the bench
-/// can hand the baseline the very token ids dgem evaluated and subtract model
-/// time from wall time.
+/// can hand the baseline the very token ids dgem evaluated.
 #[derive(Debug)]
 struct Recorder {
     inner: Arc<LlamaBackend>,
@@ -94,11 +92,7 @@ impl Backend for Recorder {
             .collect();
         let out = self.inner.forward(reads).await?;
         if let Ok(mut calls) = self.calls.lock() {
-            calls.push(Call {
-                prompts,
-                queue_ms: out.stats.queue_ms,
-                forward_ms: out.stats.forward_ms,
-            });
+            calls.push(Call { prompts });
         }
         Ok(out)
     }
@@ -180,25 +174,32 @@ struct Bench {
     engine: Engine,
 }
 
+/// Decide `schema` on one ticket, timed: wall time, and the overhead outside
+/// the model (wall time minus the queue and model time the decision reports
+/// for all its backend calls, calibration included).
+async fn timed(engine: &Engine, schema: &ValidSchema, ticket: &str) -> Result<(f64, f64), Failure> {
+    let t = Instant::now();
+    let d = engine
+        .decide(DecideRequest {
+            schema: schema.clone(),
+            state: json!({ "ticket": ticket }),
+            seed: 42,
+        })
+        .await
+        .map_err(|e| internal(anyhow::anyhow!("bench decision: {e}")))?;
+    let wall_ms = t.elapsed().as_secs_f64() * 1e3;
+    let model = d.diagnostics.timing.queue_ms + d.diagnostics.timing.forward_ms;
+    Ok((wall_ms, (wall_ms - model).max(0.0)))
+}
+
 impl Bench {
     async fn decide(&self, schema: &ValidSchema, ticket: &str) -> Result<Timed, Failure> {
         self.recorder.take();
-        let t = Instant::now();
-        self.engine
-            .decide(DecideRequest {
-                schema: schema.clone(),
-                state: json!({ "ticket": ticket }),
-                seed: 42,
-            })
-            .await
-            .map_err(|e| internal(anyhow::anyhow!("bench decision: {e}")))?;
-        let wall_ms = t.elapsed().as_secs_f64() * 1e3;
-        let calls = self.recorder.take();
-        let model: f64 = calls.iter().map(|c| c.queue_ms + c.forward_ms).sum();
+        let (wall_ms, overhead_ms) = timed(&self.engine, schema, ticket).await?;
         Ok(Timed {
             wall_ms,
-            overhead_ms: (wall_ms - model).max(0.0),
-            calls,
+            overhead_ms,
+            calls: self.recorder.take(),
         })
     }
 
@@ -244,21 +245,9 @@ const SCENARIOS: [(&str, &str, &str); 10] = [
     ("overhead_16", "overhead outside the model, 16 callers", ""),
 ];
 
+/// Median, min and max (the median interpolates between the middle two).
 fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let med = if s.is_empty() {
-        f64::NAN
-    } else if s.len() % 2 == 1 {
-        s[s.len() / 2]
-    } else {
-        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
-    };
-    (
-        med,
-        s.first().copied().unwrap_or(f64::NAN),
-        s.last().copied().unwrap_or(f64::NAN),
-    )
+    (percentile(v, 0.5), percentile(v, 0.0), percentile(v, 1.0))
 }
 
 /// Run `dgem bench-speed`.
@@ -336,7 +325,7 @@ async fn run_rounds(
         );
         // 16 callers at once on the warm decision: each one's wall time minus
         // the queue and model time of its own calls.
-        let many = futures_overhead(&b, &main, 16).await?;
+        let many = concurrent_overhead(&b, &main, 16).await?;
         for o in many {
             push("overhead_16", o);
         }
@@ -346,28 +335,15 @@ async fn run_rounds(
 }
 
 /// Per-caller overhead of `n` concurrent warm decisions.
-async fn futures_overhead(b: &Bench, schema: &ValidSchema, n: usize) -> Result<Vec<f64>, Failure> {
-    b.recorder.take();
-    let calls = (0..n).map(|_| async {
-        let started = Instant::now();
-        b.engine
-            .decide(DecideRequest {
-                schema: schema.clone(),
-                state: json!({ "ticket": TICKET_A }),
-                seed: 42,
-            })
-            .await
-            .map(|d| (started.elapsed().as_secs_f64() * 1e3, d))
-    });
+async fn concurrent_overhead(
+    b: &Bench,
+    schema: &ValidSchema,
+    n: usize,
+) -> Result<Vec<f64>, Failure> {
+    let calls = (0..n).map(|_| timed(&b.engine, schema, TICKET_A));
     let done = futures_util::future::join_all(calls).await;
-    let mut out = Vec::with_capacity(n);
-    for r in done {
-        let (wall, d) = r.map_err(|e| internal(anyhow::anyhow!("bench decision: {e}")))?;
-        let t = &d.diagnostics.timing;
-        out.push((wall - t.queue_ms - t.forward_ms).max(0.0));
-    }
     b.recorder.take();
-    Ok(out)
+    done.into_iter().map(|r| r.map(|(_, o)| o)).collect()
 }
 
 fn report(
