@@ -50,6 +50,7 @@ fn read(tok: &dyn Tokenizer, head: &str, suffix: &str) -> anyhow::Result<Sequenc
             labels,
         }],
         tokens,
+        reuse_points: Vec::new(),
     })
 }
 

@@ -55,6 +55,7 @@ fn at_end(tokens: &[TokenId], labels: Vec<Vec<TokenId>>) -> Vec<SequenceRead> {
             pos: tokens.len(),
             labels,
         }],
+        reuse_points: Vec::new(),
     }]
 }
 

@@ -218,6 +218,7 @@ impl LlamaBackend {
         let read = SequenceRead {
             tokens,
             slots: vec![SlotQuery { pos, labels }],
+            reuse_points: Vec::new(),
         };
         validate(
             std::slice::from_ref(&read),
@@ -342,6 +343,7 @@ mod tests {
         SequenceRead {
             tokens,
             slots: vec![SlotQuery { pos, labels }],
+            reuse_points: Vec::new(),
         }
     }
 

@@ -8,13 +8,16 @@
 //! only the last few tokens of a prompt moved `yes` from 0.4513 to 0.4528. So the shape of
 //! every decode is made a function of the tokens alone, never of what the KV
 //! cache held before the call:
-//! - the prompt is decoded in **canonical chunks**, `[k·C, (k+1)·C)` at absolute
-//!   positions (`C` = [`WorkerConfig::kv_chunk`]), the last one ending where the
-//!   read ends;
-//! - across calls, a cached prefix is reused only in whole canonical chunks
-//!   (`canon` counts the leading positions that were computed that way), so a
-//!   warm read re-decodes exactly the chunks a cold read decodes last, in
-//!   batches of the same shape, and gets the same bits;
+//! - the prompt is decoded in **canonical chunks**: its boundaries are the
+//!   multiples of `C` (= [`WorkerConfig::kv_chunk`]) at absolute positions, the
+//!   read's own reuse points ([`SequenceRead::reuse_points`], e.g. where a
+//!   policy's shared prefix ends), and the read's end — a function of the read
+//!   alone, never of the cache;
+//! - the engine remembers the chain of chunk ends that built the cached prefix
+//!   (`bounds`); across calls a prefix is reused only up to a boundary where
+//!   that chain and the new read's own chunk plan agree, so a warm read
+//!   re-decodes exactly the chunks a cold read decodes last, in batches of the
+//!   same shape, and gets the same bits;
 //! - within one call, later reads reuse everything the call itself computed
 //!   (the same sequence of decodes happens on every run of the request).
 //!
@@ -102,11 +105,12 @@ pub(crate) struct Engine<'m> {
     batch: LlamaBatch<'static>,
     /// Tokens whose KV state sequence 0 currently holds, from position 0.
     cached: Vec<TokenId>,
-    /// Leading positions of `cached` computed in whole canonical chunks (a
-    /// multiple of `chunk`): the only part a later call may reuse.
-    canon: usize,
-    /// Leading positions of `cached` this call may reuse: `canon` at the start
-    /// of a call, then everything the call itself decoded.
+    /// Ends of the canonical chunks that built `cached`, in order (the chain
+    /// covers `[0, bounds.last())`): a later call may reuse a prefix only up to
+    /// a boundary where its own chunk plan agrees with this chain.
+    bounds: Vec<usize>,
+    /// Leading positions of `cached` this call may reuse: the end of `bounds`
+    /// at the start of a call, then everything the call itself decoded.
     trusted: usize,
     /// Canonical chunk size `C` (tokens).
     chunk: usize,
@@ -150,7 +154,7 @@ impl<'m> Engine<'m> {
             ctx,
             batch: LlamaBatch::new(cfg.context_size.max(16), 1),
             cached: Vec::new(),
-            canon: 0,
+            bounds: Vec::new(),
             trusted: 0,
             chunk: cfg.kv_chunk.max(1),
             batch_capacity: cfg.context_size.max(16),
@@ -164,7 +168,7 @@ impl<'m> Engine<'m> {
     pub(crate) fn reset(&mut self) {
         self.ctx.clear_kv_cache();
         self.cached.clear();
-        self.canon = 0;
+        self.bounds.clear();
         self.trusted = 0;
     }
 
@@ -208,8 +212,8 @@ impl<'m> Engine<'m> {
         reads: &[SequenceRead],
         cancelled: &dyn Fn() -> bool,
     ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
-        // What an earlier call left is reusable only in whole canonical chunks.
-        self.trusted = self.canon;
+        // What an earlier call left is reusable only along its canonical chain.
+        self.trusted = self.canonical_end();
         let mut out = Vec::with_capacity(reads.len());
         let mut cached = 0;
         let mut rest = reads;
@@ -249,17 +253,46 @@ impl<'m> Engine<'m> {
         Ok((out, cached))
     }
 
+    /// End of the canonical chain of the cached prefix (0 when there is none).
+    fn canonical_end(&self) -> usize {
+        self.bounds.last().copied().unwrap_or(0)
+    }
+
+    /// The chunk plan of `tokens[..end]`: every multiple of the chunk size
+    /// below `end`, every reuse point in `(0, end)`, and `end`; sorted.
+    fn plan(&self, end: usize, points: &[usize]) -> Vec<usize> {
+        let mut plan: Vec<usize> = (1..)
+            .map(|k| k * self.chunk)
+            .take_while(|&b| b < end)
+            .chain(points.iter().copied().filter(|&p| p > 0 && p < end))
+            .chain(std::iter::once(end))
+            .collect();
+        plan.sort_unstable();
+        plan.dedup();
+        plan
+    }
+
     /// Make sequence 0 hold `tokens[..start]` for the largest reusable
     /// `start <= want`; returns that `start`. Reusable: what this call decoded,
-    /// else whole canonical chunks (see the module docs).
-    fn keep_prefix(&mut self, tokens: &[TokenId], want: usize) -> Result<usize, BackendError> {
+    /// else a prefix of the canonical chain that `plan` (this read's chunk
+    /// plan) shares (see the module docs).
+    fn keep_prefix(
+        &mut self,
+        tokens: &[TokenId],
+        want: usize,
+        plan: &[usize],
+    ) -> Result<usize, BackendError> {
         let reusable = common_prefix(&self.cached, tokens)
             .min(want)
             .min(self.trusted);
-        let start = if reusable > self.canon {
+        let start = if reusable > self.canonical_end() {
             reusable
         } else {
-            reusable / self.chunk * self.chunk
+            plan.iter()
+                .zip(&self.bounds)
+                .take_while(|(p, b)| p == b && **p <= reusable)
+                .last()
+                .map_or(0, |(p, _)| *p)
         };
         let removed = self
             .ctx
@@ -267,7 +300,7 @@ impl<'m> Engine<'m> {
             .map_err(|e| model_err("kv seq_rm", e))?;
         if removed {
             self.cached.truncate(start);
-            self.canon = self.canon.min(start);
+            self.bounds.retain(|&b| b <= start);
             self.trusted = self.trusted.min(start);
             Ok(start)
         } else {
@@ -279,22 +312,28 @@ impl<'m> Engine<'m> {
     /// Decode `tokens[from..end]` on sequence 0 after [`Self::keep_prefix`]
     /// returned `from`, requesting logits at the (sorted) `rows`; calls
     /// `on_rows(self, chunk_start, chunk_end)` after each decode so the caller
-    /// can read the rows that decode produced. From a canonical start the
-    /// pieces end at multiples of the chunk size, and the canonical prefix
-    /// grows with every whole chunk.
+    /// can read the rows that decode produced. From the end of the canonical
+    /// chain the pieces follow `plan` (this read's chunk plan, ending at
+    /// `tokens.len()`) and extend the chain; otherwise (reuse of what this
+    /// call decoded) the rest is one batch.
     fn decode_prompt(
         &mut self,
         tokens: &[TokenId],
         from: usize,
         rows: &[usize],
+        plan: &[usize],
         on_rows: &mut dyn FnMut(&Self, usize, usize) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let end = tokens.len();
-        let canonical = from == self.canon;
+        let canonical = from == self.canonical_end() && (from == 0 || plan.contains(&from));
         let mut at = from;
         while at < end {
             let to = if canonical {
-                ((at / self.chunk + 1) * self.chunk).min(end)
+                plan.iter()
+                    .copied()
+                    .find(|&b| b > at)
+                    .unwrap_or(end)
+                    .min(end)
             } else {
                 // Within-call reuse: one batch (its shape is fixed per request).
                 end
@@ -309,8 +348,8 @@ impl<'m> Engine<'m> {
             self.decode()?;
             self.cached.extend_from_slice(&tokens[at..to]);
             self.trusted = self.cached.len();
-            if canonical && (to - at == self.chunk) {
-                self.canon = to;
+            if canonical {
+                self.bounds.push(to);
             }
             on_rows(self, at, to)?;
             at = to;
@@ -327,12 +366,13 @@ impl<'m> Engine<'m> {
             BackendError::InvalidRequest(format!("slot `pos` {end} is past the sequence"))
         })?;
         // Logits exist only for rows decoded now: re-decode from the first slot row.
-        let start = self.keep_prefix(tokens, first)?;
+        let plan = self.plan(end, &read.reuse_points);
+        let start = self.keep_prefix(tokens, first, &plan)?;
         let mut rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
         rows.sort_unstable();
         rows.dedup();
         let mut results: Vec<Option<SlotLogits>> = vec![None; read.slots.len()];
-        self.decode_prompt(tokens, start, &rows, &mut |engine, from, to| {
+        self.decode_prompt(tokens, start, &rows, &plan, &mut |engine, from, to| {
             for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
                 let row = slot.pos.saturating_sub(1);
                 if (from..to).contains(&row) {
@@ -379,8 +419,11 @@ impl<'m> Engine<'m> {
         if shared + continuation > self.batch_capacity || shared == 0 {
             return Ok(None);
         }
-        let start = self.keep_prefix(&base.tokens[..shared], shared)?;
-        self.decode_prompt(&base.tokens[..shared], start, &[], &mut |_, _, _| Ok(()))?;
+        let plan = self.plan(shared, &base.reuse_points);
+        let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
+        self.decode_prompt(&base.tokens[..shared], start, &[], &plan, &mut |_, _, _| {
+            Ok(())
+        })?;
         let result = self.decode_continuations(group, &spans, shared);
         // Sequences 1.. are scratch: drop them whatever happened.
         for seq in 1..=group.len() {
@@ -460,6 +503,11 @@ impl<'m> Engine<'m> {
             .decode(&mut self.batch)
             .map_err(|e| model_err("llama_decode", e));
         self.last_decode_ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(
+            tokens = self.batch.n_tokens(),
+            ms = self.last_decode_ms,
+            "llama_decode"
+        );
         result
     }
 

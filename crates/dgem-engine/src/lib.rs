@@ -41,6 +41,7 @@ use std::time::Instant;
 
 use dgem_backend::{Attention, Backend};
 use dgem_core::labels::LabelMode;
+use dgem_core::tokenizer::{TokenId, Tokenizer};
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
 pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
@@ -89,7 +90,14 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     config: EngineConfig,
     priors: Mutex<calibration::PriorCache>,
+    /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix`]),
+    /// so a decision of a cached policy does not tokenize its prefix twice.
+    prefixes: Mutex<lru::LruCache<String, Arc<Vec<TokenId>>>>,
 }
+
+/// Policy prefixes whose tokens are kept (one per recently used policy and
+/// sample permutation).
+const PREFIX_CACHE_ENTRIES: usize = 64;
 
 impl Engine {
     /// Build an engine over `backend`.
@@ -98,11 +106,38 @@ impl Engine {
             config.calibration_cache_entries,
             config.calibration_store.clone(),
         ));
+        let entries = std::num::NonZeroUsize::new(PREFIX_CACHE_ENTRIES)
+            .unwrap_or(std::num::NonZeroUsize::MIN);
         Self {
             backend,
             config,
             priors,
+            prefixes: Mutex::new(lru::LruCache::new(entries)),
         }
+    }
+
+    /// Tokens of a policy prefix text, from the cache or `tok` (not BOS).
+    ///
+    /// # Errors
+    /// The tokenizer's error.
+    pub(crate) fn prefix_tokens(
+        &self,
+        tok: &dyn Tokenizer,
+        prefix: &str,
+    ) -> Result<Arc<Vec<TokenId>>, EngineError> {
+        if let Some(ids) = self
+            .prefixes
+            .lock()
+            .ok()
+            .and_then(|mut c| c.get(prefix).cloned())
+        {
+            return Ok(ids);
+        }
+        let ids = Arc::new(tok.encode(prefix).map_err(dgem_core::CoreError::from)?);
+        if let Ok(mut c) = self.prefixes.lock() {
+            c.put(prefix.to_owned(), Arc::clone(&ids));
+        }
+        Ok(ids)
     }
 
     /// The backend this engine reads.

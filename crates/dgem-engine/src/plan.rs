@@ -185,8 +185,8 @@ impl Engine {
                 out.push(PlannedGroup {
                     ids: group.iter().map(|q| q.id.clone()).collect(),
                     listed: listed.iter().map(|q| q.id.clone()).collect(),
-                    prompt_tokens: prompt.len(),
-                    prompt: tok_arc.decode(&prompt),
+                    prompt_tokens: prompt.tokens.len(),
+                    prompt: tok_arc.decode(&prompt.tokens),
                     reads: first,
                     extra_reads_if_extended: extra,
                     sequences_per_read: per_read,

@@ -55,6 +55,7 @@ pub fn read_at_end(tokens: Vec<u32>, labels: Vec<Vec<u32>>) -> SequenceRead {
     SequenceRead {
         tokens,
         slots: vec![SlotQuery { pos, labels }],
+        reuse_points: Vec::new(),
     }
 }
 

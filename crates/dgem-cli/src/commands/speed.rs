@@ -224,7 +224,7 @@ fn model_failure(e: BackendError) -> Failure {
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-const SCENARIOS: [(&str, &str, &str); 10] = [
+const SCENARIOS: [(&str, &str, &str); 11] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -239,6 +239,11 @@ const SCENARIOS: [(&str, &str, &str); 10] = [
     (
         "schema_first_cached",
         "schema_first, policy cached",
+        "schema_first_cold",
+    ),
+    (
+        "schema_first_first_of_policy",
+        "schema_first, first decision of a new policy",
         "schema_first_cold",
     ),
     ("overhead_1", "overhead outside the model, 1 caller", ""),
@@ -323,6 +328,11 @@ async fn run_rounds(
             "schema_first_cached",
             b.decide(&sf, TICKET_B).await?.wall_ms,
         );
+        let fresh_sf = triage(&format!(" (Policy revision {round}.)"), Layout::SchemaFirst)?;
+        push(
+            "schema_first_first_of_policy",
+            b.cold(&fresh_sf, TICKET_B).await?.wall_ms,
+        );
         // 16 callers at once on the warm decision: each one's wall time minus
         // the queue and model time of its own calls.
         let many = concurrent_overhead(&b, &main, 16).await?;
@@ -358,7 +368,7 @@ fn report(
         args.rounds
     );
     println!(
-        "{:<22} {:<42} {:>9} {:>9} {:>9}   {:<34}",
+        "{:<28} {:<46} {:>9} {:>9} {:>9}   {:<34}",
         "scenario", "what", "median ms", "min", "max", "ratio median [min, max]"
     );
     let mut summary = serde_json::Map::new();
@@ -379,7 +389,7 @@ fn report(
             }
             None => String::new(),
         };
-        println!("{name:<22} {what:<42} {med:>9.1} {min:>9.1} {max:>9.1}   {ratio_text}");
+        println!("{name:<28} {what:<46} {med:>9.1} {min:>9.1} {max:>9.1}   {ratio_text}");
         summary.insert(name.to_owned(), row);
     }
     if let Some(out) = &args.out {
