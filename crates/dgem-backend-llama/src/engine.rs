@@ -152,7 +152,8 @@ impl<'m> Engine<'m> {
             .map_err(|e| LlamaError::Context(e.to_string()))?;
         Ok(Self {
             ctx,
-            batch: LlamaBatch::new(cfg.context_size.max(16), 1),
+            // A continuation token may belong to every batched read's sequence.
+            batch: LlamaBatch::new(cfg.context_size.max(16), MAX_SEQS as i32),
             cached: Vec::new(),
             bounds: Vec::new(),
             trusted: 0,
@@ -444,7 +445,9 @@ impl<'m> Engine<'m> {
     }
 
     /// Copy the prefix `[0, shared)` of sequence 0 to sequences `1..=n` and
-    /// decode every read's tokens `[shared, end)` in one batch.
+    /// decode every read's tokens `[shared, end)` in one batch, as a prefix
+    /// tree: a token the reads share (the same tokens since `shared`) goes in
+    /// once, under all their sequence ids, and a row they share is read once.
     fn decode_continuations(
         &mut self,
         group: &[SequenceRead],
@@ -457,39 +460,32 @@ impl<'m> Engine<'m> {
                 .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(shared).ok())
                 .map_err(|e| model_err("kv seq_cp", e))?;
         }
+        let tree = ContinuationTree::new(group, spans, shared);
         self.batch.clear();
-        // Batch index of each read's slot rows.
-        let mut index: Vec<Vec<(usize, usize)>> = Vec::with_capacity(group.len());
-        for ((read, &(_, end)), &seq) in group.iter().zip(spans).zip(&seqs) {
-            let mut rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
-            rows.sort_unstable();
-            rows.dedup();
-            let mut at = Vec::with_capacity(rows.len());
-            for (p, &t) in read.tokens.iter().enumerate().take(end).skip(shared) {
-                let want = rows.binary_search(&p).is_ok();
-                if want {
-                    at.push((p, usize::try_from(self.batch.n_tokens()).unwrap_or(0)));
-                }
-                self.batch
-                    .add(token(t)?, pos_i32(p)?, &[seq], want || self.logits_all)
-                    .map_err(|e| model_err("batch", e))?;
-            }
-            index.push(at);
+        for node in &tree.nodes {
+            let ids: Vec<i32> = node.reads.iter().map(|&r| seqs[r]).collect();
+            self.batch
+                .add(
+                    token(node.token)?,
+                    pos_i32(node.pos)?,
+                    &ids,
+                    node.output || self.logits_all,
+                )
+                .map_err(|e| model_err("batch", e))?;
         }
         self.decode()?;
         let mut out = Vec::with_capacity(group.len());
-        for (read, at) in group.iter().zip(&index) {
+        for (r, read) in group.iter().enumerate() {
             let mut slots = Vec::with_capacity(read.slots.len());
             for slot in &read.slots {
-                let row = slot.pos.saturating_sub(1);
-                let idx = at
-                    .iter()
-                    .find(|(p, _)| *p == row)
-                    .map(|&(_, i)| i)
+                let idx = slot
+                    .pos
+                    .checked_sub(1 + shared)
+                    .and_then(|depth| tree.paths[r].get(depth))
                     .ok_or_else(|| {
                         BackendError::Model("slot row missing from batch — this is a bug".into())
                     })?;
-                slots.push(self.read_row(idx, &slot.labels)?);
+                slots.push(self.read_row(*idx, &slot.labels)?);
             }
             out.push(slots);
         }
@@ -516,5 +512,57 @@ impl<'m> Engine<'m> {
         let idx =
             i32::try_from(idx).map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
         Ok(read_slot(self.ctx.get_logits_ith(idx), labels))
+    }
+}
+
+/// One token of a [`ContinuationTree`].
+struct TreeNode {
+    token: TokenId,
+    pos: usize,
+    /// Indices of the reads (in the group) whose continuation holds this node.
+    reads: Vec<usize>,
+    /// Some read needs the logits of this row.
+    output: bool,
+}
+
+/// The continuations `[shared, end)` of a group of reads as a prefix tree,
+/// nodes in the order they go into the batch (each read's path in position
+/// order, a branch after the nodes it branches from, as llama.cpp requires of
+/// a batch whose tokens belong to several sequences).
+struct ContinuationTree {
+    nodes: Vec<TreeNode>,
+    /// Per read, the node (= batch index) at each position from `shared`.
+    paths: Vec<Vec<usize>>,
+}
+
+impl ContinuationTree {
+    fn new(group: &[SequenceRead], spans: &[(usize, usize)], shared: usize) -> Self {
+        let mut nodes: Vec<TreeNode> = Vec::new();
+        let mut children: std::collections::HashMap<(Option<usize>, TokenId), usize> =
+            std::collections::HashMap::new();
+        let mut paths = Vec::with_capacity(group.len());
+        for (r, (read, &(_, end))) in group.iter().zip(spans).enumerate() {
+            let rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
+            let mut parent = None;
+            let mut path = Vec::with_capacity(end.saturating_sub(shared));
+            for (p, &t) in read.tokens.iter().enumerate().take(end).skip(shared) {
+                let at = *children.entry((parent, t)).or_insert_with(|| {
+                    nodes.push(TreeNode {
+                        token: t,
+                        pos: p,
+                        reads: Vec::new(),
+                        output: false,
+                    });
+                    nodes.len() - 1
+                });
+                let node = &mut nodes[at];
+                node.reads.push(r);
+                node.output |= rows.contains(&p);
+                path.push(at);
+                parent = Some(at);
+            }
+            paths.push(path);
+        }
+        Self { nodes, paths }
     }
 }

@@ -397,6 +397,66 @@ async fn invalid_reads_and_timeouts_are_errors() {
     assert!(err.is_retryable());
 }
 
+/// Batched continuations are a prefix tree: reads that share tokens past the
+/// common prefix (two questions, each read bare and with one more token, and
+/// one read repeated with other labels) put those tokens in the batch once
+/// under several sequence ids and read a shared row once. Each read must
+/// still match its one-by-one read, and the batch must be deterministic.
+#[tokio::test]
+async fn batched_reads_sharing_continuations_match_one_by_one() {
+    let Some(path) = model_path("batched_reads_sharing_continuations_match_one_by_one") else {
+        return;
+    };
+    let seq = backend(&path);
+    let mut cfg = LlamaConfig::new(&path, "batched-tree");
+    cfg.context_size = 1024;
+    cfg.batch_reads = true;
+    let batched = LlamaBackend::load(cfg).expect("loads");
+    let tok = seq.tokenizer();
+    let more = tok.encode(" The").expect("encodes");
+    let mut reads = Vec::new();
+    for q in ["Which team?", "How urgent is it?"] {
+        let base = prompt(
+            tok.as_ref(),
+            &format!("{LONG_PROMPT}Question: {q}\nAnswer:"),
+        );
+        reads.push(read_at_end(base.clone(), labels(tok.as_ref(), &ROUTES)));
+        reads.push(read_at_end(
+            [base.clone(), more.clone()].concat(),
+            labels(tok.as_ref(), &ROUTES),
+        ));
+        reads.push(read_at_end(base, labels(tok.as_ref(), &["yes", "no"])));
+    }
+    let a = seq.forward(reads.clone()).await.expect("one by one");
+    let b = batched.forward(reads.clone()).await.expect("batched");
+    // One group: the prefix is decoded once and counted reused for five reads.
+    assert!(
+        b.stats.cached_tokens > 5 * LONG_PROMPT.len() / 8,
+        "{:?}",
+        b.stats
+    );
+    for (i, (x, y)) in a.sequences.iter().zip(&b.sequences).enumerate() {
+        for (p, q) in x[0].label_logprobs.iter().zip(&y[0].label_logprobs) {
+            assert!((p.exp() - q.exp()).abs() < 0.02, "read {i}: {p} vs {q}");
+        }
+        assert_eq!(x[0].argmax_token, y[0].argmax_token, "read {i}");
+    }
+    // Reads 0 and 2 (and 3 and 5) end at the same row: one row, the same entropy.
+    assert_eq!(
+        b.sequences[0][0].vocab_entropy,
+        b.sequences[2][0].vocab_entropy
+    );
+    assert_eq!(
+        b.sequences[3][0].vocab_entropy,
+        b.sequences[5][0].vocab_entropy
+    );
+    let again = batched.forward(reads.clone()).await.expect("batched again");
+    assert_eq!(again.sequences, b.sequences);
+    batched.clear_cache().await.expect("clear");
+    let cold = batched.forward(reads).await.expect("batched cold");
+    assert_eq!(cold.sequences, b.sequences);
+}
+
 #[tokio::test]
 async fn batched_reads_share_the_prefix_in_one_decode() {
     let Some(path) = model_path("batched_reads_share_the_prefix_in_one_decode") else {
