@@ -65,10 +65,12 @@ pub struct LlamaConfig {
     /// 2.2× one instead of 2.4× (`dgem bench-speed`).
     pub batch_reads: bool,
     /// Canonical KV chunk size in tokens: prompts are decoded in chunks that end
-    /// at multiples of it, and a prefix cached by an earlier call is reused in
-    /// whole chunks only, so a warm read decodes in batches of the same shape as
-    /// a cold one and gives the same bits. Smaller: more reuse, more
-    /// `llama_decode` calls on a cold prompt. 1 to `context_size`.
+    /// at multiples of it and at each read's reuse points, and a prefix cached
+    /// by an earlier call is reused only up to a chunk end both reads' chunk
+    /// plans share, so a warm read decodes in batches of the same shape as a
+    /// cold one and gives the same bits. Smaller: more reuse between prompts
+    /// that begin alike without a reuse point, more `llama_decode` calls on a
+    /// cold prompt. 1 to `context_size`.
     pub kv_chunk: usize,
 }
 

@@ -29,10 +29,11 @@ pub struct ModelArgs {
     #[arg(long, env = "DGEM_CONTEXT", default_value_t = 4096)]
     pub context: usize,
     /// KV-cache reuse granularity in tokens: prompts are decoded in chunks that
-    /// end at multiples of it and a prefix cached by an earlier request is
-    /// reused in whole chunks only, which keeps every request's numbers
-    /// bit-identical whatever the cache held. Smaller: more reuse, more decode
-    /// calls on a cold prompt.
+    /// end at multiples of it (and where a `schema_first` policy's prefix and
+    /// the model's turn begin), and a prefix cached by an earlier request is
+    /// reused only up to a chunk end both requests share, which keeps every
+    /// request's numbers bit-identical whatever the cache held. Smaller: more
+    /// reuse between prompts that begin alike, more decode calls on a cold one.
     #[arg(long = "kv-chunk", env = "DGEM_KV_CHUNK", default_value_t = dgem_backend_llama::DEFAULT_KV_CHUNK, value_name = "TOKENS")]
     pub kv_chunk: usize,
     /// Read a decision's questions that share a prompt in one decode of their
