@@ -111,15 +111,16 @@ pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
     }
 }
 
-/// The leading text every [`gemma_chat_prompt`] of `system` under `layout`
-/// shares whatever the state: for `schema_first` the user-turn opener, the
-/// question block and the blank line after it; `None` for `document_first`
-/// (the state comes first, so decisions of one policy share only the opener).
-/// A prefix cache can keep exactly this part between decisions of a policy.
-pub fn policy_prefix(layout: Layout, system: &str) -> Option<String> {
+/// Length in bytes of the leading text every [`gemma_chat_prompt`] of
+/// `system` under `layout` shares whatever the state: for `schema_first` the
+/// user-turn opener, the question block and the blank line after it; `None`
+/// for `document_first` (the state comes first, so decisions of one policy
+/// share only the opener). A prefix cache can keep exactly this part between
+/// decisions of a policy: it is `prompt[..len]` of any such prompt.
+pub fn policy_prefix_len(layout: Layout, system: &str) -> Option<usize> {
     match layout {
         Layout::DocumentFirst => None,
-        Layout::SchemaFirst => Some(format!("{GEMMA_USER_TURN}{system}\n\n")),
+        Layout::SchemaFirst => Some(GEMMA_USER_TURN.len() + system.len() + "\n\n".len()),
     }
 }
 
@@ -255,9 +256,13 @@ mod tests {
         // [system, user] as Gemma's chat template joins them: system, blank
         // line, the trimmed user text, in one user turn.
         let s = gemma_chat_prompt(Layout::SchemaFirst, "SYS", " STATE\n");
-        let prefix = policy_prefix(Layout::SchemaFirst, "SYS").unwrap_or_default();
-        assert!(s.starts_with(&prefix), "{s:?} starts with {prefix:?}");
-        assert_eq!(policy_prefix(Layout::DocumentFirst, "SYS"), None);
+        let len = policy_prefix_len(Layout::SchemaFirst, "SYS").unwrap_or_default();
+        assert_eq!(&s[..len], "<start_of_turn>user\nSYS\n\n");
+        assert_eq!(
+            gemma_chat_prompt(Layout::SchemaFirst, "SYS", "other")[..len],
+            s[..len]
+        );
+        assert_eq!(policy_prefix_len(Layout::DocumentFirst, "SYS"), None);
         assert_eq!(
             s,
             "<start_of_turn>user\nSYS\n\nSTATE<end_of_turn>\n<start_of_turn>model\n"

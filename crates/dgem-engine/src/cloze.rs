@@ -20,7 +20,7 @@ use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::prompt::{
-    gemma_chat_prompt, policy_prefix, state_text, system_text, SystemTextSpec,
+    gemma_chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec,
 };
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
@@ -117,11 +117,13 @@ pub(crate) struct Prompt {
     pub(crate) reuse_points: Vec<usize>,
 }
 
-/// A prompt's text before tokenizing: the chat turn, and the part of it every
-/// decision of the policy shares ([`policy_prefix`]), if any.
+/// A prompt's text before tokenizing.
 pub(crate) struct PromptText {
+    /// The chat turn.
     pub(crate) text: String,
-    pub(crate) prefix: Option<String>,
+    /// Bytes of `text` every decision of the policy shares
+    /// ([`policy_prefix_len`]), if any.
+    pub(crate) prefix_len: Option<usize>,
 }
 
 /// The sequences that read one question after `prompt`: one for first-token
@@ -295,7 +297,7 @@ impl Ctx<'_> {
                 .map_err(dgem_core::CoreError::from)?,
         );
         let mut reuse_points = Vec::with_capacity(2);
-        if let Some(prefix) = &text.prefix {
+        if let Some(prefix) = text.prefix_len.and_then(|n| text.text.get(..n)) {
             let ids = self.engine.prefix_tokens(self.tok, prefix)?;
             if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
                 reuse_points.push(bos + ids.len());
@@ -335,7 +337,7 @@ impl Ctx<'_> {
         });
         PromptText {
             text: gemma_chat_prompt(self.schema.layout, &sys, state),
-            prefix: policy_prefix(self.schema.layout, &sys),
+            prefix_len: policy_prefix_len(self.schema.layout, &sys),
         }
     }
 

@@ -90,7 +90,7 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     config: EngineConfig,
     priors: Mutex<calibration::PriorCache>,
-    /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix`]),
+    /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix_len`]),
     /// so a decision of a cached policy does not tokenize its prefix twice.
     prefixes: Mutex<lru::LruCache<String, Arc<Vec<TokenId>>>>,
 }
