@@ -48,6 +48,7 @@ fn read(tok: &dyn Tokenizer, head: &str, suffix: &str) -> anyhow::Result<Sequenc
         slots: vec![SlotQuery {
             pos: tokens.len(),
             labels,
+            vocab: false,
         }],
         tokens,
         reuse_points: Vec::new(),

@@ -54,6 +54,7 @@ fn at_end(tokens: &[TokenId], labels: Vec<Vec<TokenId>>) -> Vec<SequenceRead> {
         slots: vec![SlotQuery {
             pos: tokens.len(),
             labels,
+            vocab: true,
         }],
         reuse_points: Vec::new(),
     }]
@@ -106,7 +107,12 @@ async fn main() -> anyhow::Result<()> {
         if i > 0 {
             runs.push(ms);
         }
-        label_lp.clone_from(&out.sequences[0][0].label_logprobs);
+        let slot = &out.sequences[0][0];
+        let full = slot
+            .vocab
+            .as_ref()
+            .context("the read asked for the vocabulary")?;
+        label_lp.clone_from(&full.label_logprobs);
     }
     let med = median(runs.clone());
     println!(
@@ -122,7 +128,10 @@ async fn main() -> anyhow::Result<()> {
         let all: Vec<Vec<TokenId>> = (0..vocab).map(|id| vec![id]).collect();
         be.forward(flush.clone()).await?;
         let out = be.forward(at_end(&tokens, all)).await?;
-        let slot = &out.sequences[0][0];
+        let slot = out.sequences[0][0]
+            .vocab
+            .as_ref()
+            .context("the read asked for the vocabulary")?;
         let mut json = String::new();
         write!(
             json,

@@ -13,6 +13,7 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::labels::OutputRows;
 use crate::tokenizer::{load_model, LlamaTokenizer};
 use crate::worker::{self, Job, JobKind, WorkerConfig};
 use crate::{LlamaConfig, LlamaError};
@@ -108,7 +109,13 @@ impl LlamaBackend {
             batch_reads: config.batch_reads,
             kv_chunk: config.kv_chunk,
         };
-        let thread = worker::spawn(tokenizer.model(), worker_cfg, rx)?;
+        let model = tokenizer.model();
+        let rows = OutputRows::open(
+            &config.model_path,
+            usize::try_from(model.n_embd()).unwrap_or(0),
+            usize::try_from(model.n_vocab()).unwrap_or(0),
+        )?;
+        let thread = worker::spawn(model, worker_cfg, rows, rx)?;
         tracing::info!(
             model = %config.model_path.display(),
             ms = started.elapsed().as_secs_f64() * 1e3,
@@ -217,7 +224,11 @@ impl LlamaBackend {
         let pos = tokens.len();
         let read = SequenceRead {
             tokens,
-            slots: vec![SlotQuery { pos, labels }],
+            slots: vec![SlotQuery {
+                pos,
+                labels,
+                vocab: true,
+            }],
             reuse_points: Vec::new(),
         };
         validate(
@@ -342,7 +353,11 @@ mod tests {
     fn read(tokens: Vec<u32>, pos: usize, labels: Vec<Vec<u32>>) -> SequenceRead {
         SequenceRead {
             tokens,
-            slots: vec![SlotQuery { pos, labels }],
+            slots: vec![SlotQuery {
+                pos,
+                labels,
+                vocab: true,
+            }],
             reuse_points: Vec::new(),
         }
     }

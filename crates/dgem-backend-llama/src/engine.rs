@@ -30,10 +30,16 @@
 //! continuations: the shared prefix is decoded on sequence 0 (canonical chunks),
 //! copied to one sequence id per read with `seq_cp`, and every read's suffix
 //! goes in one batch under its own id.
+//!
+//! **Readout.** A slot's label probabilities come from the final hidden state
+//! of its row and the label tokens' rows of the output matrix
+//! ([`crate::labels`]); the graph stops before the output head unless some
+//! slot of the decode asks for the full vocabulary (`SlotQuery::vocab`), and
+//! the label numbers are computed the same way in both cases.
 
 use std::num::NonZeroU32;
 
-use dgem_backend::{BackendError, SequenceRead, SlotLogits};
+use dgem_backend::{BackendError, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::tokenizer::TokenId;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
@@ -41,7 +47,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::readout::read_slot;
+use crate::labels::{CaptureHandle, HiddenCapture, OutputRows};
+use crate::readout::{distinct, log_sum_exp, read_slot, read_vocab, restricted_logprobs};
 use crate::runtime::runtime;
 use crate::worker::WorkerConfig;
 use crate::LlamaError;
@@ -120,10 +127,22 @@ pub(crate) struct Engine<'m> {
     batch_reads: bool,
     /// Wall time of the last `llama_decode` call, ms.
     last_decode_ms: f64,
+    /// The graph callback's state (llama.cpp holds its address for the life
+    /// of `ctx`, so it is declared after `ctx` and dropped after it).
+    capture: CaptureHandle,
+    /// The output matrix's label rows.
+    rows: OutputRows,
+    /// Batch indices that requested output in the last decode, in batch
+    /// order: the `i`-th one's hidden state is the capture's row `i`.
+    outputs: Vec<usize>,
 }
 
 impl<'m> Engine<'m> {
-    pub(crate) fn new(model: &'m LlamaModel, cfg: WorkerConfig) -> Result<Self, LlamaError> {
+    pub(crate) fn new(
+        model: &'m LlamaModel,
+        cfg: WorkerConfig,
+        rows: OutputRows,
+    ) -> Result<Self, LlamaError> {
         let n_ctx = u32::try_from(cfg.context_size)
             .ok()
             .and_then(NonZeroU32::new)
@@ -147,6 +166,8 @@ impl<'m> Engine<'m> {
             // Flash attention on the CPU computes a query differently depending on how
             // many share its batch, so a re-decoded row would not match a cold read.
             .with_flash_attention_policy(FLASH_ATTN_DISABLED);
+        let capture = CaptureHandle::new(usize::try_from(model.n_embd()).unwrap_or(0));
+        let params = capture.register(params);
         let ctx = model
             .new_context(runtime()?, params)
             .map_err(|e| LlamaError::Context(e.to_string()))?;
@@ -162,7 +183,15 @@ impl<'m> Engine<'m> {
             logits_all: cfg.logits_all,
             batch_reads: cfg.batch_reads,
             last_decode_ms: 0.0,
+            capture,
+            rows,
+            outputs: Vec::new(),
         })
+    }
+
+    /// The graph callback's state, between decodes.
+    fn capture(&mut self) -> &mut HiddenCapture {
+        self.capture.get()
     }
 
     /// Forget the whole KV cache (after a failure its content is unknown).
@@ -198,9 +227,14 @@ impl<'m> Engine<'m> {
                 .add(token(t)?, pos_i32(p)?, &[0], p == last)
                 .map_err(|e| model_err("batch", e))?;
         }
-        let result = self.decode();
+        // llama.cpp's own prompt evaluation runs the output head.
+        let result = self.decode(true);
         let slots = match (&result, read.slots.first()) {
-            (Ok(()), Some(slot)) => vec![self.read_row(last, &slot.labels)?],
+            (Ok(()), Some(slot)) => {
+                let idx = i32::try_from(last)
+                    .map_err(|_| BackendError::Model(format!("batch index {last}")))?;
+                vec![read_slot(self.ctx.get_logits_ith(idx), &slot.labels)]
+            }
             _ => Vec::new(),
         };
         self.reset();
@@ -311,7 +345,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Decode `tokens[from..end]` on sequence 0 after [`Self::keep_prefix`]
-    /// returned `from`, requesting logits at the (sorted) `rows`; calls
+    /// returned `from`, requesting output at the (sorted) `rows`, the full
+    /// output head for a decode holding one of the (sorted) `vocab_rows`; calls
     /// `on_rows(self, chunk_start, chunk_end)` after each decode so the caller
     /// can read the rows that decode produced. From the end of the canonical
     /// chain the pieces follow `plan` (this read's chunk plan, ending at
@@ -322,8 +357,9 @@ impl<'m> Engine<'m> {
         tokens: &[TokenId],
         from: usize,
         rows: &[usize],
+        vocab_rows: &[usize],
         plan: &[usize],
-        on_rows: &mut dyn FnMut(&Self, usize, usize) -> Result<(), BackendError>,
+        on_rows: &mut dyn FnMut(&mut Self, usize, usize) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let end = tokens.len();
         let canonical = from == self.canonical_end() && (from == 0 || plan.contains(&from));
@@ -340,13 +376,18 @@ impl<'m> Engine<'m> {
                 end
             };
             self.batch.clear();
+            self.outputs.clear();
             for (p, &t) in tokens.iter().enumerate().take(to).skip(at) {
                 let want = self.logits_all || rows.binary_search(&p).is_ok();
+                if want {
+                    self.outputs.push(p - at);
+                }
                 self.batch
                     .add(token(t)?, pos_i32(p)?, &[0], want)
                     .map_err(|e| model_err("batch", e))?;
             }
-            self.decode()?;
+            let full_head = self.logits_all || vocab_rows.iter().any(|r| (at..to).contains(r));
+            self.decode(full_head)?;
             self.cached.extend_from_slice(&tokens[at..to]);
             self.trusted = self.cached.len();
             if canonical {
@@ -369,19 +410,35 @@ impl<'m> Engine<'m> {
         // Logits exist only for rows decoded now: re-decode from the first slot row.
         let plan = self.plan(end, &read.reuse_points);
         let start = self.keep_prefix(tokens, first, &plan)?;
-        let mut rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
-        rows.sort_unstable();
-        rows.dedup();
+        let rows_of = |vocab_only: bool| {
+            let mut rows: Vec<usize> = read
+                .slots
+                .iter()
+                .filter(|s| s.vocab || !vocab_only)
+                .map(|s| s.pos.saturating_sub(1))
+                .collect();
+            rows.sort_unstable();
+            rows.dedup();
+            rows
+        };
+        let (rows, vocab_rows) = (rows_of(false), rows_of(true));
         let mut results: Vec<Option<SlotLogits>> = vec![None; read.slots.len()];
-        self.decode_prompt(tokens, start, &rows, &plan, &mut |engine, from, to| {
-            for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
-                let row = slot.pos.saturating_sub(1);
-                if (from..to).contains(&row) {
-                    *result = Some(engine.read_row(row - from, &slot.labels)?);
+        self.decode_prompt(
+            tokens,
+            start,
+            &rows,
+            &vocab_rows,
+            &plan,
+            &mut |engine, from, to| {
+                for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
+                    let row = slot.pos.saturating_sub(1);
+                    if (from..to).contains(&row) {
+                        *result = Some(engine.read_row(row - from, slot)?);
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
         let slots = results
             .into_iter()
             .map(|r| {
@@ -422,9 +479,14 @@ impl<'m> Engine<'m> {
         }
         let plan = self.plan(shared, &base.reuse_points);
         let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
-        self.decode_prompt(&base.tokens[..shared], start, &[], &plan, &mut |_, _, _| {
-            Ok(())
-        })?;
+        self.decode_prompt(
+            &base.tokens[..shared],
+            start,
+            &[],
+            &[],
+            &plan,
+            &mut |_, _, _| Ok(()),
+        )?;
         let result = self.decode_continuations(group, &spans, shared);
         // Sequences 1.. are scratch: drop them whatever happened.
         for seq in 1..=group.len() {
@@ -462,18 +524,19 @@ impl<'m> Engine<'m> {
         }
         let tree = ContinuationTree::new(group, spans, shared);
         self.batch.clear();
-        for node in &tree.nodes {
+        self.outputs.clear();
+        for (i, node) in tree.nodes.iter().enumerate() {
             let ids: Vec<i32> = node.reads.iter().map(|&r| seqs[r]).collect();
+            let want = node.output || self.logits_all;
+            if want {
+                self.outputs.push(i);
+            }
             self.batch
-                .add(
-                    token(node.token)?,
-                    pos_i32(node.pos)?,
-                    &ids,
-                    node.output || self.logits_all,
-                )
+                .add(token(node.token)?, pos_i32(node.pos)?, &ids, want)
                 .map_err(|e| model_err("batch", e))?;
         }
-        self.decode()?;
+        let full_head = self.logits_all || tree.nodes.iter().any(|n| n.vocab);
+        self.decode(full_head)?;
         let mut out = Vec::with_capacity(group.len());
         for (r, read) in group.iter().enumerate() {
             let mut slots = Vec::with_capacity(read.slots.len());
@@ -485,14 +548,17 @@ impl<'m> Engine<'m> {
                     .ok_or_else(|| {
                         BackendError::Model("slot row missing from batch — this is a bug".into())
                     })?;
-                slots.push(self.read_row(*idx, &slot.labels)?);
+                slots.push(self.read_row(*idx, slot)?);
             }
             out.push(slots);
         }
         Ok(out)
     }
 
-    fn decode(&mut self) -> Result<(), BackendError> {
+    /// One `llama_decode` of the batch; `full_head` lets the graph run on to
+    /// the output head (else it stops at the final hidden states).
+    fn decode(&mut self, full_head: bool) -> Result<(), BackendError> {
+        self.capture().start(full_head);
         let started = std::time::Instant::now();
         let result = self
             .ctx
@@ -501,17 +567,46 @@ impl<'m> Engine<'m> {
         self.last_decode_ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::debug!(
             tokens = self.batch.n_tokens(),
+            outputs = self.outputs.len(),
+            full_head,
             ms = self.last_decode_ms,
             "llama_decode"
         );
         result
     }
 
-    /// Read a slot from the logits of batch entry `idx` (which requested output).
-    fn read_row(&self, idx: usize, labels: &[Vec<TokenId>]) -> Result<SlotLogits, BackendError> {
-        let idx =
-            i32::try_from(idx).map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
-        Ok(read_slot(self.ctx.get_logits_ith(idx), labels))
+    /// Read `slot` at batch entry `idx` of the last decode (which requested
+    /// output): the label logits from its final hidden state and the label
+    /// rows ([`OutputRows::logit`]), pooled per label and restricted; the
+    /// full-vocabulary reading from llama.cpp's logits when the slot asks.
+    fn read_row(&mut self, idx: usize, slot: &SlotQuery) -> Result<SlotLogits, BackendError> {
+        let missing =
+            || BackendError::Model(format!("batch entry {idx} has no output — this is a bug"));
+        let ordinal = self.outputs.binary_search(&idx).map_err(|_| missing())?;
+        // Copied out, so that the output rows (`&mut self.rows`) can be read
+        // beside them.
+        let hidden: Vec<f32> = self.capture().row(ordinal).ok_or_else(missing)?.to_vec();
+        let mut label_logits = Vec::with_capacity(slot.labels.len());
+        for ids in &slot.labels {
+            let mut of_ids = Vec::with_capacity(ids.len());
+            for id in distinct(ids) {
+                if let Some(l) = self.rows.logit(&hidden, id)? {
+                    of_ids.push(l);
+                }
+            }
+            label_logits.push(log_sum_exp(&of_ids));
+        }
+        let vocab = if slot.vocab {
+            let i = i32::try_from(idx)
+                .map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
+            Some(read_vocab(self.ctx.get_logits_ith(i), &slot.labels))
+        } else {
+            None
+        };
+        Ok(SlotLogits {
+            label_logprobs: restricted_logprobs(&label_logits),
+            vocab,
+        })
     }
 }
 
@@ -523,6 +618,8 @@ struct TreeNode {
     reads: Vec<usize>,
     /// Some read needs the logits of this row.
     output: bool,
+    /// Some read needs the full-vocabulary logits of this row.
+    vocab: bool,
 }
 
 /// The continuations `[shared, end)` of a group of reads as a prefix tree,
@@ -543,6 +640,12 @@ impl ContinuationTree {
         let mut paths = Vec::with_capacity(group.len());
         for (r, (read, &(_, end))) in group.iter().zip(spans).enumerate() {
             let rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
+            let vocab_rows: Vec<usize> = read
+                .slots
+                .iter()
+                .filter(|s| s.vocab)
+                .map(|s| s.pos.saturating_sub(1))
+                .collect();
             let mut parent = None;
             let mut path = Vec::with_capacity(end.saturating_sub(shared));
             for (p, &t) in read.tokens.iter().enumerate().take(end).skip(shared) {
@@ -552,12 +655,14 @@ impl ContinuationTree {
                         pos: p,
                         reads: Vec::new(),
                         output: false,
+                        vocab: false,
                     });
                     nodes.len() - 1
                 });
                 let node = &mut nodes[at];
                 node.reads.push(r);
                 node.output |= rows.contains(&p);
+                node.vocab |= vocab_rows.contains(&p);
                 path.push(at);
                 parent = Some(at);
             }

@@ -9,8 +9,11 @@
 //! - [`LlamaTokenizer`] reads the vocabulary from the GGUF metadata only
 //!   (`vocab_only`), so slot resolution and prompt tests never load the weights.
 //! - [`LlamaBackend`] owns the model on a dedicated OS thread fed by a bounded
-//!   queue. It computes the output head only at the rows that predict a slot and
-//!   reuses the KV cache of the longest common prefix between consecutive reads.
+//!   queue. It reads a slot's labels from the final hidden state of the row
+//!   that predicts it and the label tokens' rows of the output matrix (the
+//!   262,144-row output head runs only for slots that ask for the full
+//!   vocabulary) and reuses the KV cache of the longest common prefix between
+//!   consecutive reads.
 //!
 //! ```no_run
 //! use dgem_backend::{Backend, SequenceRead, SlotQuery};
@@ -20,7 +23,7 @@
 //! let tok = backend.tokenizer();
 //! let mut tokens = vec![2];
 //! tokens.extend(tok.encode("The capital of France is")?);
-//! let slot = SlotQuery { pos: tokens.len(), labels: vec![tok.encode(" Paris")?, tok.encode(" Rome")?] };
+//! let slot = SlotQuery { pos: tokens.len(), labels: vec![tok.encode(" Paris")?, tok.encode(" Rome")?], vocab: false };
 //! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot], reuse_points: Vec::new() }]).await?;
 //! println!("{:?}", out.sequences[0][0].label_logprobs);
 //! # Ok(()) }
@@ -29,6 +32,7 @@
 mod backend;
 mod config;
 mod engine;
+mod labels;
 mod readout;
 mod runtime;
 mod simd;
@@ -38,6 +42,6 @@ mod worker;
 
 pub use backend::LlamaBackend;
 pub use config::{default_threads, LlamaConfig, LlamaError, DEFAULT_KV_CHUNK};
-pub use readout::{read_slot, LOGPROB_FLOOR};
+pub use readout::{read_slot, read_vocab, restricted_logprobs, LOGPROB_FLOOR};
 pub use simd::{check as check_simd, simd_features, SimdFeature, SimdReport};
 pub use tokenizer::LlamaTokenizer;

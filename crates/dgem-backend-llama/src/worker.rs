@@ -11,6 +11,7 @@ use llama_cpp_2::model::LlamaModel;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::Engine;
+use crate::labels::OutputRows;
 use crate::LlamaError;
 
 /// What a [`Job`] asks of the model thread.
@@ -57,10 +58,11 @@ pub(crate) struct WorkerConfig {
 pub(crate) fn spawn(
     model: Arc<LlamaModel>,
     cfg: WorkerConfig,
+    rows: OutputRows,
     rx: mpsc::Receiver<Job>,
 ) -> Result<JoinHandle<()>, LlamaError> {
     start_thread("dgem-llama", "model thread", move |ready| {
-        run(&model, cfg, rx, ready);
+        run(&model, cfg, rows, rx, ready);
     })
 }
 
@@ -96,10 +98,11 @@ where
 fn run(
     model: &LlamaModel,
     cfg: WorkerConfig,
+    rows: OutputRows,
     mut rx: mpsc::Receiver<Job>,
     ready: &std::sync::mpsc::SyncSender<Result<(), LlamaError>>,
 ) {
-    let mut engine = match Engine::new(model, cfg) {
+    let mut engine = match Engine::new(model, cfg, rows) {
         Ok(engine) => {
             let _ = ready.send(Ok(()));
             engine

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use dgem_backend::{SlotQuery, SequenceRead};
-//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]] }], reuse_points: Vec::new() };
+//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]], vocab: false }], reuse_points: Vec::new() };
 //! assert_eq!(read.slots[0].labels.len(), 2);
 //! ```
 #![deny(missing_docs)]
@@ -91,6 +91,16 @@ pub struct SlotQuery {
     /// For each label (in alternative order), one or more token ids whose
     /// probabilities are pooled (summed) — e.g. `▁billing` and `billing`.
     pub labels: Vec<Vec<TokenId>>,
+    /// Also read the full-vocabulary distribution at this slot
+    /// ([`SlotLogits::vocab`]): each label's share of the whole vocabulary,
+    /// its entropy and argmax. Needed by sequence scoring (which sums
+    /// normalized log-probabilities over an option's tokens) and by the
+    /// `label_mass` / vocabulary-entropy diagnostics; without it a backend may
+    /// compute the logits of the label tokens only, which is much cheaper on a
+    /// 262,144-token vocabulary. It never changes
+    /// [`SlotLogits::label_logprobs`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vocab: bool,
 }
 
 /// One sequence to run through the model.
@@ -115,11 +125,28 @@ pub struct SequenceRead {
 /// The model's reading of one slot.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SlotLogits {
-    /// Per label: natural log of the pooled full-vocabulary softmax probability
-    /// (≤ 0). `-inf` is not allowed: a backend clamps to a finite floor.
+    /// Per label: natural log of its probability **among the slot's labels**,
+    /// up to one additive constant per slot (the engine takes their restricted
+    /// softmax). The embedded backend returns the restricted log-softmax: a
+    /// label's logit is the log-sum-exp of its token ids' logits, minus the
+    /// log-sum-exp over all labels (≤ 0, the `exp`s sum to 1). `-inf` is not
+    /// allowed: a backend clamps to a finite floor.
+    pub label_logprobs: Vec<f64>,
+    /// The full-vocabulary reading, when the query asked for it
+    /// ([`SlotQuery::vocab`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<VocabRead>,
+}
+
+/// A slot read over the whole vocabulary (the full softmax of the output head).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VocabRead {
+    /// Per label: natural log of the pooled full-vocabulary softmax
+    /// probability (≤ 0; the `exp`s sum to the label mass, at most 1),
+    /// clamped to a finite floor.
     pub label_logprobs: Vec<f64>,
     /// Entropy of the full-vocabulary distribution at the slot, in nats.
-    pub vocab_entropy: f64,
+    pub entropy: f64,
     /// The most probable token id over the full vocabulary.
     pub argmax_token: TokenId,
 }

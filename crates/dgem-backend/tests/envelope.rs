@@ -23,9 +23,9 @@ fn schema() -> ValidSchema {
 fn read(p: Vec<f64>) -> SlotRead {
     SlotRead {
         probs: p,
-        label_mass: 0.4,
+        label_mass: Some(0.4),
         entropy: 2.5,
-        argmax_is_label: true,
+        argmax_is_label: Some(true),
     }
 }
 

@@ -60,9 +60,9 @@ impl GroupReader for Recorder {
                             }
                         })
                         .collect(),
-                    label_mass: 1.0,
+                    label_mass: Some(1.0),
                     entropy: 0.3,
-                    argmax_is_label: true,
+                    argmax_is_label: Some(true),
                 })
                 .collect()],
             pos: vec![0; n],

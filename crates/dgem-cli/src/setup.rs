@@ -49,6 +49,13 @@ pub struct ModelArgs {
     /// Contextual calibration against content-free states: auto, on or off.
     #[arg(long, env = "DGEM_CALIBRATION", default_value = "auto")]
     pub calibration: CalibrationMode,
+    /// Also read the full-vocabulary distribution at every slot, so the
+    /// diagnostics carry `label_mass`, `argmax_is_label` and the vocabulary
+    /// entropy. Costs the 262,144-row output head per decode with a slot
+    /// (otherwise only the label tokens' rows are multiplied); never changes
+    /// an answer's probabilities.
+    #[arg(long = "vocab-diagnostics", env = "DGEM_VOCAB_DIAGNOSTICS")]
+    pub vocab_diagnostics: bool,
     /// Seconds one model call may wait in the model's queue before it starts
     /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.
     /// Queue time is not model time: see `--model-timeout`.
@@ -226,6 +233,7 @@ pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig),
             calibration: args.calibration,
             note,
             calibration_store: Some(store),
+            vocab_diagnostics: args.vocab_diagnostics,
             ..EngineConfig::default()
         },
     ))

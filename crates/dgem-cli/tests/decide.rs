@@ -171,8 +171,34 @@ fn real_model_decision_is_deterministic_and_table_prints() {
         out.contains("QUESTION") && out.contains("team") && out.contains("HESITATION"),
         "{out}"
     );
-    assert!(out.contains("label_mass"), "{out}");
+    assert!(out.contains("label tokens read only"), "{out}");
     assert!(out.contains("note: embedded Gemma 3 270M"), "{out}");
+    // With the full vocabulary: the label mass, and the same answers.
+    let full = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=The API returns 500 for all users",
+            "--json",
+            "--vocab-diagnostics",
+        ],
+        Some(&m),
+    );
+    assert!(full.status.success(), "{}", stderr(&full));
+    let vf: Value = serde_json::from_slice(&full.stdout).expect("json");
+    assert_eq!(
+        vf["answers"], va["answers"],
+        "the vocabulary never moves an answer"
+    );
+    let mass = vf["diagnostics"]["questions"]["team"]["label_mass"]
+        .as_f64()
+        .expect("label_mass with --vocab-diagnostics");
+    assert!(mass > 0.0 && mass <= 1.0, "{mass}");
+    assert!(va["diagnostics"]["questions"]["team"]
+        .get("label_mass")
+        .is_none());
 }
 
 #[test]

@@ -210,15 +210,20 @@ pub enum Scoring {
 pub struct QuestionDiagnostics {
     /// Token position of the slot (in the read's sequence).
     pub pos: usize,
-    /// Backend-side entropy per read, nats.
+    /// Backend-side entropy per read, nats: over the full vocabulary when it
+    /// was read (`label_mass` present), over the top-k set for vLLM, else
+    /// over the question's labels.
     pub entropy: Vec<f64>,
     /// Share of the model's distribution on this question's labels (read 0), in
     /// [0, 1]; for sequence scoring, the probability that the model writes one of
-    /// the options in full.
-    pub label_mass: f64,
+    /// the options in full. Absent when the backend read the label tokens
+    /// only (the embedded engine's default; `--vocab-diagnostics` asks for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_mass: Option<f64>,
     /// Whether the most likely token of read 0 was a label (for sequence
-    /// scoring: the first token of an option).
-    pub argmax_is_label: bool,
+    /// scoring: the first token of an option). Absent with `label_mass`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argmax_is_label: Option<bool>,
     /// How the options were scored.
     pub scoring: Scoring,
     /// Distribution before contextual calibration (mean over reads), when calibrated.
@@ -352,7 +357,8 @@ pub struct Diagnostics {
     pub questions: IndexMap<String, QuestionDiagnostics>,
     /// Engine name (`llama.cpp`, `vllm`, …).
     pub engine: String,
-    /// Whether backend entropy is over labels only (vLLM constrained reads).
+    /// Whether backend entropy is over labels only (vLLM constrained reads;
+    /// the embedded engine's label-token reads, its default).
     pub constrained: bool,
     /// Model id.
     pub model: String,

@@ -74,13 +74,16 @@ pub fn hesitation_band(h: f64) -> &'static str {
 pub struct SlotRead {
     /// Restricted-softmax distribution over the question's labels.
     pub probs: Vec<f64>,
-    /// Share of the model's distribution that fell on the labels, in [0, 1].
-    pub label_mass: f64,
-    /// Entropy in nats of the distribution the backend returned (full vocabulary
-    /// for the embedded model; the top-k set for vLLM).
+    /// Share of the model's distribution that fell on the labels, in [0, 1];
+    /// `None` when the backend read the label tokens only (no full softmax).
+    pub label_mass: Option<f64>,
+    /// Entropy in nats of the distribution the backend returned: the full
+    /// vocabulary when it was read, the top-k set for vLLM, else the labels
+    /// (then it equals the entropy of `probs`).
     pub entropy: f64,
-    /// Whether the single most likely token was one of the labels.
-    pub argmax_is_label: bool,
+    /// Whether the single most likely token was one of the labels; `None`
+    /// when the backend read the label tokens only.
+    pub argmax_is_label: Option<bool>,
 }
 
 impl SlotRead {
@@ -92,16 +95,40 @@ impl SlotRead {
     ) -> Self {
         Self {
             probs: restricted_softmax(label_logprobs),
-            label_mass: label_logprobs
-                .iter()
-                .map(|lp| lp.exp())
-                .sum::<f64>()
-                .clamp(0.0, 1.0),
+            label_mass: Some(label_mass(label_logprobs)),
             entropy: vocab_entropy,
-            argmax_is_label,
+            argmax_is_label: Some(argmax_is_label),
         }
     }
 
+    /// Build a read from per-label log-probabilities known only up to a
+    /// constant (the label tokens' logits, or their restricted log-softmax):
+    /// `probs` is their restricted softmax, `entropy` its entropy, and the
+    /// full-vocabulary fields are `None` until [`Self::with_vocab`].
+    pub fn from_label_logits(label_logits: &[f64]) -> Self {
+        let probs = restricted_softmax(label_logits);
+        Self {
+            entropy: entropy(&probs),
+            probs,
+            label_mass: None,
+            argmax_is_label: None,
+        }
+    }
+
+    /// Add the full-vocabulary reading of the same slot without touching
+    /// `probs`: `label_mass = Σ exp(full_logprobs)` (clamped to [0, 1]), the
+    /// vocabulary entropy (nats) and whether the argmax token is a label.
+    pub fn with_vocab(
+        mut self,
+        full_logprobs: &[f64],
+        vocab_entropy: f64,
+        argmax_is_label: bool,
+    ) -> Self {
+        self.label_mass = Some(label_mass(full_logprobs));
+        self.entropy = vocab_entropy;
+        self.argmax_is_label = Some(argmax_is_label);
+        self
+    }
     /// Build a read from a returned top-logprob set (serving.md §6.1): a label
     /// missing from `top` gets `min(top) - 5`; entropy is over the returned set.
     pub fn from_top_logprobs(top: &HashMap<TokenId, f64>, label_ids: &[TokenId]) -> Self {
@@ -117,11 +144,16 @@ impl SlotRead {
             .map(|(id, _)| *id);
         Self {
             probs: restricted_softmax(&lp),
-            label_mass: lp.iter().map(|v| v.exp()).sum::<f64>().clamp(0.0, 1.0),
+            label_mass: Some(label_mass(&lp)),
             entropy: top.values().map(|v| -v.exp() * v).sum::<f64>().max(0.0),
-            argmax_is_label: argmax.is_some_and(|a| label_ids.contains(&a)),
+            argmax_is_label: Some(argmax.is_some_and(|a| label_ids.contains(&a))),
         }
     }
+}
+
+/// `Σ exp(lp)` over full-vocabulary label log-probabilities, clamped to [0, 1].
+fn label_mass(lp: &[f64]) -> f64 {
+    lp.iter().map(|v| v.exp()).sum::<f64>().clamp(0.0, 1.0)
 }
 
 /// Divide `p` by a calibration `prior` element-wise and renormalize

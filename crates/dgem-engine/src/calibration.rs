@@ -99,8 +99,15 @@ pub(crate) fn text_key(
     h.finalize().into()
 }
 
+/// Version of the readout the stored priors were computed with, mixed into
+/// every stored key: v2 reads label logits from the final hidden state and the
+/// label rows of the output matrix (priors of v1, read from llama.cpp's full
+/// output head, differ in the last digits and are not reused).
+const READOUT_VERSION: &[u8] = b"readout-v2|";
+
 fn digest(key: &PriorKey) -> String {
     let mut h = Sha256::new();
+    h.update(READOUT_VERSION);
     for t in &key.0 {
         h.update(t.to_le_bytes());
     }

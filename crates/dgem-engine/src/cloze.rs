@@ -128,10 +128,15 @@ pub(crate) struct PromptText {
 
 /// The sequences that read one question after `prompt`: one for first-token
 /// scoring, one per option for sequence scoring.
+///
+/// `vocab` asks the backend for the full-vocabulary reading of each slot
+/// ([`SlotQuery::vocab`]); sequence scoring always asks (it sums normalized
+/// log-probabilities over an option's tokens).
 pub(crate) fn question_sequences(
     prompt: &Prompt,
     rq: &ReadQuestion,
     max_tokens: usize,
+    vocab: bool,
 ) -> Result<Vec<SequenceRead>, EngineError> {
     let reuse_points = &prompt.reuse_points;
     let mut base = prompt.tokens.clone();
@@ -162,6 +167,7 @@ pub(crate) fn question_sequences(
                     .map(|(i, &t)| SlotQuery {
                         pos: base.len() + i,
                         labels: vec![vec![t]],
+                        vocab: true,
                     })
                     .collect();
                 Ok(SequenceRead {
@@ -179,6 +185,7 @@ pub(crate) fn question_sequences(
                 slots: vec![SlotQuery {
                     pos,
                     labels: rq.slot.labels.clone(),
+                    vocab,
                 }],
                 reuse_points: reuse_points.clone(),
             }])
@@ -188,7 +195,10 @@ pub(crate) fn question_sequences(
 
 /// Turn the backend's readings of one question's sequences into a slot read over
 /// its labels (listed order). Sequence scoring sums each option's token
-/// log-probabilities; entropy and `argmax_is_label` come from the row after the cue.
+/// log-probabilities over the full vocabulary; entropy and `argmax_is_label`
+/// come from the row after the cue. First-token scoring takes the restricted
+/// softmax of the label log-probabilities, and adds the vocabulary reading
+/// when the backend returned one.
 pub(crate) fn combine(
     rq: &ReadQuestion,
     outs: &[Vec<SlotLogits>],
@@ -201,37 +211,39 @@ pub(crate) fn combine(
         Scoring::Sequence => {
             let mut ll = Vec::with_capacity(rq.slot.labels.len());
             for seq in outs {
-                let sum: f64 = seq
-                    .iter()
-                    .map(|s| s.label_logprobs.first().copied().unwrap_or(-1.0e4))
-                    .sum();
+                let mut sum = 0.0;
+                for s in seq {
+                    let v = s
+                        .vocab
+                        .as_ref()
+                        .ok_or_else(|| short_model("full-vocabulary readings"))?;
+                    sum += v.label_logprobs.first().copied().unwrap_or(-1.0e4);
+                }
                 ll.push(sum);
             }
             if ll.len() != rq.slot.labels.len() {
                 return Err(short_model("option sequences"));
             }
+            let v = first
+                .vocab
+                .as_ref()
+                .ok_or_else(|| short_model("full-vocabulary readings"))?;
             let is_label = rq
                 .slot
                 .labels
                 .iter()
-                .any(|cont| cont.first() == Some(&first.argmax_token));
-            Ok(SlotRead::from_label_logprobs(
-                &ll,
-                first.vocab_entropy,
-                is_label,
-            ))
+                .any(|cont| cont.first() == Some(&v.argmax_token));
+            Ok(SlotRead::from_label_logprobs(&ll, v.entropy, is_label))
         }
         Scoring::FirstToken | Scoring::Canvas => {
-            let is_label = rq
-                .slot
-                .labels
-                .iter()
-                .any(|l| l.contains(&first.argmax_token));
-            Ok(SlotRead::from_label_logprobs(
-                &first.label_logprobs,
-                first.vocab_entropy,
-                is_label,
-            ))
+            let read = SlotRead::from_label_logits(&first.label_logprobs);
+            Ok(match &first.vocab {
+                Some(v) => {
+                    let is_label = rq.slot.labels.iter().any(|l| l.contains(&v.argmax_token));
+                    read.with_vocab(&v.label_logprobs, v.entropy, is_label)
+                }
+                None => read,
+            })
         }
     }
 }
@@ -243,6 +255,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) seed: i64,
     pub(crate) calibrate: bool,
     pub(crate) max_tokens: usize,
+    /// Ask the backend for full-vocabulary readings
+    /// ([`crate::EngineConfig::vocab_diagnostics`]).
+    pub(crate) vocab: bool,
 }
 
 impl Ctx<'_> {
@@ -347,11 +362,12 @@ impl Ctx<'_> {
         &self,
         prompt: &Prompt,
         qs: &[ReadQuestion],
+        vocab: bool,
     ) -> Result<(Vec<SequenceRead>, Vec<std::ops::Range<usize>>), EngineError> {
         let mut all = Vec::new();
         let mut ranges = Vec::with_capacity(qs.len());
         for rq in qs {
-            let seqs = question_sequences(prompt, rq, self.max_tokens)?;
+            let seqs = question_sequences(prompt, rq, self.max_tokens, vocab)?;
             ranges.push(all.len()..all.len() + seqs.len());
             all.extend(seqs);
         }
@@ -417,7 +433,8 @@ impl Ctx<'_> {
         let mut per_state = Vec::new();
         for text in texts {
             let prompt = self.tokens_of(text, prefill)?;
-            per_state.push(self.sequences(&prompt, qs)?);
+            // Priors use the label distribution only.
+            per_state.push(self.sequences(&prompt, qs, false)?);
         }
         let key = |qi: usize| -> PriorKey {
             let toks = per_state
@@ -494,7 +511,7 @@ impl Ctx<'_> {
         for r in reads {
             let qs = self.read_questions(r, group)?;
             let prompt = self.prompt(r, listed, state, prefill)?;
-            let (seqs, ranges) = self.sequences(&prompt, &qs)?;
+            let (seqs, ranges) = self.sequences(&prompt, &qs, self.vocab)?;
             let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
             counters.prompt_tokens = counters.prompt_tokens.max(longest);
             let offset = batch.len();
@@ -668,6 +685,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             seed: req.seed,
             calibrate: engine.calibrates(),
             max_tokens: info.max_tokens,
+            vocab: engine.config.vocab_diagnostics,
         },
         state,
     };
@@ -686,7 +704,10 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         model_sha256: info.model_sha256.clone(),
         label_mode: engine.label_mode(),
         slot_reading: dgem_core::envelope::SlotReading::Cloze,
-        constrained: false,
+        // Label tokens only (entropy over the labels) unless the vocabulary
+        // was asked for; sequence-scored questions always read it and say so
+        // with their `label_mass`.
+        constrained: !engine.config.vocab_diagnostics,
         calibration: reader.ctx.calibrate.then(|| {
             CONTENT_FREE_STATES
                 .iter()

@@ -164,7 +164,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         model_sha256: info.model_sha256.clone(),
         label_mode: reader.mode,
         slot_reading: dgem_core::envelope::SlotReading::Joint,
-        constrained: false,
+        constrained: !engine.config.vocab_diagnostics,
         calibration: None,
         chained,
         prefix_thought: None,
@@ -202,6 +202,7 @@ async fn run_reads(
                 .map(|s| SlotQuery {
                     pos: group.prompt.len() + s.pos,
                     labels: s.label_ids.iter().map(|&id| vec![id]).collect(),
+                    vocab: engine.config.vocab_diagnostics,
                 })
                 .collect();
             SequenceRead {
@@ -229,11 +230,15 @@ async fn run_reads(
                 .iter()
                 .zip(slots)
                 .map(|(slot, s)| {
-                    SlotRead::from_label_logprobs(
-                        &s.label_logprobs,
-                        s.vocab_entropy,
-                        slot.label_ids.contains(&s.argmax_token),
-                    )
+                    let read = SlotRead::from_label_logits(&s.label_logprobs);
+                    match &s.vocab {
+                        Some(v) => read.with_vocab(
+                            &v.label_logprobs,
+                            v.entropy,
+                            slot.label_ids.contains(&v.argmax_token),
+                        ),
+                        None => read,
+                    }
                 })
                 .collect()
         })

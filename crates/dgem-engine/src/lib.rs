@@ -69,6 +69,13 @@ pub struct EngineConfig {
     /// template plus the end-of-turn token must fit (default 128; a group that
     /// does not fit is split, as `chunk_rows` does).
     pub canvas_len: usize,
+    /// Ask the backend for the full-vocabulary reading of every slot, so the
+    /// diagnostics carry `label_mass`, `argmax_is_label` and the vocabulary
+    /// entropy. Off by default: the embedded backend then computes the logits
+    /// of the label tokens only (the final hidden state times their rows of
+    /// the output matrix) instead of the whole 262,144-row output head. It
+    /// never changes an answer's probabilities.
+    pub vocab_diagnostics: bool,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +87,7 @@ impl Default for EngineConfig {
             calibration_cache_entries: 512,
             calibration_store: None,
             canvas_len: dgem_core::slots::DEFAULT_CANVAS_LEN,
+            vocab_diagnostics: false,
         }
     }
 }

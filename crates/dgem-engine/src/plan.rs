@@ -137,6 +137,7 @@ impl Engine {
             seed: req.seed,
             calibrate: self.calibrates(),
             max_tokens: info.max_tokens,
+            vocab: self.config.vocab_diagnostics,
         };
         let mode = self.label_mode();
         let stages = dgem_core::stages::schedule(schema)?;
@@ -158,7 +159,8 @@ impl Engine {
                 let qs = ctx.read_questions(0, &group)?;
                 let mut slots = Vec::with_capacity(qs.len());
                 for (q, rq) in group.iter().zip(&qs) {
-                    let seqs = question_sequences(&prompt, rq, info.max_tokens)?;
+                    // Only the slot positions are used here.
+                    let seqs = question_sequences(&prompt, rq, info.max_tokens, false)?;
                     let pos = seqs
                         .first()
                         .and_then(|s| s.slots.first())

@@ -56,11 +56,48 @@ async fn answers_follow_the_script_exactly() {
         "no preference → 50/50"
     );
     assert!((urgent.aggregate.normalized_entropy - 1.0).abs() < 1e-9);
-    // label_mass: the script puts half of the vocabulary mass on the labels.
-    assert!((d.diagnostics.questions["team"].label_mass - 0.5).abs() < 1e-9);
+    // Label tokens only by default: no label_mass without the full vocabulary.
+    assert_eq!(d.diagnostics.questions["team"].label_mass, None);
+    assert_eq!(d.diagnostics.questions["team"].argmax_is_label, None);
     assert_eq!(d.diagnostics.slot_reading.as_str(), "cloze");
     assert_eq!(d.diagnostics.label_mode.as_str(), "words");
     assert_eq!(d.diagnostics.calibration, None);
+}
+
+#[tokio::test]
+async fn vocab_diagnostics_add_label_mass_and_keep_the_answer_bits() {
+    let read = |vocab_diagnostics: bool| async move {
+        let b = ScriptedBackend::with_context(4096, favour("engineering", 0.7));
+        Engine::new(
+            b,
+            EngineConfig {
+                calibration: CalibrationMode::Off,
+                vocab_diagnostics,
+                ..EngineConfig::default()
+            },
+        )
+        .decide(DecideRequest {
+            schema: schema(triage()),
+            state: json!({"ticket": "down"}),
+            seed: 42,
+        })
+        .await
+        .expect("decision")
+    };
+    let (plain, full) = (read(false).await, read(true).await);
+    // label_mass: the script puts half of the vocabulary mass on the labels.
+    let q = &full.diagnostics.questions["team"];
+    assert!((q.label_mass.expect("asked for") - 0.5).abs() < 1e-9);
+    assert_eq!(q.argmax_is_label, Some(true));
+    assert_eq!(q.entropy, vec![3.0], "the script's vocabulary entropy");
+    for id in ["team", "urgent"] {
+        let (a, b) = (plain.answers[id].as_ref(), full.answers[id].as_ref());
+        assert_eq!(
+            a.map(|a| &a.aggregate.mean),
+            b.map(|b| &b.aggregate.mean),
+            "{id}: the same bits with and without the vocabulary"
+        );
+    }
 }
 
 #[tokio::test]

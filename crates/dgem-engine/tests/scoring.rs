@@ -55,7 +55,7 @@ async fn options_sharing_a_first_token_are_scored_by_their_whole_tokenization() 
     let q = &d.diagnostics.questions["scope"];
     assert_eq!(q.scoring, Scoring::Sequence);
     assert!(
-        (q.label_mass - z).abs() < 1e-9,
+        (q.label_mass.expect("sequence scoring reads the vocabulary") - z).abs() < 1e-9,
         "P(one option written in full)"
     );
     assert_eq!(b.calls(), 1, "all option sequences go in one backend call");

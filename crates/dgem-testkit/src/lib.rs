@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dgem_backend::{
     Attention, Backend, BackendError, BackendInfo, ForwardOutput, ForwardStats, LabelMode,
-    SequenceRead, SlotLogits,
+    SequenceRead, SlotLogits, VocabRead,
 };
 use dgem_core::tokenizer::Tokenizer;
 use dgem_engine::{CalibrationMode, Engine, EngineConfig};
@@ -142,7 +142,16 @@ impl ScriptedBackend {
         &self.tok
     }
 
-    fn read_slot(&self, tokens: &[u32], pos: usize, labels: &[Vec<u32>]) -> SlotLogits {
+    /// The script's probabilities are shares of the whole vocabulary: their
+    /// logs are the labels' log-probabilities up to a constant (what
+    /// [`SlotLogits::label_logprobs`] allows) and, when asked, the full ones.
+    fn read_slot(
+        &self,
+        tokens: &[u32],
+        pos: usize,
+        labels: &[Vec<u32>],
+        vocab: bool,
+    ) -> SlotLogits {
         let ctx = SlotContext {
             prefix: self.tok.decode(&tokens[..pos.min(tokens.len())]),
             labels: labels
@@ -151,13 +160,16 @@ impl ScriptedBackend {
                 .collect(),
         };
         let probs = (self.script)(&ctx);
-        let label_logprobs = (0..labels.len())
+        let label_logprobs: Vec<f64> = (0..labels.len())
             .map(|i| probs.get(i).copied().unwrap_or(1e-6).max(1e-12).ln())
             .collect();
         SlotLogits {
+            vocab: vocab.then(|| VocabRead {
+                label_logprobs: label_logprobs.clone(),
+                entropy: 3.0,
+                argmax_token: labels.first().and_then(|l| l.first()).copied().unwrap_or(0),
+            }),
             label_logprobs,
-            vocab_entropy: 3.0,
-            argmax_token: labels.first().and_then(|l| l.first()).copied().unwrap_or(0),
         }
     }
 }
@@ -191,7 +203,7 @@ impl Backend for ScriptedBackend {
             .map(|r| {
                 r.slots
                     .iter()
-                    .map(|s| self.read_slot(&r.tokens, s.pos, &s.labels))
+                    .map(|s| self.read_slot(&r.tokens, s.pos, &s.labels, s.vocab))
                     .collect()
             })
             .collect();

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use dgem_backend::{SequenceRead, SlotLogits, SlotQuery};
+use dgem_backend::{SequenceRead, SlotLogits, SlotQuery, VocabRead};
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 use dgem_core::tokenizer::Tokenizer;
 
@@ -49,14 +49,25 @@ pub fn labels(tok: &dyn Tokenizer, words: &[&str]) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// One read with a single slot at the end of `tokens`.
+/// One read with a single slot at the end of `tokens`, full vocabulary asked.
 pub fn read_at_end(tokens: Vec<u32>, labels: Vec<Vec<u32>>) -> SequenceRead {
     let pos = tokens.len();
     SequenceRead {
         tokens,
-        slots: vec![SlotQuery { pos, labels }],
+        slots: vec![SlotQuery {
+            pos,
+            labels,
+            vocab: true,
+        }],
         reuse_points: Vec::new(),
     }
+}
+
+/// The full-vocabulary reading of a slot that asked for it.
+pub fn vocab(s: &SlotLogits) -> &VocabRead {
+    s.vocab
+        .as_ref()
+        .expect("the slot asked for the full vocabulary")
 }
 
 /// Assert two slot readings agree within `tol`.
@@ -65,12 +76,14 @@ pub fn assert_close(a: &SlotLogits, b: &SlotLogits, tol: f64) {
     for (x, y) in a.label_logprobs.iter().zip(&b.label_logprobs) {
         assert!((x - y).abs() <= tol, "label logprob {x} vs {y}");
     }
-    assert!(
-        (a.vocab_entropy - b.vocab_entropy).abs() <= tol,
-        "entropy {} vs {}",
-        a.vocab_entropy,
-        b.vocab_entropy
-    );
+    if let (Some(a), Some(b)) = (&a.vocab, &b.vocab) {
+        assert!(
+            (a.entropy - b.entropy).abs() <= tol,
+            "entropy {} vs {}",
+            a.entropy,
+            b.entropy
+        );
+    }
 }
 
 /// A ~200-token policy-like prompt.

@@ -210,13 +210,16 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let _ = writeln!(out, "  questions:");
     for (id, q) in &g.questions {
         let h = q.entropy.first().copied().unwrap_or(0.0);
-        let _ = writeln!(
-            out,
-            "    {id}: slot at token {}, label_mass {:.2}%, argmax is a label: {}, vocab entropy {h:.2} nats",
-            q.pos,
-            q.label_mass * 100.0,
-            q.argmax_is_label
-        );
+        let line = match (q.label_mass, q.argmax_is_label) {
+            (Some(mass), Some(argmax)) => format!(
+                "label_mass {:.2}%, argmax is a label: {argmax}, vocab entropy {h:.2} nats",
+                mass * 100.0
+            ),
+            _ => format!(
+                "label entropy {h:.2} nats (label tokens read only; --vocab-diagnostics for label_mass)"
+            ),
+        };
+        let _ = writeln!(out, "    {id}: slot at token {}, {line}", q.pos);
     }
     let _ = writeln!(out, "{rule}");
     out

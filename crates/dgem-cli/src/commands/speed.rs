@@ -300,6 +300,12 @@ async fn run_rounds(
     if prompt.is_empty() {
         return Err(user(anyhow::anyhow!("the bench policy read no prompt")));
     }
+    // The 8-question prompt is longer than the 1-question one (each question
+    // adds its text): print both so the q8/q1 ratio can be read against it.
+    let q_tokens = (
+        b.prompt_of(&q1, TICKET_A).await?.len(),
+        b.prompt_of(&q8, TICKET_A).await?.len(),
+    );
     let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
     for round in 0..args.rounds {
@@ -341,7 +347,7 @@ async fn run_rounds(
         }
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
-    report(&times, prompt.len(), threads, args)
+    report(&times, prompt.len(), q_tokens, threads, args)
 }
 
 /// Per-caller overhead of `n` concurrent warm decisions.
@@ -359,12 +365,13 @@ async fn concurrent_overhead(
 fn report(
     times: &std::collections::BTreeMap<&str, Vec<f64>>,
     prompt_tokens: usize,
+    (q1_tokens, q8_tokens): (usize, usize),
     threads: Option<usize>,
     args: &SpeedArgs,
 ) -> Result<(), Failure> {
     let threads = threads.unwrap_or_else(dgem_backend_llama::default_threads);
     println!(
-        "dgem bench-speed: {} rounds, {threads} threads, cold prompt {prompt_tokens} tokens",
+        "dgem bench-speed: {} rounds, {threads} threads, cold prompt {prompt_tokens} tokens, q1 prompt {q1_tokens}, q8 prompt {q8_tokens}",
         args.rounds
     );
     println!(
@@ -397,6 +404,8 @@ fn report(
             "rounds": args.rounds,
             "threads": threads,
             "prompt_tokens": prompt_tokens,
+            "q1_prompt_tokens": q1_tokens,
+            "q8_prompt_tokens": q8_tokens,
             "scenarios": summary,
         });
         std::fs::write(out, serde_json::to_vec_pretty(&doc).unwrap_or_default())

@@ -24,9 +24,28 @@ fn missing_label_gets_min_minus_five() {
     // label 11 missing → logprob −7.5; softmax over [−0.1, −7.5]
     let expect = 1.0 / (1.0 + (-7.4f64).exp());
     assert!((r.probs[0] - expect).abs() < 1e-12);
-    assert!(r.argmax_is_label);
+    assert_eq!(r.argmax_is_label, Some(true));
     let mass = (-0.1f64).exp() + (-7.5f64).exp();
-    assert!((r.label_mass - mass).abs() < 1e-12);
+    assert!((r.label_mass.expect("top-k reads give a mass") - mass).abs() < 1e-12);
+}
+
+#[test]
+fn label_logits_read_leaves_vocab_fields_empty_until_added() {
+    let r = SlotRead::from_label_logits(&[0.0, 3f64.ln()]);
+    assert!((r.probs[0] - 0.25).abs() < 1e-12);
+    assert!((r.probs[1] - 0.75).abs() < 1e-12);
+    let h = -(0.25f64 * 0.25f64.ln() + 0.75 * 0.75f64.ln());
+    assert!((r.entropy - h).abs() < 1e-12, "entropy over the labels");
+    assert_eq!((r.label_mass, r.argmax_is_label), (None, None));
+    let probs = r.probs.clone();
+    let full = r.with_vocab(&[0.1f64.ln(), 0.3f64.ln()], 5.0, false);
+    assert_eq!(
+        full.probs, probs,
+        "the vocabulary reading never moves probs"
+    );
+    assert!((full.label_mass.expect("added") - 0.4).abs() < 1e-12);
+    assert_eq!(full.entropy, 5.0);
+    assert_eq!(full.argmax_is_label, Some(false));
 }
 
 #[test]

@@ -22,9 +22,9 @@ fn ids(groups: &[Vec<&Question>]) -> Vec<Vec<String>> {
 fn read(probs: Vec<f64>) -> SlotRead {
     SlotRead {
         probs,
-        label_mass: 0.9,
+        label_mass: Some(0.9),
         entropy: 0.5,
-        argmax_is_label: true,
+        argmax_is_label: Some(true),
     }
 }
 
