@@ -33,6 +33,7 @@ mod backend;
 mod config;
 mod engine;
 mod labels;
+mod lines;
 mod readout;
 mod runtime;
 mod simd;

@@ -9,18 +9,25 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+use crate::lines::LineCache;
 use crate::runtime::runtime;
 use crate::LlamaError;
 
 /// Text ↔ token ids through llama.cpp's tokenizer for one GGUF model.
 ///
 /// `encode` adds no BOS and parses special tokens written literally
-/// (`<start_of_turn>` → 105 for Gemma 3). Cheap to clone (shares the model handle).
+/// (`<start_of_turn>` → 105 for Gemma 3). Lines are encoded one by one with
+/// their ids cached ([`LineCache`]), which gives the ids of one llama.cpp
+/// encode of the whole text. Cheap to clone (shares the model handle and the
+/// cache).
 #[derive(Clone)]
 pub struct LlamaTokenizer {
     model: Arc<LlamaModel>,
     vocab_size: usize,
     bos: Option<TokenId>,
+    /// `None` when a line-by-line encode could differ from a whole-text one
+    /// in this vocabulary: then every encode is one llama.cpp call.
+    lines: Option<Arc<LineCache>>,
 }
 
 impl std::fmt::Debug for LlamaTokenizer {
@@ -57,17 +64,60 @@ impl LlamaTokenizer {
         } else {
             None
         };
+        let lines = LineCache::new(&model).map(Arc::new);
+        if lines.is_none() {
+            tracing::debug!("newlines are not special tokens here: texts are encoded whole");
+        }
         Ok(Self {
             model,
             vocab_size,
             bos,
+            lines,
         })
+    }
+
+    /// Whether [`Tokenizer::encode`] encodes line by line through the cache
+    /// (`true` for Gemma 3) rather than whole texts.
+    #[must_use]
+    pub fn caches_lines(&self) -> bool {
+        self.lines.is_some()
+    }
+
+    /// Token ids of `text` from one llama.cpp encode of the whole text, no
+    /// cache: the reference [`Tokenizer::encode`] must equal.
+    ///
+    /// # Errors
+    /// As [`Tokenizer::encode`].
+    pub fn encode_reference(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+        check_len(text)?;
+        ids(self.model.vocab().tokenize(text.as_bytes(), false, true))
     }
 
     /// The shared model handle (used by the backend's worker thread).
     pub(crate) fn model(&self) -> Arc<LlamaModel> {
         Arc::clone(&self.model)
     }
+}
+
+/// llama.cpp counts tokens in an `i32`: refuse texts that could overflow it.
+fn check_len(text: &str) -> Result<(), TokenizeError> {
+    if text.len() > i32::MAX as usize / 2 {
+        return Err(TokenizeError(format!(
+            "text too long: {} bytes",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// llama.cpp's token ids as dgem's.
+fn ids(tokens: Vec<LlamaToken>) -> Result<Vec<TokenId>, TokenizeError> {
+    tokens
+        .into_iter()
+        .map(|LlamaToken(id)| {
+            u32::try_from(id).map_err(|_| TokenizeError(format!("negative token id {id}")))
+        })
+        .collect()
 }
 
 /// Load a model with `params`, mapping failures to [`LlamaError`].
@@ -87,19 +137,14 @@ impl Tokenizer for LlamaTokenizer {
         if text.is_empty() {
             return Ok(Vec::new());
         }
-        if text.len() > i32::MAX as usize / 2 {
-            return Err(TokenizeError(format!(
-                "text too long: {} bytes",
-                text.len()
-            )));
-        }
-        let tokens = self.model.vocab().tokenize(text.as_bytes(), false, true);
-        tokens
-            .into_iter()
-            .map(|LlamaToken(id)| {
-                u32::try_from(id).map_err(|_| TokenizeError(format!("negative token id {id}")))
-            })
-            .collect()
+        check_len(text)?;
+        let vocab = self.model.vocab();
+        let Some(lines) = &self.lines else {
+            return ids(vocab.tokenize(text.as_bytes(), false, true));
+        };
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        lines.encode(&vocab, text.as_bytes(), &mut out);
+        ids(out)
     }
 
     fn decode(&self, ids: &[TokenId]) -> String {

@@ -57,3 +57,94 @@ fn encode_decode_round_trips() {
     assert_eq!(tok.decode(&[u32::MAX]), "");
     assert_eq!(tok.decode(&[]), "");
 }
+
+/// Texts made of pieces that stress special-token parsing and line cuts: every kind of
+/// control token, broken markers, user-defined tokens (whitespace runs, HTML
+/// tags), plain words and non-ASCII text.
+const PIECES: [&str; 27] = [
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<bos>",
+    "<eos>",
+    "<pad>",
+    "<unk>",
+    "<mask>",
+    "<unused0>",
+    "<unused42>",
+    "</s>",
+    "<s>",
+    "<start_of_",
+    "turn>",
+    "<",
+    ">",
+    "<table>",
+    "</td>",
+    "[multimodal]",
+    "\n\n",
+    "\n",
+    "\r\n",
+    " \n ",
+    "   ",
+    "\t\t",
+    "user\n",
+    " billing question",
+    "Ünïcödé 日本語",
+];
+
+fn reference_tokenizer() -> Option<&'static LlamaTokenizer> {
+    static TOK: std::sync::OnceLock<Option<LlamaTokenizer>> = std::sync::OnceLock::new();
+    TOK.get_or_init(|| {
+        common::model_path("line_cached_encode_equals_llama_cpp_special_parsing")
+            .map(|p| LlamaTokenizer::load(&p).expect("vocab loads"))
+    })
+    .as_ref()
+}
+
+#[test]
+fn line_cached_encode_equals_llama_cpp_special_parsing() {
+    let Some(tok) = reference_tokenizer() else {
+        return;
+    };
+    assert!(
+        tok.caches_lines(),
+        "Gemma 3's newline runs are special tokens: the line cache must be on"
+    );
+    let prompt = include_str!("prompt.txt");
+    let mut texts: Vec<String> = vec![
+        prompt.to_owned(),
+        format!("{prompt}<unused17>{prompt}"),
+        "<start_of_turn>user\nIs it urgent?<end_of_turn>\n<start_of_turn>model\n".into(),
+        "<start_of_turn><end_of_turn><start_of_turn>".into(),
+        "<<start_of_turn>>".into(),
+        "<start_of_turn".into(),
+        "</s></sub><s><strong>".into(),
+        "\n".repeat(40),
+        format!("a{}b", "\n".repeat(63)),
+    ];
+    texts.extend(PIECES.iter().map(|p| (*p).to_owned()));
+    // Twice: the second encode of each text comes from the line cache.
+    for text in texts.iter().chain(texts.iter()) {
+        assert_eq!(
+            tok.encode(text).expect("encodes"),
+            tok.encode_reference(text).expect("encodes"),
+            "{text:?}"
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    #[test]
+    fn line_cached_encode_equals_llama_cpp_on_random_texts(
+        picks in proptest::collection::vec(0..PIECES.len(), 0..24)
+    ) {
+        if let Some(tok) = reference_tokenizer() {
+            let text: String = picks.iter().map(|&i| PIECES[i]).collect();
+            proptest::prop_assert_eq!(
+                tok.encode(&text).expect("encodes"),
+                tok.encode_reference(&text).expect("encodes"),
+                "{:?}", text
+            );
+        }
+    }
+}

@@ -17,7 +17,11 @@
 //! Overhead outside the model = a decision's wall time minus the queue and
 //! model time its backend calls reported (engine work: prompts, tokenizing,
 //! readout, calibration bookkeeping; no HTTP), at 1 and at 16 concurrent
-//! callers.
+//! callers, and for a state no earlier decision tokenized. `tokenize` times
+//! one encode of the cold prompt's text as the engine does it (its lines
+//! cached), `tokenize_llama` one llama.cpp encode of the whole text (the
+//! tokenizer's share of the overhead before the line cache). `q8_per_token`
+//! divides the prompt lengths out of q8 / q1.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -224,7 +228,7 @@ fn model_failure(e: BackendError) -> Failure {
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-const SCENARIOS: [(&str, &str, &str); 11] = [
+const SCENARIOS: [(&str, &str, &str); 14] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -248,6 +252,17 @@ const SCENARIOS: [(&str, &str, &str); 11] = [
     ),
     ("overhead_1", "overhead outside the model, 1 caller", ""),
     ("overhead_16", "overhead outside the model, 16 callers", ""),
+    (
+        "overhead_new_state",
+        "overhead outside the model, a state not seen",
+        "",
+    ),
+    ("tokenize", "one encode of the cold prompt text", ""),
+    (
+        "tokenize_llama",
+        "the same, one llama.cpp encode, no cache",
+        "",
+    ),
 ];
 
 /// Median, min and max (the median interpolates between the middle two).
@@ -306,9 +321,27 @@ async fn run_rounds(
         b.prompt_of(&q1, TICKET_A).await?.len(),
         b.prompt_of(&q8, TICKET_A).await?.len(),
     );
+    // The cold prompt as text (BOS left out, chat markup written out), for
+    // the tokenizer's share of the overhead.
+    let tok = b.backend.llama_tokenizer().clone();
+    let prompt_text = tok.decode(prompt.get(1..).unwrap_or_default());
     let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
     for round in 0..args.rounds {
+        let t = Instant::now();
+        tok.encode(&prompt_text)
+            .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
+        push("tokenize", t.elapsed().as_secs_f64() * 1e3);
+        // A state no earlier round tokenized: its lines miss the line cache.
+        let novel = format!("{TICKET_B} My order reference is {}.", 7_301 + round);
+        push(
+            "overhead_new_state",
+            b.cold(&main, &novel).await?.overhead_ms,
+        );
+        let t = Instant::now();
+        tok.encode_reference(&prompt_text)
+            .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
+        push("tokenize_llama", t.elapsed().as_secs_f64() * 1e3);
         let (base_ms, _) = b
             .backend
             .prompt_eval(prompt.clone(), Vec::new())
@@ -398,6 +431,22 @@ fn report(
         };
         println!("{name:<28} {what:<46} {med:>9.1} {min:>9.1} {max:>9.1}   {ratio_text}");
         summary.insert(name.to_owned(), row);
+    }
+    // 8 questions against 1 with the prompt lengths divided out: what the
+    // extra slots cost beyond their longer policy text.
+    if let (Some(q1), Some(q8)) = (times.get("q1"), times.get("q8")) {
+        let per_token = (q8_tokens.max(1) as f64 / q1_tokens.max(1) as f64).recip();
+        let r: Vec<f64> = q8.iter().zip(q1).map(|(a, b)| a / b * per_token).collect();
+        let (m, lo, hi) = stats(&r);
+        println!(
+            "{:<28} {:<46} {:>9} {:>9} {:>9}   {m:.2}× [{lo:.2}, {hi:.2}] of q1 per token",
+            "q8_per_token", "q8 / q1, each per prompt token", "", "", ""
+        );
+        summary.insert(
+            "q8_per_token".to_owned(),
+            json!({"what": "q8 / q1, each per prompt token", "ratio_to": "q1",
+                   "ratio": {"median": m, "min": lo, "max": hi}}),
+        );
     }
     if let Some(out) = &args.out {
         let doc = json!({
