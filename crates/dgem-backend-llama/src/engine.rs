@@ -47,8 +47,8 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
-use crate::labels::{CaptureHandle, HiddenCapture, OutputRows};
-use crate::readout::{distinct, log_sum_exp, read_slot, read_vocab, restricted_logprobs};
+use crate::labels::{CaptureHandle, OutputRows};
+use crate::readout::{pooled_label_logits, read_slot, read_vocab, restricted_logprobs};
 use crate::runtime::runtime;
 use crate::worker::WorkerConfig;
 use crate::LlamaError;
@@ -187,11 +187,6 @@ impl<'m> Engine<'m> {
             rows,
             outputs: Vec::new(),
         })
-    }
-
-    /// The graph callback's state, between decodes.
-    fn capture(&mut self) -> &mut HiddenCapture {
-        self.capture.get()
     }
 
     /// Forget the whole KV cache (after a failure its content is unknown).
@@ -558,7 +553,7 @@ impl<'m> Engine<'m> {
     /// One `llama_decode` of the batch; `full_head` lets the graph run on to
     /// the output head (else it stops at the final hidden states).
     fn decode(&mut self, full_head: bool) -> Result<(), BackendError> {
-        self.capture().start(full_head);
+        self.capture.get().start(full_head);
         let started = std::time::Instant::now();
         let result = self
             .ctx
@@ -583,19 +578,10 @@ impl<'m> Engine<'m> {
         let missing =
             || BackendError::Model(format!("batch entry {idx} has no output — this is a bug"));
         let ordinal = self.outputs.binary_search(&idx).map_err(|_| missing())?;
-        // Copied out, so that the output rows (`&mut self.rows`) can be read
-        // beside them.
-        let hidden: Vec<f32> = self.capture().row(ordinal).ok_or_else(missing)?.to_vec();
-        let mut label_logits = Vec::with_capacity(slot.labels.len());
-        for ids in &slot.labels {
-            let mut of_ids = Vec::with_capacity(ids.len());
-            for id in distinct(ids) {
-                if let Some(l) = self.rows.logit(&hidden, id)? {
-                    of_ids.push(l);
-                }
-            }
-            label_logits.push(log_sum_exp(&of_ids));
-        }
+        // Two fields borrowed side by side: the capture and the output rows.
+        let hidden = self.capture.get().row(ordinal).ok_or_else(missing)?;
+        let rows = &mut self.rows;
+        let label_logits = pooled_label_logits(&slot.labels, |id| rows.logit(hidden, id))?;
         let vocab = if slot.vocab {
             let i = i32::try_from(idx)
                 .map_err(|_| BackendError::Model(format!("batch index {idx}")))?;

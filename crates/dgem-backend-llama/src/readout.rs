@@ -8,7 +8,7 @@ use dgem_core::tokenizer::TokenId;
 pub const LOGPROB_FLOOR: f64 = -1.0e4;
 
 /// `ln Σ exp(x)` over finite `x` (`-inf` when there is none).
-pub(crate) fn log_sum_exp(xs: &[f64]) -> f64 {
+fn log_sum_exp(xs: &[f64]) -> f64 {
     let max = xs
         .iter()
         .copied()
@@ -26,11 +26,34 @@ pub(crate) fn log_sum_exp(xs: &[f64]) -> f64 {
 }
 
 /// Distinct ids of one label, sorted (an id listed twice pools once).
-pub(crate) fn distinct(ids: &[TokenId]) -> Vec<TokenId> {
+fn distinct(ids: &[TokenId]) -> Vec<TokenId> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// Each label's logit: the log-sum-exp of its distinct ids' logits, as
+/// `logit(id)` gives them (`None`: an id without a logit, left out; a label
+/// left with none gets `-inf`).
+///
+/// # Errors
+/// The first error `logit` returns.
+pub(crate) fn pooled_label_logits<E>(
+    labels: &[Vec<TokenId>],
+    mut logit: impl FnMut(TokenId) -> Result<Option<f64>, E>,
+) -> Result<Vec<f64>, E> {
+    let mut out = Vec::with_capacity(labels.len());
+    for ids in labels {
+        let mut of_ids = Vec::with_capacity(ids.len());
+        for id in distinct(ids) {
+            if let Some(l) = logit(id)? {
+                of_ids.push(l);
+            }
+        }
+        out.push(log_sum_exp(&of_ids));
+    }
+    Ok(out)
 }
 
 /// The restricted log-softmax of per-label logits (a label's logit is the
@@ -119,17 +142,9 @@ pub fn read_vocab(logits: &[f32], labels: &[Vec<TokenId>]) -> VocabRead {
 /// log-softmax (label logits pooled from the row) and the full-vocabulary
 /// reading ([`read_vocab`]).
 pub fn read_slot(logits: &[f32], labels: &[Vec<TokenId>]) -> SlotLogits {
-    let label_logits: Vec<f64> = labels
-        .iter()
-        .map(|ids| {
-            let of_ids: Vec<f64> = distinct(ids)
-                .into_iter()
-                .filter_map(|i| logits.get(i as usize))
-                .map(|&l| f64::from(l))
-                .collect();
-            log_sum_exp(&of_ids)
-        })
-        .collect();
+    let Ok(label_logits) = pooled_label_logits(labels, |id| {
+        Ok::<_, std::convert::Infallible>(logits.get(id as usize).map(|&l| f64::from(l)))
+    });
     SlotLogits {
         label_logprobs: restricted_logprobs(&label_logits),
         vocab: Some(read_vocab(logits, labels)),

@@ -193,6 +193,17 @@ pub(crate) fn question_sequences(
     }
 }
 
+/// A slot read from one slot's logits: the restricted softmax of its label
+/// log-probabilities, plus the full-vocabulary reading when the backend
+/// returned one (`is_label` says whether its argmax token is a label).
+pub(crate) fn label_read(s: &SlotLogits, is_label: impl Fn(TokenId) -> bool) -> SlotRead {
+    let read = SlotRead::from_label_logits(&s.label_logprobs);
+    match &s.vocab {
+        Some(v) => read.with_vocab(&v.label_logprobs, v.entropy, is_label(v.argmax_token)),
+        None => read,
+    }
+}
+
 /// Turn the backend's readings of one question's sequences into a slot read over
 /// its labels (listed order). Sequence scoring sums each option's token
 /// log-probabilities over the full vocabulary; entropy and `argmax_is_label`
@@ -235,16 +246,9 @@ pub(crate) fn combine(
                 .any(|cont| cont.first() == Some(&v.argmax_token));
             Ok(SlotRead::from_label_logprobs(&ll, v.entropy, is_label))
         }
-        Scoring::FirstToken | Scoring::Canvas => {
-            let read = SlotRead::from_label_logits(&first.label_logprobs);
-            Ok(match &first.vocab {
-                Some(v) => {
-                    let is_label = rq.slot.labels.iter().any(|l| l.contains(&v.argmax_token));
-                    read.with_vocab(&v.label_logprobs, v.entropy, is_label)
-                }
-                None => read,
-            })
-        }
+        Scoring::FirstToken | Scoring::Canvas => Ok(label_read(first, |t| {
+            rq.slot.labels.iter().any(|l| l.contains(&t))
+        })),
     }
 }
 

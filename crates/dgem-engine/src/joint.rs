@@ -31,6 +31,7 @@ use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 use tracing::Instrument as _;
 
+use crate::cloze::label_read;
 use crate::{DecideRequest, Decision, Engine, EngineError};
 
 fn tokens_of(tok: &dyn Tokenizer, text: &str) -> Result<Vec<TokenId>, EngineError> {
@@ -229,17 +230,7 @@ async fn run_reads(
                 .slots
                 .iter()
                 .zip(slots)
-                .map(|(slot, s)| {
-                    let read = SlotRead::from_label_logits(&s.label_logprobs);
-                    match &s.vocab {
-                        Some(v) => read.with_vocab(
-                            &v.label_logprobs,
-                            v.entropy,
-                            slot.label_ids.contains(&v.argmax_token),
-                        ),
-                        None => read,
-                    }
-                })
+                .map(|(slot, s)| label_read(s, |t| slot.label_ids.contains(&t)))
                 .collect()
         })
         .collect();
