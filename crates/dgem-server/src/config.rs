@@ -93,6 +93,10 @@ pub struct ServeConfig {
     pub schema_defaults: SchemaDefaults,
     /// Run a warm-up decision when serving starts.
     pub warmup: bool,
+    /// After the warm-up decision, cache the calibration priors of every
+    /// template in this folder whose policy text does not depend on its
+    /// variables ([`crate::priors`]); `/ready` waits for it. `None`: off.
+    pub warm_priors: Option<dgem_engine::templates::TemplateDir>,
     /// Weight-staging directory whose progress `/health` reports (serving.md §9.5).
     pub staging_dir: Option<std::path::PathBuf>,
     /// Header-read timeout, connection cap and shutdown deadline.
@@ -119,6 +123,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("revision", &self.revision)
             .field("schema_defaults", &self.schema_defaults)
             .field("warmup", &self.warmup)
+            .field("warm_priors", &self.warm_priors)
             .field("staging_dir", &self.staging_dir)
             .field("conn", &self.conn)
             .field("cors_origins", &self.cors_origins)
@@ -141,6 +146,7 @@ impl Default for ServeConfig {
             revision: "unknown".into(),
             schema_defaults: SchemaDefaults::default(),
             warmup: true,
+            warm_priors: None,
             staging_dir: None,
             conn: crate::conn::ConnLimits::default(),
             cors_origins: Vec::new(),

@@ -49,12 +49,13 @@ pub const SERVER_KEYS: &[(&str, &str)] = &[
 ];
 
 /// Keys the `dgem serve` command reads itself (its flags): `host`, `studio`,
-/// `templates`, `warmup`, `model`, `threads`, `context`.
+/// `templates`, `warmup`, `warm_priors`, `model`, `threads`, `context`.
 pub const COMMAND_KEYS: &[&str] = &[
     "host",
     "studio",
     "templates",
     "warmup",
+    "warm_priors",
     "model",
     "threads",
     "context",

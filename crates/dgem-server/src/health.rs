@@ -49,6 +49,9 @@ pub async fn health_body(state: &AppState) -> Value {
         m.insert("warmed".into(), json!(r.ready));
         m.insert("warmup_s".into(), json!(s));
     }
+    if let Some(n) = r.priors_warmed {
+        m.insert("priors_warmed".into(), json!(n));
+    }
     if let Some(ts) = r.ready_ts {
         m.insert("ready_ts".into(), json!(ts));
     }

@@ -50,6 +50,7 @@ pub mod health;
 pub mod layers;
 pub mod loading;
 pub mod openapi;
+pub mod priors;
 pub mod staging;
 pub mod state;
 pub mod structured;
@@ -215,6 +216,7 @@ pub async fn serve_with(
             warmup_s: None,
             ready_ts: None,
             error: None,
+            priors_warmed: None,
         });
     }
     let upkeep = state.metrics().clone();

@@ -17,7 +17,7 @@ use crate::telemetry;
 /// Readiness as `/health` and `/ready` report it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Readiness {
-    /// `warming_up`, `ready` or `warmup_failed`.
+    /// `warming_up`, `warming_priors`, `ready` or `warmup_failed`.
     pub phase: String,
     /// Whether a real warm-up decision succeeded.
     pub ready: bool,
@@ -27,6 +27,9 @@ pub struct Readiness {
     pub ready_ts: Option<f64>,
     /// Why the warm-up failed, if it did.
     pub error: Option<String>,
+    /// Templates whose calibration priors were cached at start-up
+    /// (`--warm-priors`), once that finished; `None` when it is off.
+    pub priors_warmed: Option<usize>,
 }
 
 /// How long one live probe of the decider's health is reused by `/health` and
@@ -91,6 +94,7 @@ impl AppState {
                     warmup_s: None,
                     ready_ts: None,
                     error: None,
+                    priors_warmed: None,
                 }),
                 live: Mutex::new(None),
                 inflight: AtomicUsize::new(0),

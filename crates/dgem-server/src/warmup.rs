@@ -1,5 +1,7 @@
-//! The warm-up: one real decision through the engine at start-up; readiness
-//! turns true only when it succeeds (serving.md §9.5 `warmed`).
+//! The warm-up: one real decision through the engine at start-up, then (with
+//! `warm_priors`) the calibration priors of the template folder
+//! ([`crate::priors`]); readiness turns true only when the decision succeeds
+//! and the priors are done (phase `warming_priors` meanwhile).
 
 use std::time::{Duration, Instant};
 
@@ -40,14 +42,35 @@ pub async fn run(state: &AppState) -> Result<(), String> {
         };
         match state.engine().decide(req).await {
             Ok(_) => {
+                let priors_warmed = match &state.config().warm_priors {
+                    Some(dir) => {
+                        state.set_readiness(Readiness {
+                            phase: "warming_priors".into(),
+                            ready: false,
+                            warmup_s: None,
+                            ready_ts: None,
+                            error: None,
+                            priors_warmed: None,
+                        });
+                        let report = crate::priors::warm(state, dir).await;
+                        tracing::info!(
+                            warmed = report.warmed.len(),
+                            skipped = report.skipped.len(),
+                            "warm-priors done"
+                        );
+                        Some(report.warmed.len())
+                    }
+                    None => None,
+                };
                 let secs = started.elapsed().as_secs_f64();
-                tracing::info!(warmup_s = secs, "warm-up decision done: ready");
+                tracing::info!(warmup_s = secs, "warm-up done: ready");
                 state.set_readiness(Readiness {
                     phase: "ready".into(),
                     ready: true,
                     warmup_s: Some(secs),
                     ready_ts: Some(unix_now()),
                     error: None,
+                    priors_warmed,
                 });
                 return Ok(());
             }
@@ -66,6 +89,7 @@ pub async fn run(state: &AppState) -> Result<(), String> {
         warmup_s: Some(started.elapsed().as_secs_f64()),
         ready_ts: None,
         error: Some(last.clone()),
+        priors_warmed: None,
     });
     Err(last)
 }

@@ -86,13 +86,25 @@ pub async fn serve_with_env(
     env: &[(&str, &str)],
     ready_within: Duration,
 ) -> Served {
+    let templates = crate::common::root().join("templates");
+    serve_templates(model, &templates, extra, env, ready_within).await
+}
+
+/// [`serve_with_env`] on the policy folder `templates` instead of the repo's.
+pub async fn serve_templates(
+    model: &str,
+    templates: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    ready_within: Duration,
+) -> Served {
     let port = free_port();
     let root = crate::common::root();
     let child = Command::new(dgem_bin())
         .current_dir(&root)
         .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
         .arg("--templates")
-        .arg(root.join("templates"))
+        .arg(templates)
         .args(extra)
         // The default-model path (cache folder), as a user runs it: the
         // embedded model's plain-words note is then part of every decision.
