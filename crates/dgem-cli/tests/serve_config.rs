@@ -60,14 +60,7 @@ async fn settings_come_from_the_file_and_the_environment_wins() {
     )
     .await;
     let http = reqwest::Client::new();
-    let models: serde_json::Value = http
-        .get(format!("{}/v1/models", served.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = server::get_json(&http, &format!("{}/v1/models", served.base)).await;
     assert_eq!(models["data"][0]["id"], "from-file");
     // `studio = true`: the page is served.
     let r = http
@@ -145,14 +138,7 @@ async fn warm_priors_caches_the_priors_of_fixed_policies_before_ready() {
     )
     .await;
     let http = reqwest::Client::new();
-    let health: serde_json::Value = http
-        .get(format!("{}/health", served.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = server::get_json(&http, &format!("{}/health", served.base)).await;
     assert_eq!(health["phase"], "ready", "{health}");
     assert_eq!(health["priors_warmed"], 1, "{health}");
     let stored: Vec<_> = std::fs::read_dir(store.path().join("priors"))

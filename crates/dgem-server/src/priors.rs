@@ -19,6 +19,7 @@
 
 use std::time::Instant;
 
+use dgem_core::payload::Payload;
 use dgem_core::schema::ValidSchema;
 use dgem_engine::templates::TemplateDir;
 use dgem_engine::DecideRequest;
@@ -90,8 +91,7 @@ pub async fn warm(state: &AppState, dir: &TemplateDir) -> WarmReport {
 /// Why the template cannot be warmed: it does not render or validate, or its
 /// policy text depends on a variable ([`policy_fixed`]).
 fn request(dir: &TemplateDir, name: &str, state: &AppState) -> Result<DecideRequest, String> {
-    policy_fixed(dir, name)?;
-    let payload = dir.render(name, &Map::new()).map_err(|e| e.to_string())?;
+    let payload = policy_fixed(dir, name)?;
     let schema = ValidSchema::from_value(&payload.schema, &state.config().schema_defaults)
         .map_err(|e| format!("invalid policy: {e}"))?
         .with_policy(name.to_string());
@@ -107,17 +107,16 @@ fn request(dir: &TemplateDir, name: &str, state: &AppState) -> Result<DecideRequ
 /// the schema (less `samples`, which changes how many reads run but not the
 /// text of the first) must equal the schema rendered with no variables.
 ///
+/// Returns the rendering with no variables (the warming decision's policy).
+///
 /// # Errors
 /// The template does not render with no variables, or names the first variable
 /// that changes the policy.
-pub fn policy_fixed(dir: &TemplateDir, name: &str) -> Result<(), String> {
+pub fn policy_fixed(dir: &TemplateDir, name: &str) -> Result<Payload, String> {
     const MARKER: &str = "dgem warm-priors marker";
     let text = dir.text(name).map_err(|e| e.to_string())?;
-    let bare = policy_text(
-        &dir.render(name, &Map::new())
-            .map_err(|e| e.to_string())?
-            .schema,
-    );
+    let payload = dir.render(name, &Map::new()).map_err(|e| e.to_string())?;
+    let bare = policy_text(&payload.schema);
     for var in dgem_core::template::template_variables(&text) {
         if var == "samples" {
             continue;
@@ -134,7 +133,7 @@ pub fn policy_fixed(dir: &TemplateDir, name: &str) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(payload)
 }
 
 /// The schema without `samples`.
@@ -168,7 +167,8 @@ mod tests {
         std::fs::write(dir.path().join("spam.json.tmpl"), FIXED).unwrap();
         std::fs::write(dir.path().join("claim.json.tmpl"), VARYING).unwrap();
         let templates = TemplateDir::new(dir.path());
-        assert_eq!(policy_fixed(&templates, "spam"), Ok(()));
+        let spam = policy_fixed(&templates, "spam").unwrap();
+        assert_eq!(spam.schema["questions"][0]["id"], "spam");
         let err = policy_fixed(&templates, "claim").unwrap_err();
         assert!(err.contains("`claim`"), "{err}");
     }

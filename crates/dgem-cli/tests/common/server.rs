@@ -29,6 +29,18 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// `GET url`, its body parsed as JSON (panics on a failed request or a body
+/// that is not JSON).
+pub async fn get_json(http: &reqwest::Client, url: &str) -> serde_json::Value {
+    http.get(url)
+        .send()
+        .await
+        .expect("GET answers")
+        .json()
+        .await
+        .expect("a JSON body")
+}
+
 /// A running `dgem serve`.
 #[derive(Debug)]
 pub struct Served {
