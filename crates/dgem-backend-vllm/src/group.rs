@@ -324,6 +324,7 @@ impl VllmDecider {
             pos: ctx.template.slots.iter().map(|s| s.pos).collect(),
             scoring: vec![Scoring::Canvas; n],
             uncalibrated: vec![None; n],
+            order_reads: vec![Vec::new(); n],
             reads,
             policy,
             thought,

@@ -47,6 +47,7 @@ fn decision(s: &ValidSchema) -> Decision {
             pos: vec![12, 30],
             scoring: vec![Scoring::FirstToken, Scoring::Sequence],
             uncalibrated: vec![None, None],
+            order_reads: vec![Vec::new(), Vec::new()],
             policy: policy_json(SamplePolicy::Fixed { n: 2 }, false, &[]),
             thought: None,
             queue_ms: 1.0,

@@ -68,6 +68,7 @@ impl GroupReader for Recorder {
             pos: vec![0; n],
             scoring: vec![Scoring::Canvas; n],
             uncalibrated: vec![None; n],
+            order_reads: vec![Vec::new(); n],
             policy: policy_json(SamplePolicy::Fixed { n: 1 }, false, &[]),
             thought: None,
             queue_ms: 0.0,

@@ -1,17 +1,23 @@
-//! JSON Lines datasets with line-numbered errors.
+//! JSON Lines datasets with line-numbered refusals.
 //!
-//! [`load`] parses every non-empty line into a row type. A line that is not
-//! valid JSON, lacks a field, repeats an earlier `id` or fails the row's own
-//! check is reported with its 1-based line number: skipped (and listed in the
-//! receipt) normally, or fatal with `strict`. Nothing in a dataset can crash a run.
+//! [`load`] maps every non-empty line to a row type. A line that is not valid
+//! JSON, lacks a field, holds a value its row type cannot map, repeats an
+//! earlier `id` or fails the row's own check is **refused**: never dropped, but
+//! counted and listed ([`Refused`]: its line, its `id` when it has one, and a
+//! reason naming the field, the allowed values and the value received). The
+//! harnesses report the refused rows and exit 1 on any unless
+//! `--allow-refused`; with `strict` the first refused line is fatal. Nothing in a
+//! dataset can crash a run.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::shard::Shard;
 use crate::BenchError;
 
 /// A dataset row type: deserializable, with an id and an optional self-check.
@@ -24,13 +30,29 @@ pub trait Row: DeserializeOwned {
     }
 }
 
-/// A skipped line.
+/// A dataset line that could not be mapped to a row: counted and listed in the
+/// report and the receipt, never silently dropped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Malformed {
+pub struct Refused {
     /// 1-based line number.
     pub line: usize,
-    /// Why it was skipped.
-    pub message: String,
+    /// The row's `id`, when the line has one (`None` for a line that is not a
+    /// JSON object or has no usable `id`).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Why it was refused: the field, the allowed values and the value received.
+    /// (Receipts written before refusals were counted call it `message`.)
+    #[serde(alias = "message")]
+    pub reason: String,
+}
+
+impl Refused {
+    /// The id to show: the row's `id`, else `line N`.
+    pub fn label(&self) -> String {
+        self.id
+            .clone()
+            .unwrap_or_else(|| format!("line {}", self.line))
+    }
 }
 
 /// A loaded dataset.
@@ -42,8 +64,8 @@ pub struct Dataset<R> {
     pub sha256: String,
     /// Usable rows with their 1-based line numbers, in file order.
     pub rows: Vec<(usize, R)>,
-    /// Skipped lines.
-    pub skipped: Vec<Malformed>,
+    /// Lines that could not be mapped to a row, in file order.
+    pub refused: Vec<Refused>,
 }
 
 /// sha256 of `bytes`, lowercase hex.
@@ -51,32 +73,71 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The `id` of a parsed line, if it has a usable one (a string or a number).
+fn id_of(v: &Value) -> Option<String> {
+    match v.get("id")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Map one parsed line to `R`. A deserialization error names the field path
+/// (`options[2].name: invalid type: …`); a row-level message stands as is.
+pub fn map_row<R: Row>(v: Value) -> Result<R, String> {
+    let row: R = serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            inner.to_string()
+        } else {
+            format!("`{path}`: {inner}")
+        }
+    })?;
+    row.check()?;
+    Ok(row)
+}
+
 /// Load `path` as JSON Lines of `R`.
 ///
 /// # Errors
 /// [`BenchError::Io`] if the file cannot be read; [`BenchError::Row`] for the
-/// first bad line when `strict`; [`BenchError::Empty`] when no row is usable.
+/// first refused line when `strict`; [`BenchError::Empty`] when the file holds
+/// no line at all (a file whose every line is refused loads, with no rows, so
+/// the refusals are reported).
 pub fn load<R: Row>(path: &Path, strict: bool) -> Result<Dataset<R>, BenchError> {
     let bytes = std::fs::read(path).map_err(|e| BenchError::io(path, e))?;
     let text = String::from_utf8_lossy(&bytes);
     let mut rows = Vec::new();
-    let mut skipped = Vec::new();
-    let mut seen = HashSet::new();
+    let mut refused = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {
             continue;
         }
-        let parsed = serde_json::from_str::<R>(line)
-            .map_err(|e| e.to_string())
-            .and_then(|r| {
-                r.check()?;
-                if !seen.insert(r.id().to_owned()) {
-                    return Err(format!("`id` `{}` repeats an earlier row", r.id()));
-                }
+        let (id, mapped) = match serde_json::from_str::<Value>(line) {
+            Ok(v) if v.is_object() => (id_of(&v), map_row::<R>(v)),
+            Ok(v) => (
+                None,
+                Err(format!(
+                    "the line must be a JSON object (one row). Given: `{}`",
+                    crate::mapping::shown(&v)
+                )),
+            ),
+            Err(e) => (None, Err(format!("the line is not valid JSON: {e}"))),
+        };
+        let mapped = mapped.and_then(|r| match seen.get(r.id()) {
+            Some(first) => Err(format!(
+                "`id` must be unique. Given: `{}`, already the id of line {first}",
+                r.id()
+            )),
+            None => {
+                seen.insert(r.id().to_owned(), n);
                 Ok(r)
-            });
-        match parsed {
+            }
+        });
+        match mapped {
             Ok(r) => rows.push((n, r)),
             Err(message) if strict => {
                 return Err(BenchError::Row {
@@ -85,89 +146,64 @@ pub fn load<R: Row>(path: &Path, strict: bool) -> Result<Dataset<R>, BenchError>
                     message,
                 })
             }
-            Err(message) => {
-                tracing::warn!(line = n, %message, "malformed dataset row skipped");
-                skipped.push(Malformed { line: n, message });
+            Err(reason) => {
+                tracing::warn!(line = n, id = ?id, %reason, "dataset row refused");
+                refused.push(Refused {
+                    line: n,
+                    id,
+                    reason,
+                });
             }
         }
     }
-    if rows.is_empty() {
+    if rows.is_empty() && refused.is_empty() {
         return Err(BenchError::Empty(path.to_path_buf()));
     }
     Ok(Dataset {
         path: path.to_path_buf(),
         sha256: sha256_hex(&bytes),
         rows,
-        skipped,
+        refused,
     })
 }
 
 impl<R> Dataset<R> {
-    /// Keep rows `offset..offset + limit`.
+    /// Keep the lines `offset..offset + limit`, counting refused lines as rows:
+    /// a window holds the refused lines that fall inside it.
     pub fn window(&mut self, offset: usize, limit: Option<usize>) {
-        let rows = std::mem::take(&mut self.rows);
-        self.rows = rows
+        let mut lines: Vec<usize> = self
+            .rows
+            .iter()
+            .map(|(l, _)| *l)
+            .chain(self.refused.iter().map(|r| r.line))
+            .collect();
+        lines.sort_unstable();
+        let kept: Vec<usize> = lines
             .into_iter()
             .skip(offset)
             .take(limit.unwrap_or(usize::MAX))
             .collect();
+        let inside = |l: usize| match (kept.first(), kept.last()) {
+            (Some(lo), Some(hi)) => (*lo..=*hi).contains(&l),
+            _ => false,
+        };
+        self.rows.retain(|(l, _)| inside(*l));
+        self.refused.retain(|r| inside(r.line));
+    }
+}
+
+impl<R: Row> Dataset<R> {
+    /// Keep the rows of one shard: a row by its id, a refused line by its id
+    /// too, or in shard 0 when it has none, so the shards' refusals add up to
+    /// the whole file's once.
+    pub fn keep_shard(&mut self, shard: Shard) {
+        self.rows.retain(|(_, r)| shard.contains(r.id()));
+        self.refused.retain(|r| match &r.id {
+            Some(id) => shard.contains(id),
+            None => shard.index == 0,
+        });
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, Deserialize)]
-    struct R {
-        id: String,
-        n: u32,
-    }
-    impl Row for R {
-        fn id(&self) -> &str {
-            &self.id
-        }
-        fn check(&self) -> Result<(), String> {
-            if self.n == 0 {
-                return Err("`n` must be at least 1. Given: `0`".into());
-            }
-            Ok(())
-        }
-    }
-
-    fn write(text: &str) -> tempfile::NamedTempFile {
-        let f = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(f.path(), text).expect("write");
-        f
-    }
-
-    #[test]
-    fn malformed_rows_are_skipped_with_line_numbers() {
-        let f = write(
-            "{\"id\":\"a\",\"n\":1}\n\nnot json\n{\"id\":\"b\"}\n{\"id\":\"a\",\"n\":2}\n{\"id\":\"c\",\"n\":0}\n{\"id\":\"d\",\"n\":3}\n",
-        );
-        let d = load::<R>(f.path(), false).expect("loads");
-        let ids: Vec<&str> = d.rows.iter().map(|(_, r)| r.id.as_str()).collect();
-        assert_eq!(ids, ["a", "d"]);
-        assert_eq!(d.rows[1].0, 7);
-        let lines: Vec<usize> = d.skipped.iter().map(|m| m.line).collect();
-        assert_eq!(lines, [3, 4, 5, 6]);
-        assert!(d.skipped[1].message.contains("missing field `n`"));
-        assert!(d.skipped[2].message.contains("repeats"));
-        assert_eq!(d.sha256.len(), 64);
-    }
-
-    #[test]
-    fn strict_fails_on_the_first_bad_line() {
-        let f = write("{\"id\":\"a\",\"n\":1}\nnope\n");
-        match load::<R>(f.path(), true) {
-            Err(BenchError::Row { line, .. }) => assert_eq!(line, 2),
-            other => panic!("expected a row error, got {other:?}"),
-        }
-        let empty = write("\n\n");
-        assert!(matches!(
-            load::<R>(empty.path(), false),
-            Err(BenchError::Empty(_))
-        ));
-    }
-}
+mod tests;

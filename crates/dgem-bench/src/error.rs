@@ -14,8 +14,8 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
-    /// A dataset row is malformed (only raised in `--strict` mode; otherwise the
-    /// row is skipped and listed in the receipt).
+    /// A dataset row cannot be mapped (only raised in `--strict` mode; otherwise
+    /// the row is refused: counted and listed in the report and the receipt).
     #[error("{path}:{line}: malformed row: {message}")]
     Row {
         /// Dataset file.
@@ -25,7 +25,7 @@ pub enum BenchError {
         /// What is wrong.
         message: String,
     },
-    /// The dataset has no usable rows.
+    /// The dataset file holds no row at all (not even a refused one).
     #[error("`dataset` {0} has no usable rows")]
     Empty(PathBuf),
     /// A template failed to render or its schema is invalid (a user error for that item).

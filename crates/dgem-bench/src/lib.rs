@@ -1,7 +1,8 @@
 //! # dgem-bench
 //!
 //! The benchmark harnesses behind `dgem bench*`: dataset loading with
-//! line-numbered errors ([`dataset`]), a concurrent runner over one shared
+//! line-numbered refusals ([`dataset`], with the field forms it maps in
+//! [`mapping`]), a concurrent runner over one shared
 //! [`dgem_engine::Engine`] that writes rows as they finish and resumes a killed
 //! run ([`runner`]), metric functions with their sources ([`metrics`]), JSON
 //! receipts ([`receipt`]), report formats and `--fail-under` gates ([`report`]),
@@ -22,6 +23,7 @@
 pub mod calibrate;
 pub mod dataset;
 mod error;
+pub mod mapping;
 pub mod merge;
 pub mod metrics;
 pub mod receipt;

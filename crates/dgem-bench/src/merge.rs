@@ -10,7 +10,9 @@
 //! percentiles (from each item's own wall time) equal a single-process run
 //! over the same answers. Only the run accounting is the shards' together:
 //! `ran` and `resumed` add up, `elapsed_s` is the longest shard (they run at
-//! once), `decisions_per_s` is the sum of the shards' rates.
+//! once), `decisions_per_s` is the sum of the shards' rates. The refused
+//! dataset lines are the shards' together, reported as a single run reports
+//! them ([`Summary::record_refused`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -214,9 +216,19 @@ pub fn merge(shards: &[(String, Receipt)]) -> Result<(Receipt, Summary), BenchEr
         .collect();
     failed.sort_by_key(|f| lines.get(&f.id).copied().unwrap_or(usize::MAX));
     let decisions_per_s: f64 = shards.iter().map(|(_, r)| r.run.decisions_per_s).sum();
-    let summary = summarize(&first.suite, &items, decisions_per_s, &first.settings)?;
     let mut dataset = first.dataset.clone();
     dataset.rows = shards.iter().map(|(_, r)| r.dataset.rows).sum();
+    // Each shard lists the refused lines of its ids (and shard 0 those without
+    // an id), so together they are the file's, once each.
+    let mut refused: Vec<_> = shards
+        .iter()
+        .flat_map(|(_, r)| r.dataset.refused.clone())
+        .collect();
+    refused.sort_by_key(|r| r.line);
+    refused.dedup_by_key(|r| r.line);
+    dataset.refused = refused;
+    let mut summary = summarize(&first.suite, &items, decisions_per_s, &first.settings)?;
+    summary.record_refused(&dataset.refused);
     let mut settings = base_settings;
     if let Some(o) = settings.as_object_mut() {
         o.insert("merged_shards".into(), Value::from(count));

@@ -7,7 +7,7 @@ use dgem_engine::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::dataset::{Dataset, Malformed};
+use crate::dataset::{Dataset, Refused};
 use crate::BenchError;
 
 /// Receipt format tag.
@@ -22,8 +22,10 @@ pub struct DatasetInfo {
     pub sha256: String,
     /// Rows run (after `--offset`/`--limit`).
     pub rows: usize,
-    /// Malformed lines that were skipped.
-    pub skipped: Vec<Malformed>,
+    /// Lines that could not be mapped to a row: counted, listed, not run.
+    /// (Receipts written before refusals were counted call it `skipped`.)
+    #[serde(default, alias = "skipped")]
+    pub refused: Vec<Refused>,
 }
 
 impl DatasetInfo {
@@ -33,7 +35,7 @@ impl DatasetInfo {
             path: d.path.clone(),
             sha256: d.sha256.clone(),
             rows: d.rows.len(),
-            skipped: d.skipped.clone(),
+            refused: d.refused.clone(),
         }
     }
 }

@@ -308,42 +308,106 @@ pub fn lower_is_better(metric: &str) -> bool {
         "tie_rate",
         "jsd",
         "error",
+        "refused",
     ]
     .iter()
     .any(|k| metric.contains(k))
 }
 
-/// Check gates against metrics; returns one message per failed gate.
+/// How one `--fail-under` gate came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateResult {
+    /// The metric meets its threshold.
+    Passed(String),
+    /// The metric belongs to a group with no slots (`slots_<group>` is 0):
+    /// there is nothing to gate, so the gate holds vacuously.
+    Skipped(String),
+    /// The metric misses its threshold, is NaN, or is not reported.
+    Failed(String),
+}
+
+impl GateResult {
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Passed(m) | Self::Skipped(m) | Self::Failed(m) => m,
+        }
+    }
+}
+
+/// The `slots_<group>` metric, reported as 0, whose group `metric` belongs to:
+/// `brier_excess_sequence` belongs to `sequence` when `slots_sequence` is 0.
+/// Every `_`-separated suffix of `metric` is tried as a group name, so the
+/// rule needs no list of groups; `None` when no such empty group is reported.
+fn empty_group(metric: &str, metrics: &BTreeMap<String, f64>) -> Option<String> {
+    metric.match_indices('_').find_map(|(i, _)| {
+        let key = format!("slots_{}", &metric[i + 1..]);
+        (metrics.get(&key) == Some(&0.0)).then_some(key)
+    })
+}
+
+/// Evaluate gates against metrics, one [`GateResult`] per gate in order.
 ///
 /// Higher-is-better metrics fail when `value < threshold`; lower-is-better
-/// metrics ([`lower_is_better`]) fail when `value > threshold`. A gate on a
-/// metric the receipt lacks fails and lists the available names.
-pub fn check_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<String> {
+/// metrics ([`lower_is_better`]) fail when `value > threshold`; NaN fails. A
+/// gate on a metric the receipt lacks is skipped when the metric's group has
+/// no slots (`slots_<group>` reported as 0, as the per-path and per-type
+/// metrics of [`crate::suites::quality`] are), and fails otherwise, listing
+/// the available names.
+pub fn evaluate_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<GateResult> {
     gates
         .iter()
-        .filter_map(|g| match metrics.get(&g.metric) {
-            None => Some(format!(
-                "`--fail-under` metric `{}` is not reported by this harness; available: [{}]",
-                g.metric,
-                metrics.keys().cloned().collect::<Vec<_>>().join(", ")
-            )),
-            Some(&v) if lower_is_better(&g.metric) && (v.is_nan() || v > g.threshold) => {
-                Some(format!(
-                    "{} = {} is above the limit {}",
-                    g.metric,
-                    fmt_metric(v),
-                    g.threshold
-                ))
+        .map(|g| {
+            let (name, t) = (&g.metric, g.threshold);
+            match metrics.get(name) {
+                None => match empty_group(name, metrics) {
+                    Some(slots) => GateResult::Skipped(format!(
+                        "{name}: no slots ({slots} = 0)"
+                    )),
+                    None => GateResult::Failed(format!(
+                        "`--fail-under` metric `{name}` is not reported by this harness; available: [{}]",
+                        metrics.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )),
+                },
+                Some(&v) if lower_is_better(name) => {
+                    if v.is_nan() || v > t {
+                        GateResult::Failed(format!(
+                            "{name} = {} is above the limit {t}",
+                            fmt_metric(v)
+                        ))
+                    } else {
+                        GateResult::Passed(format!(
+                            "{name} = {} is within the limit {t}",
+                            fmt_metric(v)
+                        ))
+                    }
+                }
+                Some(&v) => {
+                    if v.is_nan() || v < t {
+                        GateResult::Failed(format!(
+                            "{name} = {} is under the threshold {t}",
+                            fmt_metric(v)
+                        ))
+                    } else {
+                        GateResult::Passed(format!(
+                            "{name} = {} meets the threshold {t}",
+                            fmt_metric(v)
+                        ))
+                    }
+                }
             }
-            Some(&v) if !lower_is_better(&g.metric) && (v.is_nan() || v < g.threshold) => {
-                Some(format!(
-                    "{} = {} is under the threshold {}",
-                    g.metric,
-                    fmt_metric(v),
-                    g.threshold
-                ))
-            }
-            Some(_) => None,
+        })
+        .collect()
+}
+
+/// Check gates against metrics; returns one message per failed gate (see
+/// [`evaluate_gates`] for the rules).
+pub fn check_gates(gates: &[Gate], metrics: &BTreeMap<String, f64>) -> Vec<String> {
+    evaluate_gates(gates, metrics)
+        .into_iter()
+        .filter_map(|r| match r {
+            GateResult::Failed(m) => Some(m),
+            GateResult::Passed(_) | GateResult::Skipped(_) => None,
         })
         .collect()
 }
@@ -383,6 +447,64 @@ mod tests {
         assert!(f[2].contains("available: [ece_10bin, item_accuracy]"));
         assert!("accuracy".parse::<Gate>().is_err());
         assert!("x=abc".parse::<Gate>().is_err());
+    }
+
+    /// A gate on a metric of a group with no slots is skipped, not failed;
+    /// an unknown metric of no empty group still fails as unreported.
+    #[test]
+    fn gate_on_an_empty_group_is_vacuous() {
+        let m: BTreeMap<String, f64> = [
+            ("slots_first_token", 12.0),
+            ("brier_excess_first_token", 0.0312),
+            ("slots_sequence", 0.0),
+            ("slots_brackets", 0.0),
+            ("overconfidence_error", 0.0),
+            ("ece_10bin", 0.1032),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let g = |s: &str| s.parse::<Gate>().expect("gate");
+        let r = evaluate_gates(
+            &[
+                g("ece_10bin=0.10"),
+                g("brier_excess_first_token=0"),
+                g("brier_excess_sequence=0"),
+                g("brier_excess_brackets=0"),
+                g("overconfidence_error=0"),
+                g("brier_excess_canvas=0"),
+                g("slot_accuracy_sequence=0.5"),
+            ],
+            &m,
+        );
+        assert_eq!(
+            r[0],
+            GateResult::Failed("ece_10bin = 0.1032 is above the limit 0.1".into())
+        );
+        assert_eq!(
+            r[1],
+            GateResult::Failed("brier_excess_first_token = 0.0312 is above the limit 0".into())
+        );
+        assert_eq!(
+            r[2],
+            GateResult::Skipped("brier_excess_sequence: no slots (slots_sequence = 0)".into())
+        );
+        assert_eq!(
+            r[3].message(),
+            "brier_excess_brackets: no slots (slots_brackets = 0)"
+        );
+        assert_eq!(
+            r[4],
+            GateResult::Passed("overconfidence_error = 0 is within the limit 0".into())
+        );
+        // `slots_canvas` is not reported at all: an unknown metric.
+        assert!(matches!(&r[5], GateResult::Failed(m) if m.contains("is not reported")));
+        assert!(matches!(r[6], GateResult::Skipped(_)));
+        assert_eq!(
+            check_gates(&[g("brier_excess_sequence=0"), g("ece_10bin=0.2")], &m),
+            Vec::<String>::new()
+        );
+        assert_eq!(check_gates(&[g("brier_excess_first_token=0")], &m).len(), 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! The split is by item id, not by position, so it does not depend on
 //! `--offset`/`--limit`, on the order of the file or on how many rows were
-//! skipped as malformed: row `id` belongs to shard
+//! refused: row `id` belongs to shard
 //! `u64::from_be_bytes(sha256(id)[..8]) mod n`. Indices are 0-based, as the
 //! batch engines number their tasks.
 //!

@@ -158,6 +158,8 @@ fn slot(probs: &[(&str, f64)], gold: Option<usize>) -> SlotOut {
         hesitation: 0.5,
         probabilities: probs.iter().map(|(k, p)| ((*k).to_owned(), *p)).collect(),
         gold,
+        question_type: None,
+        scoring: None,
     }
 }
 
@@ -249,4 +251,30 @@ fn collected_rows_fit_into_a_file_that_round_trips_and_refuses_others() {
     let fitted = calibrate(&l, FitOptions::new(5, true, 200, 42).expect("opts"));
     let file = calibration_file(&model(None), &l, &fitted, 0);
     assert_eq!((file.k, file.held_out.method), (1, Evaluation::InSample));
+}
+
+/// A temperature that raises the out-of-fold NLL is not shipped. Two folds
+/// that disagree: in one every slot is read 90/10 for the right answer, in
+/// the other 90/10 for the wrong one. Each fold's fit (sharpen, flatten) hurts
+/// the other, so the type is left unset, with the figures kept and the
+/// reason given.
+#[test]
+fn a_temperature_that_raises_held_out_nll_is_left_unset() {
+    let samples: Vec<Sample> = (0..40)
+        .map(|i| {
+            let row = format!("row-{i}");
+            let right = fold_of(&row, 2) == 0;
+            Sample {
+                row,
+                probabilities: vec![0.9, 0.1],
+                gold: usize::from(!right),
+            }
+        })
+        .collect();
+    let fit = calibrate_type(&samples, Split::Folds(2), 50, 42);
+    assert_eq!(fit.figures.temperature, None);
+    let reason = fit.figures.unset_reason.expect("a reason");
+    assert!(reason.contains("made held-out figures worse"), "{reason}");
+    let scores = fit.figures.scores.expect("figures kept");
+    assert!(scores.nll.after.value > scores.nll.before.value);
 }

@@ -77,6 +77,22 @@ async fn jev_rows_are_scored_as_jevbench_scores_them() {
         let v = s.metrics[k];
         assert!((0.0..=100.0).contains(&v), "{k} = {v}");
     }
+    // A uniform model scores exactly the uniform guess on every path and
+    // type (Brier excess 0) and is not overconfident (hesitation 1).
+    assert!(out.rows.iter().all(|i| i.scoring.is_some()));
+    for (k, v) in &s.metrics {
+        if k.starts_with("brier_excess") {
+            assert!(v.abs() < 1e-9, "{k} = {v}");
+        }
+        if k.starts_with("overconfidence_error") {
+            assert_eq!(*v, 0.0, "{k}");
+        }
+    }
+    let slots = |g: &str| s.metrics[&format!("slots_{g}")];
+    assert_eq!(slots("first_token") + slots("sequence"), 16.0);
+    assert_eq!(slots("boolean") + slots("choice") + slots("score"), 16.0);
+    assert_eq!(slots("brackets"), 0.0);
+    assert!((s.metrics["mean_hesitation_choice"] - 1.0).abs() < 1e-9);
     // The breakdown has every tier of the rows.
     let tiers: std::collections::BTreeSet<&str> =
         out.rows.iter().map(|i| i.tier.as_str()).collect();

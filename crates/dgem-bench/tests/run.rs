@@ -8,6 +8,7 @@ use std::sync::Arc;
 use dgem_bench::dataset;
 use dgem_bench::runner::{self, NoProgress, RunConfig};
 use dgem_bench::suites::bench::{self, BenchItem, BenchRow};
+use dgem_bench::suites::quality::ScoringPath;
 use dgem_bench::suites::Decider;
 use dgem_bench::BenchError;
 use dgem_testkit::{scripts, ScriptedBackend};
@@ -72,8 +73,13 @@ async fn scripted_accuracy_comes_out_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ds = load(&dir);
     assert_eq!(ds.rows.len(), 6);
-    assert_eq!(ds.skipped.len(), 1);
-    assert_eq!(ds.skipped[0].line, 7);
+    assert_eq!(ds.refused.len(), 1);
+    assert_eq!(ds.refused[0].line, 7);
+    // Cut short: not JSON, so no id to name it by.
+    assert_eq!(ds.refused[0].id, None);
+    assert!(ds.refused[0]
+        .reason
+        .starts_with("the line is not valid JSON"));
     let d = decider(ScriptedBackend::new(scripts::want_marker(0.8)));
     let cfg = RunConfig {
         workers: 3,
@@ -103,6 +109,42 @@ async fn scripted_accuracy_comes_out_exactly() {
     assert!((a.probabilities["support"] - 0.1).abs() < 1e-9);
     // Every slot at confidence 0.8 (team) or 0.8 (urgent: 0.8 vs 0.2): ECE = |10/12 − 0.8|.
     assert!((s.metrics["ece_10bin"] - (10.0 / 12.0 - 0.8)).abs() < 1e-9);
+    // Per type and scoring path: each slot records both.
+    assert_eq!(a.question_type.as_deref(), Some("choice"));
+    assert_eq!(
+        out.rows[0].slots["urgent"].question_type.as_deref(),
+        Some("boolean")
+    );
+    assert!(out
+        .rows
+        .iter()
+        .flat_map(|i| i.slots.values())
+        .all(|s| s.scoring == Some(ScoringPath::FirstToken)));
+    let m = &s.metrics;
+    let near = |k: &str, want: f64| assert!((m[k] - want).abs() < 1e-9, "{k} = {}", m[k]);
+    // urgent: 5 of 6 right at 0.8/0.2 → Brier (5·2·0.2² + 2·0.8²)/6 = 0.28
+    // against the uniform 0.5; team: 5 of 6 at 0.8/0.1/0.1 → right 0.06,
+    // wrong 0.8² + 0.9² + 0.1² = 1.46 → (5·0.06 + 1.46)/6 against 1 − 1/3.
+    near("slots_boolean", 6.0);
+    near("slot_accuracy_boolean", 5.0 / 6.0);
+    near("brier_boolean", 0.28);
+    near("brier_excess_boolean", 0.28 - 0.5);
+    near("brier_choice", 1.76 / 6.0);
+    near("brier_uniform_choice", 2.0 / 3.0);
+    near("chance_choice", 1.0 / 3.0);
+    near("slots_first_token", 12.0);
+    near("brier_first_token", (0.28 + 1.76 / 6.0) / 2.0);
+    near(
+        "brier_excess",
+        (0.28 + 1.76 / 6.0) / 2.0 - (0.5 + 2.0 / 3.0) / 2.0,
+    );
+    // Hesitation H / ln K: 0.7219 for 0.8/0.2, 0.5817 for 0.8/0.1/0.1.
+    let h = |p: &[f64]| -p.iter().map(|x| x * x.ln()).sum::<f64>() / (p.len() as f64).ln();
+    near("mean_hesitation_boolean", h(&[0.8, 0.2]));
+    near("mean_hesitation_choice", h(&[0.8, 0.1, 0.1]));
+    near("overconfidence_error", 0.0);
+    near("slots_sequence", 0.0);
+    assert!(!m.contains_key("brier_excess_sequence"));
     // Calibration over the same rows.
     let (c, bins) = dgem_bench::suites::calibration::summarize(&out.rows);
     assert_eq!(c.metrics["accuracy"], 10.0 / 12.0);

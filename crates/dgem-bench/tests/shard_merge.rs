@@ -74,13 +74,19 @@ async fn run(ds: &Dataset<BenchRow>, rows: &[(usize, BenchRow)], shard: Option<S
     .await
     .expect("runs");
     let dps = outcome.ran as f64 / outcome.elapsed_s.max(1e-9);
-    let s = bench::summarize(&outcome.rows, dps);
+    // The shard's refused lines, as `dgem bench --shard` keeps them.
+    let mut part = ds.clone();
+    if let Some(sh) = shard {
+        part.keep_shard(sh);
+    }
+    let mut info = DatasetInfo::of(&part);
+    info.rows = rows.len();
+    let mut s = bench::summarize(&outcome.rows, dps);
+    s.record_refused(&info.refused);
     let mut settings = json!({"workers": 2});
     if let Some(sh) = shard {
         settings["shard"] = json!(sh.to_string());
     }
-    let mut info = DatasetInfo::of(ds);
-    info.rows = rows.len();
     Receipt {
         format: RECEIPT_FORMAT.into(),
         suite: "bench".into(),
@@ -133,6 +139,40 @@ fn load(dir: &Path) -> Dataset<BenchRow> {
     dataset::load::<BenchRow>(&path, true).expect("loads")
 }
 
+/// Shards of a dataset with refused lines: the merged receipt and report
+/// hold each refused line once, as the single-process run does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_shards_report_the_files_refused_rows_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ds.jsonl");
+    let bad = "{\"id\":\"no-expected\",\"template\":\"t\",\"expected\":{}}\nnot json\n{\"id\":\"x9\",\"template\":7,\"expected\":{\"a\":\"b\"}}\n";
+    std::fs::write(&path, dataset_text() + bad).expect("write dataset");
+    let ds = dataset::load::<BenchRow>(&path, false).expect("loads");
+    assert_eq!((ds.rows.len(), ds.refused.len()), (24, 3));
+    let single = run(&ds, &ds.rows, None).await;
+    let mut shards = Vec::new();
+    for i in 0..3 {
+        let sh = Shard::new(i, 3).expect("shard");
+        let rows: Vec<(usize, BenchRow)> = ds
+            .rows
+            .iter()
+            .filter(|(_, r)| sh.contains(&r.id))
+            .cloned()
+            .collect();
+        shards.push((format!("shard-{i}.json"), run(&ds, &rows, Some(sh)).await));
+    }
+    let (merged, summary) = merge::merge(&shards).expect("merges");
+    assert_eq!(merged.dataset.refused, single.dataset.refused);
+    let lines: Vec<usize> = merged.dataset.refused.iter().map(|r| r.line).collect();
+    assert_eq!(lines, [25, 26, 27]);
+    assert_eq!(
+        merged.dataset.refused[2].reason,
+        "`template`: invalid type: integer `7`, expected path string"
+    );
+    assert_eq!(merged.metrics["refused"], 3.0);
+    assert_eq!(summary.breakdown["refused"], single.breakdown["refused"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_shards_merged_equal_one_process() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -165,7 +205,7 @@ async fn three_shards_merged_equal_one_process() {
     assert!(diffs.is_empty(), "{diffs:?}");
     assert!(single.metrics["item_accuracy"] < 1.0 && single.metrics["item_accuracy"] > 0.5);
     // The latency percentiles are the merged items' own (computed again, not averaged).
-    let again = bench::summarize(
+    let mut again = bench::summarize(
         &merged
             .items
             .iter()
@@ -173,6 +213,7 @@ async fn three_shards_merged_equal_one_process() {
             .collect::<Vec<BenchItem>>(),
         merged.run.decisions_per_s,
     );
+    again.record_refused(&merged.dataset.refused);
     assert_eq!(again.metrics, merged.metrics);
     assert_eq!(summary.metrics, merged.metrics);
     // The bench breakdown (accuracy by domain and tier) holds no timing.

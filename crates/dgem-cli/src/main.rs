@@ -133,7 +133,9 @@ enum Command {
     )]
     Templates(commands::templates::TemplatesCommand),
     /// Plan every JevBench row (prompts, slots, label ids, scoring) without running the model.
-    #[command(after_help = "Examples:\n  dgem plan -d data/jevbench_style.jsonl")]
+    #[command(
+        after_help = "Examples:\n  dgem plan -d data/jevbench_style.jsonl\n  dgem plan -d rows.jsonl --rows --allow-refused"
+    )]
     Plan(commands::plan::PlanArgs),
     /// Serve decisions over HTTP (OpenAI-compatible and /v1/systemone).
     #[command(
@@ -274,5 +276,33 @@ mod tests {
             .map(|c| c.get_name().to_string())
             .collect();
         assert!(missing.is_empty(), "no examples in --help: {missing:?}");
+    }
+
+    /// Every command that reads dataset rows takes `--allow-refused` (a
+    /// refused row exits 1 without it); the commands that read receipts do not.
+    #[test]
+    fn every_row_reading_command_takes_allow_refused() {
+        use clap::Parser as _;
+        for cmd in [
+            "plan",
+            "bench",
+            "bench-calibration",
+            "bench-intents",
+            "bench-rerank",
+            "bench-permutation",
+            "bench-jev",
+        ] {
+            let parsed = Cli::try_parse_from(["dgem", cmd, "-d", "x.jsonl", "--allow-refused"]);
+            assert!(parsed.is_ok(), "{cmd}: {:?}", parsed.err());
+        }
+        for cmd in ["bench-merge", "bench-compare"] {
+            let c = Cli::command();
+            let sub = c.find_subcommand(cmd).expect("subcommand");
+            assert!(
+                sub.get_arguments()
+                    .all(|a| a.get_long() != Some("allow-refused")),
+                "{cmd}"
+            );
+        }
     }
 }

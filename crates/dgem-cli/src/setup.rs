@@ -56,6 +56,20 @@ pub struct ModelArgs {
     /// an answer's probabilities.
     #[arg(long = "vocab-diagnostics", env = "DGEM_VOCAB_DIAGNOSTICS")]
     pub vocab_diagnostics: bool,
+    /// Option-order debiasing: `cyclic` (default) lists each question's
+    /// options in a canonical order and its cyclic rotations, one prompt per
+    /// listing (at most 6), and pools the reads, so the answer does not depend
+    /// on the order the policy lists its options in; a number 2..=26 caps the
+    /// listings; `off` reads the policy's own order once (faster, order-biased).
+    /// Temperatures shipped for the model (fitted by `dgem calibrate`, see
+    /// `crates/dgem-model/calibration/`): `auto` (default) applies them to
+    /// every answer when the model's sha256 is the one they were fitted for,
+    /// and warns and applies nothing for another model; `off` never applies
+    /// them (what `dgem calibrate` reads with, so a fit is not fitted twice).
+    #[arg(long = "model-calibration", env = "DGEM_MODEL_CALIBRATION", default_value = "auto", value_parser = parse_auto_off, action = clap::ArgAction::Set, value_name = "auto|off")]
+    pub model_calibration: bool,
+    #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "cyclic", value_parser = dgem_core::order::OrderDebias::parse, value_name = "cyclic|off|N")]
+    pub order_debias: dgem_core::order::OrderDebias,
     /// Seconds one model call may wait in the model's queue before it starts
     /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.
     /// Queue time is not model time: see `--model-timeout`.
@@ -86,6 +100,37 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
         "on" | "true" | "1" | "yes" => Ok(true),
         "off" | "false" | "0" | "no" => Ok(false),
         other => Err(format!("must be one of [on, off]. Given: `{other}`")),
+    }
+}
+
+fn parse_auto_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" | "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("must be one of [auto, off]. Given: `{other}`")),
+    }
+}
+
+/// The temperatures shipped for the default model, when `sha256` is its
+/// file's; for another model (or none), a warning on stderr and `None`.
+fn shipped_temperature(sha256: Option<&str>) -> Option<dgem_engine::ModelTemperature> {
+    let origin = std::path::Path::new(dgem_model::DEFAULT_MODEL_CALIBRATION_PATH);
+    let file = match dgem_core::hesitation::calibration::CalibrationFile::parse(
+        dgem_model::DEFAULT_MODEL_CALIBRATION,
+        origin,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("warning: the shipped temperatures are not usable ({e}); none applied");
+            return None;
+        }
+    };
+    match dgem_engine::ModelTemperature::for_model(&file, sha256) {
+        Ok(t) => Some(t),
+        Err(reason) => {
+            eprintln!("warning: {reason} (`--model-calibration off` silences this)");
+            None
+        }
     }
 }
 
@@ -214,6 +259,11 @@ pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig),
         .join("priors")
         .join(format!("{key}.json"));
     let mut cfg = LlamaConfig::new(&path, id);
+    let shipped = if args.model_calibration {
+        shipped_temperature(sha.as_deref())
+    } else {
+        None
+    };
     cfg.sha256 = sha;
     cfg.context_size = args.context;
     cfg.kv_chunk = args.kv_chunk;
@@ -234,6 +284,8 @@ pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig),
             note,
             calibration_store: Some(store),
             vocab_diagnostics: args.vocab_diagnostics,
+            order_debias: args.order_debias,
+            model_temperature: shipped,
             ..EngineConfig::default()
         },
     ))

@@ -85,12 +85,32 @@ fn bench_on_the_real_model_writes_a_full_receipt() {
             out.to_str().expect("utf8"),
             "--format",
             "json",
+            "--fail-under",
+            "brier_excess_brackets=0",
         ],
         Some(&m),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // No choice of more than 26 options: the brackets gate holds vacuously.
+    assert!(
+        common::stderr(&o)
+            .contains("gate skipped: brier_excess_brackets: no slots (slots_brackets = 0)"),
+        "{}",
+        common::stderr(&o)
+    );
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
+    let paths = ["first_token", "sequence"];
+    let slots = |g: &str| r["metrics"][format!("slots_{g}")].as_f64().unwrap_or(-1.0);
+    assert_eq!(
+        slots("first_token") + slots("sequence"),
+        4.0,
+        "{}",
+        r["metrics"]
+    );
+    assert_eq!(slots("boolean") + slots("choice"), 4.0, "{}", r["metrics"]);
+    assert!(r["metrics"]["brier_excess"].is_f64());
+    assert!(r["breakdown"]["by_path_type"]["all"]["slots"] == 4);
     assert_eq!(
         r["dataset"]["sha256"],
         "cd1900081406350a1efa72afce1518b481381effb04cf74f3fdd452b49f918ad"
@@ -107,6 +127,11 @@ fn bench_on_the_real_model_writes_a_full_receipt() {
                 .filter_map(Value::as_f64)
                 .sum();
             assert!((total - 1.0).abs() < 1e-6, "{total}");
+            assert!(
+                paths.contains(&slot["scoring"].as_str().unwrap_or("")),
+                "{slot}"
+            );
+            assert!(["boolean", "choice"].contains(&slot["question_type"].as_str().unwrap_or("")));
         }
         assert!(item["wall_ms"].as_f64().is_some_and(|w| w > 0.0));
     }
@@ -128,4 +153,210 @@ fn missing_bench_dataset_exits_1_naming_the_flag() {
             "{cmd}: {e}"
         );
     }
+}
+
+/// JevBench rows: a plain choice row, a score row whose `expected` is an
+/// integer, a row whose `state` is a JSON object, and (`bad`) one whose
+/// `state` is a list, which cannot be mapped.
+fn jev_rows(dir: &std::path::Path, with_bad: bool) -> String {
+    let q = |kind: &str| json!({"type": kind, "instructions": "Decide."});
+    let mut rows = vec![
+        json!({"id": "choice", "state": "A refund, please.", "question": q("choice"),
+               "labels": ["refund", "replacement"], "expected": "refund"}),
+        json!({"id": "sev-int", "state": "The logo is misaligned.", "question": q("score"),
+               "labels": ["none", "low", "medium", "high", "critical"], "expected": 2}),
+        json!({"id": "obj-state", "state": {"ticket": "charged twice", "plan": "pro"},
+               "question": q("noul"), "labels": ["yes", "no"], "expected": true}),
+    ];
+    if with_bad {
+        rows.push(json!({"id": "bad", "state": [1], "question": q("noul"),
+                         "labels": ["yes", "no"], "expected": "no"}));
+    }
+    let path = dir.join("rows.jsonl");
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&path, text).expect("write");
+    path.to_str().expect("utf8").to_owned()
+}
+
+/// `dgem bench-jev` on the real model records each row's scoring path and
+/// reports the per-path and per-type metrics the quality gate reads.
+#[test]
+fn bench_jev_on_the_real_model_reports_paths_and_types() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = jev_rows(dir.path(), false);
+    let out = dir.path().join("r.json");
+    let o = dgem(
+        &[
+            "bench-jev",
+            "-d",
+            &d,
+            "-o",
+            out.to_str().expect("utf8"),
+            "--format",
+            "md",
+            "--fail-under",
+            "brier_excess_brackets=0",
+        ],
+        Some(&m),
+    );
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("gate skipped: brier_excess_brackets: no slots"),
+        "{err}"
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("**By scoring path and type**"), "{text}");
+    assert!(text.contains("| type: score | 1 |"), "{text}");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
+    for item in r["items"].as_array().expect("items") {
+        let path = item["scoring"].as_str().unwrap_or("");
+        assert!(["first_token", "sequence"].contains(&path), "{item}");
+    }
+    let metric = |k: &str| r["metrics"][k].as_f64().unwrap_or(-1.0);
+    for t in ["boolean", "choice", "score"] {
+        assert_eq!(metric(&format!("slots_{t}")), 1.0, "{t}");
+    }
+    assert_eq!(metric("slots_first_token") + metric("slots_sequence"), 3.0);
+    assert_eq!(metric("slots_brackets"), 0.0);
+}
+
+const BAD_STATE: &str = "`state`: must be a string or a JSON object. Given: `[1]`";
+
+/// Regression: integer `expected` and object states made rows that were
+/// skipped; they now map (`--strict` gets past the dataset to the model).
+/// No model is needed: a missing `--model` file stops the run after the dataset.
+#[test]
+fn bench_jev_maps_integer_expected_and_object_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = jev_rows(dir.path(), false);
+    let o = dgem(
+        &[
+            "bench-jev",
+            "-d",
+            &d,
+            "--strict",
+            "--model",
+            "/nonexistent/m.gguf",
+        ],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("`--model` must be an existing GGUF file"),
+        "{err}"
+    );
+    assert!(!err.contains("refused"), "{err}");
+}
+
+/// Regression: `dgem bench-jev` skipped a row it could not map, silently.
+/// It is now named with its line, id and reason before anything runs, and
+/// `--strict` stops on it. No model needed (see above).
+#[test]
+fn bench_jev_names_an_unmappable_row_before_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = jev_rows(dir.path(), true);
+    let o = dgem(
+        &["bench-jev", "-d", &d, "--model", "/nonexistent/m.gguf"],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert!(
+        err.contains(&format!("refused: {d}:4: row `bad`: {BAD_STATE}")),
+        "{err}"
+    );
+    let o = dgem(
+        &[
+            "bench-jev",
+            "-d",
+            &d,
+            "--strict",
+            "--model",
+            "/nonexistent/m.gguf",
+        ],
+        None,
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{d}:4: malformed row: {BAD_STATE}")),
+        "{err}"
+    );
+}
+
+/// Regression: `dgem bench-jev` reported `refused 0` and exited 0 with a row
+/// it could not map. Real model: the three mappable rows run, the fourth is
+/// counted, listed in the report and the receipt, and the run exits 1 —
+/// or 0 with `--allow-refused`.
+#[test]
+fn bench_jev_refuses_unmappable_row_instead_of_skipping() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = jev_rows(dir.path(), true);
+    let out = dir.path().join("r.json");
+    let out_s = out.to_str().expect("utf8");
+    let o = dgem(
+        &["bench-jev", "-d", &d, "-o", out_s, "--format", "json"],
+        Some(&m),
+    );
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("1 dataset row(s) refused and not run (first: line 4, `bad`"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json report");
+    assert_eq!(v["metrics"]["total_cases"], 3.0);
+    assert_eq!(v["metrics"]["errors"], 0.0);
+    assert_eq!(v["metrics"]["refused"], 1.0);
+    assert_eq!(v["breakdown"]["refused"][0]["id"], "bad");
+    assert_eq!(v["breakdown"]["refused"][0]["reason"], BAD_STATE);
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
+    assert_eq!(r["dataset"]["refused"][0]["line"], 4);
+    let items = r["items"].as_array().expect("items");
+    let ids: Vec<&str> = items.iter().filter_map(|i| i["id"].as_str()).collect();
+    assert_eq!(ids, ["choice", "sev-int", "obj-state"]);
+    assert_eq!(items[1]["expected"], "low", "2 is the 2nd named level");
+    assert_eq!(items[2]["expected"], "yes");
+    let o = dgem(
+        &["bench-jev", "-d", &d, "--allow-refused", "--format", "md"],
+        Some(&m),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(md.contains("| refused | 1 |"), "{md}");
+    assert!(
+        md.contains(&format!("| 4 | bad | {} |", BAD_STATE.replace('|', "\\|"))),
+        "{md}"
+    );
+}
+
+/// Regression: `dgem plan -d` counted `refused 0` and exited 0 while it
+/// skipped rows. Real model (for its tokenizer): the integer-`expected` and
+/// object-state rows are planned, the list-state row is refused, exit 1.
+#[test]
+fn plan_counts_integer_score_expected_as_mapped() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = jev_rows(dir.path(), true);
+    let o = dgem(&["plan", "-d", &d], Some(&m));
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("1 of 4 row(s) refused (first: line 4, `bad`"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["items"], 4);
+    assert_eq!(v["planned"], 3);
+    assert_eq!(v["refused"], 1);
+    assert_eq!(v["refusals"][0]["id"], "bad");
+    assert_eq!(v["refusals"][0]["line"], 4);
+    assert_eq!(v["refusals"][0]["reason"], BAD_STATE);
+    let o = dgem(&["plan", "-d", &d, "--allow-refused"], Some(&m));
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
 }

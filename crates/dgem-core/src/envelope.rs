@@ -3,17 +3,22 @@
 //! Answers keep the wire shapes of the chat route (§8.1): key order `type,
 //! label, confidence, probabilities, noul|choice|(score, level), [stderr,
 //! agreement]`, then dgem-rs's extra keys `entropy` (nats) and
-//! `normalized_entropy` (hesitation, H/ln K). Diagnostics carry the §8.2 keys plus
+//! `normalized_entropy` (hesitation, H/ln K). `label` is always the chosen
+//! option's name (a letter read, `A`, is reported as `slot_label` beside it),
+//! and a cloze read adds `order_sensitivity`. Diagnostics carry the §8.2 keys plus
 //! the embedded engine's own (model, label mode, calibration, token counts).
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+mod calibration;
 mod samples;
+pub use calibration::CalibrationDiagnostics;
 pub use samples::{PartSamples, ReadTops, SamplesDiagnostics};
 
 use crate::labels::LabelMode;
+use crate::order::OrderSensitivity;
 use crate::readout::{level_values, score_expectation, score_value, Aggregate};
 use crate::schema::{Layout, Question, QuestionKind};
 
@@ -38,6 +43,11 @@ pub struct AnswerOut {
     /// 0.50"`. The distribution is kept; no default label replaces it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abstained: Option<String>,
+    /// How much the answer depended on the order the options were listed
+    /// in ([`OrderSensitivity`]); `None` when the reader does not measure it
+    /// (a canvas read lists each option at one position).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderSensitivity>,
 }
 
 /// A Stage-2 answer written over a Stage-1 one (the cascade's write-back).
@@ -65,6 +75,7 @@ impl AnswerOut {
             temperature: None,
             resolved: None,
             abstained: None,
+            order: None,
         }
     }
 
@@ -103,10 +114,16 @@ impl AnswerOut {
         let q = &self.question;
         let mut m = Map::new();
         m.insert("type".into(), json!(q.kind.wire_name()));
-        m.insert(
-            "label".into(),
-            json!(self.labels.get(a.top).cloned().unwrap_or_default()),
-        );
+        // `label` is the answer's own name; the token the model read for it
+        // (a letter, a digit) goes in `slot_label` when it differs.
+        m.insert("label".into(), json!(self.answer_name()));
+        if let Some(slot) = self
+            .labels
+            .get(a.top)
+            .filter(|l| !l.trim().eq_ignore_ascii_case(self.answer_name().trim()))
+        {
+            m.insert("slot_label".into(), json!(slot));
+        }
         m.insert("confidence".into(), json!(a.confidence));
         let probs: Map<String, Value> = q
             .alternatives
@@ -167,6 +184,9 @@ impl AnswerOut {
         if let Some(reason) = &self.abstained {
             m.insert("abstained".into(), json!(true));
             m.insert("abstain_reason".into(), json!(reason));
+        }
+        if let Some(order) = &self.order {
+            m.insert("order_sensitivity".into(), json!(order));
         }
         Value::Object(m)
     }
@@ -370,8 +390,10 @@ pub struct Diagnostics {
     /// How slots were read: `joint` (one canvas) or `cloze` (each slot after the prompt).
     #[serde(default)]
     pub slot_reading: SlotReading,
-    /// Contextual calibration: `null` when off, else the content-free states used.
-    pub calibration: Option<Vec<String>>,
+    /// What calibrated the numbers ([`CalibrationDiagnostics`]): contextual
+    /// calibration's content-free states and the shipped temperatures;
+    /// `null` when nothing did.
+    pub calibration: Option<CalibrationDiagnostics>,
     /// A plain-words note on how far these numbers can be trusted.
     pub note: Option<String>,
     /// Hash of the question block's fixed sentences

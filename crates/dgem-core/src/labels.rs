@@ -43,12 +43,23 @@ pub fn letter(i: usize) -> String {
 ///
 /// Letters: booleans `yes`/`no`, choices `A`…, scores `1`…`9` when there are at
 /// most 9 levels, else `A`…. Words: booleans `yes`/`no`, otherwise the
-/// alternative names themselves.
+/// alternative names themselves, trimmed and in lower case (a leading space
+/// or the case a policy writes an option in is spelling, not part of the
+/// answer: the prompt lists, and the reader reads, the same label either way;
+/// the reader also pools the capitalised form, see
+/// [`crate::slots::surface_forms`]).
 pub fn labels_for(q: &Question, mode: LabelMode) -> Vec<String> {
     let k = q.alternatives.len();
     match (mode, q.kind) {
-        (_, QuestionKind::Boolean) => vec!["yes".to_owned(), "no".to_owned()],
-        (LabelMode::Words, _) => q.alternatives.iter().map(|a| a.name.clone()).collect(),
+        // A boolean's alternatives are named `yes` and `no`; following them
+        // (not a fixed `["yes", "no"]`) keeps a read that lists `no` first
+        // reading the right label at each position.
+        (_, QuestionKind::Boolean) => q.alternatives.iter().map(|a| a.name.clone()).collect(),
+        (LabelMode::Words, _) => q
+            .alternatives
+            .iter()
+            .map(|a| a.name.trim().to_lowercase())
+            .collect(),
         (LabelMode::Letters, QuestionKind::Score) if k <= 9 => {
             (1..=k).map(|i| i.to_string()).collect()
         }
@@ -89,6 +100,19 @@ mod tests {
         assert_eq!(labels_for(&s.questions[3], LabelMode::Letters)[9], "J");
     }
 
+    /// Regression: a boolean listed `no` first (a permuted sample, or an
+    /// order-debiasing rotation) was read with the labels `yes`, `no` in that
+    /// order, so its answer came back inverted.
+    #[test]
+    fn boolean_labels_follow_a_permuted_listing() {
+        let s = schema();
+        let mut q = s.questions[0].clone();
+        q.alternatives.reverse();
+        for mode in [LabelMode::Words, LabelMode::Letters] {
+            assert_eq!(labels_for(&q, mode), ["no", "yes"]);
+        }
+    }
+
     #[test]
     fn words_use_alternative_names() {
         let s = schema();
@@ -98,5 +122,15 @@ mod tests {
             ["billing", "support", "engineering"]
         );
         assert_eq!(letter(25), "Z");
+    }
+
+    /// Regression: `Pasta` and ` pasta` were listed and read as other labels
+    /// than `pasta`, so the case or spacing of an option moved its probability.
+    #[test]
+    fn word_labels_are_trimmed_and_lower_case() {
+        let v = serde_json::json!({"questions": [
+            {"id": "d", "type": "choice", "options": [" Pasta", "SOUP "]}]});
+        let s = ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid");
+        assert_eq!(labels_for(&s.questions[0], LabelMode::Words), ["pasta", "soup"]);
     }
 }

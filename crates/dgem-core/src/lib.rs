@@ -37,6 +37,7 @@ pub mod hesitation;
 pub mod images;
 pub mod json;
 pub mod labels;
+pub mod order;
 pub mod payload;
 pub mod prompt;
 pub mod readout;

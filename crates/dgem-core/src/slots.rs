@@ -290,10 +290,63 @@ pub struct ClozeSlot {
     /// a first token of its own, else [`Scoring::Sequence`].
     pub scoring: Scoring,
     /// Per label, in label order. First-token scoring: the pooled candidate ids
-    /// (first token of `" label"` and of `"label"`, ids shared between labels
-    /// removed), read from the one row after the cue. Sequence scoring: the whole
-    /// continuation `" label\n"`, every token of which is scored.
+    /// (first token of each of its [`surface_forms`], with and without a
+    /// leading space; ids shared between labels removed), read from the one
+    /// row after the cue. Sequence scoring: the whole continuation
+    /// `" label\n"`, every token of which is scored.
     pub labels: Vec<Vec<TokenId>>,
+    /// Sequence scoring only: per label, the other spellings of its
+    /// continuation (`"label\n"` without the space, and the other
+    /// [`surface_forms`]), each scored like the first and pooled with it by
+    /// log-sum-exp. Empty for first-token scoring.
+    pub variants: Vec<Vec<Vec<TokenId>>>,
+}
+
+/// The surface forms one label is read under, first the label as written
+/// (trimmed). For word labels: also its lower-case form and its form with the
+/// first letter capitalised (so `Pasta`, `pasta` and ` pasta` are the same
+/// answer); for a boolean's `yes` / `no` also `true` / `false` (a model may
+/// answer a yes/no question either way). Letters and digits have one form: a
+/// lower-case `a` is the English article, not option A.
+pub fn surface_forms(label: &str, words: bool, boolean: bool) -> Vec<String> {
+    let t = label.trim();
+    let mut forms = vec![t.to_owned()];
+    let mut add = |f: String| {
+        if !f.is_empty() && !forms.contains(&f) {
+            forms.push(f);
+        }
+    };
+    if words || boolean {
+        let lower = t.to_lowercase();
+        let mut chars = lower.chars();
+        let cap = chars
+            .next()
+            .map(|c| c.to_uppercase().chain(chars).collect::<String>())
+            .unwrap_or_default();
+        add(lower);
+        add(cap);
+    }
+    if boolean {
+        match t.to_lowercase().as_str() {
+            "yes" => ["true", "True"].into_iter().for_each(|f| add(f.to_owned())),
+            "no" => ["false", "False"]
+                .into_iter()
+                .for_each(|f| add(f.to_owned())),
+            _ => {}
+        }
+    }
+    forms
+}
+
+/// Whether `labels` are `q`'s own option names (word labels), so their case
+/// variants are the same answer.
+fn are_words(q: &Question, labels: &[String]) -> bool {
+    labels.len() == q.alternatives.len()
+        && labels
+            .iter()
+            .zip(&q.alternatives)
+            .all(|(l, a)| l.trim().to_lowercase() == a.name.trim().to_lowercase())
+        && labels.iter().any(|l| l.trim().chars().count() > 1)
 }
 
 /// Resolve the cloze slot of `q` with `labels`.
@@ -316,17 +369,24 @@ pub fn resolve_cloze(
     labels: &[String],
 ) -> Result<ClozeSlot, CoreError> {
     let cue = tok.encode(&format!("{}:", q.id))?;
-    if let Some(pooled) = first_token_labels(tok, labels)? {
+    let words = are_words(q, labels);
+    let boolean = q.kind == crate::schema::QuestionKind::Boolean;
+    let forms: Vec<Vec<String>> = labels
+        .iter()
+        .map(|l| surface_forms(l, words, boolean))
+        .collect();
+    if let Some(pooled) = first_token_labels(tok, &forms)? {
         return Ok(ClozeSlot {
             id: q.id.clone(),
             cue,
             scoring: Scoring::FirstToken,
             labels: pooled,
+            variants: Vec::new(),
         });
     }
     let mut continuations: Vec<Vec<TokenId>> = Vec::with_capacity(labels.len());
     for (i, label) in labels.iter().enumerate() {
-        let ids = tok.encode(&format!(" {label}\n"))?;
+        let ids = tok.encode(&format!(" {}\n", label.trim()))?;
         if let Some(j) = continuations.iter().position(|c| *c == ids) {
             return Err(SchemaError::new(
                 format!("questions[{qi}]"),
@@ -339,39 +399,86 @@ pub fn resolve_cloze(
         }
         continuations.push(ids);
     }
+    // Other spellings of each continuation; one that two labels share (or
+    // that is another label's main continuation) belongs to neither.
+    let mut spellings: Vec<Vec<Vec<TokenId>>> = Vec::with_capacity(labels.len());
+    for (main, forms) in continuations.iter().zip(&forms) {
+        let mut own: Vec<Vec<TokenId>> = Vec::new();
+        for f in forms {
+            for text in [format!(" {f}\n"), format!("{f}\n")] {
+                let ids = tok.encode(&text)?;
+                if ids != *main && !ids.is_empty() && !own.contains(&ids) {
+                    own.push(ids);
+                }
+            }
+        }
+        spellings.push(own);
+    }
+    let variants = spellings
+        .iter()
+        .enumerate()
+        .map(|(i, own)| {
+            own.iter()
+                .filter(|ids| {
+                    !continuations.contains(ids)
+                        && !spellings
+                            .iter()
+                            .enumerate()
+                            .any(|(j, other)| j != i && other.contains(ids))
+                })
+                .cloned()
+                .collect()
+        })
+        .collect();
     Ok(ClozeSlot {
         id: q.id.clone(),
         cue,
         scoring: Scoring::Sequence,
         labels: continuations,
+        variants,
     })
 }
 
-/// Per label, the first-token ids no other label starts with (both spellings,
-/// with and without a leading space); `None` when some label has none left.
+/// Per label, the first-token ids no other label starts with (the label as
+/// written, and each other surface form that is a single token, all with and
+/// without a leading space); `None` when some label has none left.
 fn first_token_labels(
     tok: &dyn Tokenizer,
-    labels: &[String],
+    forms: &[Vec<String>],
 ) -> Result<Option<Vec<Vec<TokenId>>>, CoreError> {
-    let mut candidates: Vec<Vec<TokenId>> = Vec::with_capacity(labels.len());
-    for label in labels {
-        let mut c = Vec::new();
-        for text in [format!(" {label}"), label.clone()] {
-            if let Some(&first) = tok.encode(&text)?.first() {
-                if !c.contains(&first) {
-                    c.push(first);
+    // `starts[i]`: every first token label i may begin with (any form, any
+    // length), for the test that no other label begins the same way, so the
+    // choice between first-token and sequence scoring does not depend on
+    // how a label is cased. `read[i]`: the ids actually pooled: the label as
+    // written counts by its first token (as before); another form only when
+    // it is one whole token, so a form that starts with a common piece (`S`
+    // of `Sql`) adds no unrelated mass.
+    let mut starts: Vec<Vec<TokenId>> = Vec::with_capacity(forms.len());
+    let mut read: Vec<Vec<TokenId>> = Vec::with_capacity(forms.len());
+    for label_forms in forms {
+        let (mut all, mut pooled) = (Vec::new(), Vec::new());
+        for (f, form) in label_forms.iter().enumerate() {
+            for text in [format!(" {form}"), form.clone()] {
+                let ids = tok.encode(&text)?;
+                let Some(&first) = ids.first() else { continue };
+                if !all.contains(&first) {
+                    all.push(first);
+                }
+                if (ids.len() == 1 || f == 0) && !pooled.contains(&first) {
+                    pooled.push(first);
                 }
             }
         }
-        candidates.push(c);
+        starts.push(all);
+        read.push(pooled);
     }
-    let mut pooled = Vec::with_capacity(labels.len());
-    for (i, c) in candidates.iter().enumerate() {
+    let mut out = Vec::with_capacity(forms.len());
+    for (i, c) in read.iter().enumerate() {
         let own: Vec<TokenId> = c
             .iter()
             .copied()
             .filter(|id| {
-                !candidates
+                !starts
                     .iter()
                     .enumerate()
                     .any(|(j, other)| j != i && other.contains(id))
@@ -380,9 +487,9 @@ fn first_token_labels(
         if own.is_empty() {
             return Ok(None);
         }
-        pooled.push(own);
+        out.push(own);
     }
-    Ok(Some(pooled))
+    Ok(Some(out))
 }
 
 #[cfg(test)]

@@ -34,10 +34,11 @@ use indexmap::IndexMap;
 use serde_json::{json, Value};
 
 use crate::envelope::{
-    AnswerOut, ChunkPromptUsed, Diagnostics, PartSamples, QuestionDiagnostics, ReadTops,
-    SamplesDiagnostics, Scoring, Skip, SlotReading, Timing,
+    AnswerOut, CalibrationDiagnostics, ChunkPromptUsed, Diagnostics, PartSamples,
+    QuestionDiagnostics, ReadTops, SamplesDiagnostics, Scoring, Skip, SlotReading, Timing,
 };
 use crate::labels::LabelMode;
+use crate::order::OrderSensitivity;
 use crate::readout::{aggregate, argmax, SlotRead};
 use crate::schema::{AnswerFormat, ChunkPrompt, Question, SamplePolicy, ValidSchema};
 use crate::slots::answer_text;
@@ -95,6 +96,11 @@ pub struct GroupReads {
     pub scoring: Vec<Scoring>,
     /// Per question, the mean distribution before calibration, when calibrated.
     pub uncalibrated: Vec<Option<Vec<f64>>>,
+    /// Per question, the distribution of every option listing read (over all
+    /// reads, original alternative order), when the reader debiases option
+    /// order ([`crate::order`]); empty when it does not measure it. Gives each
+    /// answer's [`crate::order::OrderSensitivity`].
+    pub order_reads: Vec<Vec<Vec<f64>>>,
     /// The samples policy block of this group (see [`policy_json`]).
     pub policy: Value,
     /// The thought this group wrote, if any.
@@ -284,7 +290,12 @@ impl Walk {
                     },
                 );
             }
-            let answer = AnswerOut::new(q.clone(), labels, aggregate(&dists));
+            let mut answer = AnswerOut::new(q.clone(), labels, aggregate(&dists));
+            answer.order = out
+                .order_reads
+                .get(qi)
+                .filter(|o| !o.is_empty())
+                .map(|o| OrderSensitivity::from_orders(o, answer.aggregate.top));
             chosen.push(answer.aggregate.top);
             self.names
                 .insert(q.id.clone(), Some(answer.answer_name().to_owned()));
@@ -374,7 +385,7 @@ impl Walk {
             model_sha256: facts.model_sha256,
             label_mode: facts.label_mode,
             slot_reading: facts.slot_reading,
-            calibration: facts.calibration,
+            calibration: facts.calibration.map(CalibrationDiagnostics::contextual),
             note: None,
             prompt_wording: facts.prompt_wording,
             brackets: IndexMap::new(),

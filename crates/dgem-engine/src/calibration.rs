@@ -102,8 +102,9 @@ pub(crate) fn text_key(
 /// Version of the readout the stored priors were computed with, mixed into
 /// every stored key: v2 reads label logits from the final hidden state and the
 /// label rows of the output matrix (priors of v1, read from llama.cpp's full
-/// output head, differ in the last digits and are not reused).
-const READOUT_VERSION: &[u8] = b"readout-v2|";
+/// output head, differ in the last digits and are not reused); v3 pools each
+/// label's surface forms (case, `true`/`false`, spellings of a sequence).
+const READOUT_VERSION: &[u8] = b"readout-v3|";
 
 fn digest(key: &PriorKey) -> String {
     let mut h = Sha256::new();

@@ -19,6 +19,7 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
+use dgem_core::order::{canonical_order, pool_orders, rotate, shifts, OrderDebias};
 use dgem_core::prompt::{
     gemma_chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec,
 };
@@ -47,9 +48,23 @@ pub(crate) struct ReadQuestion {
 struct QRead {
     read: SlotRead,
     scoring: Scoring,
-    /// Distribution before calibration, original order.
+    /// Distribution before calibration, original order (pooled over listings).
     raw: Vec<f64>,
+    /// The calibrated distribution of each listing read (original order).
+    orders: Vec<Vec<f64>>,
+    /// The uncalibrated distribution of each listing read (original order).
+    raw_orders: Vec<Vec<f64>>,
     pos: usize,
+}
+
+impl QRead {
+    /// Pool the listings read into `read.probs` and `raw` ([`pool_orders`]).
+    fn pool(&mut self) {
+        if self.orders.len() > 1 {
+            self.read.probs = pool_orders(&self.orders);
+            self.raw = pool_orders(&self.raw_orders);
+        }
+    }
 }
 
 /// Accumulated counters of backend calls for one group.
@@ -60,6 +75,8 @@ struct Counters {
     calibration_ms: f64,
     prompt_tokens: usize,
     cached_tokens: usize,
+    /// Answer positions read: one per question per listing per read.
+    rows: usize,
 }
 
 impl Counters {
@@ -95,7 +112,7 @@ fn unpermute(listed: &[f64], perm: &[usize]) -> Vec<f64> {
     orig
 }
 
-fn permuted(q: &Question, perm: &[usize]) -> Question {
+pub(crate) fn permuted(q: &Question, perm: &[usize]) -> Question {
     let mut p = q.clone();
     p.alternatives = perm.iter().map(|&i| q.alternatives[i].clone()).collect();
     p
@@ -153,11 +170,8 @@ pub(crate) fn question_sequences(
         Ok(())
     };
     match rq.slot.scoring {
-        Scoring::Sequence => rq
-            .slot
-            .labels
-            .iter()
-            .map(|cont| {
+        Scoring::Sequence => spellings(&rq.slot)
+            .map(|(_, cont)| {
                 let mut tokens = base.clone();
                 tokens.extend(cont);
                 fit(tokens.len())?;
@@ -193,6 +207,29 @@ pub(crate) fn question_sequences(
     }
 }
 
+/// Every continuation of a sequence-scored slot with the index of its label:
+/// each label's main continuation, then its other spellings.
+pub(crate) fn spellings(slot: &ClozeSlot) -> impl Iterator<Item = (usize, &Vec<TokenId>)> {
+    slot.labels.iter().enumerate().flat_map(move |(i, main)| {
+        std::iter::once((i, main)).chain(
+            slot.variants
+                .get(i)
+                .into_iter()
+                .flatten()
+                .map(move |v| (i, v)),
+        )
+    })
+}
+
+/// `ln Σ exp(x)`, stable; `-1e4` (a floor, as for a missing token) when empty.
+fn log_sum_exp(xs: &[f64]) -> f64 {
+    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !max.is_finite() {
+        return -1.0e4;
+    }
+    max + xs.iter().map(|x| (x - max).exp()).sum::<f64>().ln()
+}
+
 /// A slot read from one slot's logits: the restricted softmax of its label
 /// log-probabilities, plus the full-vocabulary reading when the backend
 /// returned one (`is_label` says whether its argmax token is a label).
@@ -220,8 +257,14 @@ pub(crate) fn combine(
         .ok_or_else(|| short_model("slot readings"))?;
     match rq.slot.scoring {
         Scoring::Sequence => {
-            let mut ll = Vec::with_capacity(rq.slot.labels.len());
-            for seq in outs {
+            // Per spelling, the sum of its token log-probabilities; per label,
+            // the log-sum-exp over its spellings.
+            let owners: Vec<usize> = spellings(&rq.slot).map(|(i, _)| i).collect();
+            if outs.len() != owners.len() {
+                return Err(short_model("option sequences"));
+            }
+            let mut per_label: Vec<Vec<f64>> = vec![Vec::new(); rq.slot.labels.len()];
+            for (seq, &owner) in outs.iter().zip(&owners) {
                 let mut sum = 0.0;
                 for s in seq {
                     let v = s
@@ -230,20 +273,17 @@ pub(crate) fn combine(
                         .ok_or_else(|| short_model("full-vocabulary readings"))?;
                     sum += v.label_logprobs.first().copied().unwrap_or(-1.0e4);
                 }
-                ll.push(sum);
+                if let Some(l) = per_label.get_mut(owner) {
+                    l.push(sum);
+                }
             }
-            if ll.len() != rq.slot.labels.len() {
-                return Err(short_model("option sequences"));
-            }
+            let ll: Vec<f64> = per_label.iter().map(|l| log_sum_exp(l)).collect();
             let v = first
                 .vocab
                 .as_ref()
                 .ok_or_else(|| short_model("full-vocabulary readings"))?;
-            let is_label = rq
-                .slot
-                .labels
-                .iter()
-                .any(|cont| cont.first() == Some(&v.argmax_token));
+            let is_label =
+                spellings(&rq.slot).any(|(_, cont)| cont.first() == Some(&v.argmax_token));
             Ok(SlotRead::from_label_logprobs(&ll, v.entropy, is_label))
         }
         Scoring::FirstToken | Scoring::Canvas => Ok(label_read(first, |t| {
@@ -262,6 +302,8 @@ pub(crate) struct Ctx<'a> {
     /// Ask the backend for full-vocabulary readings
     /// ([`crate::EngineConfig::vocab_diagnostics`]).
     pub(crate) vocab: bool,
+    /// Option-order debiasing ([`dgem_core::order`]).
+    pub(crate) order: OrderDebias,
 }
 
 impl Ctx<'_> {
@@ -273,10 +315,41 @@ impl Ctx<'_> {
             .unwrap_or(0)
     }
 
-    /// Questions of read `r`, with permutation and cloze slot.
+    /// The listing of `q`'s alternatives in listing `t` of read `r`:
+    /// `perm[i]` is the original index listed at position `i`. With order
+    /// debiasing on, the canonical listing ([`canonical_order`]); a later
+    /// read (sample) permutes it with its seed; listing `t` rotates it by the
+    /// `t`-th of [`shifts`] (wrapping for a question read in fewer listings
+    /// than its group).
+    pub(crate) fn listing(&self, q: &Question, r: u32, t: usize) -> Vec<usize> {
+        let k = q.alternatives.len();
+        let base = match self.order {
+            OrderDebias::Off => (0..k).collect(),
+            OrderDebias::Cyclic { .. } => canonical_order(q),
+        };
+        let seeded = permutation(k, self.seed, r, self.schema_index(q));
+        let base: Vec<usize> = seeded.iter().map(|&i| base[i]).collect();
+        let sh = shifts(k, self.order.orders(k));
+        match sh.get(t % sh.len().max(1)) {
+            Some(&shift) if shift > 0 => rotate(&base, shift),
+            _ => base,
+        }
+    }
+
+    /// Listings read per read of `group`: the most any of its questions needs.
+    pub(crate) fn group_orders(&self, group: &[&Question]) -> usize {
+        group
+            .iter()
+            .map(|q| self.order.orders(q.alternatives.len()))
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Questions of listing `t` of read `r`, with permutation and cloze slot.
     pub(crate) fn read_questions(
         &self,
         r: u32,
+        t: usize,
         group: &[&Question],
     ) -> Result<Vec<ReadQuestion>, EngineError> {
         let mode = self.engine.label_mode();
@@ -284,7 +357,7 @@ impl Ctx<'_> {
             .iter()
             .map(|q| {
                 let qi = self.schema_index(q);
-                let perm = permutation(q.alternatives.len(), self.seed, r, qi);
+                let perm = self.listing(q, r, t);
                 let question = permuted(q, &perm);
                 let slot = resolve_cloze(self.tok, &question, qi, &labels_for(&question, mode))?;
                 Ok(ReadQuestion { perm, slot })
@@ -292,15 +365,17 @@ impl Ctx<'_> {
             .collect()
     }
 
-    /// The prompt tokens (BOS, chat turn listing `listed`, prefill) for read `r`.
+    /// The prompt tokens (BOS, chat turn listing `listed`, prefill) for
+    /// listing `t` of read `r`.
     pub(crate) fn prompt(
         &self,
         r: u32,
+        t: usize,
         listed: &[&Question],
         state: &str,
         prefill: &str,
     ) -> Result<Prompt, EngineError> {
-        self.tokens_of(&self.prompt_text(r, listed, state), prefill)
+        self.tokens_of(&self.prompt_text(r, t, listed, state), prefill)
     }
 
     /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded, with
@@ -336,14 +411,11 @@ impl Ctx<'_> {
     }
 
     /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
-    fn prompt_text(&self, r: u32, listed: &[&Question], state: &str) -> PromptText {
+    fn prompt_text(&self, r: u32, t: usize, listed: &[&Question], state: &str) -> PromptText {
         let mode = self.engine.label_mode();
         let shown: Vec<Question> = listed
             .iter()
-            .map(|q| {
-                let qi = self.schema_index(q);
-                permuted(q, &permutation(q.alternatives.len(), self.seed, r, qi))
-            })
+            .map(|q| permuted(q, &self.listing(q, r, t)))
             .collect();
         let refs: Vec<&Question> = shown.iter().collect();
         let sys = system_text(&SystemTextSpec {
@@ -382,6 +454,7 @@ impl Ctx<'_> {
     async fn priors(
         &self,
         r: u32,
+        t: usize,
         listed: &[&Question],
         prefill: &str,
         qs: &[ReadQuestion],
@@ -390,7 +463,7 @@ impl Ctx<'_> {
         // Fast path: every question's priors found by the prompt texts alone.
         let texts: Vec<PromptText> = CONTENT_FREE_STATES
             .iter()
-            .map(|cf| self.prompt_text(r, listed, cf))
+            .map(|cf| self.prompt_text(r, t, listed, cf))
             .collect();
         let plain: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
         let text_keys: Vec<[u8; 32]> = qs
@@ -499,8 +572,10 @@ impl Ctx<'_> {
         Ok(priors.into_iter().map(Option::unwrap_or_default).collect())
     }
 
-    /// Run reads `from..to` of a group. Returns per read, per question, the read in
-    /// original alternative order.
+    /// Run reads `from..to` of a group, each in [`Self::group_orders`]
+    /// listings. Returns per read, per question, the read in original
+    /// alternative order: the listings' (calibrated) distributions pooled by
+    /// [`pool_orders`].
     async fn run_reads(
         &self,
         reads: std::ops::Range<u32>,
@@ -510,21 +585,25 @@ impl Ctx<'_> {
         prefill: &str,
         counters: &mut Counters,
     ) -> Result<Vec<Vec<QRead>>, EngineError> {
+        let listings = self.group_orders(group);
         let mut plans = Vec::new();
         let mut batch = Vec::new();
         for r in reads {
-            let qs = self.read_questions(r, group)?;
-            let prompt = self.prompt(r, listed, state, prefill)?;
-            let (seqs, ranges) = self.sequences(&prompt, &qs, self.vocab)?;
-            let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
-            counters.prompt_tokens = counters.prompt_tokens.max(longest);
-            let offset = batch.len();
-            let ranges: Vec<_> = ranges
-                .into_iter()
-                .map(|x| x.start + offset..x.end + offset)
-                .collect();
-            batch.extend(seqs);
-            plans.push((r, qs, ranges));
+            for t in 0..listings {
+                let qs = self.read_questions(r, t, group)?;
+                let prompt = self.prompt(r, t, listed, state, prefill)?;
+                let (seqs, ranges) = self.sequences(&prompt, &qs, self.vocab)?;
+                let longest = seqs.iter().map(|s| s.tokens.len()).max().unwrap_or(0);
+                counters.prompt_tokens = counters.prompt_tokens.max(longest);
+                counters.rows += qs.len();
+                let offset = batch.len();
+                let ranges: Vec<_> = ranges
+                    .into_iter()
+                    .map(|x| x.start + offset..x.end + offset)
+                    .collect();
+                batch.extend(seqs);
+                plans.push((r, t, qs, ranges));
+            }
         }
         let positions: Vec<usize> = batch
             .iter()
@@ -533,14 +612,19 @@ impl Ctx<'_> {
         let span = forward_span(&self.engine.backend.info().engine, batch.len());
         let out = self.engine.backend.forward(batch).instrument(span).await?;
         counters.absorb(&out);
-        let mut result = Vec::new();
-        for (r, qs, ranges) in &plans {
+        let mut result: Vec<Vec<QRead>> = Vec::new();
+        for (r, t, qs, ranges) in &plans {
             let priors = if self.calibrate {
-                Some(self.priors(*r, listed, prefill, qs, counters).await?)
+                Some(self.priors(*r, *t, listed, prefill, qs, counters).await?)
             } else {
                 None
             };
-            let mut per_q = Vec::new();
+            if *t == 0 {
+                result.push(Vec::with_capacity(qs.len()));
+            }
+            let Some(per_q) = result.last_mut() else {
+                return Err(short_model("slot readings"));
+            };
             for (qi, (rq, range)) in qs.iter().zip(ranges).enumerate() {
                 let outs = out
                     .sequences
@@ -552,15 +636,31 @@ impl Ctx<'_> {
                     read.probs = calibrate(&read.probs, p);
                 }
                 read.probs = unpermute(&read.probs, &rq.perm);
-                let pos = positions.get(range.start).copied().unwrap_or(0);
-                per_q.push(QRead {
-                    read,
-                    raw,
-                    pos,
-                    scoring: rq.slot.scoring,
-                });
+                if *t == 0 {
+                    let pos = positions.get(range.start).copied().unwrap_or(0);
+                    per_q.push(QRead {
+                        orders: vec![read.probs.clone()],
+                        raw_orders: vec![raw.clone()],
+                        read,
+                        raw,
+                        pos,
+                        scoring: rq.slot.scoring,
+                    });
+                    continue;
+                }
+                // A question with fewer alternatives than the group's widest
+                // is read in fewer listings; its extra listings are not pooled.
+                let k = rq.perm.len();
+                if let Some(q) = per_q.get_mut(qi).filter(|_| *t < self.order.orders(k)) {
+                    q.orders.push(read.probs);
+                    q.raw_orders.push(raw);
+                }
             }
-            result.push(per_q);
+        }
+        for per_q in &mut result {
+            for q in per_q.iter_mut() {
+                q.pool();
+            }
         }
         Ok(result)
     }
@@ -600,8 +700,6 @@ impl Ctx<'_> {
             reads.extend(more);
         }
         let mode = self.engine.label_mode();
-        // One answer position per question per read.
-        let rows = reads.len() * group.len();
         Ok(GroupReads {
             questions: group.iter().map(|q| (*q).clone()).collect(),
             labels: group.iter().map(|q| labels_for(q, mode)).collect(),
@@ -625,6 +723,15 @@ impl Ctx<'_> {
                     })
                 })
                 .collect(),
+            order_reads: (0..group.len())
+                .map(|qi| {
+                    reads
+                        .iter()
+                        .filter_map(|r| r.get(qi))
+                        .flat_map(|q| q.orders.iter().cloned())
+                        .collect()
+                })
+                .collect(),
             reads: reads
                 .into_iter()
                 .map(|r| r.into_iter().map(|q| q.read).collect())
@@ -636,7 +743,7 @@ impl Ctx<'_> {
             calibration_ms: counters.calibration_ms,
             prompt_tokens: counters.prompt_tokens,
             cached_tokens: counters.cached_tokens,
-            rows,
+            rows: counters.rows,
         })
     }
 }
@@ -690,6 +797,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             calibrate: engine.calibrates(),
             max_tokens: info.max_tokens,
             vocab: engine.config.vocab_diagnostics,
+            order: engine.config.order_debias,
         },
         state,
     };

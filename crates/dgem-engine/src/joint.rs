@@ -273,6 +273,7 @@ async fn read_group(
         pos: group.template.slots.iter().map(|s| s.pos).collect(),
         scoring: vec![Scoring::Canvas; n],
         uncalibrated: vec![None; n],
+        order_reads: vec![Vec::new(); n],
         policy: policy_json(samples, extended, &first_entropy),
         thought: None,
         queue_ms,

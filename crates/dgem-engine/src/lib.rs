@@ -34,6 +34,7 @@ mod cloze;
 mod decider;
 mod joint;
 mod plan;
+mod temperature;
 pub mod templates;
 
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,7 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
 pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
 pub use plan::{Plan, PlannedBrackets, PlannedGroup, PlannedSlot};
+pub use temperature::ModelTemperature;
 
 /// Engine settings.
 ///
@@ -56,7 +58,7 @@ pub use plan::{Plan, PlannedBrackets, PlannedGroup, PlannedSlot};
 pub struct EngineConfig {
     /// Label mode; `None` uses the backend's default.
     pub label_mode: Option<LabelMode>,
-    /// Contextual calibration; `Auto` turns it on for word labels on a causal backend.
+    /// Contextual calibration; `Auto` turns it on for a causal backend (word or letter labels).
     pub calibration: CalibrationMode,
     /// A plain-words note copied into every decision's diagnostics (e.g. that the
     /// embedded model is near chance).
@@ -76,6 +78,16 @@ pub struct EngineConfig {
     /// the output matrix) instead of the whole 262,144-row output head. It
     /// never changes an answer's probabilities.
     pub vocab_diagnostics: bool,
+    /// Option-order debiasing of a cloze read ([`dgem_core::order`]): by
+    /// default each question is read with its options in a canonical order
+    /// and its cyclic rotations (at most
+    /// [`dgem_core::order::DEFAULT_MAX_ORDERS`]), pooled by geometric mean,
+    /// so the answer does not depend on the order a policy lists them in.
+    /// Costs one prompt per listing (the state's tokens are shared).
+    pub order_debias: dgem_core::order::OrderDebias,
+    /// Temperatures shipped for this model, applied to every decision after
+    /// the read ([`ModelTemperature`]); `None` applies none.
+    pub model_temperature: Option<ModelTemperature>,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +100,8 @@ impl Default for EngineConfig {
             calibration_store: None,
             canvas_len: dgem_core::slots::DEFAULT_CANVAS_LEN,
             vocab_diagnostics: false,
+            order_debias: dgem_core::order::OrderDebias::default(),
+            model_temperature: None,
         }
     }
 }
@@ -165,10 +179,9 @@ impl Engine {
         match self.config.calibration {
             CalibrationMode::On => true,
             CalibrationMode::Off => false,
-            CalibrationMode::Auto => {
-                self.label_mode() == LabelMode::Words
-                    && self.backend.info().attention == Attention::Causal
-            }
+            // Letters are calibrated like words: a letter read is mostly
+            // position prior, which is what calibration measures.
+            CalibrationMode::Auto => self.backend.info().attention == Attention::Causal,
         }
     }
 
@@ -201,6 +214,9 @@ impl Engine {
             Attention::Bidirectional => joint::decide(self, &req).await?,
         };
         let mut decision = out;
+        if let Some(t) = &self.config.model_temperature {
+            t.apply(&mut decision);
+        }
         decision.diagnostics.timing.total_ms = started.elapsed().as_secs_f64() * 1e3;
         decision.diagnostics.note = self.config.note.clone();
         tracing::info!(

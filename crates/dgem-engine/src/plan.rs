@@ -21,7 +21,7 @@ use dgem_core::tokenizer::TokenId;
 use dgem_core::walk::chunk_groups;
 use serde::Serialize;
 
-use crate::cloze::{prefill_text, question_sequences, Ctx};
+use crate::cloze::{permuted, prefill_text, question_sequences, Ctx};
 use crate::{DecideRequest, Engine, EngineError};
 
 /// One question's slot in read 0 of its group.
@@ -58,9 +58,12 @@ pub struct PlannedGroup {
     pub reads: u32,
     /// Further reads when an `auto` policy extends.
     pub extra_reads_if_extended: u32,
-    /// Sequences per read over all questions of the group.
+    /// Option listings per read ([`dgem_core::order`]): the canonical order
+    /// and its cyclic rotations, one prompt each (1 with order debiasing off).
+    pub listings: usize,
+    /// Sequences per read over all questions of the group and all listings.
     pub sequences_per_read: usize,
-    /// The slots.
+    /// The slots (of listing 0).
     pub slots: Vec<PlannedSlot>,
 }
 
@@ -138,6 +141,7 @@ impl Engine {
             calibrate: self.calibrates(),
             max_tokens: info.max_tokens,
             vocab: self.config.vocab_diagnostics,
+            order: self.config.order_debias,
         };
         let mode = self.label_mode();
         let stages = dgem_core::stages::schedule(schema)?;
@@ -155,8 +159,9 @@ impl Engine {
             for group in groups {
                 let listed = listed_questions(schema, &every, chained, &group);
                 let prefill = prefill_text(&lines);
-                let prompt = ctx.prompt(0, &listed, &state, &prefill)?;
-                let qs = ctx.read_questions(0, &group)?;
+                let prompt = ctx.prompt(0, 0, &listed, &state, &prefill)?;
+                let qs = ctx.read_questions(0, 0, &group)?;
+                let listings = ctx.group_orders(&group);
                 let mut slots = Vec::with_capacity(qs.len());
                 for (q, rq) in group.iter().zip(&qs) {
                     // Only the slot positions are used here.
@@ -168,13 +173,13 @@ impl Engine {
                     slots.push(PlannedSlot {
                         id: q.id.clone(),
                         scoring: rq.slot.scoring,
-                        labels: labels_for(q, mode),
+                        labels: labels_for(&permuted(q, &rq.perm), mode),
                         pos,
                         label_ids: rq.slot.labels.clone(),
                         sequences: seqs.len(),
                     });
                 }
-                let per_read: usize = slots.iter().map(|s| s.sequences).sum();
+                let per_read: usize = slots.iter().map(|s| s.sequences).sum::<usize>() * listings;
                 calls += 1;
                 sequences += per_read * first as usize;
                 let labels: Vec<Vec<String>> = group.iter().map(|q| labels_for(q, mode)).collect();
@@ -191,6 +196,7 @@ impl Engine {
                     prompt: tok_arc.decode(&prompt.tokens),
                     reads: first,
                     extra_reads_if_extended: extra,
+                    listings,
                     sequences_per_read: per_read,
                     slots,
                 });

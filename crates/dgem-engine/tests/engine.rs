@@ -161,7 +161,14 @@ async fn calibration_removes_a_constant_preference() {
         .as_ref()
         .expect("raw kept");
     assert!((raw[0] - 0.6).abs() < 1e-9);
-    assert_eq!(d.diagnostics.calibration.as_ref().map(Vec::len), Some(3));
+    assert_eq!(
+        d.diagnostics
+            .calibration
+            .as_ref()
+            .and_then(|c| c.contextual.as_ref())
+            .map(Vec::len),
+        Some(3)
+    );
 }
 
 #[tokio::test]

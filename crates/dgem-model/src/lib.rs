@@ -36,4 +36,7 @@ pub use error::ModelError;
 pub use gguf::{inspect_gguf, validate_gemma3, GgufInfo};
 pub use progress::{NoProgress, Progress};
 pub use pull::{ensure, pull, pull_with, verify, PullConfig};
-pub use spec::{default_model, find_model, known_models, ModelSpec, PartSpec};
+pub use spec::{
+    default_model, find_model, known_models, ModelSpec, PartSpec, DEFAULT_MODEL_CALIBRATION,
+    DEFAULT_MODEL_CALIBRATION_PATH,
+};

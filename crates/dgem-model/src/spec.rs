@@ -36,6 +36,18 @@ pub struct ModelSpec {
 /// Identifier of the default model.
 pub const DEFAULT_MODEL_ID: &str = "gemma-3-270m-q4_k_m";
 
+/// Where the default model's shipped temperatures live in the repository
+/// (named in errors about them).
+pub const DEFAULT_MODEL_CALIBRATION_PATH: &str =
+    "crates/dgem-model/calibration/gemma-3-270m-q4_k_m.json";
+
+/// The default model's shipped temperatures: a `dgem calibrate` file (format
+/// `dgem-calibration/1`) fitted by 5-fold cross-validation on
+/// `data/calibration/jev_rows.jsonl` (the JevBench-style rows outside the
+/// quality gate's slice), bound to the model's sha256. Built into the binary
+/// so it applies from any folder.
+pub const DEFAULT_MODEL_CALIBRATION: &str = include_str!("../calibration/gemma-3-270m-q4_k_m.json");
+
 /// The default embedded model: Gemma 3 270M base, GGUF Q4_K_M (product.md §3).
 ///
 /// Licensed under the Gemma Terms of Use; downloaded at run time, never

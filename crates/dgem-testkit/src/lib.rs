@@ -219,12 +219,14 @@ impl Backend for ScriptedBackend {
     }
 }
 
-/// An engine over `backend` with calibration off, so answers are the script's.
+/// An engine over `backend` with calibration and option-order debiasing
+/// off, so answers are the script's, read once in the policy's own order.
 pub fn engine(backend: Arc<ScriptedBackend>) -> Engine {
     Engine::new(
         backend,
         EngineConfig {
             calibration: CalibrationMode::Off,
+            order_debias: dgem_core::order::OrderDebias::Off,
             ..EngineConfig::default()
         },
     )

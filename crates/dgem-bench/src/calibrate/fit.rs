@@ -44,6 +44,11 @@ pub const MIN_SLOTS_PER_FOLD: usize = 2;
 /// Labelled slots an in-sample fit needs.
 pub const MIN_IN_SAMPLE_SLOTS: usize = 2;
 
+/// How much a kept temperature may raise an out-of-fold figure (ECE, Brier,
+/// NLL in nats): the search's own precision, so T = 1 on a calibrated model is
+/// not dropped for noise.
+pub const HELD_OUT_TOLERANCE: f64 = 1e-6;
+
 /// One labelled slot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -227,12 +232,32 @@ pub fn calibrate_type(samples: &[Sample], split: Split, resamples: usize, seed: 
         .collect();
     let (scores, before_cc, after_cc) = score(samples, &after, resamples, seed);
     let note = notes(t, &scores);
+    // Cross-validated, a temperature is dropped when it made any held-out
+    // figure worse (point estimates of out-of-fold ECE, Brier or NLL; NLL is
+    // what it was fitted to lower): a temperature that does not carry over to
+    // unseen rows would make the numbers less honest, not more. Its figures
+    // stay in the report. `HELD_OUT_TOLERANCE` absorbs the search's own precision.
+    let worse: Vec<String> = [
+        ("ECE", scores.ece_10bin),
+        ("Brier", scores.brier),
+        ("NLL", scores.nll),
+    ]
+    .iter()
+    .filter(|(_, c)| c.after.value > c.before.value + HELD_OUT_TOLERANCE)
+    .map(|(name, c)| format!("{name} {:.4} -> {:.4}", c.before.value, c.after.value))
+    .collect();
+    let carries = matches!(split, Split::InSample) || worse.is_empty();
     TypeFit {
         figures: TypeCalibration {
             slots: n,
             rows,
-            temperature: Some(t),
-            unset_reason: None,
+            temperature: carries.then_some(t),
+            unset_reason: (!carries).then(|| {
+                format!(
+                    "the fitted T = {t:.3} made held-out figures worse ({}): it does not carry over to unseen rows, so none is applied",
+                    worse.join(", ")
+                )
+            }),
             fold_temperatures,
             note,
             scores: Some(scores),

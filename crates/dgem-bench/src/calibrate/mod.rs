@@ -254,6 +254,13 @@ impl Fitted {
     pub fn any(&self) -> bool {
         self.types.iter().any(|t| t.figures.temperature.is_some())
     }
+
+    /// Whether any type was fitted and scored on held-out rows, even if its
+    /// temperature was then dropped for making them worse: such a file is
+    /// still worth writing, since it records that no temperature carries over.
+    pub fn scored(&self) -> bool {
+        self.types.iter().any(|t| t.figures.scores.is_some())
+    }
 }
 
 /// Fit and score every type of `labelled` (see [`fit`]).

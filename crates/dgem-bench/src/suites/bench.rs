@@ -4,6 +4,10 @@
 //!
 //! An item is correct iff **every** expected slot's answer equals the expected
 //! value (case-insensitive, `yes≡true`, `no≡false`).
+//!
+//! Each slot records its question type and the path its options were scored
+//! by, and the report adds the per-path and per-type figures of
+//! [`super::quality`] (table "By scoring path and type").
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::quality::{self, ScoredSlot, ScoringPath};
 use super::{
     extended, item_error, normalize_answer, probabilities, resolve_template, Decider, Summary,
 };
@@ -69,6 +74,29 @@ pub struct SlotOut {
     pub probabilities: IndexMap<String, f64>,
     /// Index of the expected answer among the alternatives, if it is one.
     pub gold: Option<usize>,
+    /// The question's type: `boolean`, `choice` or `score` (absent in
+    /// receipts written before types were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_type: Option<String>,
+    /// How its options were scored (absent when the question was not read, and
+    /// in receipts written before paths were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<ScoringPath>,
+}
+
+impl SlotOut {
+    /// The slot as the per-path and per-type groups see it.
+    pub fn scored(&self) -> ScoredSlot {
+        ScoredSlot {
+            path: self.scoring,
+            kind: self.question_type.as_deref().and_then(quality::type_group),
+            probabilities: self.probabilities.values().copied().collect(),
+            gold: self.gold,
+            confidence: self.confidence,
+            correct: self.correct,
+            hesitation: self.hesitation,
+        }
+    }
 }
 
 /// One item's outcome.
@@ -171,6 +199,11 @@ async fn decide_row(
     let text = super::read_template(&path)?;
     let (schema, state) = d.prepare(&row.id, &path.display().to_string(), &text, &row.variables)?;
     check_expected(row, &schema)?;
+    let kinds: IndexMap<String, String> = schema
+        .questions
+        .iter()
+        .map(|q| (q.id.clone(), q.kind.as_str().to_owned()))
+        .collect();
     let t = d.decide(&row.id, schema, state).await?;
     item.wall_ms = t.wall_ms;
     item.reads = t.decision.diagnostics.samples.max_n();
@@ -181,6 +214,8 @@ async fn decide_row(
             other => other.to_string(),
         };
         let a = t.decision.answers.get(slot).and_then(Option::as_ref);
+        let question_type = kinds.get(slot).cloned();
+        let scoring = a.and_then(|_| ScoringPath::of(&t.decision.diagnostics, slot));
         let out = match a {
             Some(a) => {
                 let probs = probabilities(a);
@@ -196,6 +231,8 @@ async fn decide_row(
                     probabilities: probs,
                     gold,
                     expected,
+                    question_type,
+                    scoring,
                 }
             }
             None => SlotOut {
@@ -206,6 +243,8 @@ async fn decide_row(
                 hesitation: 1.0,
                 probabilities: IndexMap::new(),
                 gold: None,
+                question_type,
+                scoring,
             },
         };
         item.slots.insert(slot.clone(), out);
@@ -291,6 +330,8 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
     if let Some(auc) = metrics::selective_accuracy_auc(&hc) {
         m.insert("selective_accuracy_auc".into(), auc);
     }
+    let quality = quality::report(&slots.iter().map(|s| s.scored()).collect::<Vec<_>>());
+    m.extend(quality.overall.clone());
     for ((kind, name), g) in &by {
         m.insert(format!("item_accuracy.{kind}.{name}"), g.item_acc());
         m.insert(format!("slot_accuracy.{kind}.{name}"), g.slot_acc());
@@ -360,9 +401,11 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
             summary_t.push(vec![k.clone(), fmt_metric(*v)]);
         }
     }
+    // The per-path and per-type metrics are in their own table, not the summary.
+    m.extend(quality.groups);
     Summary {
         metrics: m,
-        breakdown: json!({ "groups": breakdown }),
-        tables: vec![items_t, groups_t, summary_t],
+        breakdown: json!({ "groups": breakdown, "by_path_type": quality.breakdown }),
+        tables: vec![items_t, groups_t, quality.table, summary_t],
     }
 }

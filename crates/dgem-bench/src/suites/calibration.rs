@@ -145,6 +145,8 @@ mod tests {
             hesitation: 0.0,
             probabilities: probs,
             gold,
+            question_type: None,
+            scoring: None,
         }
     }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::jev::{JevRow, JEV_SLOT_ID};
+use super::quality::{self, ScoredSlot, ScoringPath};
 use super::{item_error, probabilities, Decider, Summary};
 use crate::metrics::jevbench::{self, Scored};
 use crate::metrics::{self, stats::percentile};
@@ -71,6 +72,10 @@ pub struct JevItem {
     pub tvd_gold: Option<f64>,
     /// Probability per label.
     pub probabilities: IndexMap<String, f64>,
+    /// How the labels were scored (absent when the row was not decided, and in
+    /// receipts written before paths were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<ScoringPath>,
     /// Wall time, ms.
     pub wall_time_ms: f64,
     /// Why the row could not be decided.
@@ -100,6 +105,7 @@ pub async fn run_item(d: &Decider, row: JevRow) -> Result<JevItem, BenchError> {
         brier_score: 0.0,
         tvd_gold: None,
         probabilities: IndexMap::new(),
+        scoring: None,
         wall_time_ms: 0.0,
         error: None,
     };
@@ -132,11 +138,27 @@ pub async fn run_item(d: &Decider, row: JevRow) -> Result<JevItem, BenchError> {
                 item.tvd_gold = jevbench::human_gold_share(&row.tier)
                     .map(|share| jevbench::soft_tvd(item.accurate, item.confidence, share));
                 item.probabilities = probs;
+                item.scoring = ScoringPath::of(&t.decision.diagnostics, JEV_SLOT_ID);
             }
         }
         Err(e) => item.error = Some(item_error(e)?),
     }
     Ok(item)
+}
+
+impl JevItem {
+    /// The item's one slot as the per-path and per-type groups see it.
+    pub fn scored(&self) -> ScoredSlot {
+        ScoredSlot {
+            path: self.scoring,
+            kind: quality::type_group(&self.question_type),
+            probabilities: self.probabilities.values().copied().collect(),
+            gold: self.probabilities.keys().position(|l| l == &self.expected),
+            confidence: self.confidence,
+            correct: self.accurate,
+            hesitation: self.normalized_entropy,
+        }
+    }
 }
 
 fn group_table(
@@ -243,8 +265,19 @@ pub fn summarize(items: &[JevItem], decisions_per_s: f64, scoring: JevScoring) -
         jevbench::composite_v14(intel, cal, speed, cost),
     );
 
+    let quality = quality::report(&ok.iter().map(|i| i.scored()).collect::<Vec<_>>());
+    // `brier` and `chance_baseline` are the same figures as above; the
+    // uniform baseline, the excess and the overconfidence flag are new.
+    for k in ["brier_uniform", "brier_excess", "overconfidence_error"] {
+        if let Some(v) = quality.overall.get(k) {
+            m.insert(k.into(), *v);
+        }
+    }
+    m.extend(quality.groups);
     let mut breakdown = Map::new();
+    breakdown.insert("by_path_type".into(), quality.breakdown);
     let mut tables = vec![
+        quality.table,
         group_table("By tier", "tier", &ok, |i| &i.tier, &mut m, &mut breakdown),
         group_table(
             "By family",
@@ -277,6 +310,10 @@ pub fn summarize(items: &[JevItem], decisions_per_s: f64, scoring: JevScoring) -
         "chance_corrected_accuracy",
         "ece_10bin",
         "brier",
+        "brier_uniform",
+        "brier_excess",
+        "mean_hesitation",
+        "overconfidence_error",
         "intelligence_score",
         "calibration_score",
         "speed_score",

@@ -8,8 +8,10 @@ pub mod calibration;
 pub mod compare;
 pub mod intents;
 pub mod jev;
+pub mod jev_plan;
 pub mod jev_run;
 pub mod permutation;
+pub mod quality;
 pub mod rerank;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ use dgem_engine::{DecideRequest, Decision, Engine};
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
+use crate::dataset::Refused;
 use crate::report::Table;
 use crate::BenchError;
 
@@ -34,6 +37,48 @@ pub struct Summary {
     pub breakdown: Value,
     /// Report tables.
     pub tables: Vec<Table>,
+}
+
+/// Name of the metric that counts refused dataset rows.
+pub const REFUSED_METRIC: &str = "refused";
+
+/// Title of the report table that lists refused dataset rows.
+pub const REFUSED_TABLE: &str = "Refused rows";
+
+impl Summary {
+    /// Report the dataset rows that could not be mapped (call once, after the
+    /// suite's own summary): the metric [`REFUSED_METRIC`] (also when 0), a
+    /// `refused N` row in the first `Metric | Value` table, a
+    /// [`REFUSED_TABLE`] table with each row's line, id and reason when there
+    /// are any, and `breakdown.refused` listing them.
+    pub fn record_refused(&mut self, refused: &[Refused]) {
+        let n = refused.len();
+        self.metrics.insert(REFUSED_METRIC.into(), n as f64);
+        if let Some(t) = self
+            .tables
+            .iter_mut()
+            .find(|t| t.columns == ["Metric", "Value"])
+        {
+            t.push(vec![REFUSED_METRIC.into(), n.to_string()]);
+        }
+        if n > 0 {
+            let mut t = Table::new(REFUSED_TABLE, &["Line", "ID", "Reason"]);
+            for r in refused {
+                t.push(vec![r.line.to_string(), r.label(), r.reason.clone()]);
+            }
+            self.tables.push(t);
+        }
+        if self.breakdown.is_null() {
+            self.breakdown = Value::Object(Map::new());
+        }
+        if let Value::Object(b) = &mut self.breakdown {
+            let list = refused
+                .iter()
+                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                .collect();
+            b.insert(REFUSED_METRIC.into(), Value::Array(list));
+        }
+    }
 }
 
 /// Shared decision settings of a run: the engine and the per-request overrides.

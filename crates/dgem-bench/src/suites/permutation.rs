@@ -37,8 +37,9 @@ pub struct PermutationRow {
     /// Regime (grouping).
     #[serde(default)]
     pub regime: String,
-    /// The case text.
-    pub state: String,
+    /// The case: text, or a JSON object (see [`crate::mapping::state`]).
+    #[serde(deserialize_with = "crate::mapping::de_state")]
+    pub state: Value,
     /// The question.
     pub instructions: String,
     /// Options in canonical order.
@@ -179,7 +180,7 @@ pub async fn run_item(
         let mut opts = row.options.clone();
         opts.rotate_left(shift);
         let mut vars = Map::new();
-        vars.insert("state".into(), Value::String(row.state.clone()));
+        vars.insert("state".into(), row.state.clone());
         vars.insert(
             "instructions".into(),
             Value::String(row.instructions.clone()),
@@ -377,5 +378,23 @@ mod tests {
         let s = summarize(&[item], 1.0);
         assert_eq!(s.metrics["flip_rate"], 1.0);
         assert_eq!(s.metrics["flip_rate.regime.r"], 1.0);
+    }
+
+    /// A case given as a JSON object is the template's `state` as is; any
+    /// other non-text value is refused, naming the field.
+    #[test]
+    fn an_object_state_is_mapped_and_a_list_refused() {
+        let row = |state: Value| {
+            json!({"id": "p1", "state": state, "instructions": "Which?",
+                   "options": [{"name": "a"}, {"name": "b"}], "expected": "a"})
+        };
+        let r =
+            crate::dataset::map_row::<PermutationRow>(row(json!({"case": "x"}))).expect("mapped");
+        assert_eq!(r.state, json!({"case": "x"}));
+        let e = crate::dataset::map_row::<PermutationRow>(row(json!([1]))).expect_err("refused");
+        assert_eq!(
+            e,
+            "`state`: must be a string or a JSON object. Given: `[1]`"
+        );
     }
 }

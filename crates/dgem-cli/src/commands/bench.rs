@@ -3,7 +3,9 @@
 //! the `dgem-bench` library; this module parses arguments, builds the engine,
 //! draws the progress bar and prints reports.
 //!
-//! Exit codes: 0 ok, 1 user error, 2 engine error, 3 a `--fail-under` gate failed.
+//! Exit codes: 0 ok, 1 user error (including dataset rows that were refused,
+//! unless `--allow-refused`), 2 engine error, 3 a `--fail-under` gate failed.
+//! Refused rows win over a failed gate: the metrics then miss rows.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -12,9 +14,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
-use dgem_bench::dataset::{self, Dataset, Row};
+use dgem_bench::dataset::{self, Dataset, Refused, Row};
 use dgem_bench::receipt::{self, DatasetInfo, ModelInfo, Receipt, RunInfo, ShardPlan, VersionInfo};
-use dgem_bench::report::{self, Format, Gate};
+use dgem_bench::report::{self, Format, Gate, GateResult};
 use dgem_bench::runner::{self, Progress, RunConfig, RunOutcome};
 use dgem_bench::shard::Shard;
 use dgem_bench::suites::{self, bench::BenchRow, Decider, Summary};
@@ -36,6 +38,19 @@ pub enum Outcome {
     Pass,
     /// A `--fail-under` gate failed (exit 3).
     GateFailed,
+    /// Dataset rows were refused and `--allow-refused` was not given (exit 1);
+    /// the report and the receipt were written first.
+    Refused,
+}
+
+/// The outcome once refused rows are counted: [`Outcome::Refused`] when any
+/// row was refused and they are not allowed, else the gates' outcome.
+pub fn with_refused(gates: Outcome, refused: usize, allow_refused: bool) -> Outcome {
+    if refused > 0 && !allow_refused {
+        Outcome::Refused
+    } else {
+        gates
+    }
 }
 
 /// Map a bench command's result to the process exit code.
@@ -43,6 +58,7 @@ pub fn exit(r: Result<Outcome, Failure>) -> ExitCode {
     match r {
         Ok(Outcome::Pass) => ExitCode::SUCCESS,
         Ok(Outcome::GateFailed) => ExitCode::from(3),
+        Ok(Outcome::Refused) => ExitCode::from(1),
         Err(f) => f.report(),
     }
 }
@@ -70,9 +86,14 @@ pub struct RunArgs {
     /// Skip the first N rows.
     #[arg(long, env = "DGEM_BENCH_OFFSET", default_value_t = 0)]
     pub offset: usize,
-    /// Fail on the first malformed dataset row instead of skipping it.
+    /// Fail on the first dataset row that cannot be mapped, instead of
+    /// refusing it (counting and listing it) and going on with the rest.
     #[arg(long, env = "DGEM_BENCH_STRICT")]
     pub strict: bool,
+    /// Exit 0 (or 3 on a failed gate) even when dataset rows were refused;
+    /// they are still counted and listed. Without it any refused row exits 1.
+    #[arg(long = "allow-refused", env = "DGEM_BENCH_ALLOW_REFUSED")]
+    pub allow_refused: bool,
     /// Continue a killed run from `<out>.partial` (needs `--out`).
     #[arg(long, env = "DGEM_BENCH_RESUME")]
     pub resume: bool,
@@ -279,21 +300,22 @@ pub fn prepare<T: Row>(
         )));
     }
     let mut ds = dataset::load::<T>(&path, args.strict).map_err(bench_err)?;
-    for m in &ds.skipped {
-        eprintln!(
-            "warning: {}:{}: malformed row skipped: {}",
-            path.display(),
-            m.line,
-            m.message
-        );
-    }
     ds.window(args.offset, args.limit);
     let shard = shard_of(args)?;
     if let Some(sh) = shard {
-        ds.rows.retain(|(_, r)| sh.contains(r.id()));
+        ds.keep_shard(sh);
         eprintln!(
             "shard {sh}: {} row(s) of this dataset (split by item id)",
             ds.rows.len()
+        );
+    }
+    for r in &ds.refused {
+        eprintln!(
+            "refused: {}:{}: row `{}`: {}",
+            path.display(),
+            r.line,
+            r.label(),
+            r.reason
         );
     }
     let mut model = args.model.clone();
@@ -363,8 +385,9 @@ pub fn settings(args: &RunArgs, extra: Value) -> Value {
     s
 }
 
-/// Build the receipt, write it (and drop the partial file), print the report,
-/// check the gates.
+/// Build the receipt, write it (and drop the partial file), print the report
+/// with the refused rows ([`Summary::record_refused`]), check the gates, and
+/// end [`Outcome::Refused`] when rows were refused without `--allow-refused`.
 pub fn finish<T: Row, R: Serialize>(
     args: &RunArgs,
     suite: &str,
@@ -374,6 +397,9 @@ pub fn finish<T: Row, R: Serialize>(
     summary: &Summary,
     headline: &[&str],
 ) -> Result<Outcome, Failure> {
+    let mut summary = summary.clone();
+    summary.record_refused(&p.dataset.refused);
+    let summary = &summary;
     let items = outcome
         .rows
         .iter()
@@ -431,13 +457,34 @@ pub fn finish<T: Row, R: Serialize>(
         }
         eprintln!("receipt written to {}", out.display());
     }
-    print_and_gate(
+    let gates = print_and_gate(
         p.format,
         summary,
         &p.gates,
         headline,
         args.csv_dir.as_deref(),
-    )
+    )?;
+    let out = with_refused(gates, p.dataset.refused.len(), args.allow_refused);
+    if out == Outcome::Refused {
+        report_refused(p.format, &p.dataset.refused);
+    }
+    Ok(out)
+}
+
+/// Say on stderr (and as a GitHub annotation) that rows were refused.
+fn report_refused(format: Format, refused: &[Refused]) {
+    let Some(first) = refused.first() else { return };
+    let msg = format!(
+        "{} dataset row(s) refused and not run (first: line {}, `{}`: {}); the report lists them; pass `--allow-refused` to accept the run without them",
+        refused.len(),
+        first.line,
+        first.label(),
+        first.reason
+    );
+    if format == Format::Github {
+        println!("::error title=dgem refused rows::{msg}");
+    }
+    eprintln!("error: {msg}");
 }
 
 /// Decisions per second of the last session.
@@ -450,7 +497,9 @@ pub fn decisions_per_s<R>(o: &RunOutcome<R>, decisions_per_item: f64) -> f64 {
 }
 
 /// Print the report in `format` (and write its tables to `csv_dir`, one CSV
-/// file each) and check gates.
+/// file each) and check gates, saying on stderr how each came out (`gate
+/// passed:`, `gate skipped:` for a metric of a group with no slots, `gate
+/// failed:`).
 pub fn print_and_gate(
     format: Format,
     s: &Summary,
@@ -470,17 +519,23 @@ pub fn print_and_gate(
         "{}",
         report::render(format, &s.tables, &s.metrics, &s.breakdown, headline)
     );
-    let failed = report::check_gates(gates, &s.metrics);
-    for f in &failed {
-        if format == Format::Github {
-            println!("::error title=dgem gate::{f}");
+    let mut failed = false;
+    for r in report::evaluate_gates(gates, &s.metrics) {
+        let (word, level) = match &r {
+            GateResult::Passed(_) => ("passed", None),
+            GateResult::Skipped(_) => ("skipped", Some("notice")),
+            GateResult::Failed(_) => ("failed", Some("error")),
+        };
+        failed |= matches!(r, GateResult::Failed(_));
+        if let (Format::Github, Some(level)) = (format, level) {
+            println!("::{level} title=dgem gate::{}", r.message());
         }
-        eprintln!("gate failed: {f}");
+        eprintln!("gate {word}: {}", r.message());
     }
-    Ok(if failed.is_empty() {
-        Outcome::Pass
-    } else {
+    Ok(if failed {
         Outcome::GateFailed
+    } else {
+        Outcome::Pass
     })
 }
 
@@ -535,7 +590,8 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
             .collect::<Result<_, _>>()
             .with_context(|| format!("{} is not a `dgem bench` receipt", from.display()))
             .map_err(user)?;
-        let (s, bins) = suites::calibration::summarize(&items);
+        let (mut s, bins) = suites::calibration::summarize(&items);
+        s.record_refused(&r.dataset.refused);
         if let Some(path) = &svg {
             dgem_bench::svg::reliability_svg(&bins, &title_for(&r.model), path)
                 .map_err(internal)?;
@@ -626,5 +682,20 @@ mod tests {
         assert_eq!(eta.as_secs_f64().round(), 30.0);
         assert!(eta_from_window(&VecDeque::from([t0]), 5).is_none());
         assert!(eta_from_window(&VecDeque::new(), 5).is_none());
+    }
+
+    /// Regression: a run with refused rows exited 0. Refused rows exit 1
+    /// (before a failed gate's 3) unless `--allow-refused`.
+    #[test]
+    fn refused_rows_exit_1_unless_allowed() {
+        use Outcome::{GateFailed, Pass, Refused};
+        assert_eq!(with_refused(Pass, 2, false), Refused);
+        assert_eq!(with_refused(GateFailed, 1, false), Refused);
+        assert_eq!(with_refused(Pass, 2, true), Pass);
+        assert_eq!(with_refused(GateFailed, 2, true), GateFailed);
+        assert_eq!(with_refused(Pass, 0, false), Pass);
+        assert_eq!(exit(Ok(Refused)), ExitCode::from(1));
+        assert_eq!(exit(Ok(GateFailed)), ExitCode::from(3));
+        assert_eq!(exit(Ok(Pass)), ExitCode::SUCCESS);
     }
 }

@@ -91,7 +91,8 @@ pub struct CalibrateArgs {
     /// Skip the first N rows.
     #[arg(long, env = "DGEM_BENCH_OFFSET", default_value_t = 0)]
     pub offset: usize,
-    /// Fail on the first malformed dataset row instead of skipping it.
+    /// Fail on the first dataset row that cannot be mapped, instead of
+    /// refusing it (listing it) and fitting on the rest.
     #[arg(long, env = "DGEM_BENCH_STRICT")]
     pub strict: bool,
     /// Reads per decision: a count (1–32) or `auto`. Overrides the templates
@@ -121,6 +122,9 @@ impl CalibrateArgs {
             limit: self.limit,
             offset: self.offset,
             strict: self.strict,
+            // `dgem calibrate` fits on the rows it could map; the refused
+            // ones are listed on stderr, in the report and in the receipt.
+            allow_refused: true,
             resume: self.resume,
             format: self.format.clone(),
             csv_dir: None,
@@ -130,7 +134,12 @@ impl CalibrateArgs {
             seed: self.seed,
             shard: None,
             never_shard: true,
-            model: self.model.clone(),
+            // A fit reads the probabilities before any shipped temperature,
+            // so a new fit is not fitted on top of an old one.
+            model: ModelArgs {
+                model_calibration: false,
+                ..self.model.clone()
+            },
         }
     }
 }
@@ -241,7 +250,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
                 .map(|r| format!("{}: {r}", k.as_str()))
         })
         .collect::<Vec<_>>();
-    if !fitted.any() {
+    if !fitted.scored() {
         let keep = match &args.receipt {
             Some(r) => format!(
                 "; the reads are kept in `{}`: refit with `--from-receipt {}`",

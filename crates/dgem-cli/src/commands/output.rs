@@ -20,17 +20,17 @@ pub fn table(d: &Decision) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9}",
-        "QUESTION", "TYPE", "ANSWER", "CONFIDENCE", "HESITATION", "AGREEMENT"
+        "{:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9} | {:<7}",
+        "QUESTION", "TYPE", "ANSWER", "CONFIDENCE", "HESITATION", "AGREEMENT", "ORDER"
     );
-    let _ = writeln!(out, "{}", "-".repeat(102));
+    let _ = writeln!(out, "{}", "-".repeat(112));
     for (id, a) in &d.answers {
         match a {
             None => {
                 let _ = writeln!(
                     out,
-                    "{id:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9}",
-                    "-", "(skipped)", "-", "-", "-"
+                    "{id:<18} | {:<8} | {:<20} | {:>10} | {:<22} | {:>9} | {:<7}",
+                    "-", "(skipped)", "-", "-", "-", "-"
                 );
             }
             Some(a) => {
@@ -54,9 +54,16 @@ pub fn table(d: &Decision) -> String {
                     ""
                 };
                 let answer = format!("{}{mark}", a.answer_name());
+                // `fragile`: the listings read in other option orders chose
+                // another answer; `stable`: they agreed; `-`: one order read.
+                let order = match &a.order {
+                    Some(o) if o.orders > 1 && o.fragile => "fragile",
+                    Some(o) if o.orders > 1 => "stable",
+                    _ => "-",
+                };
                 let _ = writeln!(
                     out,
-                    "{id:<18} | {kind:<8} | {answer:<20} | {:>9.1}% | {hes:<22} | {agree:>9}",
+                    "{id:<18} | {kind:<8} | {answer:<20} | {:>9.1}% | {hes:<22} | {agree:>9} | {order:<7}",
                     g.confidence * 100.0
                 );
             }
@@ -86,6 +93,23 @@ pub fn table(d: &Decision) -> String {
                 a.answer_name()
             );
         }
+    }
+    let fragile: Vec<&str> = d
+        .answers
+        .iter()
+        .filter(|(_, a)| {
+            a.as_ref()
+                .and_then(|a| a.order.as_ref())
+                .is_some_and(|o| o.orders > 1 && o.fragile)
+        })
+        .map(|(id, _)| id.as_str())
+        .collect();
+    if !fragile.is_empty() {
+        let _ = writeln!(
+            notes,
+            "order: {} changed answer when the options were listed in another order; the pooled answer above is order-invariant but not one to act on alone",
+            fragile.join(", ")
+        );
     }
     if !notes.is_empty() {
         let _ = write!(out, "\n{notes}");
@@ -187,10 +211,7 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let _ = writeln!(
         out,
         "  calibration:  {}",
-        g.calibration.as_ref().map_or_else(
-            || "off".to_owned(),
-            |s| format!("on, content-free states {s:?}")
-        )
+        calibration_line(g.calibration.as_ref())
     );
     let _ = writeln!(out, "  timing:       wall {wall_ms:.0} ms, decision {:.0} ms (queue {:.1} ms, model {:.0} ms, calibration {:.0} ms)",
         g.timing.total_ms, g.timing.queue_ms, g.timing.forward_ms, g.timing.calibration_ms);
@@ -223,4 +244,27 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     }
     let _ = writeln!(out, "{rule}");
     out
+}
+
+/// The `--stats` line on calibration: contextual calibration's content-free
+/// states and the shipped temperatures, or `off`.
+fn calibration_line(c: Option<&dgem_core::envelope::CalibrationDiagnostics>) -> String {
+    let Some(c) = c.filter(|c| !c.is_off()) else {
+        return "off".to_owned();
+    };
+    let mut parts = Vec::new();
+    if let Some(s) = &c.contextual {
+        parts.push(format!("on, content-free states {s:?}"));
+    }
+    if let Some(t) = &c.temperature {
+        let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+        parts.push(format!(
+            "temperature boolean {} choice {} score {} (shipped for this model; {})",
+            show(t.boolean),
+            show(t.choice),
+            show(t.score),
+            c.fitted_on.as_deref().unwrap_or("fit unknown")
+        ));
+    }
+    parts.join("; ")
 }

@@ -4,17 +4,21 @@
 //! For each row the one-question schema is built (`dgem_bench::suites::jev`),
 //! validated and planned ([`dgem_engine::Engine::plan`]): prompt, slot position,
 //! label token ids and scoring method. The model file is opened for its
-//! tokenizer only; nothing is decoded. The summary counts rows planned and
-//! refused (with each refusal's message) and how many questions were scored by
-//! first token or by whole-option sequence.
+//! tokenizer only; nothing is decoded. The summary counts every line: rows
+//! planned, and rows refused (a line that cannot be mapped to a row, or a row
+//! the engine refuses), each with its `id`, `line` and `reason`; and how many
+//! questions were scored by first token or by whole-option sequence
+//! (`dgem_bench::suites::jev_plan`).
+//!
+//! Exit codes: 0 ok, 1 user error (including any refused row, unless
+//! `--allow-refused`; the summary is printed first), 2 engine error.
 
 use std::path::PathBuf;
 
 use clap::Args;
 use dgem_bench::suites::jev::JevRow;
-use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::DecideRequest;
-use serde_json::{json, Value};
+use dgem_bench::suites::jev_plan::{plan_rows, PlanReport};
+use serde_json::json;
 
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
@@ -28,6 +32,10 @@ pub struct PlanArgs {
     /// Include every row's full plan (prompts included) in the output.
     #[arg(long)]
     pub rows: bool,
+    /// Exit 0 even when rows were refused (they are still counted and listed).
+    /// Without it any refused row exits 1.
+    #[arg(long = "allow-refused")]
+    pub allow_refused: bool,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -36,53 +44,79 @@ pub struct PlanArgs {
 pub fn run(args: PlanArgs) -> Result<(), Failure> {
     let data = dgem_bench::dataset::load::<JevRow>(&args.dataset, false).map_err(user)?;
     let engine = setup::engine(&args.model)?;
-    let mut rows = Vec::with_capacity(data.rows.len());
-    let (mut planned, mut refused) = (0usize, Vec::new());
-    let (mut first_token, mut sequence) = (0usize, 0usize);
-    let mut times = Vec::with_capacity(data.rows.len());
-    for (_, row) in &data.rows {
-        let result = ValidSchema::from_value(&row.schema(), &SchemaDefaults::default())
-            .map_err(dgem_engine::EngineError::from)
-            .and_then(|schema| {
-                engine.plan(&DecideRequest {
-                    schema,
-                    state: row.state_value(),
-                    seed: 42,
-                })
-            });
-        match result {
-            Ok(plan) => {
-                planned += 1;
-                times.push(plan.plan_ms);
-                for slot in plan.stages.iter().flatten().flat_map(|g| &g.slots) {
-                    match slot.scoring {
-                        dgem_core::envelope::Scoring::Sequence => sequence += 1,
-                        _ => first_token += 1,
-                    }
-                }
-                if args.rows {
-                    rows.push(json!({"id": row.id, "plan": plan}));
-                }
-            }
-            Err(e) => {
-                refused.push(json!({"id": row.id, "error": e.to_string()}));
-            }
+    let report = plan_rows(&engine, &data, args.rows).map_err(|e| {
+        if e.is_user_error() {
+            user(e)
+        } else {
+            internal(e)
         }
-    }
-    let median = dgem_bench::metrics::stats::percentile(&times, 0.5);
-    let mut out = json!({
-        "dataset": args.dataset.display().to_string(),
-        "items": data.rows.len(),
-        "skipped_lines": data.skipped,
-        "planned": planned,
-        "refused": refused.len(),
-        "refusals": refused,
-        "scoring": {"first_token": first_token, "sequence": sequence},
-        "plan_ms_median": median,
-    });
-    if args.rows {
-        out["rows"] = Value::Array(rows);
+    })?;
+    let mut out = serde_json::to_value(&report).map_err(internal)?;
+    if let Some(o) = out.as_object_mut() {
+        o.shift_insert(
+            0,
+            "dataset".into(),
+            json!(args.dataset.display().to_string()),
+        );
     }
     println!("{}", serde_json::to_string_pretty(&out).map_err(internal)?);
-    Ok(())
+    refused_exit(&report, args.allow_refused)
+}
+
+/// Exit 1 (a user error naming the first refusal) when any row was refused,
+/// unless `allow_refused`.
+fn refused_exit(report: &PlanReport, allow_refused: bool) -> Result<(), Failure> {
+    match report.refusals.first() {
+        Some(first) if !allow_refused => Err(user(anyhow::anyhow!(
+            "{} of {} row(s) refused (first: line {}, `{}`: {}); the summary lists them; pass `--allow-refused` to exit 0 anyway",
+            report.refused,
+            report.items,
+            first.line,
+            first.label(),
+            first.reason
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dgem_bench::dataset::Refused;
+    use dgem_bench::suites::jev_plan::ScoringCounts;
+
+    use super::*;
+
+    fn report(refusals: Vec<Refused>) -> PlanReport {
+        PlanReport {
+            items: 3,
+            planned: 3 - refusals.len(),
+            refused: refusals.len(),
+            refusals,
+            scoring: ScoringCounts::default(),
+            plan_ms_median: 0.0,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Regression: `dgem plan` exited 0 with rows it could not map; a refused
+    /// row now exits 1 (a user error) unless `--allow-refused`.
+    #[test]
+    fn plan_exits_1_on_a_refused_row_unless_allowed() {
+        let r = report(vec![Refused {
+            line: 2,
+            id: Some("sev-9".into()),
+            reason: "`expected` must be one of the levels. Given: `9`".into(),
+        }]);
+        match refused_exit(&r, false) {
+            Err(f @ Failure::User(_)) => {
+                assert_eq!(
+                    f.message(),
+                    "1 of 3 row(s) refused (first: line 2, `sev-9`: `expected` must be one of the levels. Given: `9`); the summary lists them; pass `--allow-refused` to exit 0 anyway"
+                );
+            }
+            other => panic!("expected a user error, got {other:?}"),
+        }
+        assert!(refused_exit(&r, true).is_ok());
+        assert!(refused_exit(&report(Vec::new()), false).is_ok());
+    }
 }

@@ -269,11 +269,20 @@ impl CalibrationFile {
                 path: path.to_path_buf(),
                 source,
             })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse and check the text of a calibration file; `path` names it in
+    /// errors (a file built into the binary names where it came from).
+    ///
+    /// # Errors
+    /// As [`Self::load`], less [`CalibrationError::Unreadable`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self, CalibrationError> {
         let not_json = |e: serde_json::Error| CalibrationError::NotJson {
             path: path.to_path_buf(),
             detail: e.to_string(),
         };
-        let value: Value = serde_json::from_str(&text).map_err(not_json)?;
+        let value: Value = serde_json::from_str(text).map_err(not_json)?;
         match value.get("format") {
             Some(Value::String(f)) if f == CALIBRATION_FORMAT => {}
             other => {

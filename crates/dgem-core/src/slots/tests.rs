@@ -351,3 +351,71 @@ fn cloze_levels_one_to_ten_are_scored_as_sequences() {
     assert_eq!(slot.labels[0], vec![1, 101, 150]);
     assert_eq!(slot.labels[9], vec![1, 101, 100, 150]);
 }
+
+/// Every continuation a sequence-scored slot reads for label `i`, sorted.
+fn spellings_of(slot: &crate::slots::ClozeSlot, i: usize) -> Vec<Vec<TokenId>> {
+    let mut all = vec![slot.labels[i].clone()];
+    all.extend(slot.variants[i].iter().cloned());
+    all.sort();
+    all
+}
+
+#[test]
+fn sequence_slots_read_the_same_spellings_whatever_the_leading_space_or_case() {
+    let tok = WordTokenizer::default();
+    let read = |options: serde_json::Value| {
+        let s = schema(serde_json::json!({"questions": [
+            {"id": "pick", "type": "choice", "options": options}]}));
+        let q = &s.questions[0];
+        resolve_cloze(&tok, q, 0, &labels_for(q, LabelMode::Words)).expect("resolves")
+    };
+    let plain = read(serde_json::json!(["data leak", "data loss"]));
+    let spaced = read(serde_json::json!([" data leak", "data loss "]));
+    let cased = read(serde_json::json!(["Data leak", "Data loss"]));
+    let shouted = read(serde_json::json!(["data leak", "DATA LOSS"]));
+    assert_eq!(plain.scoring, Scoring::Sequence);
+    assert_eq!(
+        shouted.scoring,
+        Scoring::Sequence,
+        "case does not pick the scoring"
+    );
+    // A leading space and the case are spelling, not the label: every
+    // variant reads exactly the same continuations.
+    assert_eq!(plain, spaced);
+    assert_eq!(plain, cased);
+    assert_eq!(plain, shouted);
+    // With and without the space after the cue, lower-case and capitalised.
+    let nl = tok.id("\n");
+    let leak = spellings_of(&plain, 0);
+    assert!(leak.contains(&vec![tok.id("▁data"), tok.id("▁leak"), nl]));
+    assert!(leak.contains(&vec![tok.id("data"), tok.id("▁leak"), nl]));
+    assert!(leak.contains(&vec![tok.id("▁Data"), tok.id("▁leak"), nl]));
+}
+
+#[test]
+fn boolean_slots_pool_true_and_false_with_yes_and_no() {
+    let tok = WordTokenizer::default();
+    let s = schema(serde_json::json!({"questions": [{"id": "urgent", "type": "boolean"}]}));
+    let q = &s.questions[0];
+    for mode in [LabelMode::Words, LabelMode::Letters] {
+        let slot = resolve_cloze(&tok, q, 0, &labels_for(q, mode)).expect("resolves");
+        assert_eq!(slot.scoring, Scoring::FirstToken);
+        assert!(slot.labels[0].contains(&tok.id("▁yes")));
+        assert!(slot.labels[0].contains(&tok.id("▁true")));
+        assert!(slot.labels[0].contains(&tok.id("Yes")));
+        assert!(slot.labels[1].contains(&tok.id("▁false")));
+        assert!(!slot.labels[1].contains(&tok.id("▁true")));
+    }
+}
+
+#[test]
+fn letter_labels_are_not_pooled_with_lower_case_words() {
+    let tok = WordTokenizer::default();
+    let s = schema(serde_json::json!({"questions": [
+        {"id": "pick", "type": "choice", "options": ["alpha", "beta"]}]}));
+    let q = &s.questions[0];
+    let slot = resolve_cloze(&tok, q, 0, &labels_for(q, LabelMode::Letters)).expect("resolves");
+    // "a" is the article, not option A.
+    assert!(!slot.labels[0].contains(&tok.id("▁a")));
+    assert!(!slot.labels[0].contains(&tok.id("a")));
+}

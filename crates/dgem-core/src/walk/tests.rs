@@ -39,6 +39,7 @@ fn group(questions: &[&Question], reads: Vec<Vec<SlotRead>>) -> GroupReads {
         pos: vec![7; questions.len()],
         scoring: vec![Scoring::FirstToken; questions.len()],
         uncalibrated: vec![None; questions.len()],
+        order_reads: vec![Vec::new(); questions.len()],
         policy: policy_json(SamplePolicy::Fixed { n: 1 }, false, &[]),
         thought: None,
         queue_ms: 1.0,

@@ -1,0 +1,204 @@
+//! Option-order debiasing: which orders a question's options are listed in,
+//! how the reads of those orders are pooled, and how much the answer moved
+//! between them.
+//!
+//! A small model prefers some **positions** in a list whatever the options
+//! say (the first, or the last), so the order a policy happens to list its
+//! options in can decide the answer. Two measures remove that, both by
+//! construction rather than by tuning:
+//!
+//! 1. **A canonical listing** ([`canonical_order`]). The options of a `choice`
+//!    are listed sorted by name (case-insensitively, then as written), so two
+//!    policies that list the same options in different orders send the model
+//!    the same prompt. Booleans keep `yes`, `no`, and a `score` keeps its
+//!    levels in scale order: for a score the order is the scale itself.
+//! 2. **Cyclic rotations** ([`shifts`], [`rotate`]). The question is read in
+//!    `m = min(K, max_orders)` listings, the canonical one shifted by evenly
+//!    spaced offsets `⌊t·K/m⌋` for `t = 0..m`. When `m = K` every option is
+//!    read once at every position. The per-order distributions are pooled by
+//!    their **geometric mean** ([`pool_orders`]): if the model's reading is
+//!    `p_t(o) ∝ prior(pos_t(o)) · q(o)` (a multiplicative position prior, the
+//!    model of PriDe, Zheng et al., "Large Language Models Are Not Robust
+//!    Multiple Choice Selectors", ICLR 2024), then `Σ_t log prior(pos_t(o))`
+//!    is the same for every option over a full cycle and cancels in the
+//!    normalisation, leaving `q`. With `m < K` (more options than
+//!    `max_orders`) the cancellation is partial.
+//!
+//! [`OrderSensitivity`] reports, per answer, how many orders were read, the
+//! largest spread of the chosen option's probability across them, and whether
+//! their own top answers disagreed ("fragile").
+
+use serde::Serialize;
+
+use crate::readout::{argmax, PROB_FLOOR};
+use crate::schema::{Question, QuestionKind};
+
+/// Default most listings read per question (`--max-orders`): every option at
+/// every position for up to 6 options (booleans, most choices, 5-level
+/// scores); longer lists are read at 6 evenly spaced shifts.
+pub const DEFAULT_MAX_ORDERS: usize = 6;
+
+/// Order debiasing setting of one decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderDebias {
+    /// One read in the policy's own order (the answer may depend on it).
+    Off,
+    /// Canonical listing plus cyclic rotations, at most `max_orders` per question.
+    Cyclic {
+        /// Most listings read per question (at least 1).
+        max_orders: usize,
+    },
+}
+
+impl Default for OrderDebias {
+    fn default() -> Self {
+        Self::Cyclic {
+            max_orders: DEFAULT_MAX_ORDERS,
+        }
+    }
+}
+
+impl OrderDebias {
+    /// Listings to read for a question of `k` alternatives: 1 when off or
+    /// `k < 2`, else `min(k, max_orders)`.
+    pub fn orders(self, k: usize) -> usize {
+        match self {
+            Self::Off => 1,
+            Self::Cyclic { max_orders } if k >= 2 => k.min(max_orders.max(1)),
+            Self::Cyclic { .. } => 1,
+        }
+    }
+
+    /// Parse `off`, `cyclic` (default maximum) or a number of orders
+    /// (`1` means off).
+    ///
+    /// # Errors
+    /// A message naming the allowed values and the value given.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "off" | "none" | "1" => Ok(Self::Off),
+            "cyclic" | "on" | "auto" => Ok(Self::default()),
+            other => match other.parse::<usize>() {
+                Ok(n) if (2..=26).contains(&n) => Ok(Self::Cyclic { max_orders: n }),
+                _ => Err(format!(
+                    "`order_debias` must be one of [off, cyclic] or a number of orders 1..=26. Given: `{s}`"
+                )),
+            },
+        }
+    }
+}
+
+/// The canonical listing of `q`'s alternatives: `order[i]` is the index of the
+/// alternative listed at position `i`. Choices are sorted by their trimmed
+/// name, case-insensitively, ties by the name as written and then by index;
+/// booleans and scores keep their own order (see the module docs).
+pub fn canonical_order(q: &Question) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..q.alternatives.len()).collect();
+    if q.kind == QuestionKind::Choice {
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&q.alternatives[a].name, &q.alternatives[b].name);
+            x.trim()
+                .to_lowercase()
+                .cmp(&y.trim().to_lowercase())
+                .then_with(|| x.trim().cmp(y.trim()))
+                .then(a.cmp(&b))
+        });
+    }
+    order
+}
+
+/// The `m` cyclic shifts read for `k` options: `⌊t·k/m⌋` for `t = 0..m`
+/// (all of `0..k` when `m = k`). Empty when `k = 0`.
+pub fn shifts(k: usize, m: usize) -> Vec<usize> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let m = m.clamp(1, k);
+    (0..m).map(|t| t * k / m).collect()
+}
+
+/// `base` rotated left by `shift`: position `i` lists `base[(i + shift) % k]`.
+pub fn rotate(base: &[usize], shift: usize) -> Vec<usize> {
+    let k = base.len();
+    if k == 0 {
+        return Vec::new();
+    }
+    (0..k).map(|i| base[(i + shift) % k]).collect()
+}
+
+/// Pool the distributions read in several orders (each in the question's own
+/// alternative order) by their geometric mean, renormalised: `p(o) ∝
+/// exp(mean_t ln max(p_t(o), PROB_FLOOR))`. One distribution is returned as
+/// is; an empty input gives an empty output.
+pub fn pool_orders(dists: &[Vec<f64>]) -> Vec<f64> {
+    match dists {
+        [] => Vec::new(),
+        [one] => one.clone(),
+        _ => {
+            let k = dists[0].len();
+            let n = dists.len() as f64;
+            let logs: Vec<f64> = (0..k)
+                .map(|i| {
+                    dists
+                        .iter()
+                        .map(|d| d.get(i).copied().unwrap_or(0.0).max(PROB_FLOOR).ln())
+                        .sum::<f64>()
+                        / n
+                })
+                .collect();
+            let max = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = logs.iter().map(|l| (l - max).exp()).collect();
+            let sum: f64 = exps.iter().sum();
+            exps.iter().map(|e| e / sum).collect()
+        }
+    }
+}
+
+/// How much an answer depended on the order its options were listed in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OrderSensitivity {
+    /// Listings read (1: not estimated).
+    pub orders: usize,
+    /// Largest minus smallest probability of the chosen answer across the
+    /// listings read, in [0, 1]; `None` when one listing was read.
+    pub spread: Option<f64>,
+    /// Whether the listings' own top answers disagreed: the answer is
+    /// fragile under reordering.
+    pub fragile: bool,
+    /// `cyclic`: the canonical listing and its rotations were read and pooled;
+    /// `single_order`: one listing, not estimated.
+    pub method: &'static str,
+}
+
+impl OrderSensitivity {
+    /// One listing read: nothing is known about order dependence.
+    pub fn single() -> Self {
+        Self {
+            orders: 1,
+            spread: None,
+            fragile: false,
+            method: "single_order",
+        }
+    }
+
+    /// From the distributions of every listing read (over all samples) and
+    /// the chosen index.
+    pub fn from_orders(dists: &[Vec<f64>], top: usize) -> Self {
+        if dists.len() < 2 {
+            return Self::single();
+        }
+        let at = |d: &Vec<f64>| d.get(top).copied().unwrap_or(0.0);
+        let hi = dists.iter().map(at).fold(f64::NEG_INFINITY, f64::max);
+        let lo = dists.iter().map(at).fold(f64::INFINITY, f64::min);
+        Self {
+            orders: dists.len(),
+            spread: Some((hi - lo).clamp(0.0, 1.0)),
+            fragile: dists.iter().any(|d| argmax(d) != top),
+            method: "cyclic",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::schema::{SchemaDefaults, ValidSchema};
+
+fn question(kind: &str, names: &[&str]) -> Question {
+    let key = if kind == "score" { "levels" } else { "options" };
+    let v = serde_json::json!({"questions": [{"id": "q", "type": kind, key: names}]});
+    ValidSchema::from_value(&v, &SchemaDefaults::default())
+        .expect("valid schema")
+        .questions
+        .remove(0)
+}
+
+/// What a model with a pure multiplicative position prior and a content
+/// preference `q` reads when the options are listed as `listed`
+/// (`listed[i]` = option at position `i`), mapped back to option order.
+fn biased_read(prior: &[f64], q: &[f64], listed: &[usize]) -> Vec<f64> {
+    let mut p = vec![0.0; q.len()];
+    for (pos, &o) in listed.iter().enumerate() {
+        p[o] = prior[pos] * q[o];
+    }
+    let s: f64 = p.iter().sum();
+    p.iter().map(|x| x / s).collect()
+}
+
+fn reads_of_all_shifts(prior: &[f64], q: &[f64], base: &[usize]) -> Vec<Vec<f64>> {
+    shifts(q.len(), q.len())
+        .into_iter()
+        .map(|s| biased_read(prior, q, &rotate(base, s)))
+        .collect()
+}
+
+#[test]
+fn pure_position_bias_pools_to_uniform() {
+    // The first position gets 80 % of the mass whatever is listed there.
+    let prior = [0.8, 0.15, 0.05];
+    let q = [1.0, 1.0, 1.0];
+    let reads = reads_of_all_shifts(&prior, &q, &[0, 1, 2]);
+    assert!(reads.iter().all(|r| r.iter().any(|&x| x > 0.7)));
+    let pooled = pool_orders(&reads);
+    for p in &pooled {
+        assert!((p - 1.0 / 3.0).abs() < 1e-12, "{pooled:?}");
+    }
+    let s = OrderSensitivity::from_orders(&reads, argmax(&pooled));
+    assert!(s.fragile);
+    assert_eq!(s.orders, 3);
+    assert!((s.spread.expect("three orders") - (0.8 - 0.05)).abs() < 1e-9);
+}
+
+#[test]
+fn content_signal_survives_debiasing() {
+    let prior = [0.7, 0.2, 0.1];
+    let q = [0.2, 0.5, 0.3];
+    let reads = reads_of_all_shifts(&prior, &q, &[0, 1, 2]);
+    // Listed first, option 0 wins the single read despite its low content score.
+    assert_eq!(argmax(&reads[0]), 0);
+    let pooled = pool_orders(&reads);
+    for (p, want) in pooled.iter().zip(q) {
+        assert!((p - want).abs() < 1e-12, "{pooled:?}");
+    }
+}
+
+#[test]
+fn canonical_order_sorts_choices_by_name_only() {
+    let c = question("choice", &["medium", "High", "low"]);
+    assert_eq!(canonical_order(&c), vec![1, 2, 0]);
+    let s = question("score", &["calm", "annoyed", "furious"]);
+    assert_eq!(canonical_order(&s), vec![0, 1, 2]);
+}
+
+#[test]
+fn shifts_cover_every_position_up_to_the_cap() {
+    assert_eq!(shifts(3, 3), vec![0, 1, 2]);
+    assert_eq!(shifts(12, 4), vec![0, 3, 6, 9]);
+    assert_eq!(shifts(2, 6), vec![0, 1]);
+    assert!(shifts(0, 3).is_empty());
+    assert_eq!(rotate(&[4, 5, 6], 1), vec![5, 6, 4]);
+}
+
+#[test]
+fn orders_follow_the_setting() {
+    assert_eq!(OrderDebias::Off.orders(5), 1);
+    assert_eq!(OrderDebias::default().orders(2), 2);
+    assert_eq!(OrderDebias::default().orders(26), DEFAULT_MAX_ORDERS);
+    assert_eq!(
+        OrderDebias::parse("4"),
+        Ok(OrderDebias::Cyclic { max_orders: 4 })
+    );
+    assert_eq!(OrderDebias::parse("OFF"), Ok(OrderDebias::Off));
+    let err = OrderDebias::parse("sideways").expect_err("refused");
+    assert!(
+        err.contains("[off, cyclic]") && err.contains("sideways"),
+        "{err}"
+    );
+}
+
+#[test]
+fn single_read_is_not_estimated() {
+    let s = OrderSensitivity::from_orders(&[vec![0.6, 0.4]], 0);
+    assert_eq!(s, OrderSensitivity::single());
+}
+
+proptest! {
+    /// Whatever order the policy lists its options in, the canonical listing
+    /// and its rotations read the same options at the same positions, so the
+    /// pooled answer is identical.
+    #[test]
+    fn pooled_answer_does_not_depend_on_the_policy_order(
+        prior in proptest::collection::vec(0.01f64..1.0, 4),
+        q in proptest::collection::vec(0.01f64..1.0, 4),
+        perm in Just(vec![0usize, 1, 2, 3]).prop_shuffle(),
+    ) {
+        let names = ["delta", "alpha", "charlie", "bravo"];
+        let listed: Vec<&str> = perm.iter().map(|&i| names[i]).collect();
+        let a = question("choice", &names);
+        let b = question("choice", &listed);
+        let content = |question: &Question| -> Vec<f64> {
+            question.alternatives.iter().map(|alt| {
+                q[names.iter().position(|n| *n == alt.name).unwrap_or(0)]
+            }).collect()
+        };
+        let by_name = |question: &Question, p: Vec<f64>| -> Vec<(String, f64)> {
+            let mut v: Vec<(String, f64)> = question.alternatives.iter()
+                .map(|alt| alt.name.clone()).zip(p).collect();
+            v.sort_by(|x, y| x.0.cmp(&y.0));
+            v
+        };
+        let pa = pool_orders(&reads_of_all_shifts(&prior, &content(&a), &canonical_order(&a)));
+        let pb = pool_orders(&reads_of_all_shifts(&prior, &content(&b), &canonical_order(&b)));
+        for ((na, xa), (nb, xb)) in by_name(&a, pa).into_iter().zip(by_name(&b, pb)) {
+            prop_assert_eq!(na, nb);
+            prop_assert!((xa - xb).abs() < 1e-12);
+        }
+        let sum: f64 = pool_orders(&reads_of_all_shifts(&prior, &q, &[0, 1, 2, 3])).iter().sum();
+        prop_assert!((sum - 1.0).abs() < 1e-12);
+    }
+}
