@@ -264,7 +264,9 @@ fn calibrate_on_the_real_model_writes_the_file_with_the_model_sha() {
         match f["temperature"][t].as_f64() {
             Some(v) => assert!((0.05..=20.0).contains(&v), "{f}"),
             None => {
-                let why = f["held_out"][t]["unset_reason"].as_str().unwrap_or_default();
+                let why = f["held_out"][t]["unset_reason"]
+                    .as_str()
+                    .unwrap_or_default();
                 assert!(why.contains("made held-out figures worse"), "{f}");
                 assert!(f["held_out"][t]["scores"].is_object(), "{f}");
             }

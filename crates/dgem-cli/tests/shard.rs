@@ -145,6 +145,7 @@ fn bench_jev_scores_rows_with_the_jevbench_metrics() {
         names,
         [
             "by_family.csv",
+            "by_scoring_path_and_type.csv",
             "by_tier.csv",
             "by_topic.csv",
             "jevbench.csv"

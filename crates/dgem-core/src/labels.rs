@@ -131,6 +131,9 @@ mod tests {
         let v = serde_json::json!({"questions": [
             {"id": "d", "type": "choice", "options": [" Pasta", "SOUP "]}]});
         let s = ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid");
-        assert_eq!(labels_for(&s.questions[0], LabelMode::Words), ["pasta", "soup"]);
+        assert_eq!(
+            labels_for(&s.questions[0], LabelMode::Words),
+            ["pasta", "soup"]
+        );
     }
 }

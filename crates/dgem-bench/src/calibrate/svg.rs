@@ -25,8 +25,16 @@ pub fn before_after_svg(fitted: &Fitted, title: &str, path: &Path) -> Result<usi
         .iter()
         .filter_map(|k| {
             let f = fitted.of(*k);
-            let t = f.figures.temperature?;
-            Some((k.as_str(), f.before.as_slice(), f.after.as_slice(), t))
+            // A type fitted and scored, even when its temperature was then
+            // dropped for making held-out figures worse, is drawn: the
+            // diagram shows why.
+            f.figures.scores?;
+            Some((
+                k.as_str(),
+                f.before.as_slice(),
+                f.after.as_slice(),
+                f.figures.temperature,
+            ))
         })
         .collect();
     if panels.is_empty() {
@@ -39,8 +47,8 @@ pub fn before_after_svg(fitted: &Fitted, title: &str, path: &Path) -> Result<usi
     Ok(panels.len())
 }
 
-/// Type name, pairs before, pairs after, fitted T.
-type Panel<'a> = (&'a str, &'a [(f64, bool)], &'a [(f64, bool)], f64);
+/// Type name, pairs before, pairs after, the kept T (`None`: dropped).
+type Panel<'a> = (&'a str, &'a [(f64, bool)], &'a [(f64, bool)], Option<f64>);
 
 fn draw(panels: &[Panel<'_>], title: &str, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let rows = panels.len();
@@ -52,7 +60,11 @@ fn draw(panels: &[Panel<'_>], title: &str, path: &Path) -> Result<(), Box<dyn st
     for (i, (name, before, after, t)) in panels.iter().enumerate() {
         let (left, right) = (&cells[2 * i], &cells[2 * i + 1]);
         panel(left, &format!("{name}: as read (T = 1)"), before)?;
-        panel(right, &format!("{name}: after T = {t:.3}"), after)?;
+        let label = match t {
+            Some(t) => format!("{name}: after T = {t:.3}"),
+            None => format!("{name}: after the fitted T (dropped: held-out worse)"),
+        };
+        panel(right, &label, after)?;
     }
     root.present()?;
     Ok(())
