@@ -13,19 +13,7 @@
 use serde_json::{json, Value};
 
 mod common;
-use common::{dgem, model, stderr};
-
-fn policy(dir: &tempfile::TempDir, name: &str, body: &Value) -> String {
-    let p = dir.path().join(format!("{name}.json.tmpl"));
-    std::fs::write(&p, body.to_string()).expect("write");
-    p.to_str().expect("utf8").to_owned()
-}
-
-fn decide(args: &[&str], m: &str) -> Value {
-    let o = dgem(args, Some(m));
-    assert!(o.status.success(), "stderr: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).expect("json")
-}
+use common::{json_out as decide, model, policy};
 
 /// `(lower-case trimmed option name, probability)`, sorted by name.
 fn by_name(answer: &Value) -> Vec<(String, f64)> {

@@ -6,19 +6,7 @@
 use serde_json::Value;
 
 mod common;
-use common::{dgem, model, stderr};
-
-fn policy(dir: &tempfile::TempDir, name: &str, body: &Value) -> String {
-    let p = dir.path().join(format!("{name}.json.tmpl"));
-    std::fs::write(&p, body.to_string()).expect("write");
-    p.to_str().expect("utf8").to_owned()
-}
-
-fn envelope(args: &[&str], m: &str) -> Value {
-    let o = dgem(args, Some(m));
-    assert!(o.status.success(), "stderr: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).expect("json")
-}
+use common::{dgem, json_out as envelope, model, policy, stderr};
 
 fn probabilities_sum_to_one(a: &Value) {
     let sum: f64 = a["probabilities"]

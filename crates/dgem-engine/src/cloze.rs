@@ -48,8 +48,6 @@ pub(crate) struct ReadQuestion {
 struct QRead {
     read: SlotRead,
     scoring: Scoring,
-    /// Distribution before calibration, original order (pooled over listings).
-    raw: Vec<f64>,
     /// The calibrated distribution of each listing read (original order).
     orders: Vec<Vec<f64>>,
     /// The uncalibrated distribution of each listing read (original order).
@@ -58,12 +56,16 @@ struct QRead {
 }
 
 impl QRead {
-    /// Pool the listings read into `read.probs` and `raw` ([`pool_orders`]).
+    /// Pool the listings read into `read.probs` ([`pool_orders`]).
     fn pool(&mut self) {
         if self.orders.len() > 1 {
             self.read.probs = pool_orders(&self.orders);
-            self.raw = pool_orders(&self.raw_orders);
         }
+    }
+
+    /// The distribution before calibration, pooled over the listings read.
+    fn raw(&self) -> Vec<f64> {
+        pool_orders(&self.raw_orders)
     }
 }
 
@@ -640,9 +642,8 @@ impl Ctx<'_> {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
                     per_q.push(QRead {
                         orders: vec![read.probs.clone()],
-                        raw_orders: vec![raw.clone()],
+                        raw_orders: vec![raw],
                         read,
-                        raw,
                         pos,
                         scoring: rq.slot.scoring,
                     });
@@ -717,9 +718,7 @@ impl Ctx<'_> {
             uncalibrated: (0..group.len())
                 .map(|qi| {
                     self.calibrate.then(|| {
-                        mean_distribution(
-                            &reads.iter().map(|r| r[qi].raw.clone()).collect::<Vec<_>>(),
-                        )
+                        mean_distribution(&reads.iter().map(|r| r[qi].raw()).collect::<Vec<_>>())
                     })
                 })
                 .collect(),

@@ -11,8 +11,7 @@
 
 use dgem_core::envelope::CalibrationDiagnostics;
 use dgem_core::hesitation::calibration::CalibrationFile;
-use dgem_core::hesitation::temperature::{scale, Temperature};
-use dgem_core::readout::{entropy, normalized_entropy};
+use dgem_core::hesitation::temperature::{rescale, Temperature};
 
 use crate::Decision;
 
@@ -71,11 +70,7 @@ impl ModelTemperature {
             let Some(t) = self.temperature.for_kind(answer.question.kind) else {
                 continue;
             };
-            let a = &mut answer.aggregate;
-            a.mean = scale(&a.mean, t);
-            a.confidence = a.mean.get(a.top).copied().unwrap_or(0.0);
-            a.entropy = entropy(&a.mean);
-            a.normalized_entropy = normalized_entropy(&a.mean);
+            rescale(&mut answer.aggregate, t);
         }
         let c = decision
             .diagnostics

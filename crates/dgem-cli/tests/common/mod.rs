@@ -47,3 +47,18 @@ pub fn dgem(args: &[&str], model: Option<&str>) -> Output {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Write `body` as `<name>.json.tmpl` in `dir` (a policy template that renders
+/// to itself) and return its path.
+pub fn policy(dir: &tempfile::TempDir, name: &str, body: &serde_json::Value) -> String {
+    let p = dir.path().join(format!("{name}.json.tmpl"));
+    std::fs::write(&p, body.to_string()).expect("write");
+    p.to_str().expect("utf8").to_owned()
+}
+
+/// Run `dgem ARGS` on the model `m`, expect success, and parse its stdout as JSON.
+pub fn json_out(args: &[&str], m: &str) -> serde_json::Value {
+    let o = dgem(args, Some(m));
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("json")
+}

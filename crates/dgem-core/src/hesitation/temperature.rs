@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
-use crate::readout::{entropy, normalized_entropy, PROB_FLOOR};
+use crate::readout::{entropy, normalized_entropy, Aggregate, PROB_FLOOR};
 use crate::schema::QuestionKind;
 
 /// Largest accepted temperature (the original client's bound).
@@ -149,14 +149,20 @@ pub fn scale(p: &[f64], t: f64) -> Vec<f64> {
     crate::readout::restricted_softmax(&logits)
 }
 
-/// Scale `answer`'s distribution by `t` and recompute its confidence, entropy
-/// and hesitation; its answer (`top`), standard error and agreement are kept.
-pub fn apply(answer: &mut AnswerOut, t: f64) {
-    let a = &mut answer.aggregate;
+/// Scale an aggregate's distribution by `t` and recompute its confidence,
+/// entropy (nats) and hesitation; its answer (`top`), standard error and
+/// agreement are kept.
+pub fn rescale(a: &mut Aggregate, t: f64) {
     a.mean = scale(&a.mean, t);
     a.confidence = a.mean.get(a.top).copied().unwrap_or(0.0);
     a.entropy = entropy(&a.mean);
     a.normalized_entropy = normalized_entropy(&a.mean);
+}
+
+/// [`rescale`] `answer`'s distribution by `t` and record `t` as its
+/// post-hoc temperature.
+pub fn apply(answer: &mut AnswerOut, t: f64) {
+    rescale(&mut answer.aggregate, t);
     answer.temperature = Some(t);
 }
 
