@@ -253,21 +253,24 @@ fn damaged_cached_model_is_refused_not_used() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&copy, bytes).expect("write copy");
-    let o = Command::new(env!("CARGO_BIN_EXE_dgem"))
-        .current_dir(root())
-        .env("DGEM_MODEL_DIR", dir.path())
-        .env_remove("DGEM_MODEL_PATH")
-        .args([
-            "decide",
-            "-t",
-            "support_triage",
-            "-v",
-            "ticket=x",
-            "--context",
-            "512",
-        ])
-        .output()
-        .expect("run");
+    let o = {
+        let _one_at_a_time = common::one_model_run();
+        Command::new(env!("CARGO_BIN_EXE_dgem"))
+            .current_dir(root())
+            .env("DGEM_MODEL_DIR", dir.path())
+            .env_remove("DGEM_MODEL_PATH")
+            .args([
+                "decide",
+                "-t",
+                "support_triage",
+                "-v",
+                "ticket=x",
+                "--context",
+                "512",
+            ])
+            .output()
+            .expect("run")
+    };
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("is damaged"), "{}", stderr(&o));
     let o = dgem(

@@ -9,9 +9,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod common;
-use common::{dgem, model, root, stderr};
+use common::{dgem, model, one_model_run, root, stderr};
 
 fn dgem_env(args: &[&str], m: &str, env: &[(&str, &str)]) -> Output {
+    let _one_at_a_time = one_model_run();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
     cmd.current_dir(root())
         .args(args)

@@ -25,10 +25,28 @@ pub fn model() -> Option<String> {
     }
 }
 
+/// One model process at a time per test binary. The test harness runs tests
+/// on parallel threads; several `dgem` processes each running llama.cpp on
+/// every core oversubscribe a small machine so badly that a single model call
+/// ran past the backend's 120 s model timeout on the 2-core CI runner
+/// (`real_model_samples_report_agreement`, with the default six listings per
+/// question). Model-free runs do not take the lock.
+static MODEL_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Hold this while a test's own `dgem` process runs the model (see
+/// [`MODEL_RUNS`]); a panicking holder does not wedge the rest.
+pub fn one_model_run() -> std::sync::MutexGuard<'static, ()> {
+    MODEL_RUNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Run `dgem` from the repository root. With a model, the cache dir points at the
 /// model's folder so the default-model path is exercised; without, at a folder
 /// that does not exist (commands that need no model must not touch it).
+/// Runs with a model are serialized by [`MODEL_RUNS`].
 pub fn dgem(args: &[&str], model: Option<&str>) -> Output {
+    let _one_at_a_time = model.map(|_| one_model_run());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
     cmd.current_dir(root())
         .args(args)
