@@ -162,7 +162,7 @@ if [[ "$TARGET" == k8s ]]; then
     render_k8s
     echo "EOF_DGEM"
   else
-    render_k8s | kubectl apply -f -
+    render_k8s | run kubectl apply -f -
   fi
   # Long enough for every round of pods to use all of its retries.
   rounds=$(((TASKS + PARALLELISM - 1) / PARALLELISM))
@@ -197,7 +197,8 @@ if [[ "$DRY_RUN" == 1 ]]; then
   # A dry run writes nothing: print the file as a pasteable command instead.
   render_cloudrun | print_write "$yaml"
 else
-  mkdir -p "$(dirname "$yaml")"
+  yaml_dir="$(dirname "$yaml")"
+  mkdir -p "$yaml_dir"
   render_cloudrun >"$yaml"
 fi
 run gcloud run jobs replace "$yaml" --project "$PROJECT" --region "$REGION"

@@ -70,7 +70,8 @@ if [[ "$VIA_YAML" == 1 ]]; then
     # Print the file as a pasteable command instead of writing it.
     render_yaml | print_write "$out"
   else
-    mkdir -p "$(dirname "$out")"
+    out_dir="$(dirname "$out")"
+    mkdir -p "$out_dir"
     render_yaml >"$out"
   fi
   run gcloud beta run services replace "$out" --project "$PROJECT" --region "$REGION"

@@ -63,13 +63,36 @@ json_field() {
   python3 -c 'import functools,json,sys; print(functools.reduce(lambda d,k: d.get(k, "") if isinstance(d, dict) else "", sys.argv[1].split("."), json.load(sys.stdin)))' "$1"
 }
 
-# Poll a long-running operation until done; prints the final JSON.
+# Field $2 (dotted path) of the JSON response $1 from step $3 (in words);
+# fails (exit 1) naming the step when the response is not JSON or the field is
+# missing or empty.
+response_field() {
+  local value
+  if ! value="$(json_field "$2" <<<"$1" 2>/dev/null)"; then
+    die "could not $3: the response is not JSON: ${1:0:300}"
+  fi
+  if [[ -z "$value" ]]; then
+    die "could not $3: no \`$2\` in the response: ${1:0:300}"
+  fi
+  printf '%s\n' "$value"
+}
+
+# Poll a long-running operation until done; prints the final JSON. Fails
+# (exit 1) naming the operation when polling fails or the operation failed.
 wait_op() {
-  local op="$1" body
+  local op="$1" body done_flag error
   while :; do
-    body="$(curl -sS --fail-with-body -H "Authorization: Bearer $ACCESS_TOKEN" "https://$REGION-aiplatform.googleapis.com/v1beta1/$op")"
-    if [[ "$(json_field "done" <<<"$body")" == True ]]; then
-      echo "$body"
+    capture body "poll the Vertex AI operation \`$op\`" \
+      curl -sS --fail-with-body -H "Authorization: Bearer $ACCESS_TOKEN" "https://$REGION-aiplatform.googleapis.com/v1beta1/$op"
+    if ! done_flag="$(json_field "done" <<<"$body" 2>/dev/null)"; then
+      die "could not poll the Vertex AI operation \`$op\`: the response is not JSON: ${body:0:300}"
+    fi
+    if [[ "$done_flag" == True ]]; then
+      error="$(json_field error.message <<<"$body")"
+      if [[ -n "$error" ]]; then
+        die "the Vertex AI operation \`$op\` failed: $error"
+      fi
+      printf '%s\n' "$body"
       return 0
     fi
     sleep 15
@@ -77,26 +100,48 @@ wait_op() {
 }
 
 if [[ "$DRY_RUN" == 1 ]]; then
-  post "models:upload" "$(model_body)"
+  body="$(model_body)"
+  post "models:upload" "$body"
   echo "# then: wait for the upload operation; MODEL = its response.model"
   run gcloud ai endpoints list --project "$PROJECT" --region "$REGION" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)"
   echo "# if none:"
-  post "endpoints" "$(endpoint_body)"
-  post "endpoints/ENDPOINT_ID:deployModel" "$(deploy_body "projects/$PROJECT/locations/$REGION/models/MODEL_ID")"
+  body="$(endpoint_body)"
+  post "endpoints" "$body"
+  body="$(deploy_body "projects/$PROJECT/locations/$REGION/models/MODEL_ID")"
+  post "endpoints/ENDPOINT_ID:deployModel" "$body"
   exit 0
 fi
 
-ACCESS_TOKEN="$(gcloud auth print-access-token)"
-op="$(post "models:upload" "$(model_body)" | json_field name)"
-model="$(wait_op "$op" | json_field response.model)"
+capture ACCESS_TOKEN "get an access token for the Vertex AI API" gcloud auth print-access-token
+if [[ -z "$ACCESS_TOKEN" ]]; then
+  die "could not get an access token for the Vertex AI API: \`gcloud auth print-access-token\` printed nothing; is gcloud logged in (gcloud auth login)?"
+fi
+# Each response is kept, then read: a failed request or a response without
+# the field ends the script naming the step, never an empty value.
+step="upload the model (models:upload)"
+body="$(model_body)"
+response="$(post "models:upload" "$body")"
+op="$(response_field "$response" name "$step")"
+response="$(wait_op "$op")"
+model="$(response_field "$response" response.model "$step")"
 echo "deploy_vertex: uploaded $model" >&2
-endpoint="$(gcloud ai endpoints list --project "$PROJECT" --region "$REGION" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)" | head -n1)"
+endpoint_names=""
+capture endpoint_names "look up the Vertex AI endpoint \`$ENDPOINT_NAME\`" \
+  gcloud ai endpoints list --project "$PROJECT" --region "$REGION" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)"
+endpoint="${endpoint_names%%$'\n'*}"
 if [[ -z "$endpoint" ]]; then
-  op="$(post "endpoints" "$(endpoint_body)" | json_field name)"
-  endpoint="$(wait_op "$op" | json_field response.name)"
+  step="create the endpoint \`$ENDPOINT_NAME\`"
+  body="$(endpoint_body)"
+  response="$(post "endpoints" "$body")"
+  op="$(response_field "$response" name "$step")"
+  response="$(wait_op "$op")"
+  endpoint="$(response_field "$response" response.name "$step")"
 fi
 endpoint_id="${endpoint##*/}"
 echo "deploy_vertex: endpoint $endpoint_id; deploying (about 10-15 minutes)" >&2
-op="$(post "endpoints/$endpoint_id:deployModel" "$(deploy_body "$model")" | json_field name)"
+step="deploy the model on endpoint \`$endpoint_id\`"
+body="$(deploy_body "$model")"
+response="$(post "endpoints/$endpoint_id:deployModel" "$body")"
+op="$(response_field "$response" name "$step")"
 wait_op "$op" >/dev/null
 echo "deploy_vertex: ready; invoke via .../endpoints/$endpoint_id/invoke/<route> (health: /invoke/health)" >&2

@@ -26,13 +26,20 @@ fi
 run gcloud storage buckets add-iam-policy-binding "gs://$BUCKET" --project "$PROJECT" \
   "--member=serviceAccount:$SERVICE_ACCOUNT" --role=roles/storage.objectViewer
 step="pip install -q 'huggingface_hub[hf_transfer]' && HF_HUB_ENABLE_HF_TRANSFER=1 python -c \"import os; from huggingface_hub import snapshot_download; snapshot_download('$MODEL_HF', local_dir='/workspace/w', token=os.environ.get('HF_TOKEN'))\" && rm -rf /workspace/w/.cache"
+# The step as a JSON string, computed here: a failure inside the heredoc's
+# substitution would go unnoticed and leave `args` empty.
+step_json=""
+if ! step_json="$(printf '%s' "$step" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" ||
+  [[ -z "$step_json" ]]; then
+  die "could not quote the Cloud Build step as JSON with python3"
+fi
 cfg="${OUT_DIR:-$DEPLOY_DIR/out}/stage-weights.cloudbuild.yaml"
 cloudbuild_yaml() {
   cat <<YAML
 steps:
   - name: python:3.11-slim
     entrypoint: bash
-    args: ["-c", $(printf '%s' "$step" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')]
+    args: ["-c", $step_json]
     secretEnv: ["HF_TOKEN"]
   - name: gcr.io/google.com/cloudsdktool/cloud-sdk:slim
     args: ["gcloud", "storage", "cp", "-r", "/workspace/w/*", "$dest/"]
@@ -50,7 +57,8 @@ if [[ "$DRY_RUN" == 1 ]]; then
   # A dry run writes nothing: print the file as a pasteable command instead.
   cloudbuild_yaml | print_write "$cfg"
 else
-  mkdir -p "$(dirname "$cfg")"
+  cfg_dir="$(dirname "$cfg")"
+  mkdir -p "$cfg_dir"
   cloudbuild_yaml >"$cfg"
 fi
 run gcloud builds submit --no-source --project "$PROJECT" --region "$REGION" --config "$cfg"

@@ -22,13 +22,24 @@ if [[ "$DRY_RUN" == 1 ]]; then
   exit 0
 fi
 
-for endpoint in $(gcloud ai endpoints list "${loc[@]}" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)"); do
+# Each lookup is captured first: a failing one in a `for` word list would be
+# an empty list, and the teardown would end "successfully" having done nothing.
+endpoint_names=""
+capture endpoint_names "list the Vertex AI endpoints named \`$ENDPOINT_NAME\`" \
+  gcloud ai endpoints list "${loc[@]}" "--filter=display_name=$ENDPOINT_NAME" "--format=value(name)"
+for endpoint in $endpoint_names; do
   id="${endpoint##*/}"
-  for deployed in $(gcloud ai endpoints describe "$id" "${loc[@]}" "--format=value(deployedModels[].id)" | tr ';' ' '); do
+  deployed_ids=""
+  capture deployed_ids "list the models deployed on endpoint \`$id\`" \
+    gcloud ai endpoints describe "$id" "${loc[@]}" "--format=value(deployedModels[].id)"
+  for deployed in ${deployed_ids//;/ }; do
     run gcloud ai endpoints undeploy-model "$id" "${loc[@]}" --deployed-model-id "$deployed" --quiet
   done
   run gcloud ai endpoints delete "$id" "${loc[@]}" --quiet
 done
-for model in $(gcloud ai models list "${loc[@]}" --filter=display_name=dgemma "--format=value(name)"); do
+model_names=""
+capture model_names "list the uploaded \`dgemma\` models" \
+  gcloud ai models list "${loc[@]}" --filter=display_name=dgemma "--format=value(name)"
+for model in $model_names; do
   run gcloud ai models delete "${model##*/}" "${loc[@]}" --quiet
 done
