@@ -18,7 +18,7 @@ use dgem_core::brackets::{
     bracket_question, final_question, finalists, fuse, needs_brackets, split, BRACKETS_PER_PASS,
     BRACKET_SIZE,
 };
-use dgem_core::envelope::{AnswerOut, BracketDiagnostics};
+use dgem_core::envelope::{AnswerOut, BracketDiagnostics, PartSamples, SamplesDiagnostics};
 use dgem_core::readout::aggregate;
 use dgem_core::schema::{Question, ValidSchema};
 use dgem_core::SchemaError;
@@ -58,21 +58,52 @@ fn mean_of(d: &Decision, id: &str) -> Result<Vec<f64>, EngineError> {
         })
 }
 
-/// Add a sub-decision's timing into the running diagnostics.
-fn absorb_timing(into: &mut Option<Decision>, d: &Decision) {
+/// Add a sub-decision's reads into the running diagnostics: timing, cached
+/// tokens, output rows (`usage.completion_tokens` / `output_tokens`) and the
+/// longest prompt (`usage.prompt_tokens`), so usage counts every round.
+fn absorb_reads(into: &mut Option<Decision>, d: &Decision) {
     if let Some(base) = into.as_mut() {
-        let (t, s) = (&mut base.diagnostics.timing, &d.diagnostics.timing);
-        t.reads += s.reads;
-        t.queue_ms += s.queue_ms;
-        t.forward_ms += s.forward_ms;
-        t.calibration_ms += s.calibration_ms;
-        base.diagnostics.cached_tokens += d.diagnostics.cached_tokens;
+        let (b, s) = (&mut base.diagnostics, &d.diagnostics);
+        b.timing.reads += s.timing.reads;
+        b.timing.queue_ms += s.timing.queue_ms;
+        b.timing.forward_ms += s.timing.forward_ms;
+        b.timing.calibration_ms += s.timing.calibration_ms;
+        b.cached_tokens += s.cached_tokens;
+        b.rows += s.rows;
+        b.prompt_tokens = b.prompt_tokens.max(s.prompt_tokens);
     }
+}
+
+/// The final round's samples parts with its sub-question's tops filed under
+/// the routed question's id: each read's `[label, max probability, entropy]`
+/// as the final read them (the final decides the answer).
+fn final_parts(d: &Decision, final_id: &str, id: &str) -> Vec<PartSamples> {
+    d.diagnostics
+        .samples
+        .parts
+        .iter()
+        .map(|p| PartSamples {
+            n: p.n,
+            tops: p
+                .tops
+                .iter()
+                .map(|t| {
+                    t.get(final_id)
+                        .map(|top| std::iter::once((id.to_owned(), top.clone())).collect())
+                        .unwrap_or_default()
+                })
+                .collect(),
+            policy: p.policy.clone(),
+        })
+        .collect()
 }
 
 /// Decide `req` on `inner`, routing wide choice questions through brackets (see
 /// the module docs). Answers come back in schema order; `diagnostics.brackets`
-/// names every routed question with its bracket sizes and finalists.
+/// names every routed question with its bracket sizes and finalists. The
+/// samples block lists the ordinary questions' parts, then each routed
+/// question's final read under its own id; usage (`rows`, `prompt_tokens`) and
+/// timing count every read of every round.
 ///
 /// # Errors
 /// [`EngineError::Schema`] when a routed question takes part in `depends_on` /
@@ -99,9 +130,17 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
         })
     };
     let mut base: Option<Decision> = None;
+    // The samples block lists the schema's parts: the ordinary questions' part(s),
+    // then each routed question's final read (round-1 reads are internal).
+    let mut samples = SamplesDiagnostics {
+        parts: Vec::new(),
+        flat: true,
+    };
     if !narrow.is_empty() {
         let questions = narrow.iter().map(|q| (*q).clone()).collect();
-        base = Some(inner.decide(part(questions)?).await?);
+        let d = inner.decide(part(questions)?).await?;
+        samples = d.diagnostics.samples.clone();
+        base = Some(d);
     }
     let mut routed = Vec::with_capacity(wide.len());
     for w in wide {
@@ -120,7 +159,7 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
             if base.is_none() {
                 base = Some(d);
             } else {
-                absorb_timing(&mut base, &d);
+                absorb_reads(&mut base, &d);
             }
         }
         let picked = finalists(&ranges, &round1);
@@ -129,7 +168,9 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
         let p_final = mean_of(&d, &fq.id)?;
         let fused = fuse(w.alternatives.len(), &ranges, &round1, &picked, &p_final);
         let qdiag = d.diagnostics.questions.get(&fq.id).cloned();
-        absorb_timing(&mut base, &d);
+        samples.flat &= d.diagnostics.samples.flat;
+        samples.parts.extend(final_parts(&d, &fq.id, &w.id));
+        absorb_reads(&mut base, &d);
         let answer = AnswerOut::new(
             (*w).clone(),
             w.alternatives.iter().map(|a| a.name.clone()).collect(),
@@ -168,9 +209,8 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
     out.diagnostics
         .questions
         .retain(|id, _| keep.iter().any(|k| k == id));
-    for tops in out.diagnostics.samples.tops_mut() {
-        tops.retain(|id, _| keep.iter().any(|k| k == id));
-    }
+    samples.flat &= samples.parts.len() == 1;
+    out.diagnostics.samples = samples;
     out.diagnostics
         .stages
         .retain(|s| s.iter().all(|id| keep.contains(id)));

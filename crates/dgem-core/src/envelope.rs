@@ -102,6 +102,29 @@ impl AnswerOut {
             .map_or("", |a| a.name.as_str())
     }
 
+    /// A score answer's `value`: the expected level value `Σ v_i·p_i` when
+    /// every level name parses as a number (levels `"20".."24"` read near 22),
+    /// the chosen level's value for a Stage-2 answer; `None` for word levels
+    /// and for other question types. Every route that writes a score answer
+    /// (chat, `/v1/systemone`) writes this same number.
+    pub fn level_value(&self) -> Option<f64> {
+        if self.question.kind != QuestionKind::Score {
+            return None;
+        }
+        let names = self
+            .question
+            .alternatives
+            .iter()
+            .map(|alt| alt.name.as_str());
+        let values = level_values(names)?;
+        let a = &self.aggregate;
+        Some(if self.resolved.is_some() {
+            values.get(a.top).copied().unwrap_or_default()
+        } else {
+            score_value(&a.mean, &values)
+        })
+    }
+
     /// The chat-route answer object.
     ///
     /// For a score question, `score` is the wire's **1-based expected position**
@@ -157,13 +180,7 @@ impl AnswerOut {
                 };
                 m.insert("score".into(), json!(score));
                 m.insert("level".into(), json!(self.answer_name()));
-                let names = q.alternatives.iter().map(|alt| alt.name.as_str());
-                if let Some(values) = level_values(names) {
-                    let value = if resolved {
-                        values.get(a.top).copied().unwrap_or_default()
-                    } else {
-                        score_value(&a.mean, &values)
-                    };
+                if let Some(value) = self.level_value() {
                     m.insert("value".into(), json!(value));
                 }
             }

@@ -87,7 +87,9 @@ fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), 
 }
 
 /// One answer in the Jev shape: 0-based score with `legend`; noul probabilities
-/// keyed `true`/`false`. dgem-rs adds `entropy` and `normalized_entropy`.
+/// keyed `true`/`false`. dgem-rs adds `entropy` and `normalized_entropy`, and a
+/// score over numeric levels carries `value` as on the chat route
+/// ([`AnswerOut::level_value`]).
 pub fn jev_answer(a: &AnswerOut) -> Value {
     let agg = &a.aggregate;
     let names = a.question.alternatives.iter().map(|x| x.name.as_str());
@@ -112,6 +114,10 @@ pub fn jev_answer(a: &AnswerOut) -> Value {
         }
         QuestionKind::Score => {
             m.insert("score".into(), json!(score_expectation(&agg.mean) - 1.0));
+            // The expected level value, as the chat route writes it (numeric levels only).
+            if let Some(value) = a.level_value() {
+                m.insert("value".into(), json!(value));
+            }
             let legend: Map<String, Value> = names
                 .enumerate()
                 .map(|(i, n)| (i.to_string(), json!(n)))

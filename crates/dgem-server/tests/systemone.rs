@@ -72,6 +72,43 @@ async fn extension_keys_and_string_state_are_used() {
     assert_eq!(r.status, 200, "{}", r.text);
 }
 
+#[tokio::test]
+async fn score_answers_carry_value_as_on_the_chat_route() {
+    let (app, _) = app();
+    let state = json!({"ticket": "want_22"});
+    let levels = json!(["20", "21", "22"]);
+    let body = json!({
+        "state": state,
+        "questions": {
+            "n": {"type": "score", "instructions": "How many?", "criteria": levels},
+            "grade": {"type": "score", "instructions": "How bad?", "criteria": ["low", "mid", "high"]}
+        }
+    });
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let schema = json!({"questions": [
+        {"id": "n", "type": "score", "instructions": "How many?", "levels": levels},
+        {"id": "grade", "type": "score", "instructions": "How bad?", "levels": ["low", "mid", "high"]}
+    ]});
+    let c = call(
+        &app,
+        post("/v1/chat/completions", &common::chat(&schema, &state)),
+    )
+    .await;
+    assert_eq!(c.status, 200, "{}", c.text);
+    let chat = common::envelope(&c.body)["answers"].clone();
+    let one = &r.body["answers"];
+    // Numeric levels: the expected level value 0.1·20 + 0.1·21 + 0.8·22.
+    let v = one["n"]["value"].as_f64().expect("systemone value");
+    assert!((v - 21.7).abs() < 1e-9, "{v}");
+    assert_eq!(one["n"]["value"], chat["n"]["value"], "same value as chat");
+    // The Jev score stays 0-based: 0.1·0 + 0.1·1 + 0.8·2.
+    assert!((one["n"]["score"].as_f64().unwrap() - 1.7).abs() < 1e-9);
+    // Word levels have no value on either route.
+    assert!(one["grade"].get("value").is_none(), "{}", one["grade"]);
+    assert!(chat["grade"].get("value").is_none(), "{}", chat["grade"]);
+}
+
 fn with(f: impl FnOnce(&mut Value)) -> Value {
     let mut b = jev();
     f(&mut b);
