@@ -274,7 +274,15 @@ fn damaged_cached_model_is_refused_not_used() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("is damaged"), "{}", stderr(&o));
     let o = dgem(
-        &["decide", "-t", "support_triage", "--context", "0"],
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=x",
+            "--context",
+            "0",
+        ],
         Some(&m),
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

@@ -1,11 +1,18 @@
-//! The policy template folder, shared by every transport (HTTP `/api`, MCP,
-//! the CLI): name resolution confined to the folder, the catalog, rendering
-//! into a payload, and "render → payload → [`ValidSchema`] under the
-//! deployment's [`SchemaDefaults`]" in one call ([`TemplateDir::render_schema`]).
+//! The policy catalogue every transport serves (HTTP `/api`, MCP over stdio
+//! and `/mcp`, the Studio, the gateway, the CLI): a folder of `.json.tmpl`
+//! templates first, then the policies built into the binary
+//! ([`crate::builtin::BUILTIN`]), so a user's copy wins over a built-in one of
+//! the same name and a server started from `/` or `$HOME`, with no folder,
+//! still serves the shipped policies. A missing or unreadable folder is an
+//! empty one, not an error.
 //!
-//! Messages here name no transport: a caller adds its own hint for listing the
-//! templates ([`TemplateError::with_list_hint`]), e.g. the MCP tool name or the
-//! HTTP route.
+//! Also here: name resolution confined to the folder, rendering into a
+//! payload, and "render → payload → [`ValidSchema`] under the deployment's
+//! [`SchemaDefaults`]" in one call ([`TemplateDir::render_schema`]).
+//!
+//! Messages here name no transport and no server path: a caller adds its own
+//! hint for listing the templates ([`TemplateError::with_list_hint`]), e.g. the
+//! MCP tool name or the HTTP route.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -14,18 +21,31 @@ use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::builtin::{builtin, builtin_names, closest};
+
 /// Why a template could not be found, read, rendered or validated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TemplateError {
-    /// The name resolves to no usable template file, or the folder cannot be
-    /// read. `listable` is true when listing the folder's names would help.
+    /// The name resolves to no template of the folder or the built-ins, or
+    /// to a file the folder may not serve. `listable` is true when listing the
+    /// catalogue's names would help.
     #[error("template: {message}")]
     Name {
         /// What is wrong, with the name given.
         message: String,
         /// Whether a "list the templates" hint fits this failure.
         listable: bool,
+    },
+    /// The template file is in the folder but cannot be read (a server-side
+    /// problem, e.g. its permissions). The message names the template, not
+    /// the file's path.
+    #[error("template `{name}` cannot be read: {detail}")]
+    Unreadable {
+        /// Template name as given.
+        name: String,
+        /// The I/O error.
+        detail: String,
     },
     /// The variables are unknown to the template, or rendering with them, or
     /// parsing the rendered text, failed (field `variables`).
@@ -61,10 +81,21 @@ impl TemplateError {
 /// File name ending of a policy template.
 pub const TEMPLATE_SUFFIX: &str = ".json.tmpl";
 
-/// A folder of `.json.tmpl` policy templates. Names resolve only inside it.
+/// The policy catalogue: the `.json.tmpl` templates of a folder (directly in
+/// it, and `sub/name` one folder down), then the built-in policies the folder
+/// does not have. Names resolve only inside the folder or among the built-ins.
 #[derive(Debug, Clone)]
 pub struct TemplateDir {
     root: PathBuf,
+}
+
+/// Where a template of the catalogue comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// A file of the folder (its canonical path).
+    Folder(PathBuf),
+    /// A policy built into the binary (its text).
+    BuiltIn(&'static str),
 }
 
 /// One question of a template, as the catalog lists it.
@@ -77,10 +108,10 @@ pub struct QuestionSummary {
     pub kind: String,
 }
 
-/// One catalog entry of a template folder (the MCP `list_policy_templates`).
+/// One catalog entry (the MCP `list_policy_templates`). It names no path.
 #[derive(Debug, Clone, Serialize)]
 pub struct TemplateSummary {
-    /// Name to pass as `template` (file name without `.json.tmpl`).
+    /// Name to pass as `template` (`support_triage`, `bench/intent_select`).
     pub name: String,
     /// The leading `{{/* … */}}` comment of the template, if any.
     pub description: String,
@@ -94,7 +125,8 @@ pub struct TemplateSummary {
 }
 
 impl TemplateDir {
-    /// A template folder at `root` (need not exist yet).
+    /// The catalogue of the folder `root` (need not exist: then it holds the
+    /// built-in policies only).
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
     }
@@ -104,47 +136,59 @@ impl TemplateDir {
         &self.root
     }
 
-    /// Resolve a template name (`support_triage` or `support_triage.json.tmpl`)
-    /// to a file inside the folder.
+    /// Where template `name` (`support_triage`, `support_triage.json.tmpl`,
+    /// `bench/intent_select`) comes from: the folder's file when it has one,
+    /// else the built-in policy of that name.
     ///
     /// # Errors
     /// [`TemplateError::Name`] for an empty name, an absolute path, `..` or `.`
-    /// components, a missing file, or a file (or symlink) outside the folder.
-    pub fn resolve(&self, name: &str) -> Result<PathBuf, TemplateError> {
-        let named = |why: &str, listable: bool| TemplateError::Name {
+    /// components, a file (or symlink) that leads outside the folder or is not
+    /// a file, and a name found in neither the folder nor the built-ins (with
+    /// the closest known name, if one is near).
+    pub fn source(&self, name: &str) -> Result<TemplateSource, TemplateError> {
+        let trimmed = checked_name(name)?;
+        if let Some(path) = self.in_folder(trimmed, name)? {
+            return Ok(TemplateSource::Folder(path));
+        }
+        let stem = trimmed.strip_suffix(TEMPLATE_SUFFIX).unwrap_or(trimmed);
+        if let Some(text) = builtin(stem) {
+            return Ok(TemplateSource::BuiltIn(text));
+        }
+        let names = self.names();
+        let hint = closest(stem, names.iter().map(String::as_str))
+            .map(|c| format!(" (did you mean `{c}`?)"))
+            .unwrap_or_default();
+        Err(TemplateError::Name {
+            message: format!("no such template{hint}. Given: `{name}`"),
+            listable: true,
+        })
+    }
+
+    /// The folder's file for a checked name, `None` when the folder (missing
+    /// or unreadable) has no such file.
+    fn in_folder(&self, trimmed: &str, name: &str) -> Result<Option<PathBuf>, TemplateError> {
+        let bad = |why: &str| TemplateError::Name {
             message: format!("{why}. Given: `{name}`"),
-            listable,
+            listable: false,
         };
-        let bad = |why: &str| named(why, false);
-        let trimmed = name.trim();
-        if trimmed.is_empty() {
-            return Err(named("must name a template", true));
-        }
-        let rel = Path::new(trimmed);
-        if rel.is_absolute() || trimmed.starts_with('/') || trimmed.starts_with('\\') {
-            return Err(bad("must be a template name, not an absolute path"));
-        }
-        if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-            return Err(bad(
-                "must be a plain template name inside the templates folder (no `..`)",
-            ));
-        }
         let file = if trimmed.ends_with(TEMPLATE_SUFFIX) {
-            self.root.join(rel)
+            self.root.join(trimmed)
         } else {
             self.root.join(format!("{trimmed}{TEMPLATE_SUFFIX}"))
         };
-        let root = self.root.canonicalize().map_err(|e| self.unreadable(&e))?;
-        let real = file
-            .canonicalize()
-            .map_err(|_| named("no such template", true))?;
+        let Ok(root) = self.root.canonicalize() else {
+            return Ok(None);
+        };
+        let Ok(real) = file.canonicalize() else {
+            return Ok(None);
+        };
         if !real.starts_with(&root) {
             return Err(bad("resolves outside the templates folder"));
         }
         if !real.is_file() {
             return Err(bad("is not a template file"));
         }
-        Ok(real)
+        Ok(Some(real))
     }
 
     /// Like [`TemplateDir::render`], but first refuses variables the template
@@ -198,39 +242,32 @@ impl TemplateDir {
         Ok((payload, schema.with_policy(policy)))
     }
 
-    /// The text of template `name`.
+    /// The text of template `name`: the folder's file, else the built-in one.
     ///
     /// # Errors
-    /// [`TemplateError::Name`] when the name does not resolve or the file
-    /// cannot be read.
+    /// [`TemplateError::Name`] when the name does not resolve
+    /// ([`TemplateDir::source`]); [`TemplateError::Unreadable`] when the
+    /// folder's file cannot be read.
     pub fn text(&self, name: &str) -> Result<String, TemplateError> {
-        let path = self.resolve(name)?;
-        std::fs::read_to_string(&path).map_err(|e| TemplateError::Name {
-            message: format!("cannot read `{name}`: {e}"),
-            listable: false,
-        })
-    }
-
-    fn unreadable(&self, e: &std::io::Error) -> TemplateError {
-        TemplateError::Name {
-            message: format!(
-                "templates folder {} is not readable: {e}",
-                self.root.display()
-            ),
-            listable: false,
+        match self.source(name)? {
+            TemplateSource::BuiltIn(text) => Ok(text.to_string()),
+            TemplateSource::Folder(path) => {
+                std::fs::read_to_string(&path).map_err(|e| TemplateError::Unreadable {
+                    name: name.trim().to_string(),
+                    detail: e.to_string(),
+                })
+            }
         }
     }
 
     /// Render template `name` with `vars` into a payload.
     ///
     /// # Errors
-    /// [`TemplateError::Name`] when the name does not resolve or the file
-    /// cannot be read; [`TemplateError::Variables`] when rendering or parsing
-    /// fails.
+    /// Everything [`TemplateDir::text`] returns; [`TemplateError::Variables`]
+    /// when rendering or parsing fails.
     pub fn render(&self, name: &str, vars: &Map<String, Value>) -> Result<Payload, TemplateError> {
-        let path = self.resolve(name)?;
         let text = self.text(name)?;
-        let label = display_name(&path);
+        let label = display_name(name);
         let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %label);
         let rendered = span
             .in_scope(|| dgem_core::template::render(&label, &text, vars))
@@ -239,19 +276,36 @@ impl TemplateDir {
             .map_err(|e| TemplateError::Variables(e.to_string()))
     }
 
-    /// The catalog: every `*.json.tmpl` directly in the folder, sorted by name.
-    ///
-    /// # Errors
-    /// [`TemplateError::Name`] when the folder cannot be read.
-    pub fn list(&self) -> Result<Vec<TemplateSummary>, TemplateError> {
-        let entries = std::fs::read_dir(&self.root).map_err(|e| self.unreadable(&e))?;
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter_map(|f| f.strip_suffix(TEMPLATE_SUFFIX).map(str::to_string))
-            .collect();
-        names.sort();
-        Ok(names.into_iter().map(|n| self.summary(n)).collect())
+    /// The names of the folder's own templates: every `*.json.tmpl` directly
+    /// in it (`name`) and one folder down (`sub/name`; hidden folders are
+    /// skipped), sorted as [`TemplateDir::names`] sorts. Empty when the folder
+    /// is missing or unreadable.
+    pub fn folder_names(&self) -> Vec<String> {
+        let mut names = stems(&self.root, "");
+        for sub in subfolders(&self.root) {
+            names.extend(stems(&self.root.join(&sub), &format!("{sub}/")));
+        }
+        sort_names(&mut names);
+        names
+    }
+
+    /// Every name of the catalogue: the folder's ([`TemplateDir::folder_names`])
+    /// and the built-in ones it does not have, each once; top-level names
+    /// first, then `sub/name` ones, each group by name.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = self.folder_names();
+        for b in builtin_names() {
+            if !names.iter().any(|n| n == b) {
+                names.push(b.to_string());
+            }
+        }
+        sort_names(&mut names);
+        names
+    }
+
+    /// The catalog: a summary of every template of [`TemplateDir::names`].
+    pub fn list(&self) -> Vec<TemplateSummary> {
+        self.names().into_iter().map(|n| self.summary(n)).collect()
     }
 
     fn summary(&self, name: String) -> TemplateSummary {
@@ -280,11 +334,88 @@ impl TemplateDir {
     }
 }
 
-fn display_name(path: &Path) -> String {
-    path.file_name()
-        .and_then(|f| f.to_str())
-        .unwrap_or("template")
-        .to_string()
+/// `name` trimmed, when it is a plain relative template name.
+///
+/// # Errors
+/// [`TemplateError::Name`] for an empty name, an absolute path, or `..`/`.`
+/// components.
+fn checked_name(name: &str) -> Result<&str, TemplateError> {
+    let named = |why: &str, listable: bool| TemplateError::Name {
+        message: format!("{why}. Given: `{name}`"),
+        listable,
+    };
+    let trimmed = name.trim();
+    if trimmed.is_empty() {
+        return Err(named("must name a template", true));
+    }
+    let rel = Path::new(trimmed);
+    if rel.is_absolute() || trimmed.starts_with('/') || trimmed.starts_with('\\') {
+        return Err(named(
+            "must be a template name, not an absolute path",
+            false,
+        ));
+    }
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(named(
+            "must be a plain template name inside the templates folder (no `..`)",
+            false,
+        ));
+    }
+    Ok(trimmed)
+}
+
+/// Top-level names first, then `sub/name` ones, each group by name.
+fn sort_names(names: &mut [String]) {
+    names.sort_by(|a, b| (a.contains('/'), a).cmp(&(b.contains('/'), b)));
+}
+
+/// `prefix` + the stem of every `*.json.tmpl` file directly in `dir`; empty
+/// when `dir` cannot be read (a missing folder is not an error; an unreadable
+/// one is logged).
+fn stems(dir: &Path, prefix: &str) -> Vec<String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(folder = %dir.display(), error = %e, "templates folder not readable: serving the built-in policies");
+            }
+            return Vec::new();
+        }
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter_map(|f| {
+            f.strip_suffix(TEMPLATE_SUFFIX)
+                .map(|s| format!("{prefix}{s}"))
+        })
+        .collect()
+}
+
+/// Names of the visible subfolders of `dir`, sorted; empty when unreadable.
+fn subfolders(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut subs: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    subs.sort();
+    subs
+}
+
+/// The label a template renders under: the file name of `name`
+/// (`support_triage.json.tmpl`, `intent_select.json.tmpl` for
+/// `bench/intent_select`), whether it comes from the folder or is built in.
+fn display_name(name: &str) -> String {
+    let trimmed = name.trim();
+    let stem = trimmed.strip_suffix(TEMPLATE_SUFFIX).unwrap_or(trimmed);
+    let last = stem.rsplit('/').next().unwrap_or(stem);
+    format!("{last}{TEMPLATE_SUFFIX}")
 }
 
 fn question_summaries(schema: &Value) -> Vec<QuestionSummary> {
@@ -341,12 +472,15 @@ mod tests {
         let dir = TemplateDir::new("templates");
         for bad in ["", "../etc/passwd", "/etc/passwd", "a/../../b", "./x"] {
             assert!(
-                matches!(dir.resolve(bad), Err(TemplateError::Name { .. })),
+                matches!(dir.source(bad), Err(TemplateError::Name { .. })),
                 "{bad}"
             );
         }
     }
 }
+
+#[cfg(test)]
+mod catalogue_tests;
 
 #[cfg(test)]
 mod hint_tests {
@@ -355,12 +489,12 @@ mod hint_tests {
     #[test]
     fn list_hint_goes_before_the_given_name() {
         let dir = TemplateDir::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../templates"));
-        let e = dir.resolve("nope").expect_err("no such template");
+        let e = dir.source("nope").expect_err("no such template");
         assert_eq!(
             e.with_list_hint("call list_policy_templates for the names"),
             "template: no such template; call list_policy_templates for the names. Given: `nope`"
         );
-        let e = dir.resolve("../x").expect_err("escape");
+        let e = dir.source("../x").expect_err("escape");
         assert_eq!(
             e.with_list_hint("ignored"),
             "template: must be a plain template name inside the templates folder (no `..`). Given: `../x`"

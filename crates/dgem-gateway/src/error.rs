@@ -72,7 +72,7 @@ pub enum GatewayError {
         /// The error of the last attempt.
         error: BackendError,
     },
-    /// The server itself is misconfigured (e.g. the templates folder is missing).
+    /// The server itself is misconfigured (e.g. a template file it cannot read).
     #[error("server misconfiguration: {0}")]
     Internal(String),
     /// Nothing could be tried (retry budget spent, a task failed).

@@ -161,3 +161,82 @@ async fn forward(
     }
     with_backend_used(resp, &routed.backend)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::{BackendSpec, GatewayConfig, Kind, Replica, RouteConfig};
+    use axum::body::Body;
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    /// A gateway over one in-process scripted replica, with the policy
+    /// catalogue of `templates`.
+    fn app(templates: &str) -> Router {
+        let backend = dgem_testkit::ScriptedBackend::new(dgem_testkit::scripts::want_marker(0.8));
+        let engine = Arc::new(dgem_testkit::engine(backend));
+        let gateway = Gateway::new(GatewayConfig {
+            backends: vec![BackendSpec {
+                name: "local".into(),
+                kind: Kind::Local,
+                replicas: vec![Replica::in_process(engine)],
+            }],
+            default: None,
+            allowed: None,
+            route: RouteConfig::default(),
+        })
+        .unwrap();
+        router(GatewayState {
+            gateway: Arc::new(gateway),
+            templates: TemplateDir::new(templates),
+            after: Arc::default(),
+        })
+    }
+
+    async fn send(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (u16, Value) {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Issue 29: a gateway started where there is no templates folder (was a
+    /// 500 naming the folder) lists and decides the built-in policies from
+    /// the one catalogue, names no path of its own, and refuses a request
+    /// without the policy's state naming the variable.
+    #[tokio::test]
+    async fn api_templates_serves_the_built_ins_without_a_folder() {
+        let app = app("/nonexistent/dgem-gateway/templates");
+        let (status, r) = send(&app, "GET", "/api/templates", None).await;
+        assert_eq!(status, 200, "{r}");
+        let ids: Vec<&str> = r["templates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), dgem_engine::builtin::builtin_names().len());
+        for id in ["support_triage", "pr_risk", "bench/rerank_listwise"] {
+            assert!(ids.contains(&id), "{id} in {ids:?}");
+        }
+        assert!(!r.to_string().contains("/nonexistent"), "{r}");
+        let body = json!({"variables": {"ticket": "refund me"}});
+        let (status, r) = send(&app, "POST", "/api/decide/support_triage", Some(body)).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["template"], "support_triage");
+        let (status, r) = send(&app, "POST", "/api/decide/support_triage", Some(json!({}))).await;
+        assert_eq!(status, 400, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("give at least one of [ticket]"), "{msg}");
+    }
+}

@@ -26,7 +26,7 @@ use rmcp::ServiceExt as _;
 pub use decision::{custom_schema, report, DecisionReport};
 pub use dgem_engine::templates::{
     leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateError,
-    TemplateSummary, TEMPLATE_SUFFIX,
+    TemplateSource, TemplateSummary, TEMPLATE_SUFFIX,
 };
 pub use error::{McpError, ToolError};
 pub use http::{

@@ -31,7 +31,8 @@ pub const SERVER_NAME: &str = "dgem-decision-studio-mcp";
 /// What `get_health_and_gpu_status` says about GPUs.
 pub const NO_GPU_NOTE: &str = "no GPU: dgem mcp runs the embedded model in this process on the CPU (llama.cpp); GPU status does not apply";
 
-/// The MCP server: decision tools over one engine and one template folder.
+/// The MCP server: decision tools over one engine and one policy catalogue
+/// (a templates folder, then the built-in policies).
 #[derive(Debug, Clone)]
 pub struct DecisionServer {
     engine: Arc<dyn Decider>,
@@ -43,7 +44,8 @@ pub struct DecisionServer {
 }
 
 impl DecisionServer {
-    /// A server deciding with `engine` and reading templates from `templates`.
+    /// A server deciding with `engine` on the policies of `templates` (its
+    /// folder first, then the built-ins; a missing folder is an empty one).
     pub fn new(engine: Arc<dyn Decider>, templates: TemplateDir) -> Self {
         let backends = vec![LOCAL_BACKEND.to_string()];
         Self {
@@ -219,12 +221,9 @@ impl DecisionServer {
     }
 
     fn list_templates(&self) -> Result<CallToolResult, ToolError> {
-        let list = self.templates.list()?;
-        let mut text = format!(
-            "{} policy templates in {}:\n",
-            list.len(),
-            self.templates.root().display()
-        );
+        // The catalogue (folder, then built-ins) by name: no server path.
+        let list = self.templates.list();
+        let mut text = format!("{} policy templates:\n", list.len());
         for t in &list {
             let qs: Vec<String> = t
                 .questions

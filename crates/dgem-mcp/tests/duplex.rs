@@ -368,3 +368,47 @@ async fn decide_policy_applies_temperature_abstention_and_cascade() {
         "{msg}"
     );
 }
+
+/// Issue 29: a server started where there is no templates folder (an MCP
+/// desktop client starts `dgem mcp` in `$HOME`) lists and decides the
+/// built-in policies, names no path of its own, and still refuses a call
+/// without the policy's state.
+#[tokio::test]
+async fn a_missing_templates_folder_serves_the_built_in_policies() {
+    let gone = PathBuf::from("/nonexistent/dgem-mcp/templates");
+    let client = connect(gone).await;
+    let r = call(&client, "list_policy_templates", json!({})).await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    assert!(!text_of(&r).contains("/nonexistent"), "{}", text_of(&r));
+    let s = r.structured_content.expect("structured");
+    assert!(!s.to_string().contains("/nonexistent"), "{s}");
+    let names: Vec<&str> = s["templates"]
+        .as_array()
+        .expect("templates")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for n in ["support_triage", "code_review", "bench/intent_select"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    let r = call(
+        &client,
+        "decide_policy",
+        json!({"template": "support_triage", "variables": {"ticket": "refund me"}}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    let r = call(
+        &client,
+        "decide_policy",
+        json!({"template": "support_triage"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        text_of(&r).contains("needs its state: give at least one of [ticket]"),
+        "{}",
+        text_of(&r)
+    );
+    client.cancel().await.expect("close");
+}

@@ -184,8 +184,8 @@ impl ApiError {
         }
     }
 
-    /// A 500 for a misconfigured server (a missing templates folder), naming
-    /// what is wrong.
+    /// A 500 for a misconfigured server (a template file of its folder it
+    /// cannot read), naming what is wrong.
     pub fn misconfigured(detail: impl std::fmt::Display) -> Self {
         Self::new(
             ErrorKind::Internal,

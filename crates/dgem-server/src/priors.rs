@@ -44,20 +44,15 @@ pub struct WarmReport {
     pub skipped: Vec<(String, String)>,
 }
 
-/// Run one decision per template of `dir` whose policy text is the same for
+/// Run one decision per template of the folder of `dir` (its
+/// [`TemplateDir::folder_names`]) whose policy text is the same for
 /// every request ([`policy_fixed`]), so that their calibration priors are
 /// cached before the first user request. A template that fails to render,
 /// validate or decide is skipped with a warning; this never fails as a whole.
 pub async fn warm(state: &AppState, dir: &TemplateDir) -> WarmReport {
     let mut report = WarmReport::default();
-    let names = match dir.list() {
-        Ok(list) => list.into_iter().map(|t| t.name).collect::<Vec<_>>(),
-        Err(e) => {
-            tracing::warn!(error = %e, "warm-priors: cannot list the templates folder");
-            return report;
-        }
-    };
-    for name in names {
+    // The folder's own templates (`--templates`), not the built-ins it lacks.
+    for name in dir.folder_names() {
         let started = Instant::now();
         let outcome = match request(dir, &name, state) {
             Ok(req) => state

@@ -347,8 +347,11 @@ async fn backend_header_is_case_insensitive_and_local_api_says_server() {
     );
 }
 
+/// Issue 29 (was a 500 naming the folder): a server started where there is
+/// no templates folder serves the built-in policies, names no path of its
+/// own, and refuses a request without the policy's state as MCP does.
 #[tokio::test]
-async fn missing_templates_folder_is_a_500_naming_the_folder() {
+async fn missing_templates_folder_serves_the_built_in_policies() {
     let dir = tempfile::tempdir().unwrap();
     let gone = dir.path().join("no-such-templates");
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
@@ -359,23 +362,38 @@ async fn missing_templates_folder_is_a_500_naming_the_folder() {
         SchemaDefaults::default(),
         Arc::default(),
     );
-    let (status, msg) = error_of(&app, "/api/decide", &[], json!({})).await;
-    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(
-        msg.starts_with(&format!(
-            "server misconfiguration: templates folder {} is not readable",
-            gone.display()
-        )),
-        "{msg}"
-    );
     let (status, _, r) = send(&app, "GET", "/api/templates", &[], None).await;
-    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let ids: Vec<&str> = r["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    for id in ["support_triage", "code_review", "bench/intent_select"] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
     assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains(&gone.display().to_string()),
+        !r.to_string().contains(&*dir.path().to_string_lossy()),
         "{r}"
+    );
+    let (status, _, r) = send(
+        &app,
+        "POST",
+        "/api/decide",
+        &[],
+        Some(json!({"variables": {"ticket": "refund me"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(r["template"], "support_triage");
+    let (status, msg) = error_of(&app, "/api/decide", &[], json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        msg.starts_with(
+            "`variables`: template `support_triage` needs its state: give at least one of [ticket]"
+        ),
+        "{msg}"
     );
 }
 

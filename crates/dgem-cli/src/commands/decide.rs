@@ -33,7 +33,9 @@ pub struct VarArgs {
 pub struct DecideArgs {
     /// Policy template: a `.json.tmpl` path, or a name (e.g. `support_triage`)
     /// looked up in `DGEM_TEMPLATES` or `templates/`, then among the built-in
-    /// policies (`dgem templates list`).
+    /// policies (`dgem templates list`). A policy that reads state variables
+    /// needs at least one of them (`-v`/`-d`): without, it would decide on its
+    /// placeholder text (exit 1).
     #[arg(short = 't', long = "template")]
     pub template: PathBuf,
     #[command(flatten)]
@@ -74,11 +76,39 @@ pub struct DecideArgs {
     pub vllm: crate::vllm::VllmArgs,
 }
 
+/// A policy template rendered with the command's variables.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The rendered `{schema, state}`.
+    pub payload: Payload,
+    /// The variables given (`-d` file, then `-v`).
+    pub vars: Map<String, Value>,
+    /// The template's name in messages (a path, or the catalogue name).
+    pub name: String,
+    /// The variables the template reads.
+    pub declared: Vec<String>,
+}
+
+impl Loaded {
+    /// Refuse a decision that gives none of the template's state variables:
+    /// the template would render its placeholder text and the model would
+    /// decide on that. The check `/api/decide` and MCP's `decide_policy` make
+    /// ([`dgem_core::vars::missing_state_variables`]), on `--var`.
+    ///
+    /// # Errors
+    /// A user [`Failure`] (exit 1) naming the missing variables.
+    pub fn require_state(&self) -> Result<(), Failure> {
+        match dgem_core::vars::missing_state_variables(&self.name, &self.vars, &self.declared) {
+            Some(msg) => Err(user(anyhow::anyhow!(
+                "`--var`: {msg}; pass it with `-v NAME=VALUE` or `-d FILE`"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Render a template with variables and split it into schema and state.
-pub fn load_payload(
-    template: &Path,
-    args: &VarArgs,
-) -> Result<(Payload, Map<String, Value>), Failure> {
+pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Loaded, Failure> {
     let found = crate::commands::templates::find(template)?;
     let text = found.text;
     let file_vars = match &args.data {
@@ -111,7 +141,12 @@ pub fn load_payload(
         .in_scope(|| dgem_core::template::render(&name, &text, &vars))
         .map_err(user)?;
     let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
-    Ok((payload, vars))
+    Ok(Loaded {
+        payload,
+        vars,
+        name,
+        declared,
+    })
 }
 
 /// Parse `--samples`.
@@ -187,7 +222,10 @@ fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
 
 /// Run `dgem decide`.
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
-    let (mut payload, _) = load_payload(&args.template, &args.vars)?;
+    let loaded = load_payload(&args.template, &args.vars)?;
+    // Reported after the flags are checked, and before any model is loaded.
+    let state_given = loaded.require_state();
+    let mut payload = loaded.payload;
     if !args.images.is_empty() && crate::vllm::backend_url(&args.vllm)?.is_none() {
         return Err(user(anyhow::anyhow!(
             "`--image`: the embedded model has no vision and cannot read images; \
@@ -198,6 +236,8 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let (raw, injected) = args.after.inject(&payload.schema)?;
     payload.schema = raw;
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
+    // No state, no decision (as on /api and MCP).
+    state_given?;
     if args.plan {
         if crate::vllm::backend_url(&args.vllm)?.is_some() {
             return Err(user(anyhow::anyhow!(

@@ -36,7 +36,8 @@ pub struct GatewayArgs {
     /// backends (list), wakeup_timeout_s, templates. Flags and env win over it.
     #[arg(long, env = "DGEM_GATEWAY_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Folder of `.json.tmpl` policy templates (default `templates`).
+    /// Folder of `.json.tmpl` policy templates, searched before the built-in
+    /// policies (default `templates`; a missing folder leaves the built-ins).
     #[arg(long, env = "DGEM_TEMPLATES")]
     pub templates: Option<PathBuf>,
     /// Vertex AI dedicated endpoint: endpoint id, `projects/<p>/locations/<r>/endpoints/<id>`, or the `/invoke` URL.

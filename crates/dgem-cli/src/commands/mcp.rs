@@ -13,7 +13,9 @@ use crate::setup::{self, ModelArgs};
 /// Arguments of `dgem mcp`.
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Folder of `.json.tmpl` policy templates; template names resolve only inside it.
+    /// Folder of `.json.tmpl` policy templates, searched before the built-in
+    /// policies; names resolve only inside it or among the built-ins (a
+    /// missing folder leaves the built-ins).
     #[arg(long, env = "DGEM_TEMPLATES", default_value = "templates")]
     pub templates: PathBuf,
     #[command(flatten)]

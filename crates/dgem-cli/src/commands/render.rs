@@ -10,7 +10,8 @@ use crate::failure::{internal, Failure};
 /// Arguments of `dgem render`.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
-    /// Policy template (`.json.tmpl` path, or a name under `templates/`).
+    /// Policy template: a `.json.tmpl` path, or a name looked up in
+    /// `DGEM_TEMPLATES` or `templates/`, then among the built-in policies.
     #[arg(short = 't', long = "template")]
     pub template: PathBuf,
     #[command(flatten)]
@@ -19,7 +20,9 @@ pub struct RenderArgs {
 
 /// Print `{"schema", "state"}` after rendering and normalization.
 pub fn run(args: RenderArgs) -> Result<(), Failure> {
-    let (payload, _) = load_payload(&args.template, &args.vars)?;
+    // No state check here: rendering the placeholder text is how a user sees
+    // what a policy does; `decide` refuses it.
+    let payload = load_payload(&args.template, &args.vars)?.payload;
     let out = serde_json::json!({"schema": payload.schema, "state": payload.state});
     let text = serde_json::to_string_pretty(&out).map_err(internal)?;
     println!("{text}");

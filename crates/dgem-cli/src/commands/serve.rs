@@ -12,6 +12,10 @@ use dgem_server::{AppState, ServeConfig};
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
+/// The templates folder when none is named: `templates/` in the working
+/// directory (missing is fine: the catalogue then holds the built-ins).
+pub const DEFAULT_TEMPLATES: &str = "templates";
+
 /// Arguments of `dgem serve`. Limits, keys and defaults come from the
 /// environment: `API_KEY`, `DGEM_SERVER_KEY`, `MAX_INFLIGHT`, `INFLIGHT_WAIT_S`,
 /// `REQUEST_TIMEOUT_S`, `MAX_BODY_BYTES`, `DEFAULT_SAMPLES`, `DEFAULT_LAYOUT`.
@@ -59,9 +63,12 @@ pub struct ServeArgs {
     /// no CORS headers.
     #[arg(long = "cors-origin", value_name = "ORIGIN", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
-    /// Folder of `.json.tmpl` policy templates for `/mcp` and the Studio.
-    #[arg(long, env = "DGEM_TEMPLATES", default_value = "templates")]
-    pub templates: std::path::PathBuf,
+    /// Folder of `.json.tmpl` policy templates for `/mcp` and the Studio,
+    /// searched before the built-in policies (default `templates`; a missing
+    /// default folder leaves the built-ins, a folder named here or in
+    /// `DGEM_TEMPLATES` must exist with `--studio`).
+    #[arg(long, env = "DGEM_TEMPLATES")]
+    pub templates: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub after: crate::commands::after::SetupArgs,
     #[command(flatten)]
@@ -98,6 +105,10 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     if args.no_warmup {
         config.warmup = false;
     }
+    let templates_dir = args
+        .templates
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_TEMPLATES));
     if args.warm_priors {
         if args.no_warmup {
             return Err(user(anyhow::anyhow!(
@@ -114,13 +125,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 "`--warm-priors` caches calibration priors, but `--calibration off` reads none: drop one of them"
             )));
         }
-        if !args.templates.is_dir() {
+        if !templates_dir.is_dir() {
             return Err(user(anyhow::anyhow!(
                 "`--warm-priors` reads the policies of `--templates`, which must be a folder of `.json.tmpl` files. Given: `{}` (not a directory)",
-                args.templates.display()
+                templates_dir.display()
             )));
         }
-        config.warm_priors = Some(dgem_engine::templates::TemplateDir::new(&args.templates));
+        config.warm_priors = Some(dgem_engine::templates::TemplateDir::new(&templates_dir));
     }
     if !args.cors_origins.is_empty() {
         for o in &args.cors_origins {
@@ -128,13 +139,16 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         }
         config.cors_origins = args.cors_origins.clone();
     }
-    // The Studio lists and renders policies from this folder: a wrong path is
-    // the user's to fix now, not a 4xx on every page load later.
-    if args.studio && !args.templates.is_dir() {
-        return Err(user(anyhow::anyhow!(
-            "`--templates` must be a folder of `.json.tmpl` policies (the Studio reads them). Given: `{}` (not a directory)",
-            args.templates.display()
-        )));
+    // A folder the user named (flag, `DGEM_TEMPLATES`, config file) that is
+    // not there is theirs to fix now, not a catalogue without their policies
+    // later; the default `templates/` may be missing (the built-ins remain).
+    if args.studio {
+        if let Some(named) = args.templates.as_deref().filter(|t| !t.is_dir()) {
+            return Err(user(anyhow::anyhow!(
+                "`--templates` must be a folder of `.json.tmpl` policies (the Studio reads them). Given: `{}` (not a directory)",
+                named.display()
+            )));
+        }
     }
     // The embedded model loads behind the bound port (`dgem_server::loading`):
     // `/health` answers at once with `phase: loading_model`. What the user must
@@ -155,7 +169,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         };
     config.model_name = args.served_model.unwrap_or_else(|| engine.info().model_id);
     let model_args = args.model.clone();
-    let templates = dgem_engine::templates::TemplateDir::new(args.templates);
+    let templates = dgem_engine::templates::TemplateDir::new(templates_dir);
     let studio = args.studio;
     let after = args.after.setup()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -236,7 +250,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
 /// Fill the command's own settings that neither a flag nor the environment
 /// set from the config file (`host`, `studio`, `served_model`, `templates`,
 /// `warmup`, `warm_priors`, `model`, `threads`, `context`). A flag left at its default (`--context
-/// 4096`, `--templates templates`) counts as unset.
+/// 4096`) or not given (`--templates`) counts as unset.
 fn with_file(
     mut args: ServeArgs,
     f: &dgem_server::config_file::ConfigFile,
@@ -276,10 +290,8 @@ fn with_file(
     if !args.warm_priors {
         args.warm_priors = boolean("warm_priors")?.unwrap_or(false);
     }
-    if args.templates == std::path::Path::new("templates") {
-        if let Some(t) = f.get("templates") {
-            args.templates = t.into();
-        }
+    if args.templates.is_none() {
+        args.templates = f.get("templates").map(Into::into);
     }
     if args.model.model.is_none() {
         args.model.model = f.get("model").map(Into::into);

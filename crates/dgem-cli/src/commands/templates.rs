@@ -1,17 +1,19 @@
 //! `dgem templates list | show | init`, and where `-t NAME` finds a policy.
 //!
-//! A name is looked up, in order, as a file path, in the templates folder
-//! (`DGEM_TEMPLATES`, else `templates/` in the working directory), then among
-//! the policies built into the binary ([`dgem_engine::builtin`]), so the
-//! shipped policies work from any folder and a user's copy wins over them. A
-//! name found nowhere gets the closest known name as a suggestion.
+//! A `-t` value is read as a file path when it names a file; otherwise it is a
+//! name of the policy catalogue every surface serves
+//! ([`dgem_engine::templates::TemplateDir`]): the templates folder
+//! (`DGEM_TEMPLATES`, else `templates/` in the working directory) first, then
+//! the policies built into the binary, so the shipped policies work from any
+//! folder and a user's copy wins over them. A name found nowhere gets the
+//! closest known name as a suggestion.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use dgem_engine::builtin::{builtin, builtin_names, closest, BUILTIN};
-use dgem_engine::templates::leading_comment;
+use dgem_engine::builtin::builtin_names;
+use dgem_engine::templates::{leading_comment, TemplateDir, TemplateError, TemplateSource};
 use serde_json::json;
 
 use crate::failure::{internal, user, Failure};
@@ -19,7 +21,7 @@ use crate::failure::{internal, user, Failure};
 /// A policy template found for a `-t` value.
 #[derive(Debug, Clone)]
 pub struct Found {
-    /// Name used in messages (the path, or the built-in name).
+    /// Name used in messages (the path given, or the catalogue name).
     pub name: String,
     /// The template text.
     pub text: String,
@@ -34,6 +36,11 @@ pub fn folder() -> PathBuf {
         .map_or_else(|| PathBuf::from("templates"), PathBuf::from)
 }
 
+/// The policy catalogue of the CLI: [`folder`], then the built-ins.
+pub fn catalogue() -> TemplateDir {
+    TemplateDir::new(folder())
+}
+
 fn read(path: &Path) -> Result<Found, Failure> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read template {}", path.display()))
@@ -43,34 +50,6 @@ fn read(path: &Path) -> Result<Found, Failure> {
         text,
         origin: path.display().to_string(),
     })
-}
-
-/// Names of the `.json.tmpl` files directly in `dir` and one folder down.
-fn folder_names(dir: &Path) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut walk = |d: &Path, prefix: &str| {
-        let Ok(entries) = std::fs::read_dir(d) else {
-            return Vec::new();
-        };
-        let mut subdirs = Vec::new();
-        for e in entries.flatten() {
-            let p = e.path();
-            let Some(file) = p.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            if p.is_dir() {
-                subdirs.push(file.to_string());
-            } else if let Some(stem) = file.strip_suffix(".json.tmpl") {
-                names.push(format!("{prefix}{stem}"));
-            }
-        }
-        subdirs
-    };
-    for sub in walk(dir, "") {
-        walk(&dir.join(&sub), &format!("{sub}/"));
-    }
-    names.sort();
-    names
 }
 
 /// Find the template for `-t value`.
@@ -83,35 +62,47 @@ pub fn find(t: &Path) -> Result<Found, Failure> {
         return read(t);
     }
     let name = t.to_string_lossy();
-    let dir = folder();
-    let stem = name.strip_suffix(".json.tmpl").unwrap_or(&name);
-    for candidate in [
-        dir.join(format!("{stem}.json.tmpl")),
-        dir.join(name.as_ref()),
-    ] {
-        if candidate.is_file() {
-            return read(&candidate);
-        }
-    }
-    if let Some(text) = builtin(stem) {
-        return Ok(Found {
-            name: stem.to_string(),
+    let catalogue = catalogue();
+    let stem = name.trim();
+    let stem = stem.strip_suffix(".json.tmpl").unwrap_or(stem).to_string();
+    match catalogue.source(&name) {
+        Ok(TemplateSource::BuiltIn(text)) => Ok(Found {
+            name: stem,
             text: text.to_string(),
             origin: "built-in".to_string(),
-        });
+        }),
+        Ok(TemplateSource::Folder(_)) => {
+            let text = catalogue
+                .text(&name)
+                .map_err(|e| user(anyhow::anyhow!("`--template`: {e}")))?;
+            Ok(Found {
+                origin: shown_path(&catalogue, &stem),
+                name: stem,
+                text,
+            })
+        }
+        Err(TemplateError::Name { listable: true, .. }) => {
+            let names = catalogue.names();
+            let hint = dgem_engine::builtin::closest(&stem, names.iter().map(String::as_str))
+                .map(|c| format!(" Did you mean `{c}`?"))
+                .unwrap_or_default();
+            Err(user(anyhow::anyhow!(
+                "`--template` must be a .json.tmpl file or a template name: looked in {} and the built-in policies ([{}]). Given: `{name}`.{hint} (`dgem templates list` shows them all)",
+                catalogue.root().display(),
+                builtin_names().join(", ")
+            )))
+        }
+        Err(e) => Err(user(anyhow::anyhow!("`--template`: {e}"))),
     }
-    let mut known = folder_names(&dir);
-    known.extend(builtin_names().into_iter().map(str::to_string));
-    known.sort();
-    known.dedup();
-    let hint = closest(stem, known.iter().map(String::as_str))
-        .map(|c| format!(" Did you mean `{c}`?"))
-        .unwrap_or_default();
-    Err(user(anyhow::anyhow!(
-        "`--template` must be a .json.tmpl file or a template name: looked in {} and the built-in policies ([{}]). Given: `{name}`.{hint} (`dgem templates list` shows them all)",
-        dir.display(),
-        builtin_names().join(", ")
-    )))
+}
+
+/// Where the folder's template `name` is, as the user would write it.
+fn shown_path(catalogue: &TemplateDir, name: &str) -> String {
+    catalogue
+        .root()
+        .join(format!("{name}.json.tmpl"))
+        .display()
+        .to_string()
 }
 
 /// `dgem templates …`.
@@ -164,27 +155,19 @@ pub fn run(cmd: TemplatesCommand) -> Result<(), Failure> {
 }
 
 fn list(as_json: bool) -> Result<(), Failure> {
-    let dir = folder();
+    let catalogue = catalogue();
     let mut rows: Vec<(String, String, String, Vec<String>)> = Vec::new();
-    for name in folder_names(&dir) {
-        let path = dir.join(format!("{name}.json.tmpl"));
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+    for name in catalogue.names() {
+        let origin = match catalogue.source(&name) {
+            Ok(TemplateSource::BuiltIn(_)) => "built-in".to_string(),
+            _ => shown_path(&catalogue, &name),
+        };
+        let text = catalogue.text(&name).unwrap_or_default();
         rows.push((
             name,
-            path.display().to_string(),
+            origin,
             leading_comment(&text),
             dgem_core::template::template_variables(&text),
-        ));
-    }
-    for (name, text) in BUILTIN {
-        if rows.iter().any(|r| r.0 == *name) {
-            continue;
-        }
-        rows.push((
-            (*name).to_string(),
-            "built-in".to_string(),
-            leading_comment(text),
-            dgem_core::template::template_variables(text),
         ));
     }
     if as_json {

@@ -1,8 +1,9 @@
-//! `GET /api/templates`: the policy catalog of the templates folder. Templates
-//! directly in the folder have category `core`; those in a subfolder have the
-//! subfolder's name as category and `sub/name` as id. Names resolve only inside
-//! the folder ([`TemplateDir::resolve`] refuses `..`, absolute paths and
-//! symlinks that lead out).
+//! `GET /api/templates`: the policy catalogue ([`TemplateDir`]: the templates
+//! folder, then the built-in policies). Templates directly in the folder (and
+//! the top-level built-ins) have category `core`; those in a subfolder have
+//! the subfolder's name as category and `sub/name` as id. Names resolve only
+//! inside the folder or among the built-ins ([`TemplateDir::source`] refuses
+//! `..`, absolute paths and symlinks that lead out); entries name no path.
 
 use dgem_core::schema::{QuestionKind, SchemaDefaults, ValidSchema};
 use dgem_engine::templates::{leading_comment, template_variables, TemplateDir};
@@ -96,60 +97,18 @@ pub fn sample_vars(variables: &[String]) -> Map<String, Value> {
         .collect()
 }
 
-/// The catalog of `dir`, sorted by category (`core` first) then name.
-///
-/// # Errors
-/// A message when the folder cannot be read.
-pub fn catalog(dir: &TemplateDir) -> Result<Vec<CatalogEntry>, String> {
-    let mut out = entries(dir, dir, "")?;
-    let mut subs: Vec<String> = std::fs::read_dir(dir.root())
-        .map_err(|e| {
-            format!(
-                "templates folder {} is not readable: {e}",
-                dir.root().display()
-            )
-        })?
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    subs.sort();
-    for sub in subs {
-        let subdir = TemplateDir::new(dir.root().join(&sub));
-        out.extend(entries(dir, &subdir, &sub)?);
-    }
-    Ok(out)
+/// The catalog of `dir` ([`TemplateDir::names`]: the folder's templates, then
+/// the built-in policies it does not have), `core` first, then each
+/// subfolder's category, each by name. A missing folder lists the built-ins.
+pub fn catalog(dir: &TemplateDir) -> Vec<CatalogEntry> {
+    dir.names().into_iter().map(|id| entry(dir, id)).collect()
 }
 
-fn entries(
-    root: &TemplateDir,
-    dir: &TemplateDir,
-    category: &str,
-) -> Result<Vec<CatalogEntry>, String> {
-    let list = dir.list().map_err(|e| e.to_string())?;
-    Ok(list
-        .into_iter()
-        .map(|t| {
-            let id = if category.is_empty() {
-                t.name.clone()
-            } else {
-                format!("{category}/{}", t.name)
-            };
-            entry(root, id, category)
-        })
-        .collect())
-}
-
-fn entry(root: &TemplateDir, id: String, category: &str) -> CatalogEntry {
-    let text = root
-        .resolve(&id)
-        .ok()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .unwrap_or_default();
+fn entry(dir: &TemplateDir, id: String) -> CatalogEntry {
+    let text = dir.text(&id).unwrap_or_default();
     let variables = template_variables(&text);
     let sample_vars = sample_vars(&variables);
-    let questions = root
+    let questions = dir
         .render(&id, &Map::new())
         .ok()
         .and_then(|p| ValidSchema::from_value(&p.schema, &SchemaDefaults::default()).ok())
@@ -164,14 +123,14 @@ fn entry(root: &TemplateDir, id: String, category: &str) -> CatalogEntry {
                 .collect()
         })
         .unwrap_or_default();
+    let category = id
+        .split_once('/')
+        .map_or(CORE_CATEGORY, |(sub, _)| sub)
+        .to_string();
     CatalogEntry {
         name: id.clone(),
         id,
-        category: if category.is_empty() {
-            CORE_CATEGORY.into()
-        } else {
-            category.into()
-        },
+        category,
         description: leading_comment(&text),
         variables,
         sample_vars,
@@ -190,7 +149,7 @@ mod tests {
 
     #[test]
     fn every_template_renders_with_its_sample_vars() {
-        let list = catalog(&dir()).expect("catalog");
+        let list = catalog(&dir());
         let ids: Vec<&str> = list.iter().map(|e| e.id.as_str()).collect();
         assert!(ids.contains(&"bench/intent_select"), "{ids:?}");
         assert!(ids.contains(&"bench/rerank_listwise"), "{ids:?}");
@@ -213,7 +172,7 @@ mod tests {
 
     #[test]
     fn sample_vars_cover_agent_tool_gate_task_and_pr_risk_summary() {
-        let list = catalog(&dir()).expect("catalog");
+        let list = catalog(&dir());
         let get = |id: &str| list.iter().find(|e| e.id == id).expect(id).clone();
         let gate = get("agent_tool_gate");
         assert_eq!(
@@ -232,5 +191,23 @@ mod tests {
             rerank.sample_vars["poison_options"],
             json!(["none", "d1", "d2", "d3"])
         );
+    }
+
+    /// Issue 29: a server started where there is no templates folder lists
+    /// the built-in policies, `core` first, and names no path of its own.
+    #[test]
+    fn a_missing_folder_lists_the_built_ins() {
+        let gone = TemplateDir::new("/nonexistent/dgem/templates");
+        let list = catalog(&gone);
+        let ids: Vec<&str> = list.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(list.len(), dgem_engine::builtin::builtin_names().len());
+        assert_eq!(ids[0], "agent_tool_gate", "{ids:?}");
+        let bench = list.iter().position(|e| e.category == "bench").unwrap();
+        assert!(list[..bench].iter().all(|e| e.category == CORE_CATEGORY));
+        assert_eq!(list[bench].id, "bench/intent_select");
+        let triage = list.iter().find(|e| e.id == "support_triage").unwrap();
+        assert_eq!(triage.questions.len(), 3);
+        let json = serde_json::to_string(&list).unwrap();
+        assert!(!json.contains("/nonexistent"), "{json}");
     }
 }

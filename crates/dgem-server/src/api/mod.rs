@@ -45,7 +45,7 @@ pub const SUGGESTED_EXPANSIONS_HEADER: &str = "x-dgem-suggested-expansions";
 pub struct ApiState {
     /// What decides: [`Local`] or the gateway.
     pub backends: Arc<dyn Backends>,
-    /// The policy templates folder.
+    /// The policy catalogue (the templates folder, then the built-ins).
     pub templates: TemplateDir,
     /// Schema defaults a policy is validated under (the deployment's for
     /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
@@ -119,8 +119,7 @@ async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, ApiError> {
     let dir = s.templates.clone();
     let list = tokio::task::spawn_blocking(move || catalog(&dir))
         .await
-        .map_err(|e| ApiError::new(ErrorKind::Internal, format!("catalog task failed: {e}")))?
-        .map_err(ApiError::misconfigured)?;
+        .map_err(|e| ApiError::new(ErrorKind::Internal, format!("catalog task failed: {e}")))?;
     Ok(Json(json!({"count": list.len(), "templates": list})))
 }
 

@@ -4,7 +4,7 @@
 
 use dgem_cascade::Hesitation;
 use dgem_core::schema::{SchemaDefaults, ValidSchema, MAX_SAMPLES};
-use dgem_engine::templates::{template_variables, TemplateDir};
+use dgem_engine::templates::{template_variables, TemplateDir, TemplateError};
 use dgem_engine::DecideRequest;
 use serde_json::{json, Map, Value};
 
@@ -250,30 +250,20 @@ pub fn parse(
 /// How the HTTP API tells a caller where the template names are.
 const LIST_HINT: &str = "GET /api/templates lists the names";
 
-/// The text of template `name`.
+/// The text of template `name` from the catalogue (the templates folder, then
+/// the built-in policies; a missing folder is an empty one).
 ///
 /// # Errors
-/// [`ApiError::misconfigured`] (500) when the templates folder itself is missing
-/// or unreadable (a server misconfiguration, naming the folder);
-/// [`ApiError::invalid_field`] naming `template` when the name does not resolve.
+/// [`ApiError::invalid_field`] naming `template` when the name does not
+/// resolve; [`ApiError::misconfigured`] (500) when the folder's file for it
+/// cannot be read (naming the template, not the server's path).
 pub fn template_text(templates: &TemplateDir, name: &str) -> Result<String, ApiError> {
-    if let Err(e) = std::fs::read_dir(templates.root()) {
-        return Err(ApiError::misconfigured(format!(
-            "templates folder {} is not readable: {e}",
-            templates.root().display()
-        )));
-    }
-    let path = templates.resolve(name).map_err(|e| {
-        bad(format!(
+    templates.text(name).map_err(|e| match e {
+        TemplateError::Unreadable { .. } => ApiError::misconfigured(e),
+        _ => bad(format!(
             "`template` `{name}`: {}",
             e.with_list_hint(LIST_HINT)
-        ))
-    })?;
-    std::fs::read_to_string(&path).map_err(|e| {
-        ApiError::misconfigured(format!(
-            "template file {} is not readable: {e}",
-            path.display()
-        ))
+        )),
     })
 }
 
@@ -488,5 +478,34 @@ mod tests {
         assert_eq!(v["document"], "ctx");
         assert_eq!(v["user_input"], "t");
         assert_eq!(v["input"], "ctx");
+    }
+
+    /// Issue 29: with no templates folder (a server started from `/` or
+    /// `$HOME`) the built-in policies decide, and a request without the
+    /// state is refused naming the variable, as MCP and the CLI refuse it.
+    #[test]
+    fn a_missing_folder_decides_with_the_built_ins() {
+        let gone = TemplateDir::new("/nonexistent/dgem/templates");
+        let body = json!({"variables": {"ticket": "refund me"}});
+        let r = parse(
+            &gone,
+            Some("support_triage"),
+            &body,
+            &SchemaDefaults::default(),
+        )
+        .expect("parses");
+        assert_eq!(r.request.state["ticket"], "refund me");
+        let err = parse(&gone, None, &json!({}), &SchemaDefaults::default())
+            .expect_err("no state")
+            .to_string();
+        assert!(
+            err.starts_with("`variables`: template `support_triage` needs its state: give at least one of [ticket]"),
+            "{err}"
+        );
+        let err = parse(&gone, Some("nope"), &json!({}), &SchemaDefaults::default())
+            .expect_err("unknown")
+            .to_string();
+        assert!(err.starts_with("`template` `nope`: "), "{err}");
+        assert!(!err.contains("/nonexistent"), "{err}");
     }
 }
