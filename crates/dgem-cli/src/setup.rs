@@ -56,11 +56,6 @@ pub struct ModelArgs {
     /// an answer's probabilities.
     #[arg(long = "vocab-diagnostics", env = "DGEM_VOCAB_DIAGNOSTICS")]
     pub vocab_diagnostics: bool,
-    /// Option-order debiasing: `cyclic` (default) lists each question's
-    /// options in a canonical order and its cyclic rotations, one prompt per
-    /// listing (at most 6), and pools the reads, so the answer does not depend
-    /// on the order the policy lists its options in; a number 2..=26 caps the
-    /// listings; `off` reads the policy's own order once (faster, order-biased).
     /// Temperatures shipped for the model (fitted by `dgem calibrate`, see
     /// `crates/dgem-model/calibration/`): `auto` (default) applies them to
     /// every answer when the model's sha256 is the one they were fitted for,
@@ -68,6 +63,11 @@ pub struct ModelArgs {
     /// them (what `dgem calibrate` reads with, so a fit is not fitted twice).
     #[arg(long = "model-calibration", env = "DGEM_MODEL_CALIBRATION", default_value = "auto", value_parser = parse_auto_off, action = clap::ArgAction::Set, value_name = "auto|off")]
     pub model_calibration: bool,
+    /// Option-order debiasing: `cyclic` (default) lists each question's
+    /// options in a canonical order and its cyclic rotations, one prompt per
+    /// listing (at most 6), and pools the reads, so the answer does not depend
+    /// on the order the policy lists its options in; a number 2..=26 caps the
+    /// listings; `off` reads the policy's own order once (faster, order-biased).
     #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "cyclic", value_parser = dgem_core::order::OrderDebias::parse, value_name = "cyclic|off|N")]
     pub order_debias: dgem_core::order::OrderDebias,
     /// Seconds one model call may wait in the model's queue before it starts

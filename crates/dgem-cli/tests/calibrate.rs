@@ -145,6 +145,67 @@ fn refits_from_a_receipt_and_reports_too_few_rows() {
     assert_eq!(read(&out)["held_out"]["method"], "in_sample");
 }
 
+/// `--from-receipt` twice fits the rows of both receipts together; a row id in
+/// both, or receipts of two models, is refused naming both files.
+#[test]
+fn refits_from_several_receipts_together() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("utf8").to_owned();
+    let (a, b, dup, other) = (
+        path("a.json"),
+        path("b.json"),
+        path("dup.json"),
+        path("other.json"),
+    );
+    let mut second = receipt(20);
+    for item in second["items"].as_array_mut().expect("items") {
+        let id = item["item"]["id"].as_str().expect("id").replace('r', "s");
+        item["item"]["id"] = json!(id);
+    }
+    std::fs::write(&a, receipt(20).to_string()).expect("write");
+    std::fs::write(&b, second.to_string()).expect("write");
+    std::fs::write(&dup, receipt(20).to_string()).expect("write");
+    let mut foreign = second.clone();
+    foreign["model"]["sha256"] = json!("cd".repeat(32));
+    std::fs::write(&other, foreign.to_string()).expect("write");
+    let out = path("cal.json");
+    let args = |x: &str, y: &str| {
+        vec![
+            "calibrate".to_owned(),
+            "--from-receipt".to_owned(),
+            x.to_owned(),
+            "--from-receipt".to_owned(),
+            y.to_owned(),
+            "-o".to_owned(),
+            out.clone(),
+            "--bootstrap".to_owned(),
+            "50".to_owned(),
+        ]
+    };
+    let run = |v: Vec<String>| dgem(&v.iter().map(String::as_str).collect::<Vec<_>>(), None);
+    let o = run(args(&a, &b));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = read(std::path::Path::new(&out));
+    assert_eq!(f["rows"].as_u64(), Some(40), "{f}");
+    assert_eq!(f["held_out"]["boolean"]["slots"].as_u64(), Some(40), "{f}");
+
+    let o = run(args(&a, &dup));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("row id `r0` is in both") && e.contains("dup.json"),
+        "{e}"
+    );
+
+    let o = run(args(&a, &other));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("must come from one model") && e.contains(&"cd".repeat(32)),
+        "{e}"
+    );
+}
+
 #[test]
 fn bad_inputs_exit_1_naming_the_flag() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -174,3 +174,25 @@ fn real_model_shipped_temperatures_are_reported_and_can_be_turned_off() {
         );
     }
 }
+
+/// Regression: the help of `--order-debias` was printed under
+/// `--model-calibration` (the doc comment sat above the wrong field), so
+/// `--order-debias` had no help and `--model-calibration` described both.
+#[test]
+fn order_debias_and_model_calibration_each_have_their_own_help() {
+    let o = common::dgem(&["decide", "--help"], None);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let help = String::from_utf8_lossy(&o.stdout).into_owned();
+    let section = |flag: &str| -> String {
+        let start = help.find(flag).unwrap_or_else(|| panic!("{flag} in help"));
+        let rest = &help[start + flag.len()..];
+        let end = rest.find("\n  -").unwrap_or(rest.len());
+        rest[..end].to_owned()
+    };
+    let debias = section("--order-debias");
+    assert!(debias.contains("Option-order debiasing"), "{debias}");
+    assert!(!debias.contains("Temperatures shipped"), "{debias}");
+    let shipped = section("--model-calibration");
+    assert!(shipped.contains("Temperatures shipped"), "{shipped}");
+    assert!(!shipped.contains("Option-order"), "{shipped}");
+}

@@ -47,14 +47,15 @@ impl ModelTemperature {
                 ))
             }
         }
-        let template = file.policies.first().map_or("", |p| p.template.as_str());
+        let templates: std::collections::BTreeSet<&str> =
+            file.policies.iter().map(|p| p.template.as_str()).collect();
+        let templates = templates.into_iter().collect::<Vec<_>>().join(", ");
         Ok(Self {
             temperature: file.temperature.to_temperature(),
             fitted_on: format!(
-                "{} rows, {}-fold cross-validated, {} ({} policies)",
+                "{} rows, {}-fold cross-validated, {} policies from {templates}",
                 file.rows,
                 file.k,
-                template,
                 file.policies.len()
             ),
             sha256: fitted.to_ascii_lowercase(),

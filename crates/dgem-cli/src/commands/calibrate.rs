@@ -66,8 +66,11 @@ pub struct CalibrateArgs {
     #[arg(long, env = "DGEM_CALIBRATE_RESUME")]
     pub resume: bool,
     /// Refit from a `dgem calibrate` receipt instead of running the model.
-    #[arg(long, env = "DGEM_CALIBRATE_FROM_RECEIPT", conflicts_with_all = ["dataset", "receipt", "resume"])]
-    pub from_receipt: Option<PathBuf>,
+    /// Repeatable (or comma-separated in the variable): the rows of every
+    /// receipt are fitted together, so runs over several datasets make one
+    /// fit; they must come from one model (same sha256) and share no row id.
+    #[arg(long, env = "DGEM_CALIBRATE_FROM_RECEIPT", conflicts_with_all = ["dataset", "receipt", "resume"], action = clap::ArgAction::Append, value_delimiter = ',')]
+    pub from_receipt: Vec<PathBuf>,
     /// Write reliability diagrams before/after per type here (SVG).
     #[arg(long, env = "DGEM_CALIBRATE_SVG")]
     pub svg: Option<PathBuf>,
@@ -176,6 +179,50 @@ fn from_receipt(path: &std::path::Path) -> Result<(Vec<CalibrateItem>, ModelInfo
     Ok((items, r.model))
 }
 
+/// The rows of several `dgem calibrate` receipts, fitted together, and the
+/// model that read them.
+///
+/// # Errors
+/// A user error when a receipt cannot be read (see [`from_receipt`]), when
+/// two receipts were read by different models (their sha256 differ: one
+/// temperature cannot describe two models), or when a row id appears in two
+/// receipts (the fold of a row is a hash of its id, so a repeated id would be
+/// fitted and scored twice).
+fn from_receipts(paths: &[PathBuf]) -> Result<(Vec<CalibrateItem>, ModelInfo), Failure> {
+    let mut items: Vec<CalibrateItem> = Vec::new();
+    let mut model: Option<ModelInfo> = None;
+    let mut seen: std::collections::HashMap<String, PathBuf> = std::collections::HashMap::new();
+    for path in paths {
+        let (rows, m) = from_receipt(path)?;
+        if let Some(first) = &model {
+            if first.sha256 != m.sha256 {
+                return Err(user(anyhow::anyhow!(
+                    "`--from-receipt` receipts must come from one model: {} was read by {} (sha256 {}), the first by {} (sha256 {})",
+                    path.display(),
+                    m.id,
+                    m.sha256.as_deref().unwrap_or("unknown"),
+                    first.id,
+                    first.sha256.as_deref().unwrap_or("unknown")
+                )));
+            }
+        }
+        for row in &rows {
+            let id = row.item.id.clone();
+            if let Some(other) = seen.insert(id.clone(), path.clone()) {
+                return Err(user(anyhow::anyhow!(
+                    "`--from-receipt`: row id `{id}` is in both {} and {}; a row may be fitted once",
+                    other.display(),
+                    path.display()
+                )));
+            }
+        }
+        items.extend(rows);
+        model.get_or_insert(m);
+    }
+    let model = model.ok_or_else(|| user(anyhow::anyhow!("`--from-receipt` names no receipt")))?;
+    Ok((items, model))
+}
+
 /// Run `dgem calibrate`.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     let options = FitOptions::new(
@@ -191,12 +238,8 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             "`--resume` needs `--receipt` (the run's rows are kept in `<receipt>.partial`)"
         )));
     }
-    let (items, model, live) = match &args.from_receipt {
-        Some(path) => {
-            let (items, model) = from_receipt(path)?;
-            (items, model, None)
-        }
-        None => {
+    let (items, model, live) = match args.from_receipt.as_slice() {
+        [] => {
             let a = args.run_args();
             let p = prepare::<BenchRow>(&a, "", false)?;
             let s = settings(&a, json!({ "suite": SUITE }));
@@ -208,6 +251,10 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             })?;
             let model = ModelInfo::of(&p.decider.engine);
             (outcome.rows.clone(), model, Some((a, p, s, outcome)))
+        }
+        paths => {
+            let (items, model) = from_receipts(paths)?;
+            (items, model, None)
         }
     };
     let labelled = calibrate::collect(&items);
