@@ -183,11 +183,18 @@ fn order_debias_and_model_calibration_each_have_their_own_help() {
     let o = common::dgem(&["decide", "--help"], None);
     assert!(o.status.success(), "{}", common::stderr(&o));
     let help = String::from_utf8_lossy(&o.stdout).into_owned();
+    // A flag's help: its own line and the lines under it, up to the next flag.
     let section = |flag: &str| -> String {
-        let start = help.find(flag).unwrap_or_else(|| panic!("{flag} in help"));
-        let rest = &help[start + flag.len()..];
-        let end = rest.find("\n  -").unwrap_or(rest.len());
-        rest[..end].to_owned()
+        let lines: Vec<&str> = help.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} in help"));
+        let end = lines[start + 1..]
+            .iter()
+            .position(|l| l.trim_start().starts_with('-'))
+            .map_or(lines.len(), |i| start + 1 + i);
+        lines[start..end].join("\n")
     };
     let debias = section("--order-debias");
     assert!(debias.contains("Option-order debiasing"), "{debias}");
