@@ -112,8 +112,14 @@ pub trait Decider: Send + Sync + std::fmt::Debug {
 }
 
 /// How far an upstream answer's probabilities may sum from 1 before the reply is
-/// refused (they are rounded by the sender and renormalized here).
-pub const PROBABILITY_SUM_TOLERANCE: f64 = 1e-3;
+/// refused. Within it they are renormalized here (an upstream that rounds to
+/// two decimals sums 0.99 or 1.01), and a sum further from 1 than
+/// [`RENORMALIZED_RECORD_ABOVE`] is recorded in `diagnostics.renormalized`.
+pub const PROBABILITY_SUM_TOLERANCE: f64 = 0.02;
+
+/// Distance of a sum from 1 above which a renormalized answer is recorded in
+/// `diagnostics.renormalized` (below it the difference is float rounding).
+pub const RENORMALIZED_RECORD_ABOVE: f64 = 1e-6;
 
 fn malformed(path: &str, what: String) -> EngineError {
     EngineError::Backend(BackendError::BadReply(format!(
@@ -131,7 +137,11 @@ impl Decision {
     /// its `probabilities` must name exactly the question's alternatives (a
     /// yes/no answer may key them `true`/`false`), each a finite number in
     /// [0, 1], summing to 1 within [`PROBABILITY_SUM_TOLERANCE`] (then
-    /// renormalized). `stderr` and `agreement` are kept when present.
+    /// renormalized; a sum that was not 1 is recorded in
+    /// `diagnostics.renormalized`). An entry with `refusal` (the upstream
+    /// declined) is an abstention with that reason (`abstained`), over its
+    /// probabilities when it gives them, else a uniform distribution.
+    /// `stderr` and `agreement` are kept when present.
     /// Diagnostics keys the sender left out take their defaults.
     ///
     /// # Errors
@@ -143,11 +153,32 @@ impl Decision {
             .and_then(Value::as_object)
             .ok_or_else(|| malformed("answers", "missing or not an object".into()))?;
         let mut answers = IndexMap::new();
+        let mut renormalized = IndexMap::new();
         for q in schema.asked() {
             let path = format!("answers.{}", q.id);
             let a = answers_in
                 .get(&q.id)
                 .ok_or_else(|| malformed(&path, "no answer for this question".into()))?;
+            // An upstream that declines to answer (`refusal`: its reason) gives
+            // an abstention with that reason, not a malformed reply; with no
+            // probabilities the distribution is uniform.
+            let refusal = a.get("refusal").filter(|r| !r.is_null()).map(|r| {
+                format!(
+                    "the upstream refused: {}",
+                    r.as_str().map_or_else(|| r.to_string(), str::to_string)
+                )
+            });
+            if refusal.is_some() && a.get("probabilities").is_none_or(Value::is_null) {
+                let k = q.alternatives.len().max(1);
+                let mut out = AnswerOut::new(
+                    q.clone(),
+                    q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+                    dgem_core::readout::aggregate(&[vec![1.0 / k as f64; k]]),
+                );
+                out.abstained = refusal;
+                answers.insert(q.id.clone(), Some(out));
+                continue;
+            }
             if a.is_null() {
                 // Only a question with `ask_if` can be skipped: a `null` for any
                 // other is a reply that left the question unanswered.
@@ -225,24 +256,27 @@ impl Decision {
                     ),
                 ));
             }
+            if (sum - 1.0).abs() > RENORMALIZED_RECORD_ABOVE {
+                renormalized.insert(q.id.clone(), sum);
+            }
             dist.iter_mut().for_each(|p| *p /= sum);
             let mut aggregate = dgem_core::readout::aggregate(&[dist]);
             aggregate.stderr = a.get("stderr").and_then(Value::as_f64);
             aggregate.agreement = a.get("agreement").and_then(Value::as_f64);
-            answers.insert(
-                q.id.clone(),
-                Some(AnswerOut::new(
-                    q.clone(),
-                    q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
-                    aggregate,
-                )),
+            let mut out = AnswerOut::new(
+                q.clone(),
+                q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+                aggregate,
             );
+            out.abstained = refusal;
+            answers.insert(q.id.clone(), Some(out));
         }
-        let diagnostics = match envelope.get("diagnostics") {
+        let mut diagnostics: Diagnostics = match envelope.get("diagnostics") {
             None | Some(Value::Null) => Diagnostics::default(),
             Some(d) => serde_json::from_value(d.clone())
                 .map_err(|e| malformed("diagnostics", e.to_string()))?,
         };
+        diagnostics.renormalized.extend(renormalized);
         Ok(Decision {
             answers,
             diagnostics,

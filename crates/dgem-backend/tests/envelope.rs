@@ -169,3 +169,49 @@ fn null_for_a_question_without_ask_if_is_refused() {
         "{err}"
     );
 }
+
+/// Issue 27: an upstream that rounds probabilities to two decimals (sums 0.99,
+/// 1.01) was refused as malformed (tolerance 0.001); within 0.02 the answer is
+/// renormalized and the sum recorded in `diagnostics.renormalized`, beyond
+/// that it is still refused.
+#[test]
+fn probabilities_rounded_to_two_decimals_are_renormalized_and_recorded() {
+    let mut env = decision(&schema()).envelope();
+    env["answers"]["urgent"]["probabilities"] = json!({"yes": 0.67, "no": 0.32});
+    env["answers"]["team"]["probabilities"] = json!({"billing": 0.51, "support": 0.5});
+    let d = Decision::from_envelope(&schema(), &env).expect("reads");
+    let u = d.answers["urgent"].as_ref().expect("answered");
+    assert!((u.aggregate.mean[0] - 0.67 / 0.99).abs() < 1e-12);
+    assert!((d.diagnostics.renormalized["urgent"] - 0.99).abs() < 1e-12);
+    assert!((d.diagnostics.renormalized["team"] - 1.01).abs() < 1e-12);
+    assert_eq!(
+        d.envelope()["diagnostics"]["renormalized"]["urgent"],
+        json!(0.99)
+    );
+    env["answers"]["urgent"]["probabilities"] = json!({"yes": 0.67, "no": 0.30});
+    let err = Decision::from_envelope(&schema(), &env).expect_err("0.97 is refused");
+    assert!(
+        err.to_string().contains("answers.urgent.probabilities"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("within 0.02"), "{err}");
+    // An exact reply records nothing.
+    let d = Decision::from_envelope(&schema(), &decision(&schema()).envelope()).expect("reads");
+    assert!(d.diagnostics.renormalized.is_empty());
+}
+
+/// Issue 27: an answer with `refusal` was a malformed reply (no
+/// probabilities); it is an abstention carrying the upstream's reason.
+#[test]
+fn a_refusal_answer_is_an_abstention_with_its_reason() {
+    let mut env = decision(&schema()).envelope();
+    env["answers"]["urgent"] = json!({"refusal": "not enough context"});
+    let d = Decision::from_envelope(&schema(), &env).expect("reads");
+    let u = d.answers["urgent"].as_ref().expect("answered");
+    assert_eq!(
+        u.abstained.as_deref(),
+        Some("the upstream refused: not enough context")
+    );
+    assert!((u.aggregate.mean[0] - 0.5).abs() < 1e-12);
+    assert_eq!(d.envelope()["answers"]["urgent"]["abstained"], json!(true));
+}

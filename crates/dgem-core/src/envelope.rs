@@ -421,6 +421,11 @@ pub struct Diagnostics {
     /// Questions answered through bracket routing (absent when none).
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     pub brackets: IndexMap<String, BracketDiagnostics>,
+    /// Answers read from an upstream reply whose probabilities did not sum
+    /// to 1 (rounded by the sender) and were renormalized: question id → the
+    /// sum received (absent when none).
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    pub renormalized: IndexMap<String, f64>,
 }
 
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per

@@ -389,6 +389,7 @@ impl Walk {
             note: None,
             prompt_wording: facts.prompt_wording,
             brackets: IndexMap::new(),
+            renormalized: IndexMap::new(),
         };
         (answers, diagnostics)
     }

@@ -37,6 +37,7 @@ pub mod envelope;
 pub mod error;
 pub mod remote;
 pub mod replica;
+pub mod reply;
 pub mod routing;
 pub mod server;
 pub mod vertex;

@@ -7,9 +7,11 @@
 //! as the system message and the state as the user message. The reply is
 //! parsed tolerantly ([`crate::envelope`]: the OpenAI wrapper, a bare envelope,
 //! fenced or chatty text) and then checked strictly against the request by
-//! [`Decision::from_envelope`]: an id that was not asked or is missing, labels
-//! that are not the question's, a probability outside [0, 1] or NaN, sums more
-//! than 1e-3 from 1. A reply that fails is [`BackendError::BadReply`], the
+//! [`Decision::from_envelope`], through the one reply check of every gateway
+//! route ([`crate::reply::chat_decision`]): an id that was not asked or is
+//! missing, labels that are not the question's, a probability outside [0, 1]
+//! or NaN, sums more than 0.02 from 1 (closer, renormalized and recorded). A
+//! reply that fails is [`BackendError::BadReply`], the
 //! replica's failure, so the router fails over to the next one.
 
 use std::sync::Arc;
@@ -23,7 +25,6 @@ use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 use serde_json::{json, Value};
 
 use crate::auth::BearerSource;
-use crate::envelope::parse_reply;
 use crate::replica::{phase, status_fails_over, Forward, Forwarded};
 
 /// Settings of one remote dgem.
@@ -183,7 +184,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn snippet(body: &[u8]) -> String {
+pub(crate) fn snippet(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
 
@@ -276,7 +277,7 @@ impl Decider for RemoteDgem {
             &req.state,
             req.seed,
         );
-        let (status, _, bytes, _) = self
+        let (status, content_type, bytes, _) = self
             .post("/v1/chat/completions", Bytes::from(body.to_string()))
             .await?;
         if !(200..300).contains(&status) {
@@ -286,8 +287,8 @@ impl Decider for RemoteDgem {
             }
             .into());
         }
-        let envelope = parse_reply(&bytes).map_err(|e| BackendError::BadReply(e.to_string()))?;
-        Decision::from_envelope(&req.schema, &envelope)
+        crate::reply::chat_decision(&req.schema, content_type.as_deref(), &bytes)
+            .map_err(EngineError::from)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The full gateway router: the `/api/*` routes over every configured backend,
 //! the pass-through routes `POST /v1/chat/completions` and `POST /v1/systemone`
 //! (reference.md §4.6: same selection and failover; the upstream status and
-//! body come back verbatim), `GET /health`, and CORS on everything (§4.2).
+//! body come back verbatim once a 2xx reply is checked against the request,
+//! [`crate::reply`]), `GET /health`, and CORS on everything (§4.2).
 
 use std::sync::Arc;
 
@@ -16,7 +17,9 @@ use futures_util::FutureExt as _;
 use serde_json::{json, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use crate::reply::Expectation;
 use crate::routing::Gateway;
+use dgem_core::schema::SchemaDefaults;
 use dgem_server::api::{header_backend, with_backend_used, ApiState};
 
 /// Service name in `GET /health`.
@@ -110,11 +113,11 @@ async fn health(State(s): State<GatewayState>) -> Json<Value> {
 }
 
 async fn chat(State(s): State<GatewayState>, headers: HeaderMap, body: Bytes) -> Response {
-    forward(&s, "/v1/chat/completions", &headers, body).await
+    forward(&s, crate::reply::CHAT_PATH, &headers, body).await
 }
 
 async fn systemone(State(s): State<GatewayState>, headers: HeaderMap, body: Bytes) -> Response {
-    forward(&s, "/v1/systemone", &headers, body).await
+    forward(&s, crate::reply::SYSTEMONE_PATH, &headers, body).await
 }
 
 /// Body field `backend` of a JSON body, if any (the header wins).
@@ -135,11 +138,23 @@ async fn forward(
 ) -> Response {
     tracing::Span::current().record("path", path);
     let requested = header_backend(headers).or_else(|| body_backend(&body));
+    // Issue 27: a 2xx reply must answer the request (`crate::reply`); one that
+    // does not is the replica's failure and fails over, as on `/api/*`.
+    let expectation =
+        Expectation::of_request(path, &body, &SchemaDefaults::default()).map(Arc::new);
     let routed = s
         .gateway
         .route(requested.as_deref(), |t| {
             let body = body.clone();
-            async move { t.forward(path, body).await }.boxed()
+            let expectation = expectation.clone();
+            async move {
+                let f = t.forward(path, body).await?;
+                if let Some(e) = expectation.filter(|_| (200..300).contains(&f.status)) {
+                    e.check(f.content_type.as_deref(), &f.body)?;
+                }
+                Ok(f)
+            }
+            .boxed()
         })
         .await;
     let routed = match routed {

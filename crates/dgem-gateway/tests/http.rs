@@ -212,7 +212,7 @@ async fn gateway_refuses_bad_upstream_replies_as_bad_reply() {
         (
             "success false",
             r#"{"success": false, "error": "model crashed"}"#,
-            "answers",
+            "model crashed",
         ),
     ];
     for (what, reply, names) in cases {
