@@ -203,6 +203,7 @@ impl Engine {
             return Err(dgem_core::images::no_vision(&info.engine, &info.model_id).into());
         }
         check_state_size(&req.state, info.max_tokens)?;
+        check_think(req.schema.think)?;
         if dgem_backend::brackets::routes(&req.schema) {
             let mut decision = dgem_backend::brackets::decide(self, req).await?;
             decision.diagnostics.note = self.config.note.clone();
@@ -234,6 +235,22 @@ impl Engine {
 /// instead of after tokenizing all of it (a 7 MiB state took 11.9 s of CPU
 /// before the context check refused it).
 pub const MAX_STATE_BYTES_PER_TOKEN: usize = 64;
+
+/// Refuse a thought budget: this engine reads answers straight from the
+/// prompt and has no thinking pass, so a `think` it silently ignored would be
+/// an answer the caller believes was thought about. `think` (0..=4096 tokens)
+/// is read by DiffusionGemma through the vLLM backend (`--backend vllm=URL`).
+fn check_think(think: u32) -> Result<(), EngineError> {
+    if think == 0 {
+        return Ok(());
+    }
+    Err(EngineError::Schema(dgem_core::SchemaError::new(
+        "think",
+        format!(
+            "must be 0 on this engine, which cannot think before answering (it reads the answer slots straight from the prompt); a thought budget is read by DiffusionGemma through `--backend vllm=URL`. Given: `{think}`"
+        ),
+    )))
+}
 
 /// Refuse a state whose text cannot fit the context (see
 /// [`MAX_STATE_BYTES_PER_TOKEN`]); `max_tokens` 0 means unknown (no check).

@@ -257,3 +257,37 @@ async fn state_too_large_for_the_context_is_refused_before_reading() {
     assert!(err.to_string().contains("the state is 6401 bytes"), "{err}");
     assert_eq!(backend.calls(), 0);
 }
+
+/// Regression: `think` was silently ignored by the embedded engine, so a
+/// caller who asked for a thought budget got an answer read without one and
+/// no word about it. It is a user error naming `think` now, before any read.
+#[tokio::test]
+async fn think_on_an_engine_that_cannot_think_is_refused() {
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let e = dgem_testkit::engine(backend.clone());
+    let err = e
+        .decide(DecideRequest {
+            schema: schema(
+                json!({"questions": [{"id": "urgent", "type": "boolean"}], "think": 64}),
+            ),
+            state: json!("a case"),
+            seed: 42,
+        })
+        .await
+        .expect_err("refused");
+    assert!(err.is_user_error(), "{err}");
+    assert!(
+        matches!(err, EngineError::Schema(ref s) if s.field == "think"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Given: `64`"), "{err}");
+    assert_eq!(backend.calls(), 0);
+    // think 0 (the default) decides as before.
+    e.decide(DecideRequest {
+        schema: schema(json!({"questions": [{"id": "urgent", "type": "boolean"}], "think": 0})),
+        state: json!("a case"),
+        seed: 42,
+    })
+    .await
+    .expect("decides");
+}
