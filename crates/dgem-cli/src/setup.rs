@@ -19,8 +19,12 @@ pub const SMALL_MODEL_NOTE: &str = "embedded Gemma 3 270M base on CPU: it proves
 /// Options that choose and configure the embedded model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// A Gemma-3-family GGUF file to use instead of the default Gemma 3 270M.
-    #[arg(long = "model", env = "DGEM_MODEL_PATH", value_name = "PATH")]
+    /// A Gemma-3-family GGUF to use instead of the default Gemma 3 270M: a
+    /// file, or a model another tool keeps: `ollama:NAME[:TAG]`,
+    /// `hf:OWNER/REPO[/FILE.gguf]` (already pulled), or
+    /// `lmstudio:PUBLISHER/REPO[/FILE.gguf]` (`dgem model list --local`
+    /// lists them).
+    #[arg(long = "model", env = "DGEM_MODEL_PATH", value_name = "PATH|REF")]
     pub model: Option<PathBuf>,
     /// CPU threads for the model (default: all cores).
     #[arg(long, env = "DGEM_THREADS")]
@@ -174,21 +178,58 @@ pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
     match &args.model {
         None => Ok(spec.id),
         Some(p) => {
-            if !p.is_file() {
-                return Err(user(anyhow::anyhow!(
-                    "`--model` must be an existing GGUF file. Given: `{}`",
-                    p.display()
-                )));
-            }
-            dgem_model::validate_gemma3(p).map_err(user)?;
+            let (p, id) = model_file(p)?;
             // The default file passed by path keeps its id (`engine` confirms it
             // by sha256; the size is enough for the id shown while loading).
-            if std::fs::metadata(p).is_ok_and(|m| m.len() == spec.size) {
+            if std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size) {
                 return Ok(spec.id);
             }
-            Ok(p.file_stem()
-                .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned()))
+            Ok(id)
         }
+    }
+}
+
+/// The GGUF file `--model` names and the model id it gets: a path (its
+/// stem), or an `ollama:`, `hf:` or `lmstudio:` reference resolved in the
+/// store that holds it. The file must be a Gemma 3 GGUF.
+///
+/// # Errors
+/// A user [`Failure`] naming the flag, the reference, the paths looked at
+/// and what was found.
+pub fn model_file(p: &std::path::Path) -> Result<(PathBuf, String), Failure> {
+    let given = p.to_string_lossy();
+    if !p.is_file() && dgem_model::is_reference(&given) {
+        let r = dgem_model::Stores::from_env()
+            .resolve(&given)
+            .map_err(|e| user(anyhow::anyhow!("`--model {given}`: {}", detail(&e))))?;
+        dgem_model::validate_gemma3(&r.path).map_err(|e| {
+            user(anyhow::anyhow!(
+                "`--model {given}` is {}: {e}",
+                r.path.display()
+            ))
+        })?;
+        return Ok((r.path, r.id));
+    }
+    if !p.is_file() {
+        return Err(user(anyhow::anyhow!(
+            "`--model` must be an existing GGUF file, or `ollama:NAME[:TAG]`, \
+             `hf:OWNER/REPO[/FILE.gguf]` or `lmstudio:PUBLISHER/REPO[/FILE.gguf]` \
+             (`dgem model list --local` lists them). Given: `{}`",
+            p.display()
+        )));
+    }
+    dgem_model::validate_gemma3(p).map_err(user)?;
+    let id = p
+        .file_stem()
+        .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
+    Ok((p.to_path_buf(), id))
+}
+
+/// A reference error's detail without the reference it repeats.
+fn detail(e: &dgem_model::ModelError) -> String {
+    match e {
+        dgem_model::ModelError::Reference { detail, .. } => detail.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -206,25 +247,23 @@ pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig),
     // The user's mistakes first, before any pull or load.
     precheck(args)?;
     let (path, id, sha, note) = match &args.model {
-        Some(p) => {
+        Some(given) => {
+            let (p, id) = model_file(given)?;
             let spec = dgem_model::default_model();
             // The default 270M file passed by path is still the 270M model: it
             // keeps its id, sha256 and plain-words note (checked by size, then
             // by sha256, so other files cost one `stat`).
-            let is_default = std::fs::metadata(p).is_ok_and(|m| m.len() == spec.size)
-                && dgem_model::verify(p, &spec, &dgem_model::NoProgress).is_ok();
+            let is_default = std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size)
+                && dgem_model::verify(&p, &spec, &dgem_model::NoProgress).is_ok();
             if is_default {
                 (
-                    p.clone(),
+                    p,
                     spec.id,
                     Some(spec.sha256),
                     Some(SMALL_MODEL_NOTE.to_owned()),
                 )
             } else {
-                let id = p
-                    .file_stem()
-                    .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
-                (p.clone(), id, None, None)
+                (p, id, None, None)
             }
         }
         None => {

@@ -8,3 +8,14 @@ pub const DGEM_PYTHON: &str = "DGEM_PYTHON";
 
 /// Python executable used when [`DGEM_PYTHON`] is unset or empty.
 pub const DEFAULT_PYTHON: &str = "python3";
+
+/// ollama's models directory for `ollama:` references; overrides
+/// [`OLLAMA_MODELS`] (see [`crate::stores::Stores::from_env`]).
+pub const DGEM_OLLAMA_DIR: &str = "DGEM_OLLAMA_DIR";
+
+/// ollama's own setting for its models directory (default `~/.ollama/models`).
+pub const OLLAMA_MODELS: &str = "OLLAMA_MODELS";
+
+/// LM Studio's models directory for `lmstudio:` references (default
+/// `~/.lmstudio/models`, else `~/.cache/lm-studio/models`).
+pub const DGEM_LMSTUDIO_DIR: &str = "DGEM_LMSTUDIO_DIR";

@@ -139,6 +139,17 @@ pub enum ModelError {
     #[error("{0}")]
     Hub(String),
 
+    /// A store reference (`ollama:`, `hf:`, `lmstudio:`) names nothing on
+    /// disk, or something unusable; the detail names the paths looked at and
+    /// what was there (see [`crate::stores`]).
+    #[error("`{reference}`: {detail}")]
+    Reference {
+        /// The reference as given, e.g. `ollama:qwen2.5:7b`.
+        reference: String,
+        /// What was looked for, where, and what was found.
+        detail: String,
+    },
+
     /// The GGUF file is not a Gemma 3 family model.
     #[error(
         "`{}` is a GGUF model with `general.architecture` = `{}`; dgem needs a Gemma 3 \
@@ -161,7 +172,7 @@ impl ModelError {
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            Self::Hub(_) | Self::NotGguf { .. } | Self::NotGemma3 { .. }
+            Self::Hub(_) | Self::Reference { .. } | Self::NotGguf { .. } | Self::NotGemma3 { .. }
         )
     }
 

@@ -46,6 +46,9 @@ pub struct GgufInfo {
     pub block_count: Option<u64>,
     /// `<architecture>.embedding_length` (hidden size).
     pub embedding_length: Option<u64>,
+    /// `general.file_type`: llama.cpp's `llama_ftype`, the file's
+    /// predominant quantization (see [`GgufInfo::quantization`]).
+    pub file_type: Option<u64>,
 }
 
 impl GgufInfo {
@@ -54,13 +57,63 @@ impl GgufInfo {
         self.architecture.as_deref() == Some("gemma3")
     }
 
+    /// The quantization `general.file_type` names, e.g. `Q4_K_M`; `None`
+    /// when the key is absent, `Some("type N")` for a value this reader does
+    /// not know.
+    pub fn quantization(&self) -> Option<String> {
+        self.file_type
+            .map(|t| file_type_name(t).map_or_else(|| format!("type {t}"), str::to_owned))
+    }
+
     fn has_everything(&self) -> bool {
-        self.architecture.is_some()
+        self.file_type.is_some()
+            && self.architecture.is_some()
             && self.name.is_some()
             && self.context_length.is_some()
             && self.block_count.is_some()
             && self.embedding_length.is_some()
     }
+}
+
+/// The name of llama.cpp's `llama_ftype` value `t` (`general.file_type`),
+/// e.g. 15 → `Q4_K_M`, as in `llama.h`.
+pub fn file_type_name(t: u64) -> Option<&'static str> {
+    const NAMES: &[(u64, &str)] = &[
+        (0, "F32"),
+        (1, "F16"),
+        (2, "Q4_0"),
+        (3, "Q4_1"),
+        (7, "Q8_0"),
+        (8, "Q5_0"),
+        (9, "Q5_1"),
+        (10, "Q2_K"),
+        (11, "Q3_K_S"),
+        (12, "Q3_K_M"),
+        (13, "Q3_K_L"),
+        (14, "Q4_K_S"),
+        (15, "Q4_K_M"),
+        (16, "Q5_K_S"),
+        (17, "Q5_K_M"),
+        (18, "Q6_K"),
+        (19, "IQ2_XXS"),
+        (20, "IQ2_XS"),
+        (21, "Q2_K_S"),
+        (22, "IQ3_XS"),
+        (23, "IQ3_XXS"),
+        (24, "IQ1_S"),
+        (25, "IQ4_NL"),
+        (26, "IQ3_S"),
+        (27, "IQ3_M"),
+        (28, "IQ2_S"),
+        (29, "IQ2_M"),
+        (30, "IQ4_XS"),
+        (31, "IQ1_M"),
+        (32, "BF16"),
+        (36, "TQ1_0"),
+        (37, "TQ2_0"),
+        (38, "MXFP4_MOE"),
+    ];
+    NAMES.iter().find(|(n, _)| *n == t).map(|(_, name)| *name)
 }
 
 /// A decoded metadata value, kept only for the types we care about.
@@ -270,7 +323,7 @@ fn fixed_size(ty: u32) -> Option<u64> {
 
 /// Whether `key` is one of the keys [`GgufInfo`] records.
 fn is_wanted(key: &str, arch: Option<&str>) -> bool {
-    if key == "general.architecture" || key == "general.name" {
+    if key == "general.architecture" || key == "general.name" || key == "general.file_type" {
         return true;
     }
     // Keys of the form `<arch>.<field>`; before the architecture is known, accept
@@ -288,6 +341,7 @@ fn store(info: &mut GgufInfo, key: &str, value: Value) {
     match (key, value) {
         ("general.architecture", Value::Str(s)) => info.architecture = Some(s),
         ("general.name", Value::Str(s)) => info.name = Some(s),
+        ("general.file_type", Value::Int(n)) => info.file_type = Some(n),
         (key, Value::Int(n)) => {
             let Some((prefix, field)) = key.split_once('.') else {
                 return;
@@ -341,5 +395,18 @@ mod tests {
         assert!(is_wanted("gemma3.block_count", Some("gemma3")));
         assert!(!is_wanted("llama.block_count", Some("gemma3")));
         assert!(!is_wanted("tokenizer.ggml.tokens", Some("gemma3")));
+        assert!(is_wanted("general.file_type", Some("gemma3")));
+    }
+
+    #[test]
+    fn file_types_are_named_as_llama_cpp_names_them() {
+        let info = |t| GgufInfo {
+            file_type: Some(t),
+            ..GgufInfo::default()
+        };
+        assert_eq!(info(15).quantization().as_deref(), Some("Q4_K_M"));
+        assert_eq!(info(7).quantization().as_deref(), Some("Q8_0"));
+        assert_eq!(info(999).quantization().as_deref(), Some("type 999"));
+        assert_eq!(GgufInfo::default().quantization(), None);
     }
 }

@@ -30,13 +30,15 @@ pub mod hub;
 pub mod progress;
 pub mod pull;
 pub mod spec;
+pub mod stores;
 
 pub use cache::{cached_path, list, list_in, model_dir, ModelEntry};
 pub use error::ModelError;
-pub use gguf::{inspect_gguf, validate_gemma3, GgufInfo};
+pub use gguf::{file_type_name, inspect_gguf, validate_gemma3, GgufInfo};
 pub use progress::{NoProgress, Progress};
 pub use pull::{ensure, pull, pull_with, verify, PullConfig};
 pub use spec::{
     default_model, find_model, known_models, ModelSpec, PartSpec, DEFAULT_MODEL_CALIBRATION,
     DEFAULT_MODEL_CALIBRATION_PATH,
 };
+pub use stores::{is_reference, LocalModel, Resolved, Store, Stores};

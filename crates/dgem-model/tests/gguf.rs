@@ -124,6 +124,7 @@ fn stops_once_every_key_is_found() -> Result<(), ModelError> {
     let mut bytes = Gguf::new()
         .string("general.architecture", "gemma3")
         .string("general.name", "n")
+        .u32("general.file_type", 15)
         .u32("gemma3.context_length", 1)
         .u32("gemma3.block_count", 2)
         .u32("gemma3.embedding_length", 3)
@@ -134,6 +135,7 @@ fn stops_once_every_key_is_found() -> Result<(), ModelError> {
     let info = inspect_gguf(&path)?;
     assert_eq!(info.kv_count, 100);
     assert_eq!(info.embedding_length, Some(3));
+    assert_eq!(info.quantization().as_deref(), Some("Q4_K_M"));
     Ok(())
 }
 

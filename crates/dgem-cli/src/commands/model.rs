@@ -25,11 +25,23 @@ pub enum ModelCommand {
         force: bool,
     },
     /// List known and cached models; `--available` lists Gemma 3 instruction-tuned
-    /// GGUFs on the Hugging Face Hub with their sizes and the memory they need.
+    /// GGUFs on the Hugging Face Hub with their sizes and the memory they need;
+    /// `--local` lists the GGUF models dgem, the Hugging Face caches, ollama and
+    /// LM Studio hold, with what `--model` to pass for each.
+    #[command(
+        after_help = "Examples:\n  dgem model list\n  dgem model list --local\n  dgem model list --available"
+    )]
     List {
         /// Show the curated list of models `dgem model pull hf:…` can fetch.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "local")]
         available: bool,
+        /// List what each local store holds (size, architecture, quantization,
+        /// context length, whether dgem loads it), read from GGUF headers only.
+        /// Stores: `$DGEM_MODEL_DIR`, the Hugging Face caches, ollama
+        /// (`$DGEM_OLLAMA_DIR`, `$OLLAMA_MODELS`, `~/.ollama/models`) and LM Studio
+        /// (`$DGEM_LMSTUDIO_DIR`, `~/.lmstudio/models`).
+        #[arg(long)]
+        local: bool,
     },
     /// Print where the default model is (or will be) cached.
     Path,
@@ -86,7 +98,10 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
             })?;
             println!("{} ready at {}", spec.id, path.display());
         }
-        ModelCommand::List { available: true } => {
+        ModelCommand::List { local: true, .. } => local_list(),
+        ModelCommand::List {
+            available: true, ..
+        } => {
             println!(
                 "{:<58} {:>9} {:>9}  note",
                 "pull with `dgem model pull …`", "size", "RAM"
@@ -98,7 +113,10 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
                 "\nSizes are approximate (the pull checks the hub's exact size and sha256). RAM is the\nmodel plus a 4k-token context on CPU. The embedded model is Gemma 3 270M base; these are\ninstruction-tuned and larger, so better at real decisions and slower."
             );
         }
-        ModelCommand::List { available: false } => {
+        ModelCommand::List {
+            available: false,
+            local: false,
+        } => {
             println!("cache: {}", dgem_model::model_dir().display());
             for e in dgem_model::list() {
                 let state = if e.present { "present" } else { "not pulled" };
@@ -133,6 +151,54 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `dgem model list --local`: one row per GGUF file in every store.
+fn local_list() {
+    let stores = dgem_model::Stores::from_env();
+    for (store, dir) in stores.roots() {
+        let state = if dir.is_dir() { "" } else { "  (not found)" };
+        println!("{:<9} {}{state}", format!("{store}:"), dir.display());
+    }
+    let models = stores.list_local();
+    println!();
+    if models.is_empty() {
+        println!("no GGUF model in any store");
+        return;
+    }
+    println!(
+        "{:<9} {:<56} {:>9} {:<12} {:<9} {:>8}  loads",
+        "store", "--model", "size", "arch", "quant", "context"
+    );
+    for m in &models {
+        let dash = || "-".to_owned();
+        let loads = match (&m.header, m.loadable()) {
+            (_, true) => "yes".to_owned(),
+            (Ok(_), false) => "no: not gemma3".to_owned(),
+            (Err(e), false) => format!("no: {e}"),
+        };
+        println!(
+            "{:<9} {:<56} {:>9} {:<12} {:<9} {:>8}  {loads}",
+            m.store.name(),
+            m.reference,
+            human_size(m.size),
+            m.architecture().map_or_else(dash, str::to_owned),
+            m.quantization().unwrap_or_else(dash),
+            m.context_length().map_or_else(dash, |c| c.to_string()),
+        );
+    }
+}
+
+/// `1.2 GB`, `340 MB`, `12 KB`, `512 B` (decimal units).
+fn human_size(bytes: u64) -> String {
+    #[allow(clippy::cast_precision_loss)] // display only
+    let b = bytes as f64;
+    match bytes {
+        0..=999 => format!("{bytes} B"),
+        1_000..=999_999 => format!("{:.0} KB", b / 1e3),
+        1_000_000..=999_999_999 => format!("{:.0} MB", b / 1e6),
+        _ => format!("{:.1} GB", b / 1e9),
+    }
 }
 
 /// A model on the Hugging Face Hub that `dgem model pull hf:…` can fetch.
