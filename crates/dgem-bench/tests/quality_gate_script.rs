@@ -108,3 +108,33 @@ fn accept_writes_the_run_figures_for_that_dataset_only() {
     );
     assert_eq!(cfg["accepted"]["eval"]["ece_10bin"], 0.15);
 }
+
+/// A receipt that is missing, not JSON, or has no `metrics` is exit 1 with a
+/// line naming the file or the key, not a Python traceback.
+#[test]
+fn bad_inputs_exit_1_naming_the_file_or_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    setup(dir.path(), json!({}));
+    let missing = dir.path().join("missing.json");
+    let not_json = dir.path().join("not.json");
+    std::fs::write(&not_json, "x").expect("write");
+    let no_metrics = dir.path().join("empty.json");
+    std::fs::write(&no_metrics, "{}").expect("write");
+    for (path, expect) in [
+        (&missing, "No such file"),
+        (&not_json, "not.json is not JSON"),
+        (&no_metrics, "lacks the key 'metrics'"),
+    ] {
+        let o = gate(
+            dir.path(),
+            &["verdict", "eval", path.to_str().expect("utf8")],
+        );
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.starts_with("quality-gate: ") && err.contains(expect),
+            "{err}"
+        );
+        assert!(!err.contains("Traceback"), "{err}");
+    }
+}
