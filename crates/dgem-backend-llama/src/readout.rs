@@ -2,28 +2,11 @@
 //! the full-vocabulary log-softmax at one output row, pooled per label.
 
 use dgem_backend::{SlotLogits, VocabRead};
+use dgem_core::readout::log_sum_exp;
 use dgem_core::tokenizer::TokenId;
 
 /// Finite floor for label log-probabilities (a backend never returns `-inf`).
 pub const LOGPROB_FLOOR: f64 = -1.0e4;
-
-/// `ln Σ exp(x)` over finite `x` (`-inf` when there is none).
-fn log_sum_exp(xs: &[f64]) -> f64 {
-    let max = xs
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite())
-        .fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return f64::NEG_INFINITY;
-    }
-    max + xs
-        .iter()
-        .filter(|x| x.is_finite())
-        .map(|x| (x - max).exp())
-        .sum::<f64>()
-        .ln()
-}
 
 /// Distinct ids of one label, sorted (an id listed twice pools once).
 fn distinct(ids: &[TokenId]) -> Vec<TokenId> {

@@ -209,7 +209,6 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
     out.diagnostics
         .questions
         .retain(|id, _| keep.iter().any(|k| k == id));
-    samples.flat &= samples.parts.len() == 1;
     out.diagnostics.samples = samples;
     out.diagnostics
         .stages

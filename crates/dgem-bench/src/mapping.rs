@@ -47,16 +47,6 @@ pub fn de_state<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
     state(Value::deserialize(d)?).map_err(D::Error::custom)
 }
 
-/// Whether every level name is a number (`"20".."24"`, `"0".."10"`), the test
-/// dgem itself applies before it reports a score answer's numeric `value`.
-pub fn numeric_levels(levels: &[String]) -> bool {
-    !levels.is_empty() && levels.iter().all(|l| level_number(l).is_some())
-}
-
-fn level_number(level: &str) -> Option<f64> {
-    level.trim().parse::<f64>().ok().filter(|v| v.is_finite())
-}
-
 /// The level a score row's integer `expected` stands for.
 ///
 /// * When every level name is a number (`["20", …, "24"]`, `["1", …, "5"]`),
@@ -85,10 +75,15 @@ pub fn score_level(levels: &[String], expected: &Value) -> Result<String, String
             shown(expected)
         ));
     };
-    if numeric_levels(levels) {
-        return levels
+    // Every level a number: the test dgem itself applies before it reports a
+    // score answer's numeric `value` (`dgem_core::readout::level_values`).
+    if let Some(values) = dgem_core::readout::level_values(levels.iter().map(String::as_str))
+        .filter(|v| !v.is_empty())
+    {
+        return values
             .iter()
-            .find(|l| level_number(l) == Some(n))
+            .position(|v| *v == n)
+            .and_then(|i| levels.get(i))
             .cloned()
             .ok_or_else(|| {
                 format!(

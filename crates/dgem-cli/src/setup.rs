@@ -156,6 +156,25 @@ fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
 /// # Errors
 /// A user [`Failure`] naming the flag, as [`engine`] gives.
 pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
+    check_flags(args)?;
+    let spec = dgem_model::default_model();
+    match &args.model {
+        None => Ok(spec.id),
+        Some(p) => {
+            let (p, id) = model_file(p)?;
+            // The default file passed by path keeps its id (`engine` confirms it
+            // by sha256; the size is enough for the id shown while loading).
+            if std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size) {
+                return Ok(spec.id);
+            }
+            Ok(id)
+        }
+    }
+}
+
+/// The flag checks of [`precheck`] that need no model file (`--context`,
+/// `--kv-chunk`, `--threads`).
+fn check_flags(args: &ModelArgs) -> Result<(), Failure> {
     if args.context < 64 || args.context > 131_072 {
         return Err(user(anyhow::anyhow!(
             "`--context` must be between 64 and 131072 tokens. Given: `{}`",
@@ -174,19 +193,7 @@ pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
             "`--threads` must be at least 1. Given: `0`"
         )));
     }
-    let spec = dgem_model::default_model();
-    match &args.model {
-        None => Ok(spec.id),
-        Some(p) => {
-            let (p, id) = model_file(p)?;
-            // The default file passed by path keeps its id (`engine` confirms it
-            // by sha256; the size is enough for the id shown while loading).
-            if std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size) {
-                return Ok(spec.id);
-            }
-            Ok(id)
-        }
-    }
+    Ok(())
 }
 
 /// The GGUF file `--model` names and the model id it gets: a path (its
@@ -244,8 +251,9 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
 /// return the concrete backend with the engine settings [`engine`] uses (for
 /// `dgem bench-speed`, which also calls the backend's own baseline).
 pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
-    // The user's mistakes first, before any pull or load.
-    precheck(args)?;
+    // The user's mistakes first, before any pull or load; `--model` is
+    // resolved (and its GGUF header checked) once, here.
+    check_flags(args)?;
     let (path, id, sha, note) = match &args.model {
         Some(given) => {
             let (p, id) = model_file(given)?;

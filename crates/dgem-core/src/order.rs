@@ -30,7 +30,7 @@
 
 use serde::Serialize;
 
-use crate::readout::{argmax, PROB_FLOOR};
+use crate::readout::{argmax, restricted_softmax, PROB_FLOOR};
 use crate::schema::{Question, QuestionKind};
 
 /// Default most listings read per question (`--max-orders`): every option at
@@ -147,10 +147,7 @@ pub fn pool_orders(dists: &[Vec<f64>]) -> Vec<f64> {
                         / n
                 })
                 .collect();
-            let max = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let exps: Vec<f64> = logs.iter().map(|l| (l - max).exp()).collect();
-            let sum: f64 = exps.iter().sum();
-            exps.iter().map(|e| e / sum).collect()
+            restricted_softmax(&logs)
         }
     }
 }

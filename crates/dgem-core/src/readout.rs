@@ -41,6 +41,25 @@ pub fn restricted_softmax(logits: &[f64]) -> Vec<f64> {
     exps.iter().map(|e| e / sum).collect()
 }
 
+/// `ln Σ exp(x)` over the finite entries of `xs`, computed stably (the largest
+/// is factored out); `-inf` when there is none.
+pub fn log_sum_exp(xs: &[f64]) -> f64 {
+    let max = xs
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .fold(f64::NEG_INFINITY, f64::max);
+    if !max.is_finite() {
+        return f64::NEG_INFINITY;
+    }
+    max + xs
+        .iter()
+        .filter(|x| x.is_finite())
+        .map(|x| (x - max).exp())
+        .sum::<f64>()
+        .ln()
+}
+
 /// Shannon entropy of `p` in nats (terms with p ≤ 0 contribute 0).
 pub fn entropy(p: &[f64]) -> f64 {
     p.iter()

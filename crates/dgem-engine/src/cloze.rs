@@ -23,6 +23,7 @@ use dgem_core::order::{canonical_order, pool_orders, rotate, shifts, OrderDebias
 use dgem_core::prompt::{
     gemma_chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec,
 };
+use dgem_core::readout::log_sum_exp;
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
@@ -223,15 +224,6 @@ pub(crate) fn spellings(slot: &ClozeSlot) -> impl Iterator<Item = (usize, &Vec<T
     })
 }
 
-/// `ln Σ exp(x)`, stable; `-1e4` (a floor, as for a missing token) when empty.
-fn log_sum_exp(xs: &[f64]) -> f64 {
-    let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return -1.0e4;
-    }
-    max + xs.iter().map(|x| (x - max).exp()).sum::<f64>().ln()
-}
-
 /// A slot read from one slot's logits: the restricted softmax of its label
 /// log-probabilities, plus the full-vocabulary reading when the backend
 /// returned one (`is_label` says whether its argmax token is a label).
@@ -279,7 +271,11 @@ pub(crate) fn combine(
                     l.push(sum);
                 }
             }
-            let ll: Vec<f64> = per_label.iter().map(|l| log_sum_exp(l)).collect();
+            // A label with no spelling scored gets the floor of a missing token.
+            let ll: Vec<f64> = per_label
+                .iter()
+                .map(|l| log_sum_exp(l).max(-1.0e4))
+                .collect();
             let v = first
                 .vocab
                 .as_ref()

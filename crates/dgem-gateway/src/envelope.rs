@@ -22,6 +22,14 @@ pub struct EnvelopeError(pub String);
 pub fn parse_reply(body: &[u8]) -> Result<Value, EnvelopeError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| EnvelopeError(format!("reply is not JSON: {e}")))?;
+    parse_reply_value(v)
+}
+
+/// [`parse_reply`] of a reply already parsed as JSON.
+///
+/// # Errors
+/// As [`parse_reply`], but for the JSON parse.
+pub fn parse_reply_value(v: Value) -> Result<Value, EnvelopeError> {
     if has_answers(&v) {
         return Ok(normalize(v));
     }

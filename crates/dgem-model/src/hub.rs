@@ -213,14 +213,13 @@ fn choose(r: &HubRef, info: &Info) -> Result<(String, Option<String>, Option<u64
                 ))
             })?,
         None => {
-            let q4: Vec<&&Sibling> = ggufs
-                .iter()
-                .filter(|s| s.rfilename.to_ascii_uppercase().contains("Q4_K_M"))
-                .collect();
-            match (ggufs.as_slice(), q4.as_slice()) {
-                ([one], _) => one,
-                (_, [one]) => one,
-                ([], _) => {
+            // The rule `--model hf:…` applies to a cached repository too.
+            let names: Vec<String> = ggufs.iter().map(|s| s.rfilename.clone()).collect();
+            let picked = crate::stores::pick_gguf(&names)
+                .and_then(|n| ggufs.iter().find(|s| s.rfilename == n));
+            match (picked, ggufs.as_slice()) {
+                (Some(one), _) => one,
+                (None, []) => {
                     return Err(ModelError::Hub(format!(
                         "hf:{}: the repository has no GGUF file (dgem runs GGUF models on CPU)",
                         r.repo

@@ -250,11 +250,6 @@ impl Fitted {
         &self.types[kind_index(kind)]
     }
 
-    /// Whether at least one type has a temperature.
-    pub fn any(&self) -> bool {
-        self.types.iter().any(|t| t.figures.temperature.is_some())
-    }
-
     /// Whether any type was fitted and scored on held-out rows, even if its
     /// temperature was then dropped for making them worse: such a file is
     /// still worth writing, since it records that no temperature carries over.

@@ -46,11 +46,6 @@ impl SamplesDiagnostics {
         self.parts.iter().map(|p| p.n).max().unwrap_or(0)
     }
 
-    /// Every read's tops of every part, mutably (to drop internal ids).
-    pub fn tops_mut(&mut self) -> impl Iterator<Item = &mut ReadTops> {
-        self.parts.iter_mut().flat_map(|p| p.tops.iter_mut())
-    }
-
     /// The `policy` value as written: the one part's policy in the flat shape,
     /// else the list of every part's.
     pub fn policy(&self) -> Value {

@@ -133,3 +133,13 @@ proptest! {
         prop_assert!((c.iter().sum::<f64>() - 1.0).abs() < 1e-9);
     }
 }
+
+#[test]
+fn log_sum_exp_known_values_and_no_finite_entry() {
+    let v = log_sum_exp(&[1f64.ln(), 3f64.ln(), f64::NEG_INFINITY]);
+    assert!((v - 4f64.ln()).abs() < 1e-12, "{v}");
+    // Stable far from 0: ln(2·e^1000) = 1000 + ln 2.
+    assert!((log_sum_exp(&[1000.0, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-9);
+    assert_eq!(log_sum_exp(&[]), f64::NEG_INFINITY);
+    assert_eq!(log_sum_exp(&[f64::NAN]), f64::NEG_INFINITY);
+}

@@ -102,10 +102,11 @@ impl Stores {
         for cache in &self.hf {
             let mut part: Vec<LocalModel> = hfcache::cached(cache)
                 .into_iter()
+                // Skip a file another cache listed before reading its header.
+                .filter(|(_, snap, file)| !seen.contains(&snap.join(file)))
                 .map(|(repo, snap, file)| {
                     LocalModel::new(Store::Hf, format!("hf:{repo}/{file}"), snap.join(file))
                 })
-                .filter(|m| !seen.contains(&m.path))
                 .collect();
             part.sort_by(|a, b| a.reference.cmp(&b.reference));
             seen.extend(part.iter().map(|m| m.path.clone()));
