@@ -7,6 +7,7 @@
 //! | 429, 5xx | `Upstream { status, body }` | 502 | yes |
 //! | timeout | `Timeout(ms)` | 504 | yes |
 //! | connect error, dropped connection | `Connection` | 502 | yes |
+//! | reply body silent for `idle_timeout` (5 s) after the headers, or cut | `Connection("vLLM at … : the reply stalled …")` | 502 | yes |
 //! | `/health` not 200 within `ready_wait` | `NotReady` | 503 | yes |
 //! | reply not JSON / fields missing | `Model("malformed vLLM reply: …")` | 502 | no |
 
@@ -22,6 +23,10 @@ use crate::config::{VllmConfig, VllmError};
 /// Bytes of an error body kept in messages (the original server keeps 300).
 const BODY_PREFIX: usize = 300;
 
+/// Largest vLLM reply read (64 MiB): a read of 128 label ids over a canvas
+/// of a few thousand tokens is well under a megabyte.
+const MAX_REPLY_BYTES: usize = 64 << 20;
+
 /// A vLLM endpoint.
 #[derive(Debug)]
 pub(crate) struct VllmClient {
@@ -30,6 +35,7 @@ pub(crate) struct VllmClient {
     ready: AtomicBool,
     permits: Semaphore,
     request_timeout: Duration,
+    idle_timeout: Duration,
     ready_wait: Duration,
     probe_timeout: Duration,
     probe_interval: Duration,
@@ -59,6 +65,7 @@ impl VllmClient {
             ready: AtomicBool::new(false),
             permits: Semaphore::new(cfg.max_concurrent),
             request_timeout: cfg.request_timeout,
+            idle_timeout: cfg.idle_timeout,
             ready_wait: cfg.ready_wait,
             probe_timeout: cfg.probe_timeout,
             probe_interval: cfg.probe_interval,
@@ -143,7 +150,10 @@ impl VllmClient {
             .map_err(|e| self.transport(&e))?;
         let status = resp.status().as_u16();
         span.record("status", status);
-        let bytes = resp.bytes().await.map_err(|e| self.transport(&e))?;
+        let bytes =
+            dgem_backend::body::read_idle(resp.bytes_stream(), self.idle_timeout, MAX_REPLY_BYTES)
+                .await
+                .map_err(|e| BackendError::Connection(format!("vLLM at {}: {e}", self.base)))?;
         span.record("ms", started.elapsed().as_millis() as u64);
         let text = String::from_utf8_lossy(&bytes);
         if status == 429 || status >= 500 {

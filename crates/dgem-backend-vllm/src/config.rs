@@ -119,6 +119,10 @@ pub struct VllmConfig {
     pub request_timeout: Duration,
     /// TCP connect limit of one vLLM call.
     pub connect_timeout: Duration,
+    /// Longest silence of a reply body after its headers (default 5 s,
+    /// [`dgem_backend::body::DEFAULT_IDLE_TIMEOUT`]): vLLM writes a
+    /// non-streamed reply in one go, so a pause mid-body is a broken upstream.
+    pub idle_timeout: Duration,
     /// Most vLLM calls in flight at once, over all decisions (a semaphore).
     pub max_concurrent: usize,
     /// How long a request waits for vLLM's `/health` before 503 (serving.md §9.6: 180 s).
@@ -147,6 +151,7 @@ impl VllmConfig {
             constrained: true,
             request_timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(5),
+            idle_timeout: dgem_backend::body::DEFAULT_IDLE_TIMEOUT,
             max_concurrent: 64,
             ready_wait: Duration::from_secs(180),
             probe_timeout: Duration::from_millis(1500),

@@ -88,6 +88,28 @@ async fn a_dropped_connection_is_a_retryable_connection_error() {
     assert!(b.is_retryable());
 }
 
+/// Issue 27 item 3: a reply that sends its headers and then stalls fails
+/// in the idle budget, not the call's limit (5 s here, 600 s by default).
+#[tokio::test]
+async fn a_reply_that_stalls_after_its_headers_fails_in_the_idle_budget() {
+    let ids = ids();
+    let fake = fake_with(&ids, |_, _| 1.0).await;
+    let mut cfg = config(&fake);
+    cfg.idle_timeout = Duration::from_millis(300);
+    let d = decider(&ids, cfg);
+    assert_eq!(d.health().await, Health::Ready);
+    fake.fail_next(Failure::StallBody(Duration::from_secs(30)), 1);
+    let t0 = std::time::Instant::now();
+    let b = backend_err(decide(&d, one()).await.unwrap_err());
+    let took = t0.elapsed();
+    assert!(
+        matches!(&b, BackendError::Connection(m) if m.contains("the reply stalled: no byte for 300 ms")),
+        "{b:?}"
+    );
+    assert!(b.is_retryable());
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
 #[tokio::test]
 async fn malformed_replies_are_errors_not_defaults() {
     let ids = ids();

@@ -17,6 +17,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod body;
 pub mod brackets;
 mod decide;
 mod error;

@@ -69,6 +69,9 @@ pub enum Failure {
     Slow(Duration),
     /// Send the headers, then drop the connection mid-body.
     DropConnection,
+    /// Send the headers and the first bytes of the body, then go silent for
+    /// this long (a wedged upstream), then drop the connection.
+    StallBody(Duration),
     /// Answer 200 with a body that is not JSON.
     MalformedJson,
     /// Answer 200 with valid JSON that lacks `logprobs`.
@@ -252,6 +255,21 @@ async fn handle(s: &Shared, path: &str, raw: &str) -> Response {
                 )),
             ]);
             return Response::new(Body::from_stream(broken));
+        }
+        Some(Failure::StallBody(d)) => {
+            let first = futures_util::stream::iter([Ok::<_, std::io::Error>(
+                axum::body::Bytes::from_static(b"{\"choices\": ["),
+            )]);
+            let silent = futures_util::stream::once(async move {
+                tokio::time::sleep(d).await;
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "fake vLLM gave up after stalling",
+                ))
+            });
+            return Response::new(Body::from_stream(futures_util::StreamExt::chain(
+                first, silent,
+            )));
         }
         Some(Failure::MalformedJson) => {
             return (StatusCode::OK, "<html>not json</html>").into_response();

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Bytes;
+use dgem_backend::body::{read_idle, BodyFault, DEFAULT_IDLE_TIMEOUT};
 use dgem_backend::{Attention, BackendError, BackendInfo, Health};
 use dgem_core::labels::LabelMode;
 use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
@@ -35,6 +36,15 @@ pub struct RemoteConfig {
     pub base: String,
     /// Limit of one request, connect included (default 90 s).
     pub timeout: Duration,
+    /// Limit from sending the request to the reply's headers (default 90 s: a
+    /// dgem server sends its headers with the finished decision, so this is
+    /// the upstream's compute time).
+    pub first_byte_timeout: Duration,
+    /// Longest silence while the reply body streams, after the headers
+    /// (default 5 s, [`DEFAULT_IDLE_TIMEOUT`]: a dgem server writes its body in
+    /// one go once the decision is made). A replica that sends its
+    /// headers and then stalls fails over after this, not after `timeout`.
+    pub idle_timeout: Duration,
     /// Limit of one health probe (default 2.5 s).
     pub health_timeout: Duration,
     /// Where bearer tokens come from, if the target needs one.
@@ -48,6 +58,8 @@ impl std::fmt::Debug for RemoteConfig {
         f.debug_struct("RemoteConfig")
             .field("base", &self.base)
             .field("timeout", &self.timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
             .field("auth", &self.auth.as_ref().map(|a| a.describe()))
             .finish()
     }
@@ -59,6 +71,8 @@ impl RemoteConfig {
         Self {
             base: trim_base(base),
             timeout: Duration::from_secs(90),
+            first_byte_timeout: Duration::from_secs(90),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             health_timeout: Duration::from_millis(2500),
             auth: None,
             model: "dgem".into(),
@@ -129,10 +143,11 @@ impl RemoteDgem {
         if let Some(token) = self.bearer().await? {
             req = req.bearer_auth(token);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| transport(&e, self.config.timeout))?;
+        let first_byte = self.config.first_byte_timeout;
+        let resp = match tokio::time::timeout(first_byte, req.send()).await {
+            Ok(sent) => sent.map_err(|e| transport(&e, self.config.timeout))?,
+            Err(_) => return Err(BackendError::Timeout(first_byte.as_millis() as u64)),
+        };
         let status = resp.status().as_u16();
         let ctype = resp
             .headers()
@@ -148,20 +163,24 @@ impl RemoteDgem {
                     .map(|v| ((*h).to_string(), v.to_string()))
             })
             .collect();
-        // A reset while the body streams is a failure *during* the request: it
-        // surfaces here as a retryable connection error, so it fails over.
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| transport(&e, self.config.timeout))?;
-        if bytes.len() > crate::MAX_UPSTREAM_BODY {
-            return Err(BackendError::Model(format!(
-                "reply of {} bytes exceeds {} bytes",
-                bytes.len(),
-                crate::MAX_UPSTREAM_BODY
-            )));
-        }
+        let bytes = read_body(resp, self.config.idle_timeout).await?;
         Ok((status, ctype, bytes, passed))
+    }
+}
+
+/// The reply body, each chunk within `idle` of the one before
+/// ([`dgem_backend::body::read_idle`]).
+///
+/// The headers came, so the replica is up: a body that stalls (no byte for
+/// `idle`) or is cut (the connection closes before the body ends) is a reply
+/// that does not answer, [`BackendError::BadReply`], which fails over at once
+/// without a health probe and counts against the replica's breaker. A body
+/// over [`crate::MAX_UPSTREAM_BODY`] is refused as it grows.
+async fn read_body(resp: reqwest::Response, idle: Duration) -> Result<Bytes, BackendError> {
+    match read_idle(resp.bytes_stream(), idle, crate::MAX_UPSTREAM_BODY).await {
+        Ok(body) => Ok(Bytes::from(body)),
+        Err(e @ BodyFault::TooLarge { .. }) => Err(BackendError::Model(e.to_string())),
+        Err(e) => Err(BackendError::BadReply(e.to_string())),
     }
 }
 

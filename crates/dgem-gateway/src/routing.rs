@@ -10,7 +10,9 @@
 //! For each request the chain is walked in order. A replica whose breaker is
 //! open is skipped. A retryable failure (connection refused or reset — before
 //! or during the request —, timeout, 429, 502/503/504) moves on to the next
-//! replica; unlike the original gateway (reference.md §4.4) a Vertex request
+//! replica (a reply that stalls or is cut after its headers counts, and
+//! fails over without a health probe: see `RemoteConfig::idle_timeout`);
+//! unlike the original gateway (reference.md §4.4) a Vertex request
 //! that fails mid-way fails over too. A non-retryable answer (a 4xx) is returned
 //! at once. When every replica failed but one of them reports a warming phase
 //! on `/health` (not a failed phase such as `warmup_failed`: see
@@ -450,7 +452,15 @@ impl Gateway {
                         });
                     }
                     Err(error) => {
-                        let health = rep.replica.health().await;
+                        // A replica that answered (its reply did not answer
+                        // the request, stalled or was cut after the headers)
+                        // is up, not warming: no health probe, so a stall
+                        // fails over within the idle budget.
+                        let health = if matches!(error, BackendError::BadReply(_)) {
+                            Health::Ready
+                        } else {
+                            rep.replica.health().await
+                        };
                         let outcome = if health.is_warming() {
                             rep.breaker.release();
                             warming.push(i);

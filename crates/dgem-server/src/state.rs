@@ -1,7 +1,7 @@
 //! Shared application state: the engine, the settings, the concurrency gate and
 //! readiness. Cheap to clone (one `Arc`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -9,7 +9,7 @@ use dgem_backend::Health;
 use dgem_engine::Decider;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::config::ServeConfig;
 use crate::telemetry;
@@ -37,6 +37,25 @@ pub struct Readiness {
 /// enough that a probe storm does not reach vLLM.
 pub const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
+/// How long `/health` waits for a probe it started before it answers with
+/// the last known health (50 ms): a probe of the embedded engine or a
+/// healthy vLLM is in by then, and `/health` stays within 100 ms however
+/// slow the backend's own health check is (Cloud Run's probe timeout in the
+/// deploy files is 2 s; a hung vLLM health check took 1.5 s).
+pub const HEALTH_WAIT: Duration = Duration::from_millis(50);
+
+/// The longest one background probe may run (5 s); past it the backend is
+/// reported [`UNHEALTHY_PHASE`], a failed phase (a gateway fails over rather
+/// than waiting for it).
+pub const HEALTH_PROBE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Phase reported before the first probe of the backend has answered.
+pub const CHECKING_PHASE: &str = "checking_backend";
+
+/// Phase reported when the backend's health check ran past
+/// [`HEALTH_PROBE_LIMIT`].
+pub const UNHEALTHY_PHASE: &str = "backend_unhealthy";
+
 /// The state every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -50,6 +69,10 @@ struct Inner {
     gate: Option<Arc<Semaphore>>,
     readiness: Mutex<Readiness>,
     live: Mutex<Option<(Instant, Health)>>,
+    /// A background probe is running (one at a time).
+    probing: AtomicBool,
+    /// Woken when a background probe stores its result.
+    probed: Notify,
     inflight: AtomicUsize,
     boot_ts: f64,
     metrics: PrometheusHandle,
@@ -97,6 +120,8 @@ impl AppState {
                     priors_warmed: None,
                 }),
                 live: Mutex::new(None),
+                probing: AtomicBool::new(false),
+                probed: Notify::new(),
                 inflight: AtomicUsize::new(0),
                 boot_ts: unix_now(),
                 metrics: telemetry::handle(),
@@ -135,27 +160,56 @@ impl AppState {
             .clone()
     }
 
-    /// The decider's health now: one probe (for vLLM, a `GET /health` of the
-    /// upstream), reused for [`HEALTH_CACHE`].
+    /// The decider's health, answered within [`HEALTH_WAIT`] whatever the
+    /// backend does: a probe younger than [`HEALTH_CACHE`] is reused;
+    /// otherwise one probe starts in the background (one at a time, bounded
+    /// by [`HEALTH_PROBE_LIMIT`]) and its result is used if it is in within
+    /// [`HEALTH_WAIT`], else the last known health, else [`CHECKING_PHASE`].
+    /// Must be called inside a tokio runtime.
     pub async fn live_health(&self) -> Health {
-        let cached = self
-            .inner
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some((at, h)) = cached {
+        let notified = self.inner.probed.notified();
+        tokio::pin!(notified);
+        // Registered before the probe can finish, so its wake-up is not missed.
+        notified.as_mut().enable();
+        if let Some((at, h)) = self.cached_health() {
             if at.elapsed() < HEALTH_CACHE {
                 return h;
             }
         }
-        let h = self.inner.engine.health().await;
-        *self
-            .inner
+        if !self.inner.probing.swap(true, Ordering::SeqCst) {
+            let state = self.clone();
+            tokio::spawn(async move {
+                let engine = state.inner.engine.clone();
+                let h = match tokio::time::timeout(HEALTH_PROBE_LIMIT, engine.health()).await {
+                    Ok(h) => h,
+                    Err(_) => Health::Failed {
+                        phase: UNHEALTHY_PHASE.into(),
+                        reason: format!(
+                            "the backend's health check did not answer within {} ms",
+                            HEALTH_PROBE_LIMIT.as_millis()
+                        ),
+                    },
+                };
+                *state
+                    .inner
+                    .live
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), h));
+                state.inner.probing.store(false, Ordering::SeqCst);
+                state.inner.probed.notify_waiters();
+            });
+        }
+        let _ = tokio::time::timeout(HEALTH_WAIT, notified).await;
+        self.cached_health()
+            .map_or_else(|| Health::starting(CHECKING_PHASE), |(_, h)| h)
+    }
+
+    fn cached_health(&self) -> Option<(Instant, Health)> {
+        self.inner
             .live
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), h.clone()));
-        h
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Readiness now: the warm-up's record, and not ready (in the backend's own

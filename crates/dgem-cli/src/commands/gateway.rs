@@ -76,6 +76,12 @@ pub struct GatewayArgs {
     /// Seconds one attempt on one backend may take (default 90).
     #[arg(long, env = "DGEM_ATTEMPT_TIMEOUT_S", default_value_t = 90)]
     pub attempt_timeout: u64,
+    /// Seconds from sending a request to a backend to its reply's headers (default: the attempt timeout).
+    #[arg(long, env = "DGEM_FIRST_BYTE_TIMEOUT_S")]
+    pub first_byte_timeout: Option<u64>,
+    /// Seconds a reply body may go silent after its headers before the attempt fails over (default 5).
+    #[arg(long, env = "DGEM_IDLE_TIMEOUT_S", default_value_t = 5)]
+    pub idle_timeout: u64,
     #[command(flatten)]
     pub model: ModelArgs,
     #[command(flatten)]
@@ -122,14 +128,26 @@ impl OneOrMany {
     }
 }
 
+/// The time budgets of one attempt on a remote backend (seconds on the
+/// command line): the whole attempt, until the reply's headers, and the
+/// longest silence of its body.
+#[derive(Debug, Clone, Copy)]
+struct Budgets {
+    attempt: Duration,
+    first_byte: Duration,
+    idle: Duration,
+}
+
 fn remote(
     url: &str,
     auth: Option<Arc<dyn BearerSource>>,
-    timeout: Duration,
+    budgets: Budgets,
 ) -> Result<Replica, Failure> {
     let mut cfg = RemoteConfig::new(url);
     cfg.auth = auth;
-    cfg.timeout = timeout;
+    cfg.timeout = budgets.attempt;
+    cfg.first_byte_timeout = budgets.first_byte;
+    cfg.idle_timeout = budgets.idle;
     Ok(Replica::remote(RemoteDgem::new(cfg).map_err(internal)?))
 }
 
@@ -149,6 +167,13 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
     };
     let pick = |a: Option<String>, f: Option<String>| a.or(f).filter(|s| !s.trim().is_empty());
     let attempt = Duration::from_secs(args.attempt_timeout.max(1));
+    let budgets = Budgets {
+        attempt,
+        first_byte: args
+            .first_byte_timeout
+            .map_or(attempt, |s| Duration::from_secs(s.max(1)).min(attempt)),
+        idle: Duration::from_secs(args.idle_timeout.max(1)),
+    };
     let static_auth: Option<Arc<dyn BearerSource>> = args
         .token
         .clone()
@@ -167,7 +192,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name: "vertex".into(),
             kind: Kind::Vertex,
-            replicas: vec![remote(&base, Some(auth), attempt)?],
+            replicas: vec![remote(&base, Some(auth), budgets)?],
         });
     }
     if let Some(url) = pick(args.cloudrun_url, file.cloudrun_url) {
@@ -184,7 +209,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name: "cloudrun".into(),
             kind: Kind::Cloudrun,
-            replicas: vec![remote(&url, Some(auth), attempt)?],
+            replicas: vec![remote(&url, Some(auth), budgets)?],
         });
     }
     let local_urls: Vec<String> = if args.local_url.is_empty() {
@@ -198,7 +223,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         .map(|u| u.trim())
         .filter(|u| !u.is_empty())
     {
-        local.push(remote(url, static_auth.clone(), attempt)?);
+        local.push(remote(url, static_auth.clone(), budgets)?);
     }
     if args.embedded {
         let engine = Arc::new(setup::engine(&args.model)?);
@@ -229,7 +254,7 @@ fn build(args: GatewayArgs) -> Result<(GatewayConfig, TemplateDir, String, u16),
         backends.push(BackendSpec {
             name,
             kind: Kind::Remote,
-            replicas: vec![remote(&url, static_auth.clone(), attempt)?],
+            replicas: vec![remote(&url, static_auth.clone(), budgets)?],
         });
     }
     let allowed: Vec<String> = if args.backends.is_empty() {
