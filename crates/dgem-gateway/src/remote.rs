@@ -208,18 +208,20 @@ pub(crate) fn snippet(body: &[u8]) -> String {
 }
 
 /// The chat body of a decision: the schema JSON as the system message, the
-/// state as the user message, and the seed. The protocol wants the user
-/// message to be JSON text, so any state (a string too) goes as its JSON text,
-/// except a list of content parts (images), which goes as it is.
+/// state as the user message, and the seed.
+///
+/// The chat route reads the user message as JSON text and puts that text in
+/// the prompt as it is, so the state is encoded as the original gateway
+/// encodes it: a list of content parts (images) goes as it is; a string that
+/// is itself a JSON object or array goes as that text; any other string goes
+/// as `{"state": "<text>"}` (a bare string would not be JSON, and a quoted
+/// one would reach the model with its quotes); any other value goes as its
+/// JSON text with Python's separators, as the in-process engine renders it.
 pub fn chat_body(model: &str, schema: &Value, state: &Value, seed: i64) -> Value {
-    // The state text is what the replica puts in the prompt as it is: encode
-    // it as the in-process engine renders a state (`prompt::state_text`:
-    // Python's separators), so a decision routed through the gateway reads
-    // the same tokens as one made in process. A string state goes as a JSON
-    // string literal, which the chat route reads back as that string.
     let state = match state {
         Value::Array(parts) if parts.iter().any(|p| p.get("type").is_some()) => state.clone(),
-        Value::String(s) => Value::String(Value::String(s.clone()).to_string()),
+        Value::String(s) if is_json_container(s) => Value::String(s.trim().to_string()),
+        Value::String(s) => Value::String(dgem_core::prompt::python_json(&json!({"state": s}))),
         other => Value::String(dgem_core::prompt::python_json(other)),
     };
     json!({
@@ -230,6 +232,14 @@ pub fn chat_body(model: &str, schema: &Value, state: &Value, seed: i64) -> Value
         ],
         "seed": seed,
     })
+}
+
+/// Whether `text` parses as a JSON object or array.
+fn is_json_container(text: &str) -> bool {
+    matches!(
+        serde_json::from_str::<Value>(text.trim()),
+        Ok(Value::Object(_) | Value::Array(_))
+    )
 }
 
 impl RemoteDgem {
@@ -439,7 +449,11 @@ mod tests {
         // Python separators, as the in-process engine renders the state.
         assert_eq!(b["messages"][1]["content"], "{\"ticket\": \"x\"}");
         assert_eq!(b["seed"], 3);
+        // A plain string goes wrapped, as the original gateway sends it.
         let b = chat_body("m", &schema, &json!("on fire"), 3);
-        assert_eq!(b["messages"][1]["content"], "\"on fire\"");
+        assert_eq!(b["messages"][1]["content"], "{\"state\": \"on fire\"}");
+        // A string holding a JSON object goes as that text.
+        let b = chat_body("m", &schema, &json!(" {\"a\": 1} "), 3);
+        assert_eq!(b["messages"][1]["content"], "{\"a\": 1}");
     }
 }

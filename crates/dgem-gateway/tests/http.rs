@@ -52,7 +52,8 @@ fn backend(e: EngineError) -> BackendError {
 async fn decides_through_the_chat_route() {
     async fn chat(Json(b): Json<Value>) -> Json<Value> {
         assert_eq!(b["messages"][0]["role"], "system");
-        assert_eq!(b["messages"][1]["content"], "\"x\"");
+        // A plain string state goes wrapped, as the original gateway sends it.
+        assert_eq!(b["messages"][1]["content"], "{\"state\": \"x\"}");
         let content = json!({"answers": {"u": {"type": "noul", "label": "yes", "probabilities": {"yes": 0.9, "no": 0.1}}}, "diagnostics": {"timing": {"total_ms": 3.0}}});
         Json(
             json!({"choices": [{"message": {"role": "assistant", "content": content.to_string()}}]}),

@@ -381,18 +381,15 @@ fn schema_and_state(
             }
             // Strict, as the schema is: a repeated key in the state would make
             // the model read one value while the caller meant the other.
-            let parsed = dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {
+            // The text must be JSON; the text itself is the state, as sent:
+            // a JSON string literal keeps its quotes, as in the original server.
+            dgem_core::json::parse_strict(&text).map_err(|e| match e.duplicate {
                 Some(_) => ApiError::new(ErrorKind::Validation, format!("state: {e}"))
                     .with_param("messages[1].content"),
                 None => invalid(format!("{PARSE_PREFIX}{}", e.message))
                     .with_param("messages[1].content"),
             })?;
-            match parsed {
-                // A JSON string literal is that text, without its quotes (the
-                // gateway sends a string state this way).
-                Value::String(inner) => Value::String(inner),
-                _ => Value::String(text),
-            }
+            Value::String(text)
         }
     };
     Ok((schema, state))

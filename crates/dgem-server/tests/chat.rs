@@ -492,3 +492,30 @@ async fn bad_chat_extension_keys_are_400_naming_them() {
         assert!(msg.contains(needle), "{key}: {msg}");
     }
 }
+
+/// Issue 27 item 6: a user message that is a JSON string literal is the state
+/// as sent, quotes included, as the original server puts it in the prompt
+/// (the route used to strip them, so `"\"hello\""` was read as `hello`).
+#[tokio::test]
+async fn a_json_string_state_keeps_its_quotes_on_the_chat_route() {
+    let b = dgem_testkit::ScriptedBackend::new(|ctx| {
+        let quoted = ctx.prefix.contains("\"want_yes\"");
+        let p_yes = if quoted { 0.9 } else { 0.1 };
+        ctx.labels
+            .iter()
+            .map(|l| if l == "yes" { p_yes } else { 1.0 - p_yes })
+            .collect()
+    });
+    let app = dgem_server::router(common::state(b, common::config()));
+    let schema = json!({"questions": [{"id": "u", "type": "noul"}]});
+    let r = call(
+        &app,
+        post("/v1/chat/completions", &chat(&schema, &json!("want_yes"))),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let p = envelope(&r.body)["answers"]["u"]["probabilities"]["yes"]
+        .as_f64()
+        .unwrap();
+    assert!((p - 0.9).abs() < 1e-6, "the quotes were lost: p(yes) {p}");
+}
