@@ -38,6 +38,7 @@ pub mod error;
 pub mod remote;
 pub mod replica;
 pub mod reply;
+pub mod rewrite;
 pub mod routing;
 pub mod server;
 pub mod vertex;

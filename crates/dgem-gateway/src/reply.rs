@@ -68,17 +68,47 @@ impl Expectation {
     }
 
     /// Check a 2xx reply `body` (of `content_type`, if known) against the
-    /// request.
+    /// request. `Ok(None)`: the reply stands as sent; `Ok(Some(body))`: the
+    /// check renormalized an answer or read a refusal as an abstention, and
+    /// `body` is the reply with those changes made ([`crate::rewrite`]).
     ///
     /// # Errors
     /// [`BackendError::BadReply`] naming the JSON path of the first value that
     /// does not answer the request (`$` for a body that is not JSON).
-    pub fn check(&self, content_type: Option<&str>, body: &[u8]) -> Result<(), BackendError> {
+    pub fn check(
+        &self,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Option<Vec<u8>>, BackendError> {
         match self {
-            Self::Chat(schema) => chat_decision(schema, content_type, body).map(|_| ()),
+            Self::Chat(schema) => {
+                let stream = is_event_stream(content_type, body);
+                let read = if stream {
+                    stream_envelope(body)?
+                } else {
+                    chat_envelope(schema, body)?
+                };
+                let d = decided(schema, &read)?;
+                if !crate::rewrite::needs_rewrite(&d) {
+                    return Ok(None);
+                }
+                Ok(Some(if stream {
+                    let text = String::from_utf8_lossy(body);
+                    crate::rewrite::chat_stream(&text, &read, &d).into_bytes()
+                } else {
+                    let v = json_body(body)?;
+                    crate::rewrite::chat(v, &read, &d).to_string().into_bytes()
+                }))
+            }
             Self::SystemOne(schema) => {
                 let v = json_body(body)?;
-                decided(schema, &systemone_envelope(schema, &v)?).map(|_| ())
+                let d = decided(schema, &systemone_envelope(schema, &v)?)?;
+                if !crate::rewrite::needs_rewrite(&d) {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    crate::rewrite::systemone(v, &d).to_string().into_bytes(),
+                ))
             }
         }
     }

@@ -148,9 +148,11 @@ async fn forward(
             let body = body.clone();
             let expectation = expectation.clone();
             async move {
-                let f = t.forward(path, body).await?;
+                let mut f = t.forward(path, body).await?;
                 if let Some(e) = expectation.filter(|_| (200..300).contains(&f.status)) {
-                    e.check(f.content_type.as_deref(), &f.body)?;
+                    if let Some(rewritten) = e.check(f.content_type.as_deref(), &f.body)? {
+                        f.body = Bytes::from(rewritten);
+                    }
                 }
                 Ok(f)
             }

@@ -314,8 +314,18 @@ fn good_answers() -> Map<String, Value> {
 /// The `u` probability of yes in a reply body of `route` (chat, stream,
 /// systemone or /api).
 fn reads_u_yes(route: Route, body: &[u8]) -> f64 {
+    let envelope = envelope_of(route, body);
+    let p = &envelope["answers"]["u"]["probabilities"];
+    p.get("yes")
+        .or_else(|| p.get("true"))
+        .and_then(Value::as_f64)
+        .unwrap()
+}
+
+/// The `{answers, diagnostics}` of a reply body of `route`.
+fn envelope_of(route: Route, body: &[u8]) -> Value {
     let text = String::from_utf8_lossy(body);
-    let envelope: Value = match route {
+    match route {
         Route::ChatStream => {
             let content: String = text
                 .lines()
@@ -335,12 +345,7 @@ fn reads_u_yes(route: Route, body: &[u8]) -> f64 {
             serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap()
         }
         Route::SystemOne | Route::ApiDecide => serde_json::from_slice(body).unwrap(),
-    };
-    let p = &envelope["answers"]["u"]["probabilities"];
-    p.get("yes")
-        .or_else(|| p.get("true"))
-        .and_then(Value::as_f64)
-        .unwrap()
+    }
 }
 
 proptest! {
@@ -515,6 +520,60 @@ fn success_false_keeps_the_upstream_message_on_every_route() {
         assert!(
             msg.contains("`success`") && msg.contains("model crashed"),
             "{route:?}: {msg}"
+        );
+    }
+}
+
+/// Issue 27 item 2 on the pass-through routes: the chat (streamed or not) and
+/// System One routes forwarded a reply rounded to two decimals as it was
+/// (the check accepted it, but the caller got sums of 0.99 and no record);
+/// the reply is now rewritten as `/api/decide`'s is: probabilities divided by
+/// their sum and `diagnostics.renormalized` naming the sum received.
+#[test]
+fn pass_through_routes_renormalize_and_record_rounded_probabilities() {
+    let mut a = answers(0.5, [0.2, 0.3, 0.5]);
+    a["u"]["probabilities"] = json!({"yes": 0.67, "no": 0.32});
+    for route in [Route::Chat, Route::ChatStream, Route::SystemOne] {
+        let f = fixture();
+        *f.bad.lock().unwrap() = wire(route, &a);
+        let app = app(&f.bad_base, &f.good_base);
+        let (status, used, body) = f.rt.block_on(send(&app, route, "vertex"));
+        assert_eq!((status, used.as_str()), (200, "vertex"), "{route:?}");
+        let env = envelope_of(route, &body);
+        let yes = reads_u_yes(route, &body);
+        assert!((yes - 0.67 / 0.99).abs() < 1e-9, "{route:?}: {env}");
+        let sum = env["diagnostics"]["renormalized"]["u"].as_f64();
+        assert!(
+            sum.is_some_and(|s| (s - 0.99).abs() < 1e-9),
+            "{route:?}: {env}"
+        );
+        // The answer that summed to 1 is as the upstream sent it.
+        let red = env["answers"]["c"]["probabilities"]["red"].as_f64();
+        assert_eq!(red, Some(0.2), "{route:?}: {env}");
+    }
+}
+
+/// Issue 27 item 2 on the pass-through routes: a `refusal` entry reached the
+/// caller of the chat and System One routes as it was; it is now the
+/// decision's abstention, with the upstream's reason.
+#[test]
+fn pass_through_routes_turn_a_refusal_into_an_abstention() {
+    let mut a = answers(0.5, [0.2, 0.3, 0.5]);
+    a["u"] = json!({"refusal": "not enough context"});
+    for route in [Route::Chat, Route::ChatStream, Route::SystemOne] {
+        let f = fixture();
+        *f.bad.lock().unwrap() = wire(route, &a);
+        let app = app(&f.bad_base, &f.good_base);
+        let (status, _, body) = f.rt.block_on(send(&app, route, "vertex"));
+        assert_eq!(status, 200, "{route:?}");
+        let env = envelope_of(route, &body);
+        let u = &env["answers"]["u"];
+        assert_eq!(u["abstained"], json!(true), "{route:?}: {env}");
+        let reason = u["abstain_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("not enough context"), "{route:?}: {env}");
+        assert!(
+            (reads_u_yes(route, &body) - 0.5).abs() < 1e-9,
+            "{route:?}: {env}"
         );
     }
 }
