@@ -115,8 +115,15 @@ impl GatewayError {
                     404 => ErrorKind::NotFound,
                     413 => ErrorKind::PayloadTooLarge,
                     422 => ErrorKind::Validation,
+                    // A 5xx that does not fail over (a 500: a bug upstream)
+                    // is the upstream's failure, never the caller's 400.
+                    500.. => ErrorKind::Upstream,
                     _ => ErrorKind::InvalidRequest,
                 },
+                // The backend failed (its model, its runtime, its size
+                // limit), not the request.
+                BackendError::Model(_) => ErrorKind::Upstream,
+                BackendError::Unavailable(_) => ErrorKind::Unavailable,
                 _ => ErrorKind::InvalidRequest,
             },
             Self::Upstream { error, .. } => match error {
@@ -230,6 +237,13 @@ impl GatewayError {
             Self::Rejected {
                 backend,
                 error: BackendError::Upstream { status, body },
+            } if *status >= 500 => format!(
+                "backend `{backend}` failed (HTTP {status}, not retried elsewhere: an error of the backend itself): {}",
+                upstream_words(body)
+            ),
+            Self::Rejected {
+                backend,
+                error: BackendError::Upstream { status, body },
             } => format!(
                 "backend `{backend}` rejected the request (HTTP {status}): {}",
                 upstream_words(body)
@@ -330,6 +344,26 @@ mod tests {
             },
         };
         assert_eq!(rejected.status(), 422);
+        // Regression (issue 27 hostile run): an upstream 500 on `/api/decide`
+        // was a 400 `invalid_request_error` blaming the caller.
+        let failed = GatewayError::Rejected {
+            backend: "local".into(),
+            error: BackendError::Upstream {
+                status: 500,
+                body: r#"{"error":{"message":"boom"}}"#.into(),
+            },
+        };
+        assert_eq!(failed.status(), 502);
+        assert!(
+            failed.public_message().contains("failed (HTTP 500"),
+            "{}",
+            failed.public_message()
+        );
+        let model = GatewayError::Rejected {
+            backend: "local".into(),
+            error: BackendError::Model("reply exceeds 16 bytes".into()),
+        };
+        assert_eq!(model.status(), 502);
         // Regression (bad-input suite): the upstream's JSON error body was
         // pasted escaped into the message.
         let rejected = GatewayError::Rejected {
