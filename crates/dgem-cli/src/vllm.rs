@@ -10,7 +10,6 @@ use dgem_backend_vllm::{HfTokenizer, VllmConfig, VllmDecider};
 use dgem_core::tokenizer::Tokenizer;
 
 use crate::failure::{internal, user, Failure};
-use crate::progress::Bar;
 
 /// Options of the vLLM reader (used with `--backend vllm=URL`).
 #[derive(Debug, Clone, Args)]
@@ -100,15 +99,27 @@ fn load_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
     Ok(Arc::new(tok))
 }
 
-/// Build the vLLM decider for `url`.
+/// Build the vLLM decider for `url`; the default tokenizer (the embedded
+/// GGUF) is pulled on first use within `pull_timeout_s` (`--pull-timeout`),
+/// as `fetch` says.
 ///
 /// # Errors
 /// User errors for a bad tokenizer path or setting; internal ones when the
 /// default tokenizer cannot be fetched.
-pub fn decider(url: &str, args: &VllmArgs) -> Result<VllmDecider, Failure> {
+pub fn decider(
+    url: &str,
+    args: &VllmArgs,
+    pull_timeout_s: f64,
+    fetch: crate::pull::Fetch<'_>,
+) -> Result<VllmDecider, Failure> {
     let path = match &args.tokenizer {
         Some(p) => p.clone(),
-        None => dgem_model::ensure(&dgem_model::default_model(), &Bar::new()).map_err(|e| {
+        None => crate::pull::fetch(
+            &dgem_model::default_model(),
+            crate::pull::config(pull_timeout_s),
+            fetch,
+        )
+        .map_err(|e| {
             internal(
                 anyhow::Error::new(e)
                     .context("could not fetch the default tokenizer (the embedded GGUF)"),

@@ -50,6 +50,82 @@ fn misspelled_variable_exits_1_with_a_suggestion() {
     }
 }
 
+/// Issue 27 item 6: a variable the template reads with no default, left
+/// unset, rendered `<no value>`/`null` into the policy and was decided on.
+/// `decide` and `render` exit 1 naming it, unless `--allow-missing-vars`.
+#[test]
+fn an_unset_variable_without_a_default_exits_1_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("two_fields.json.tmpl");
+    std::fs::write(
+        &t,
+        r#"{"schema": {"questions": [{"id": "urgent", "type": "boolean"}]},
+ "state": {"ticket": {{ .ticket | toJson }}, "customer": "{{ .customer }}"}}"#,
+    )
+    .expect("write");
+    let t = t.to_str().expect("utf8");
+    for cmd in ["decide", "render"] {
+        let o = dgem(&[cmd, "-t", t, "-v", "ticket=refund me"], None);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(
+                "two_fields.json.tmpl` reads `customer`, which was not given \
+                 and has no `default` there, so the policy would be decided on a placeholder \
+                 (<no value>, or null through toJson); the variables given are [ticket]; pass it \
+                 with `-v NAME=VALUE` or `-d FILE`, or render the placeholder anyway with \
+                 `--allow-missing-vars`"
+            ),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+    let o = dgem(
+        &[
+            "render",
+            "-t",
+            t,
+            "-v",
+            "ticket=refund me",
+            "--allow-missing-vars",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["state"]["customer"], "<no value>");
+}
+
+/// Issue 27 item 6: a policy that declares `requires_image` is refused
+/// without `--image` (exit 1, before any model is loaded), saying how to
+/// give one.
+#[test]
+fn a_policy_that_requires_an_image_exits_1_without_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = dir.path().join("parcel_photo.json.tmpl");
+    std::fs::write(
+        &t,
+        r#"{"schema": {"requires_image": true, "questions": [{"id": "damaged", "type": "boolean"}]},
+ "state": {"note": {{ default "No note." .note | toJson }}}}"#,
+    )
+    .expect("write");
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            t.to_str().expect("utf8"),
+            "-v",
+            "note=crushed",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("declares `requires_image: true`, but the state holds no image; give one with `--image FILE`"),
+        "{e}"
+    );
+}
+
 #[test]
 fn bad_samples_flag_exits_1() {
     let o = dgem(&["decide", "-t", "support_triage", "--samples", "0"], None);

@@ -426,6 +426,11 @@ pub struct Diagnostics {
     /// sum received (absent when none).
     #[serde(skip_serializing_if = "IndexMap::is_empty")]
     pub renormalized: IndexMap<String, f64>,
+    /// What the caller asked for that this decision did not do, in plain
+    /// words, e.g. a `think` budget left unused by a backend that cannot
+    /// think, under `think_optional` (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per

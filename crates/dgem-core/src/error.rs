@@ -55,6 +55,18 @@ pub enum TemplateError {
         /// What was wrong, naming the key and the value given.
         detail: String,
     },
+    /// Variables the template reads with no `default` were not given (or
+    /// were `null`): the policy would hold Go's `<no value>` (or `null`) in
+    /// their place and be decided on ([`crate::template::render_strict`]).
+    #[error("{}", crate::template::unset_message(.name, .missing, .given))]
+    Unset {
+        /// Template name.
+        name: String,
+        /// The variables that would leave a placeholder, in order of first use.
+        missing: Vec<String>,
+        /// The variables that were given (not `null`).
+        given: Vec<String>,
+    },
     /// The rendered text is not a JSON object with a schema.
     #[error("rendered template `{name}` is not valid JSON: {detail}")]
     Json {

@@ -20,7 +20,8 @@ use serde_json::{json, Value};
 
 use crate::SchemaError;
 
-/// The error field of "this backend cannot read images" (422 on every route).
+/// The error field of "this backend cannot read images" and of "this policy
+/// needs an image" ([`check_required`]): 422 on every route.
 pub const NO_VISION_FIELD: &str = "images";
 
 /// The refusal of an image state by a backend without vision (`engine`,
@@ -34,6 +35,38 @@ pub fn no_vision(engine: &str, model: &str) -> SchemaError {
              send the state as text or JSON, or decide on a vision backend (`--backend vllm=URL`)"
         ),
     )
+}
+
+/// Refuse a decision on a policy that declares `requires_image: true` (it
+/// reads an image of the state) when `state` holds no image: the model would
+/// answer from the text alone, and nothing would say so. Every decider calls
+/// this before reading, so every surface refuses alike; the field is
+/// [`NO_VISION_FIELD`] (`images`, what the caller must send), which the HTTP
+/// routes answer with 422.
+///
+/// # Errors
+/// [`SchemaError`] on `images`, naming the policy, `requires_image`, and how
+/// to give an image on each surface.
+pub fn check_required(
+    schema: &crate::schema::ValidSchema,
+    state: &Value,
+) -> Result<(), SchemaError> {
+    if !schema.requires_image || has_images(state) {
+        return Ok(());
+    }
+    let policy = schema
+        .policy
+        .as_deref()
+        .map_or_else(|| "this policy".to_string(), |p| format!("policy `{p}`"));
+    Err(SchemaError::new(
+        NO_VISION_FIELD,
+        format!(
+            "images: {policy} declares `requires_image: true`, but the state holds no image; \
+             give one with `--image FILE` (dgem decide), `images` in the request body (a list \
+             of data:image/... URLs: /api/decide, /v1/systemone, MCP), or an image_url part in \
+             the chat message, on a backend that reads images (`--backend vllm=URL`)"
+        ),
+    ))
 }
 
 /// Most images one state may carry.
@@ -499,5 +532,45 @@ mod tests {
             .is_some_and(|e| e
                 .message
                 .starts_with("image notes.txt: the bytes are not a supported image")));
+    }
+}
+
+#[cfg(test)]
+mod required_tests {
+    use super::*;
+    use crate::schema::{SchemaDefaults, ValidSchema};
+
+    fn schema(requires_image: bool) -> ValidSchema {
+        let raw = json!({"requires_image": requires_image,
+                         "questions": [{"id": "damaged", "type": "boolean"}]});
+        ValidSchema::from_value(&raw, &SchemaDefaults::default()).expect("valid")
+    }
+
+    #[test]
+    fn a_policy_that_requires_an_image_refuses_a_state_without_one() {
+        let text = json!("the parcel arrived");
+        let e =
+            check_required(&schema(true).with_policy("parcel_photo"), &text).expect_err("no image");
+        assert_eq!(e.field, "images");
+        assert!(
+            e.message.starts_with(
+                "images: policy `parcel_photo` declares `requires_image: true`, but the state holds no image; give one with `--image FILE`"
+            ),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("`images` in the request body"),
+            "{}",
+            e.message
+        );
+        // A text part alone is no image either.
+        let parts = json!([{"type": "text", "text": "the parcel"}]);
+        assert!(check_required(&schema(true), &parts).is_err());
+        // With an image, or without the declaration, it passes.
+        let with = json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+                          {"type": "text", "text": "the parcel"}]);
+        assert_eq!(check_required(&schema(true), &with), Ok(()));
+        assert_eq!(check_required(&schema(false), &text), Ok(()));
     }
 }

@@ -15,6 +15,7 @@
 //! ```
 
 mod gofmt;
+mod unset;
 
 use std::collections::HashMap;
 
@@ -23,16 +24,27 @@ use serde_json::Value as Json;
 
 use crate::error::TemplateError;
 
+pub(crate) use unset::unset_message;
+pub use unset::{render_strict, unset_variables};
+
 /// Render template `text` (named `name` in errors) with `vars` as the data map.
 ///
-/// A variable that is missing renders as Go's `<no value>`; guard it with
-/// `default`. JSON `null` variables behave the same way (as a nil interface
-/// does in Go).
+/// A variable that is missing renders as Go's `<no value>` (`null` through
+/// `toJson`); guard it with `default`. JSON `null` variables behave the same
+/// way (as a nil interface does in Go). This is the lenient render the
+/// catalogue and the benchmarks use; a decision renders through
+/// [`render_strict`], which refuses such a placeholder.
 pub fn render(
     name: &str,
     text: &str,
     vars: &serde_json::Map<String, Json>,
 ) -> Result<String, TemplateError> {
+    let tmpl = parse(name, text)?;
+    execute(name, &tmpl, vars).0
+}
+
+/// Parse `text` with the helpers registered, refusing recursive templates.
+fn parse(name: &str, text: &str) -> Result<Template, TemplateError> {
     let mut tmpl = Template::with_name(name);
     tmpl.add_funcs(&helpers());
     tmpl.parse(text).map_err(|e| TemplateError::Parse {
@@ -45,23 +57,61 @@ pub fn render(
         name: name.to_string(),
         detail,
     })?;
+    Ok(tmpl)
+}
+
+/// Execute a parsed template with `vars`. Also says whether one of our
+/// helpers other than `default` was handed a missing value during this
+/// execution (see [`NoValueSeen`]), which [`render_strict`] reads, whether or
+/// not the execution then failed. Execution runs on the calling thread, so
+/// the thread-local flag belongs to this execution alone.
+fn execute(
+    name: &str,
+    tmpl: &Template,
+    vars: &serde_json::Map<String, Json>,
+) -> (Result<String, TemplateError>, NoValueSeen) {
+    NO_VALUE_ARG.with(|f| f.set(false));
     let data = Value::Map(vars.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect());
-    let out = tmpl
-        .render(&Context::from(data))
+    let rendered = tmpl.render(&Context::from(data));
+    let seen = NoValueSeen(NO_VALUE_ARG.with(|f| f.replace(false)));
+    let out = rendered
         .map_err(|e| TemplateError::Render {
             name: name.to_string(),
             detail: e.to_string(),
-        })?;
-    if out.len() > MAX_RENDER_BYTES {
-        return Err(TemplateError::Render {
-            name: name.to_string(),
-            detail: format!(
-                "the rendered policy is {} bytes; at most {MAX_RENDER_BYTES} are allowed (a policy is a schema and a state, not a document store)",
-                out.len()
-            ),
+        })
+        .and_then(|out| {
+            if out.len() > MAX_RENDER_BYTES {
+                return Err(TemplateError::Render {
+                    name: name.to_string(),
+                    detail: format!(
+                        "the rendered policy is {} bytes; at most {MAX_RENDER_BYTES} are allowed (a policy is a schema and a state, not a document store)",
+                        out.len()
+                    ),
+                });
+            }
+            Ok(out)
         });
+    (out, seen)
+}
+
+/// Whether a helper other than `default` received a missing value (Go's
+/// `<no value>`: an unset variable, or a `null` one) as an argument during
+/// one execution: `toJson .x` writes `null`, `printf "%s" .x` writes `<nil>`
+/// and `upper .x` fails, so the output alone does not show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NoValueSeen(bool);
+
+thread_local! {
+    /// Set by [`note_no_value`] during [`execute`]; gtmpl's function type is a
+    /// plain `fn`, which can carry no state of its own.
+    static NO_VALUE_ARG: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Record that a helper was handed a missing value, when one of `args` is.
+fn note_no_value(args: &[Value]) {
+    if args.iter().any(|a| matches!(a, Value::NoValue)) {
+        NO_VALUE_ARG.with(|f| f.set(true));
     }
-    Ok(out)
 }
 
 /// Largest rendered template, bytes (8 MiB: the server's default body limit).
@@ -191,7 +241,7 @@ fn helpers() -> Vec<(&'static str, Func)> {
         ("upper", upper as Func),
         ("lower", lower as Func),
         ("trim", trim as Func),
-        ("printf", gofmt::printf as Func),
+        ("printf", printf as Func),
     ]
 }
 
@@ -266,6 +316,7 @@ pub(crate) fn to_json_value(v: &Value) -> Result<Json, FuncError> {
 }
 
 fn one_arg<'a>(name: &str, args: &'a [Value]) -> Result<&'a Value, FuncError> {
+    note_no_value(args);
     match args {
         [v] => Ok(v),
         _ => Err(FuncError::ExactlyXArgs(name.into(), 1)),
@@ -329,6 +380,7 @@ fn text_arg(name: &str, v: &Value) -> Result<String, FuncError> {
 
 /// `indent n s`: prefix every non-empty line of `s` with `n` spaces.
 fn indent(args: &[Value]) -> Result<Value, FuncError> {
+    note_no_value(args);
     let [n, s] = args else {
         return Err(FuncError::ExactlyXArgs("indent".into(), 2));
     };
@@ -361,6 +413,12 @@ fn indent(args: &[Value]) -> Result<Value, FuncError> {
         })
         .collect();
     Ok(Value::String(out.join("\n")))
+}
+
+/// `printf fmt args…`: Go's `printf` ([`gofmt::printf`]).
+fn printf(args: &[Value]) -> Result<Value, FuncError> {
+    note_no_value(args);
+    gofmt::printf(args)
 }
 
 fn upper(args: &[Value]) -> Result<Value, FuncError> {

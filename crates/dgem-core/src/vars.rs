@@ -193,17 +193,12 @@ pub fn unknown_variables<'a>(
     let unknown: Vec<String> = given
         .into_iter()
         .filter(|g| !declared.iter().any(|d| d == g))
-        .map(|g| {
-            let near = declared
-                .iter()
-                .map(|d| (strsim::levenshtein(g, d), d))
-                .filter(|(dist, d)| *dist <= 2 || d.starts_with(g) || g.starts_with(d.as_str()))
-                .min_by_key(|(dist, _)| *dist);
-            match near {
-                Some((_, d)) => format!("`{g}` (did you mean `{d}`?)"),
+        .map(
+            |g| match closest_variable(g, declared.iter().map(String::as_str)) {
+                Some(d) => format!("`{g}` (did you mean `{d}`?)"),
                 None => format!("`{g}`"),
-            }
-        })
+            },
+        )
         .collect();
     if unknown.is_empty() {
         return None;
@@ -213,6 +208,23 @@ pub fn unknown_variables<'a>(
         unknown.join(", "),
         declared.join(", ")
     ))
+}
+
+/// The name of `candidates` nearest to `name` for a "did you mean" hint: the
+/// one at the smallest edit distance (Levenshtein) among those at most 2 edits
+/// away or of which one name is a prefix of the other; `None` when none is
+/// that near. The one measure every variable message uses.
+pub fn closest_variable<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .filter(|c| *c != name)
+        .map(|c| (strsim::levenshtein(name, c), c))
+        .filter(|(dist, c)| *dist <= 2 || c.starts_with(name) || name.starts_with(c))
+        .min_by_key(|(dist, _)| *dist)
+        .map(|(_, c)| c)
 }
 
 /// Template variables that tune the decision rather than carry the state

@@ -390,6 +390,7 @@ impl Walk {
             prompt_wording: facts.prompt_wording,
             brackets: IndexMap::new(),
             renormalized: IndexMap::new(),
+            warnings: Vec::new(),
         };
         (answers, diagnostics)
     }

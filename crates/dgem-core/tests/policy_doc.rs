@@ -190,6 +190,8 @@ fn observed(s: &ValidSchema, key: &str, line: usize) -> String {
         None => match key {
             "steps" => s.steps.to_string(),
             "think" => s.think.to_string(),
+            "think_optional" => s.think_optional.to_string(),
+            "requires_image" => s.requires_image.to_string(),
             "samples" => match s.samples {
                 SamplePolicy::Fixed { n } => n.to_string(),
                 SamplePolicy::Auto { max, threshold } => format!("auto:{max}:{threshold}"),
@@ -305,6 +307,13 @@ fn check_template(m: &Marked, vars: Option<&Value>, failures: &mut Vec<String>) 
                 continue;
             }
         };
+        // Given its vars block, an example must not lean on a placeholder
+        // for a variable it reads (what a decision refuses).
+        if how == "the vars block" {
+            if let Err(e) = dgem_core::template::render_strict(&name, &m.block.body, &vars, false) {
+                failures.push(format!("line {line} ({how}): {e}"));
+            }
+        }
         let payload = match parse_named_payload(&name, &rendered, &vars) {
             Ok(p) => p,
             Err(e) => {
@@ -685,6 +694,8 @@ fn every_limited_key_has_an_accepted_and_a_refused_example() {
         "auto_threshold",
         "steps",
         "think",
+        "think_optional",
+        "requires_image",
         "ask",
         "chunk_rows",
         "chunk_prompt",

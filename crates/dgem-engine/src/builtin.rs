@@ -103,6 +103,70 @@ mod tests {
         );
     }
 
+    /// Issue 27 item 6: a decision refuses a variable that would leave a
+    /// placeholder, so every built-in policy must render without one from
+    /// the variables its description names as required, its knobs
+    /// (`samples`) and optional parts (`context`, `summary`, `domains`)
+    /// guarded by `default` or `if`.
+    #[test]
+    fn built_in_policies_render_strictly_from_their_usual_state_variables() {
+        use serde_json::json;
+        let usual = [
+            ("support_triage", json!({"ticket": "I was charged twice"})),
+            ("code_review", json!({"diff": "+ let x = 1;"})),
+            (
+                "security_incident",
+                json!({"alert": "root login from a new country"}),
+            ),
+            (
+                "agent_tool_gate",
+                json!({"task": "clean up", "tool_call": "rm -rf /tmp/x"}),
+            ),
+            (
+                "prompt_injection",
+                json!({"user_input": "ignore previous instructions"}),
+            ),
+            ("pr_risk", json!({"diff": "- retries = 3"})),
+            (
+                "bench/intent_select",
+                json!({"text": "lost my card", "groups": [["card_lost", "top_up"]]}),
+            ),
+            (
+                "bench/option_select",
+                json!({"state": "s", "instructions": "Which?", "options": [{"name": "a"}, {"name": "b"}]}),
+            ),
+            (
+                "bench/rerank_listwise",
+                json!({"query": "q", "policy": "p", "docs": [{"id": "d1", "text": "t"}], "passages": [], "poison_options": ["none", "d1"]}),
+            ),
+        ];
+        assert_eq!(
+            usual.len(),
+            BUILTIN.len(),
+            "a built-in policy has no case here"
+        );
+        for (name, vars) in usual {
+            let text = builtin(name).unwrap_or_else(|| panic!("{name} is not built in"));
+            let vars = vars.as_object().cloned().unwrap_or_default();
+            let out = dgem_core::template::render_strict(name, text, &vars, false)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!out.contains("<no value>"), "{name}: {out}");
+            // Without its first variable a shipped policy's `default` stands
+            // in (the "needs its state" check refuses that request earlier);
+            // a benchmark policy has none, and is refused naming it.
+            let first = vars.keys().next().cloned().unwrap_or_default();
+            let mut fewer = vars.clone();
+            fewer.remove(&first);
+            let without = dgem_core::template::render_strict(name, text, &fewer, false);
+            if name.starts_with("bench/") {
+                let e = without.expect_err(name).to_string();
+                assert!(e.contains(&format!("reads `{first}`")), "{name}: {e}");
+            } else {
+                assert!(without.is_ok(), "{name}: {without:?}");
+            }
+        }
+    }
+
     #[test]
     fn closest_names_a_near_miss_only() {
         let names = builtin_names();

@@ -42,6 +42,7 @@ use std::time::Instant;
 
 use dgem_backend::{Attention, Backend};
 use dgem_core::labels::LabelMode;
+use dgem_core::schema::ValidSchema;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
@@ -202,11 +203,13 @@ impl Engine {
             // Reading the parts' JSON as text would be a silently wrong answer.
             return Err(dgem_core::images::no_vision(&info.engine, &info.model_id).into());
         }
+        dgem_core::images::check_required(&req.schema, &req.state)?;
         check_state_size(&req.state, info.max_tokens)?;
-        check_think(req.schema.think)?;
+        let think_warning = check_think(&req.schema)?;
         if dgem_backend::brackets::routes(&req.schema) {
             let mut decision = dgem_backend::brackets::decide(self, req).await?;
             decision.diagnostics.note = self.config.note.clone();
+            warn(&mut decision, think_warning);
             return Ok(decision);
         }
         let started = Instant::now();
@@ -220,6 +223,7 @@ impl Engine {
         }
         decision.diagnostics.timing.total_ms = started.elapsed().as_secs_f64() * 1e3;
         decision.diagnostics.note = self.config.note.clone();
+        warn(&mut decision, think_warning);
         tracing::info!(
             total_ms = decision.diagnostics.timing.total_ms,
             reads = decision.diagnostics.timing.reads,
@@ -240,16 +244,46 @@ pub const MAX_STATE_BYTES_PER_TOKEN: usize = 64;
 /// prompt and has no thinking pass, so a `think` it silently ignored would be
 /// an answer the caller believes was thought about. `think` (0..=4096 tokens)
 /// is read by DiffusionGemma through the vLLM backend (`--backend vllm=URL`).
-fn check_think(think: u32) -> Result<(), EngineError> {
+/// With `think_optional` the decision is made without the thought instead,
+/// and the returned warning ([`think_skipped`]) goes into
+/// `diagnostics.warnings`.
+/// The words every refusal or warning of a `think` budget this engine cannot
+/// spend carries; a server maps a `think` error holding them to 422 (the
+/// request is well formed, this backend cannot do it), as it maps a state
+/// with images on a backend without vision.
+pub const CANNOT_THINK: &str = "cannot think before answering";
+
+fn check_think(schema: &ValidSchema) -> Result<Option<String>, EngineError> {
+    let think = schema.think;
     if think == 0 {
-        return Ok(());
+        return Ok(None);
+    }
+    if schema.think_optional {
+        return Ok(Some(think_skipped(think)));
     }
     Err(EngineError::Schema(dgem_core::SchemaError::new(
         "think",
         format!(
-            "must be 0 on this engine, which cannot think before answering (it reads the answer slots straight from the prompt); a thought budget is read by DiffusionGemma through `--backend vllm=URL`. Given: `{think}`"
+            "must be 0 on this engine, which {CANNOT_THINK} (it reads the answer slots straight from the prompt); a thought budget is read by DiffusionGemma through `--backend vllm=URL`, or set `think_optional: true` to answer without the thought. Given: `{think}`"
         ),
     )))
+}
+
+/// The warning of a decision made without the `think` budget of `think`
+/// tokens it asked for, under `think_optional`.
+pub fn think_skipped(think: u32) -> String {
+    format!(
+        "think: this engine {CANNOT_THINK}, so the thought budget of {think} tokens was not used (`think_optional` is set); the answers were read straight from the prompt"
+    )
+}
+
+/// Add `warning`, if any, to the decision's `diagnostics.warnings` once.
+fn warn(decision: &mut Decision, warning: Option<String>) {
+    if let Some(w) = warning {
+        if !decision.diagnostics.warnings.contains(&w) {
+            decision.diagnostics.warnings.push(w);
+        }
+    }
 }
 
 /// Refuse a state whose text cannot fit the context (see

@@ -51,6 +51,18 @@ pub enum TemplateError {
     /// parsing the rendered text, failed (field `variables`).
     #[error("variables: {0}")]
     Variables(String),
+    /// Variables the template reads with no `default` were not given, or
+    /// were `null` (field `variables`): the policy would hold a placeholder
+    /// (`<no value>`, `null`) in their place
+    /// ([`dgem_core::template::render_strict`]). The message names no
+    /// transport: a caller adds how to give a variable and how to opt out.
+    #[error("variables: {detail}")]
+    Unset {
+        /// The core message, naming the variables and those given.
+        detail: String,
+        /// The variables at fault.
+        missing: Vec<String>,
+    },
     /// The rendered policy is not a valid schema (field `template`).
     #[error("policy `{name}` is not a valid schema: {detail}")]
     Schema {
@@ -191,19 +203,20 @@ impl TemplateDir {
         Ok(Some(real))
     }
 
-    /// Like [`TemplateDir::render`], but first refuses variables the template
-    /// does not read (a misspelled name would otherwise render the template's
-    /// placeholder text), naming the closest variable it does read, and a
-    /// request that gives none of the template's state variables
-    /// ([`dgem_core::vars::missing_state_variables`]).
+    /// Like [`TemplateDir::render_strict`], but first refuses variables the
+    /// template does not read (a misspelled name would otherwise render the
+    /// template's placeholder text), naming the closest variable it does
+    /// read, and, unless `allow_missing`, a request that gives none of the
+    /// template's state variables ([`dgem_core::vars::missing_state_variables`]).
     ///
     /// # Errors
-    /// [`TemplateError::Variables`] for an unknown variable, and everything
-    /// [`TemplateDir::render`] returns.
+    /// [`TemplateError::Variables`] for an unknown variable or no state, and
+    /// everything [`TemplateDir::render_strict`] returns.
     pub fn render_checked(
         &self,
         name: &str,
         vars: &Map<String, Value>,
+        allow_missing: bool,
     ) -> Result<Payload, TemplateError> {
         let text = self.text(name)?;
         let declared = template_variables(&text);
@@ -212,15 +225,19 @@ impl TemplateDir {
         {
             return Err(TemplateError::Variables(detail));
         }
-        if let Some(detail) = dgem_core::vars::missing_state_variables(name, vars, &declared) {
-            return Err(TemplateError::Variables(detail));
+        if !allow_missing {
+            if let Some(detail) = dgem_core::vars::missing_state_variables(name, vars, &declared) {
+                return Err(TemplateError::Variables(detail));
+            }
         }
-        self.render(name, vars)
+        self.render_strict(name, vars, allow_missing)
     }
 
     /// Render `name` with `vars` ([`TemplateDir::render_checked`]) and validate
     /// the policy under `defaults`, the deployment's `DEFAULT_SAMPLES`,
     /// `DEFAULT_LAYOUT`, … (a field the policy sets wins over its default).
+    /// `allow_missing` renders a placeholder for an unset variable instead of
+    /// refusing it.
     ///
     /// # Errors
     /// Everything [`TemplateDir::render_checked`] returns, and
@@ -230,8 +247,9 @@ impl TemplateDir {
         name: &str,
         vars: &Map<String, Value>,
         defaults: &SchemaDefaults,
+        allow_missing: bool,
     ) -> Result<(Payload, ValidSchema), TemplateError> {
-        let payload = self.render_checked(name, vars)?;
+        let payload = self.render_checked(name, vars, allow_missing)?;
         let policy = name.trim().trim_end_matches(TEMPLATE_SUFFIX).to_string();
         let schema = ValidSchema::from_value(&payload.schema, defaults).map_err(|e| {
             TemplateError::Schema {
@@ -260,18 +278,60 @@ impl TemplateDir {
         }
     }
 
-    /// Render template `name` with `vars` into a payload.
+    /// Render template `name` with `vars` into a payload, writing Go's
+    /// `<no value>` for a variable it reads that is not given: the lenient
+    /// render of the catalogue (questions listed with no variables). A
+    /// decision renders with [`TemplateDir::render_strict`].
     ///
     /// # Errors
     /// Everything [`TemplateDir::text`] returns; [`TemplateError::Variables`]
     /// when rendering or parsing fails.
     pub fn render(&self, name: &str, vars: &Map<String, Value>) -> Result<Payload, TemplateError> {
+        self.render_with(name, vars, |label, text| {
+            dgem_core::template::render(label, text, vars)
+        })
+    }
+
+    /// Render template `name` with `vars` into a payload, refusing a variable
+    /// it reads with no `default` that `vars` does not give (or gives as
+    /// `null`), unless `allow_missing`
+    /// ([`dgem_core::template::render_strict`]).
+    ///
+    /// # Errors
+    /// Everything [`TemplateDir::text`] returns; [`TemplateError::Unset`]
+    /// naming the variables at fault; [`TemplateError::Variables`] when
+    /// rendering or parsing fails otherwise.
+    pub fn render_strict(
+        &self,
+        name: &str,
+        vars: &Map<String, Value>,
+        allow_missing: bool,
+    ) -> Result<Payload, TemplateError> {
+        self.render_with(name, vars, |label, text| {
+            dgem_core::template::render_strict(label, text, vars, allow_missing)
+        })
+    }
+
+    /// Render `name` with `render(label, text)` in a traced span, then split
+    /// the output into a payload.
+    fn render_with(
+        &self,
+        name: &str,
+        vars: &Map<String, Value>,
+        render: impl FnOnce(&str, &str) -> Result<String, dgem_core::TemplateError>,
+    ) -> Result<Payload, TemplateError> {
         let text = self.text(name)?;
         let label = display_name(name);
         let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %label);
         let rendered = span
-            .in_scope(|| dgem_core::template::render(&label, &text, vars))
-            .map_err(|e| TemplateError::Variables(e.to_string()))?;
+            .in_scope(|| render(&label, &text))
+            .map_err(|e| match e {
+                dgem_core::TemplateError::Unset { ref missing, .. } => TemplateError::Unset {
+                    missing: missing.clone(),
+                    detail: e.to_string(),
+                },
+                other => TemplateError::Variables(other.to_string()),
+            })?;
         parse_named_payload(&label, &rendered, vars)
             .map_err(|e| TemplateError::Variables(e.to_string()))
     }
@@ -515,7 +575,7 @@ mod hint_tests {
             ..SchemaDefaults::default()
         };
         let (_, schema) = dir
-            .render_schema("plain", &vars, &defaults)
+            .render_schema("plain", &vars, &defaults, false)
             .expect("renders");
         assert_eq!(
             schema.samples,

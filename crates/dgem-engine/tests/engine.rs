@@ -291,3 +291,75 @@ async fn think_on_an_engine_that_cannot_think_is_refused() {
     .await
     .expect("decides");
 }
+
+/// Issue 27 item 6: with `think_optional` the engine that cannot think
+/// answers without the thought and says so in `diagnostics.warnings`,
+/// instead of refusing; the envelope carries the warning.
+#[tokio::test]
+async fn think_optional_answers_without_thinking_and_warns() {
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let e = dgem_testkit::engine(backend.clone());
+    let d = e
+        .decide(DecideRequest {
+            schema: schema(json!({"questions": [{"id": "urgent", "type": "boolean"}],
+                                  "think": 64, "think_optional": true})),
+            state: json!("a case"),
+            seed: 42,
+        })
+        .await
+        .expect("decides without the thought");
+    assert!(d.answers["urgent"].is_some());
+    assert_eq!(
+        d.diagnostics.warnings,
+        [dgem_engine::think_skipped(64)],
+        "{:?}",
+        d.diagnostics.warnings
+    );
+    assert_eq!(
+        d.envelope()["diagnostics"]["warnings"][0],
+        "think: this engine cannot think before answering, so the thought budget of 64 tokens was not used (`think_optional` is set); the answers were read straight from the prompt"
+    );
+    // No thought asked, no warning, and no `warnings` key in the envelope.
+    let d = e
+        .decide(DecideRequest {
+            schema: schema(json!({"questions": [{"id": "urgent", "type": "boolean"}],
+                                  "think_optional": true})),
+            state: json!("a case"),
+            seed: 42,
+        })
+        .await
+        .expect("decides");
+    assert!(d.diagnostics.warnings.is_empty());
+    assert!(d.envelope()["diagnostics"].get("warnings").is_none());
+}
+
+/// Issue 27 item 6: a policy that declares `requires_image` decided on a
+/// text state with no word about the missing image. It is a user error on
+/// `images` now, before any read.
+#[tokio::test]
+async fn a_policy_that_requires_an_image_refuses_a_state_without_one() {
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let e = dgem_testkit::engine(backend.clone());
+    let err = e
+        .decide(DecideRequest {
+            schema: schema(json!({"requires_image": true,
+                                  "questions": [{"id": "damaged", "type": "boolean"}]}))
+            .with_policy("parcel_photo"),
+            state: json!({"note": "the parcel"}),
+            seed: 42,
+        })
+        .await
+        .expect_err("refused");
+    assert!(err.is_user_error(), "{err}");
+    assert!(
+        matches!(err, EngineError::Schema(ref s) if s.field == "images"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with(
+            "images: policy `parcel_photo` declares `requires_image: true`, but the state holds no image"
+        ),
+        "{err}"
+    );
+    assert_eq!(backend.calls(), 0);
+}

@@ -101,6 +101,10 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
             format!(" on `{most_hesitant}`")
         }
     );
+    // What was asked and not done (a thought a backend could not write).
+    for w in &decision.diagnostics.warnings {
+        let _ = write!(text, "\nWarning: {w}");
+    }
     let structured = json!({
         "template": template,
         "answers": answers,

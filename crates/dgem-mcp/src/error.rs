@@ -59,6 +59,12 @@ impl From<dgem_engine::templates::TemplateError> for ToolError {
                 field: "variables",
                 detail: detail.clone(),
             },
+            T::Unset { detail, .. } => Self::Schema {
+                field: "variables",
+                detail: format!(
+                    "{detail}; give it in `variables`, or set `allow_missing_vars: true` to decide on the placeholder"
+                ),
+            },
             T::Schema { .. } => Self::Schema {
                 field: "template",
                 detail: e.to_string(),

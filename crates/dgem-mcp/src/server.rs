@@ -116,9 +116,12 @@ impl DecisionServer {
 
     async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
         check_backend(DECIDE_POLICY, &args.backend, &self.backends)?;
-        let (payload, schema) =
-            self.templates
-                .render_schema(&args.template, &args.variables, &self.defaults)?;
+        let (payload, schema) = self.templates.render_schema(
+            &args.template,
+            &args.variables,
+            &self.defaults,
+            args.allow_missing_vars,
+        )?;
         let keys = args.after_keys();
         let arguments = |e: dgem_core::SchemaError| ToolError::Arguments {
             tool: DECIDE_POLICY,

@@ -80,6 +80,12 @@ pub struct DecidePolicyArgs {
     /// Base seed for the reads (default 42).
     #[serde(default = "default_seed")]
     pub seed: i64,
+    /// Decide even when a variable the template reads with no default is
+    /// not given (default false): the policy then holds a placeholder
+    /// (`<no value>` or null) where the variable would go. Without it such a
+    /// call is refused, naming the variable.
+    #[serde(default)]
+    pub allow_missing_vars: bool,
     /// Backend to decide with; empty means the default. Its schema (an
     /// `enum` of the configured backends) is set by [`with_backend_enum`].
     #[serde(default)]

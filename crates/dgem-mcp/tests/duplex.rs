@@ -293,6 +293,36 @@ async fn symlink_outside_the_folder_is_refused() {
     client.cancel().await.expect("close");
 }
 
+/// Issue 27 item 6: a variable the template reads with no default, left
+/// unset, rendered `null` into the state and was decided on. It is refused
+/// now, naming it and the variables given, unless `allow_missing_vars`.
+#[tokio::test]
+async fn an_unset_variable_without_a_default_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("two_fields.json.tmpl"),
+        r#"{"schema": {"questions": [{"id": "urgent", "type": "boolean"}]},
+ "state": {"ticket": {{ .ticket | toJson }}, "customer": {{ .customer | toJson }}}}"#,
+    )
+    .expect("write template");
+    let client = connect(dir.path().to_path_buf()).await;
+    let args = json!({"template": "two_fields", "variables": {"ticket": "refund me"}});
+    let r = call(&client, "decide_policy", args.clone()).await;
+    assert_eq!(r.is_error, Some(true), "{}", text_of(&r));
+    assert_eq!(
+        text_of(&r),
+        "variables: template `two_fields.json.tmpl` reads `customer`, which was not given and \
+         has no `default` there, so the policy would be decided on a placeholder (<no value>, \
+         or null through toJson); the variables given are [ticket]; give it in `variables`, or \
+         set `allow_missing_vars: true` to decide on the placeholder"
+    );
+    let mut allowed = args;
+    allowed["allow_missing_vars"] = json!(true);
+    let r = call(&client, "decide_policy", allowed).await;
+    assert_eq!(r.is_error, Some(false), "{}", text_of(&r));
+    client.cancel().await.expect("close");
+}
+
 #[tokio::test]
 async fn catalog_health_and_warmup() {
     let client = connect(templates()).await;

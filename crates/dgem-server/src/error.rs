@@ -219,7 +219,10 @@ impl ApiError {
         if let EngineError::Schema(s) = e {
             // A backend without vision: the request is well formed, this
             // server cannot read it (422 on every route).
-            if s.field == dgem_core::images::NO_VISION_FIELD {
+            // Likewise a `think` budget on a backend that cannot think.
+            if s.field == dgem_core::images::NO_VISION_FIELD
+                || (s.field == "think" && s.message.contains(dgem_engine::CANNOT_THINK))
+            {
                 return Self::new(ErrorKind::Validation, e.to_string()).with_param(s.field.clone());
             }
         }

@@ -38,6 +38,12 @@ pub async fn health_body(state: &AppState) -> Value {
         m.insert("canvas".into(), json!(c));
     }
     m.insert("phase".into(), json!(r.phase));
+    if live.is_warming() {
+        // What a start-up phase is doing, in words (a first start's download).
+        if let Some(d) = state.engine().starting_detail() {
+            m.insert("detail".into(), json!(d));
+        }
+    }
     m.insert("ready".into(), json!(r.ready));
     m.insert("vllm_ready".into(), json!(r.ready));
     m.insert("bytes_staged_gb".into(), json!(0.0));

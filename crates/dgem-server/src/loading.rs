@@ -6,6 +6,13 @@
 //! `phase: loading_model`, `ready: false`) and refuses decisions with
 //! `BackendError::NotReady` (503, retryable); a failed load reports
 //! `Health::Failed { phase: "load_failed" }`.
+//!
+//! While the default model is downloaded on a first start the loader
+//! [reports](LoadingDecider::report) phase `pulling_model`, with what it is
+//! doing in words (`downloading part 2 of 4 (…)`, `waiting 253 s: the
+//! package index asked to retry later`) as the decider's
+//! [`starting_detail`](Decider::starting_detail), which `/health` shows as
+//! `detail`.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -15,6 +22,8 @@ use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 
 /// Phase reported while the model loads.
 pub const LOADING_MODEL: &str = "loading_model";
+/// Phase reported while the default model is downloaded (first start).
+pub const PULLING_MODEL: &str = "pulling_model";
 /// Phase reported after the load failed.
 pub const LOAD_FAILED: &str = "load_failed";
 /// `engine` of the placeholder info while nothing is loaded, so callers (the
@@ -27,6 +36,8 @@ pub struct LoadingDecider {
     placeholder: BackendInfo,
     loaded: OnceLock<Arc<dyn Decider>>,
     failed: Mutex<Option<String>>,
+    /// The phase reported and what it is doing, in words.
+    step: Mutex<(String, Option<String>)>,
 }
 
 impl LoadingDecider {
@@ -46,6 +57,7 @@ impl LoadingDecider {
             },
             loaded: OnceLock::new(),
             failed: Mutex::new(None),
+            step: Mutex::new((LOADING_MODEL.to_owned(), None)),
         })
     }
 
@@ -58,6 +70,20 @@ impl LoadingDecider {
     /// The load failed for `reason`.
     pub fn fail(&self, reason: impl Into<String>) {
         *self.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.into());
+    }
+
+    /// What the start-up is doing now: `phase` ([`PULLING_MODEL`],
+    /// [`LOADING_MODEL`]) and `detail` in words; `/health` reports both until
+    /// the model is in place (or failed).
+    pub fn report(&self, phase: &str, detail: Option<String>) {
+        *self.step.lock().unwrap_or_else(PoisonError::into_inner) = (phase.to_owned(), detail);
+    }
+
+    fn step(&self) -> (String, Option<String>) {
+        self.step
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn failure(&self) -> Option<String> {
@@ -89,7 +115,17 @@ impl Decider for LoadingDecider {
                 phase: LOAD_FAILED.into(),
                 reason,
             },
-            None => Health::starting(LOADING_MODEL),
+            None => Health::starting(self.step().0),
+        }
+    }
+
+    fn starting_detail(&self) -> Option<String> {
+        if let Some(d) = self.loaded.get() {
+            return d.starting_detail();
+        }
+        match self.failure() {
+            Some(_) => None,
+            None => self.step().1,
         }
     }
 
@@ -107,5 +143,28 @@ impl Decider for LoadingDecider {
             }
             .into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pull_reports_its_phase_and_detail_until_the_load_fails() {
+        let d = LoadingDecider::new("gemma-3-270m-q4_k_m");
+        assert_eq!(d.health().await, Health::starting(LOADING_MODEL));
+        assert_eq!(d.starting_detail(), None);
+        let wait = "waiting 253 s: the package index asked to retry later";
+        d.report(PULLING_MODEL, Some(wait.into()));
+        assert_eq!(d.health().await, Health::starting(PULLING_MODEL));
+        assert_eq!(d.starting_detail().as_deref(), Some(wait));
+        d.report(LOADING_MODEL, None);
+        assert_eq!(d.health().await.phase(), LOADING_MODEL);
+        assert_eq!(d.starting_detail(), None);
+        d.report(PULLING_MODEL, Some("downloading part 2 of 4".into()));
+        d.fail("the model pull was cancelled");
+        assert_eq!(d.health().await.phase(), LOAD_FAILED);
+        assert_eq!(d.starting_detail(), None);
     }
 }

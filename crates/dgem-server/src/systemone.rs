@@ -28,6 +28,8 @@ pub const EXTENSION_KEYS: &[&str] = &[
     "auto_threshold",
     "steps",
     "think",
+    "think_optional",
+    "requires_image",
     "ask",
     "chunk_rows",
     "chunk_prompt",

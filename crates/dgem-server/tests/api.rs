@@ -443,6 +443,100 @@ async fn render_failure_names_the_missing_variables() {
     );
 }
 
+/// Issue 27 item 6: a variable the template reads with no default, left
+/// unset, rendered `null` into the policy and was decided on. It is a 422
+/// naming it and the variables given, unless `allow_missing_vars`.
+#[tokio::test]
+async fn an_unset_variable_without_a_default_is_422_naming_it() {
+    let vars = json!({"state": "card declined", "options": ["retry", "escalate"]});
+    let (status, _, r) = send(
+        &app(),
+        "POST",
+        "/api/decide/bench/option_select",
+        &[],
+        Some(json!({"variables": vars})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
+    assert_eq!(r["error"]["param"], "variables", "{r}");
+    assert_eq!(r["error"]["type"], "validation_error", "{r}");
+    assert_eq!(
+        r["error"]["message"],
+        "`variables`: template `option_select.json.tmpl` reads `instructions`, which was not \
+         given and has no `default` there, so the policy would be decided on a placeholder \
+         (<no value>, or null through toJson); the variables given are [state, options]; send \
+         it in `variables`, or set `allow_missing_vars: true` to decide on the placeholder"
+    );
+    // `null` is no value either.
+    let mut with_null = vars.clone();
+    with_null["instructions"] = json!(null);
+    let (status, msg) = error_of(
+        &app(),
+        "/api/decide/bench/option_select",
+        &[],
+        json!({"variables": with_null}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{msg}");
+    assert!(msg.contains("reads `instructions`"), "{msg}");
+    // Opted out, it decides on the placeholder; a non-boolean opt-out is refused.
+    let (status, _, r) = send(
+        &app(),
+        "POST",
+        "/api/decide/bench/option_select",
+        &[],
+        Some(json!({"variables": vars, "allow_missing_vars": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let (status, msg) = error_of(
+        &app(),
+        "/api/decide/bench/option_select",
+        &[],
+        json!({"variables": vars, "allow_missing_vars": "yes"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{msg}");
+    assert_eq!(
+        msg,
+        "`allow_missing_vars` must be true or false. Given: \"yes\""
+    );
+}
+
+/// Issue 27 item 6: a policy that declares `requires_image` decided on the
+/// text alone when no image was sent. It is a 422 on `images` now, saying
+/// how to send one.
+#[tokio::test]
+async fn a_policy_that_requires_an_image_is_422_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("parcel_photo.json.tmpl"),
+        r#"{"schema": {"requires_image": true, "questions": [{"id": "damaged", "type": "boolean"}]},
+ "state": {"note": {{ default "No note." .note | toJson }}}}"#,
+    )
+    .unwrap();
+    let backend = ScriptedBackend::new(scripts::want_marker(0.8));
+    let app = dgem_server::api::local_routes(
+        Arc::new(dgem_testkit::engine(backend.clone())),
+        TemplateDir::new(dir.path()),
+        SchemaDefaults::default(),
+        Arc::default(),
+    );
+    let body = json!({"variables": {"note": "it arrived crushed"}});
+    let (status, _, r) = send(&app, "POST", "/api/decide/parcel_photo", &[], Some(body)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{r}");
+    assert_eq!(r["error"]["param"], "images", "{r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "images: policy `parcel_photo` declares `requires_image: true`, but the state holds no image"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("`images` in the request body"), "{msg}");
+    assert_eq!(backend.calls(), 0);
+}
+
 /// Found by a hostile-input run: GET `/api/decide` and POST `/api/templates`
 /// answered 404 "unknown route". They are 405 with `Allow` now.
 #[tokio::test]

@@ -519,3 +519,21 @@ async fn a_json_string_state_keeps_its_quotes_on_the_chat_route() {
         .unwrap();
     assert!((p - 0.9).abs() < 1e-6, "the quotes were lost: p(yes) {p}");
 }
+
+/// Issue 27 item 6: a `think` budget on an engine that cannot think was a 400
+/// on the chat route (422 only on System One); it is a 422 naming `think` on
+/// every route: the request is well formed, this backend cannot spend it. A
+/// `think` out of range stays a 400 (`think_too_big` in the bad-schema table).
+#[tokio::test]
+async fn think_on_an_engine_that_cannot_think_is_422_on_the_chat_route() {
+    let (app, _) = app();
+    let schema = json!({"questions": [{"id": "u", "type": "noul"}], "think": 32});
+    let r = call(
+        &app,
+        post("/v1/chat/completions", &chat(&schema, &json!({"t": "x"}))),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["param"], "think", "{}", r.text);
+    assert!(r.text.contains(dgem_engine::CANNOT_THINK), "{}", r.text);
+}

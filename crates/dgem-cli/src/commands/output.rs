@@ -114,6 +114,9 @@ pub fn table(d: &Decision) -> String {
     if !notes.is_empty() {
         let _ = write!(out, "\n{notes}");
     }
+    for w in &d.diagnostics.warnings {
+        let _ = writeln!(out, "\nwarning: {w}");
+    }
     if let Some(note) = &d.diagnostics.note {
         let _ = writeln!(out, "\nnote: {note}");
     }

@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -15,6 +16,10 @@ use crate::setup::{self, ModelArgs};
 /// The templates folder when none is named: `templates/` in the working
 /// directory (missing is fine: the catalogue then holds the built-ins).
 pub const DEFAULT_TEMPLATES: &str = "templates";
+
+/// How long shutdown waits for a model load that was told to stop (a
+/// cancelled pull kills pip and removes its files within 0.1 s).
+const LOAD_STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Arguments of `dgem serve`. Limits, keys and defaults come from the
 /// environment: `API_KEY`, `DGEM_SERVER_KEY`, `MAX_INFLIGHT`, `INFLIGHT_WAIT_S`,
@@ -156,11 +161,31 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     // binding; a load that fails later stops the server with exit 1.
     let (engine, pending): (Arc<dyn dgem_engine::Decider>, _) =
         match crate::vllm::backend_url(&args.vllm)? {
-            Some(url) => (Arc::new(crate::vllm::decider(&url, &args.vllm)?), None),
+            Some(url) => (
+                Arc::new(crate::vllm::decider(
+                    &url,
+                    &args.vllm,
+                    args.model.pull_timeout,
+                    crate::pull::Fetch::BeforeServing,
+                )?),
+                None,
+            ),
             None => {
                 crate::vllm::check_embedded(&args.vllm)?;
                 let id = setup::precheck(&args.model)?;
                 let loading = dgem_server::loading::LoadingDecider::new(id);
+                // A first start downloads the default model: `/health` says
+                // so from the first probe on.
+                let pulls = args.model.model.is_none()
+                    && crate::pull::config(args.model.pull_timeout)
+                        .cached(&dgem_model::default_model())
+                        .is_none();
+                if pulls {
+                    loading.report(
+                        dgem_server::loading::PULLING_MODEL,
+                        Some("starting the download of the default model".into()),
+                    );
+                }
                 (
                     loading.clone() as Arc<dyn dgem_engine::Decider>,
                     Some(loading),
@@ -176,7 +201,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         .enable_all()
         .build()
         .map_err(internal)?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let addr = config.addr();
         let listener = dgem_server::bind(addr)
             .await
@@ -204,9 +229,24 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
         }
         eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");
         let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Failure>();
+        // Cancelled on Ctrl-C / SIGTERM: a first start's download stops at
+        // once (pip killed, partial files removed) instead of holding the
+        // process after its port closed.
+        let stop_pull = dgem_model::CancelToken::new();
+        let mut load_task = None;
         if let Some(loading) = pending {
-            tokio::spawn(async move {
-                let loaded = tokio::task::spawn_blocking(move || setup::engine(&model_args)).await;
+            let cancel = stop_pull.clone();
+            load_task = Some(tokio::spawn(async move {
+                let reporter = loading.clone();
+                let loaded = tokio::task::spawn_blocking(move || {
+                    let progress = crate::progress::ServeProgress::new(reporter);
+                    let fetch = crate::pull::Fetch::Reported {
+                        progress: &progress,
+                        cancel,
+                    };
+                    setup::engine_with(&model_args, fetch)
+                })
+                .await;
                 match loaded {
                     Ok(Ok(engine)) => loading.set(Arc::new(engine)),
                     Ok(Err(failure)) => {
@@ -219,7 +259,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                             failed_tx.send(internal(anyhow::anyhow!("model load task: {join}")));
                     }
                 }
-            });
+            }));
         }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Failure>();
         let shutdown = async move {
@@ -231,20 +271,28 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 }
             };
             tokio::select! {
-                () = dgem_server::shutdown_signal() => {}
+                () = dgem_server::shutdown_signal() => stop_pull.cancel(),
                 f = load_failed => {
                     let _ = stop_tx.send(f);
                 }
             }
         };
-        dgem_server::serve_with(listener, state, extra, shutdown)
-            .await
-            .map_err(internal)?;
+        let served = dgem_server::serve_with(listener, state, extra, shutdown).await;
+        if let Some(task) = load_task {
+            // A cancelled pull ends within a poll; a GGUF load cannot be
+            // stopped and is left to the runtime's shutdown below.
+            let _ = tokio::time::timeout(LOAD_STOP_GRACE, task).await;
+        }
+        served.map_err(internal)?;
         match stop_rx.await {
             Ok(load_failure) => Err(load_failure),
             Err(_) => Ok(()),
         }
-    })
+    });
+    // Dropping the runtime would wait for a model load still running on its
+    // blocking pool (seen: > 33 s after SIGTERM); the process exits instead.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result
 }
 
 /// Fill the command's own settings that neither a flag nor the environment

@@ -317,6 +317,14 @@ pub struct ValidSchema {
     pub steps: u32,
     /// Thought budget in tokens (0..=4096).
     pub think: u32,
+    /// On a backend that cannot think, answer without the thought and add a
+    /// warning to `diagnostics.warnings`, instead of refusing a `think`
+    /// above 0 (default false).
+    pub think_optional: bool,
+    /// The policy reads an image of the state: a decision whose state holds
+    /// no image is refused, naming `images` ([`crate::images::check_required`];
+    /// default false).
+    pub requires_image: bool,
     /// Subset of question ids to answer (dependencies included), or `None` for all.
     pub ask: Option<Vec<String>>,
     /// Max canvas rows per chunk (≥ 8), if set.

@@ -27,7 +27,8 @@ type RawAskIf = Vec<(String, Vec<Value>)>;
 
 impl ValidSchema {
     /// Validate a raw (normalized) schema object, applying serving.md §3.1
-    /// rules 1–16 in order. `defaults` supplies `samples` and `layout` when the
+    /// rules 1–16 in order, then dgem-rs's switches `think_optional` and
+    /// `requires_image`. `defaults` supplies `samples` and `layout` when the
     /// schema has none.
     ///
     /// ```
@@ -76,6 +77,8 @@ impl ValidSchema {
             layout: settings::layout(obj, defaults)?,
             think: settings::think(obj)?,
             steps: settings::steps(obj)?,
+            think_optional: settings::think_optional(obj)?,
+            requires_image: settings::requires_image(obj)?,
             format,
             questions,
             isolate,

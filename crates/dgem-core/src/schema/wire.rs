@@ -36,6 +36,14 @@ impl ValidSchema {
         }
         out.insert("steps".into(), json!(self.steps));
         out.insert("think".into(), json!(self.think));
+        // The dgem-rs switches go out only when set, so a peer that does not
+        // know them sees the schema it always saw.
+        if self.think_optional {
+            out.insert("think_optional".into(), json!(true));
+        }
+        if self.requires_image {
+            out.insert("requires_image".into(), json!(true));
+        }
         if let Some(ask) = &self.ask {
             out.insert("ask".into(), json!(ask));
         }
@@ -115,7 +123,8 @@ mod tests {
         let s = round_trip(json!({
             "instructions": "Read the ticket.",
             "samples": "auto", "auto_max": 5, "auto_threshold": 0.25,
-            "steps": 2, "think": 16, "chunk_rows": 12, "chunk_prompt": "shared",
+            "steps": 2, "think": 16, "think_optional": true, "requires_image": true,
+            "chunk_rows": 12, "chunk_prompt": "shared",
             "sequential": true, "layout": "document_first",
             "questions": [
                 {"id": "urgent", "type": "noul", "question": "Is it urgent?",

@@ -52,7 +52,7 @@ fn a_missing_folder_serves_the_built_in_policies() {
     let mut vars = Map::new();
     vars.insert("ticket".into(), Value::String("refund please".into()));
     let payload = dir
-        .render_checked("support_triage", &vars)
+        .render_checked("support_triage", &vars, false)
         .expect("renders");
     assert_eq!(payload.state["ticket"], "refund please");
 }
@@ -61,7 +61,7 @@ fn a_missing_folder_serves_the_built_in_policies() {
 fn no_variables_name_the_missing_state_variable() {
     let dir = TemplateDir::new("/nonexistent/dgem/templates");
     let e = dir
-        .render_checked("support_triage", &Map::new())
+        .render_checked("support_triage", &Map::new(), false)
         .expect_err("no state");
     let TemplateError::Variables(detail) = e else {
         panic!("not a variables error: {e:?}");

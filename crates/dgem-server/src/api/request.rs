@@ -8,7 +8,7 @@ use dgem_engine::templates::{template_variables, TemplateDir, TemplateError};
 use dgem_engine::DecideRequest;
 use serde_json::{json, Map, Value};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// Template used when neither the body nor the path names one.
 pub const DEFAULT_TEMPLATE: &str = "support_triage";
@@ -64,6 +64,7 @@ pub const API_KEYS: &[&str] = &[
     "expected_answers",
     "suggest_expansions",
     "expansion_entropy",
+    "allow_missing_vars",
 ];
 
 /// Why a key the original's decision API has is not read here.
@@ -185,17 +186,41 @@ pub fn parse(
                 )))
             }
         };
+        let allow_missing = match obj.get("allow_missing_vars") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(bad(format!(
+                    "`allow_missing_vars` must be true or false. Given: {}",
+                    shown(other)
+                )))
+            }
+        };
         let text = template_text(templates, &name)?;
         let declared = template_variables(&text);
         check_unknown_variables(&name, &vars, &declared)?;
         alias_variables(&mut vars);
-        if let Some(msg) = dgem_core::vars::missing_state_variables(&name, &vars, &declared) {
-            return Err(bad(format!("`variables`: {msg}")));
+        if !allow_missing {
+            if let Some(msg) = dgem_core::vars::missing_state_variables(&name, &vars, &declared) {
+                return Err(bad(format!("`variables`: {msg}")));
+            }
         }
         if let Some(n) = samples {
             vars.insert("samples".into(), json!(n));
         }
-        let payload = templates.render(&name, &vars).map_err(|e| {
+        let payload = templates.render_strict(&name, &vars, allow_missing).map_err(|e| {
+            if let TemplateError::Unset { detail, .. } = &e {
+                // A well-formed request this policy cannot be decided on
+                // without a placeholder: 422, as an image the backend cannot
+                // read is.
+                return ApiError::new(
+                    ErrorKind::Validation,
+                    format!(
+                        "`variables`: {detail}; send it in `variables`, or set `allow_missing_vars: true` to decide on the placeholder"
+                    ),
+                )
+                .with_param("variables");
+            }
             let missing: Vec<&str> = declared
                 .iter()
                 .map(String::as_str)

@@ -334,6 +334,10 @@ pub struct ApiDecideRequest {
     pub suggest_expansions: Option<bool>,
     /// Hesitation above which expansions are suggested.
     pub expansion_entropy: Option<f64>,
+    /// Decide even when a variable the template reads with no default is not
+    /// given: the policy then holds a placeholder (`<no value>`, `null`).
+    /// Without it (default) such a request is a 422 naming the variable.
+    pub allow_missing_vars: Option<bool>,
 }
 
 /// A JSON-RPC 2.0 request to `/mcp`.

@@ -284,3 +284,30 @@ pub(super) fn steps(obj: &Map<String, Value>) -> Result<u32, SchemaError> {
     })?;
     Ok(u32::try_from(n.clamp(1, MAX_STEPS)).unwrap_or(1))
 }
+
+/// Rule 17 (dgem-rs): `think_optional` is `true` or `false` (default false).
+/// With it, a backend that cannot think answers without the thought and says
+/// so in `diagnostics.warnings`, instead of refusing `think`.
+pub(super) fn think_optional(obj: &Map<String, Value>) -> Result<bool, SchemaError> {
+    switch("think_optional", get(obj, "think_optional"))
+}
+
+/// Rule 18 (dgem-rs): `requires_image` is `true` or `false` (default false).
+/// With it, the policy reads an image of the state, and a decision whose
+/// state holds none is refused ([`crate::images::check_required`]).
+pub(super) fn requires_image(obj: &Map<String, Value>) -> Result<bool, SchemaError> {
+    switch("requires_image", get(obj, "requires_image"))
+}
+
+/// A dgem-rs switch: `true` or `false` only (absent or `null`: false). No
+/// Python server reads these keys, so no truthiness is borrowed from one.
+fn switch(key: &str, raw: Option<&Value>) -> Result<bool, SchemaError> {
+    match raw {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(SchemaError::new(
+            key,
+            format!("schema: {key} must be true or false (got {})", shown(other)),
+        )),
+    }
+}
