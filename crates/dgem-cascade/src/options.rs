@@ -24,6 +24,18 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(25);
 /// Stage-2 deadline when images are sent (90 s): image calls are slower.
 pub const DEFAULT_IMAGE_DEADLINE: Duration = Duration::from_secs(90);
 
+/// The `cascade_mode` values every surface documents (the OpenAPI document,
+/// the MCP tool schemas): the canonical spelling of each mode. The parser
+/// also takes the aliases below and `true`/`false`; a test holds the
+/// documents to this list.
+pub const CASCADE_MODES: [&str; 3] = ["off", "entropy", "on_miss"];
+/// The documented `cascade_threshold_mode` values (aliases: `raw`,
+/// `normalised`, `hesitation`).
+pub const THRESHOLD_MODES: [&str; 2] = ["nats", "normalized"];
+/// The documented `stage2_prior` values: how much of Stage 1 the Stage-2
+/// prompt shows.
+pub const STAGE2_PRIORS: [&str; 3] = ["soft", "none", "full"];
+
 /// Spellings of `cascade_mode` that turn the cascade off.
 const OFF: [&str; 4] = ["off", "none", "false", ""];
 /// Spellings of `cascade_mode` for [`CascadeMode::Entropy`].

@@ -15,6 +15,37 @@ use serde_json::{Map, Value};
 
 use crate::error::ToolError;
 
+// The enumerated values of three cascade arguments, as the tool schema lists
+// them: the canonical spellings of `dgem_cascade::options::CASCADE_MODES`,
+// `THRESHOLD_MODES` and `STAGE2_PRIORS` (the arguments themselves are read by
+// the cascade's parser, which also takes aliases). Schema only; variants carry
+// no doc comments so that schemars writes a plain `enum`, not a `oneOf`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum CascadeModeValue {
+    Off,
+    Entropy,
+    OnMiss,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum ThresholdModeValue {
+    Nats,
+    Normalized,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum Stage2PriorValue {
+    Soft,
+    None,
+    Full,
+}
+
 /// `decide_policy` tool name.
 pub const DECIDE_POLICY: &str = "decide_policy";
 /// `decide_custom_questions` tool name.
@@ -108,6 +139,7 @@ pub struct DecidePolicyArgs {
     /// Escalate hesitant answers to a Stage-2 model: "off" (default),
     /// "entropy", or "on_miss" (answers differing from expected_answers).
     #[serde(default)]
+    #[schemars(with = "Option<CascadeModeValue>")]
     pub cascade_mode: Option<Value>,
     /// Gate threshold: nats (default 0.35) or, with cascade_threshold_mode
     /// "normalized", entropy / ln K (default 0.16).
@@ -115,12 +147,14 @@ pub struct DecidePolicyArgs {
     pub cascade_threshold: Option<Value>,
     /// "nats" (default) or "normalized".
     #[serde(default)]
+    #[schemars(with = "Option<ThresholdModeValue>")]
     pub cascade_threshold_mode: Option<Value>,
     /// Stage-2 model name (default: the provider's).
     #[serde(default)]
     pub cascade_model: Option<Value>,
     /// How much of Stage 1 the Stage-2 prompt shows: "soft" (default), "none", "full".
     #[serde(default)]
+    #[schemars(with = "Option<Stage2PriorValue>")]
     pub stage2_prior: Option<Value>,
     /// Expected answers for cascade_mode "on_miss", e.g. {"urgent": "yes"}.
     #[serde(default)]

@@ -8,6 +8,42 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+/// `cascade_mode` as documented: the canonical spellings of
+/// `dgem_cascade::options::CASCADE_MODES` (the parser also takes aliases
+/// and booleans).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CascadeModeValue {
+    /// No cascade.
+    Off,
+    /// Escalate answers whose entropy reaches `cascade_threshold`.
+    Entropy,
+    /// Escalate answers that differ from `expected_answers`.
+    OnMiss,
+}
+
+/// `cascade_threshold_mode` as documented (`THRESHOLD_MODES`).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ThresholdModeValue {
+    /// The threshold is an entropy in nats.
+    Nats,
+    /// The threshold is a hesitation (entropy / ln K, 0–1).
+    Normalized,
+}
+
+/// `stage2_prior` as documented (`STAGE2_PRIORS`).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage2PriorValue {
+    /// The Stage-1 answer and its confidence, as a hint.
+    Soft,
+    /// Nothing of Stage 1.
+    None,
+    /// The whole Stage-1 distribution.
+    Full,
+}
+
 /// `POST /v1/chat/completions` body.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ChatCompletionRequest {
@@ -35,16 +71,17 @@ pub struct ChatCompletionRequest {
     pub abstain_below: Option<Value>,
     /// Withhold answers whose hesitation is at or above this.
     pub abstain_above: Option<Value>,
-    /// Cascade: `off`, `self` or `stage2`.
-    pub cascade_mode: Option<String>,
-    /// Cascade threshold in [0, 1].
+    /// Cascade: escalate hesitant answers to a Stage-2 model (default `off`).
+    pub cascade_mode: Option<CascadeModeValue>,
+    /// Gate threshold: an entropy in nats (default 0.35) or, with
+    /// `cascade_threshold_mode: normalized`, a hesitation in [0, 1] (default 0.16).
     pub cascade_threshold: Option<f64>,
-    /// What the threshold compares: `hesitation` or `confidence`.
-    pub cascade_threshold_mode: Option<String>,
+    /// What `cascade_threshold` is compared with (default `nats`).
+    pub cascade_threshold_mode: Option<ThresholdModeValue>,
     /// The Stage-2 model.
     pub cascade_model: Option<String>,
-    /// Show Stage 2 the Stage-1 distribution.
-    pub stage2_prior: Option<bool>,
+    /// How much of Stage 1 the Stage-2 prompt shows (default `soft`).
+    pub stage2_prior: Option<Stage2PriorValue>,
     /// Expected answers by question id (scored in the cascade summary).
     pub expected_answers: Option<Value>,
     /// No effect on a decision (named in `X-DGem-Ignored-Fields`).
@@ -318,16 +355,17 @@ pub struct ApiDecideRequest {
     pub abstain_below: Option<Value>,
     /// Abstention: hesitation ceiling.
     pub abstain_above: Option<Value>,
-    /// Cascade: `off`, `self` or `stage2`.
-    pub cascade_mode: Option<String>,
-    /// Cascade threshold in [0, 1].
+    /// Cascade: escalate hesitant answers to a Stage-2 model (default `off`).
+    pub cascade_mode: Option<CascadeModeValue>,
+    /// Gate threshold: an entropy in nats (default 0.35) or, with
+    /// `cascade_threshold_mode: normalized`, a hesitation in [0, 1] (default 0.16).
     pub cascade_threshold: Option<f64>,
-    /// `hesitation` or `confidence`.
-    pub cascade_threshold_mode: Option<String>,
+    /// What `cascade_threshold` is compared with (default `nats`).
+    pub cascade_threshold_mode: Option<ThresholdModeValue>,
     /// The Stage-2 model.
     pub cascade_model: Option<String>,
-    /// Show Stage 2 the Stage-1 distribution.
-    pub stage2_prior: Option<bool>,
+    /// How much of Stage 1 the Stage-2 prompt shows (default `soft`).
+    pub stage2_prior: Option<Stage2PriorValue>,
     /// Expected answers by question id.
     pub expected_answers: Option<Value>,
     /// Suggest new options for hesitant choices.

@@ -1,0 +1,161 @@
+//! Issue 30 item 2: the OpenAPI document, the MCP tool schemas and the
+//! request parser accept the same options. The OpenAPI document advertised
+//! `cascade_mode` `self`/`stage2`, a `cascade_threshold_mode` of
+//! `hesitation`/`confidence` and a boolean `stage2_prior`, values the
+//! parser refuses; a client that followed the document got a 400. Now every
+//! enumerated value either document lists is the parser's canonical list,
+//! each is accepted, and the values the document used to list are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use dgem_cascade::options::{CASCADE_MODES, STAGE2_PRIORS, THRESHOLD_MODES};
+use dgem_cascade::CascadeOptions;
+use serde_json::{json, Map, Value};
+
+/// `root` with every `$ref` into `#/components/schemas/` or `#/$defs/`
+/// followed once (the documents reference their enums).
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("$ref").and_then(Value::as_str) {
+        Some(r) => {
+            let path = r.trim_start_matches('#');
+            doc.pointer(path)
+                .unwrap_or_else(|| panic!("dangling $ref {r}"))
+        }
+        None => v,
+    }
+}
+
+/// The enum values a property schema lists, through `$ref`, `oneOf`/`anyOf`
+/// (nullable wrappers) and `allOf`, sorted.
+fn enum_values(doc: &Value, prop: &Value) -> Vec<String> {
+    let prop = resolve(doc, prop);
+    let mut out: Vec<String> = prop
+        .get("enum")
+        .and_then(Value::as_array)
+        .map(|e| {
+            e.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(
+        prop.get("const")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    );
+    for key in ["oneOf", "anyOf", "allOf"] {
+        for branch in prop
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            out.extend(enum_values(doc, branch));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn sorted(list: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = list.iter().map(|s| (*s).to_string()).collect();
+    v.sort();
+    v
+}
+
+/// (option key, its canonical values).
+fn enumerated() -> [(&'static str, Vec<String>); 3] {
+    [
+        ("cascade_mode", sorted(&CASCADE_MODES)),
+        ("cascade_threshold_mode", sorted(&THRESHOLD_MODES)),
+        ("stage2_prior", sorted(&STAGE2_PRIORS)),
+    ]
+}
+
+/// Whether the parser accepts `value` for `key` (with a cascade switched on,
+/// so that every key is read).
+fn parser_accepts(key: &str, value: &Value) -> bool {
+    let mut obj = Map::new();
+    obj.insert("cascade_mode".into(), json!("entropy"));
+    obj.insert(key.into(), value.clone());
+    CascadeOptions::from_object(&obj).is_ok()
+}
+
+#[test]
+fn openapi_mcp_and_the_parser_list_the_same_cascade_values() {
+    let openapi = dgem_server::openapi::document();
+    let tools = dgem_mcp::tool_list();
+    let decide_policy = tools
+        .iter()
+        .find(|t| t.name == dgem_mcp::DECIDE_POLICY)
+        .expect("decide_policy tool");
+    let mcp = Value::Object(decide_policy.input_schema.as_ref().clone());
+    for (key, canonical) in enumerated() {
+        for schema in ["ChatCompletionRequest", "ApiDecideRequest"] {
+            let prop = &openapi["components"]["schemas"][schema]["properties"][key];
+            assert_eq!(
+                enum_values(&openapi, prop),
+                canonical,
+                "OpenAPI {schema}.{key}"
+            );
+        }
+        let prop = &mcp["properties"][key];
+        assert_eq!(
+            enum_values(&mcp, prop),
+            canonical,
+            "MCP decide_policy.{key}"
+        );
+        for v in &canonical {
+            assert!(
+                parser_accepts(key, &json!(v)),
+                "the parser refuses {key}={v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn values_the_openapi_document_used_to_advertise_are_refused_and_not_listed() {
+    let openapi = dgem_server::openapi::document().to_string();
+    for (key, value) in [
+        ("cascade_mode", json!("self")),
+        ("cascade_mode", json!("stage2")),
+        ("cascade_threshold_mode", json!("confidence")),
+        ("stage2_prior", json!(true)),
+    ] {
+        assert!(!parser_accepts(key, &value), "{key}={value} is accepted");
+    }
+    for stale in ["`self` or `stage2`", "`hesitation` or `confidence`"] {
+        assert!(!openapi.contains(stale), "the document still says {stale}");
+    }
+}
+
+/// The post-read option keys are the same on the chat route, `/api/decide`
+/// and the MCP `decide_policy` tool.
+#[test]
+fn every_surface_takes_the_same_post_read_keys() {
+    let post_read: Vec<&str> = dgem_server::chat::AFTER_FIELDS.to_vec();
+    let tools = dgem_mcp::tool_list();
+    let decide_policy = tools
+        .iter()
+        .find(|t| t.name == dgem_mcp::DECIDE_POLICY)
+        .expect("decide_policy tool");
+    let mcp_props = decide_policy.input_schema["properties"]
+        .as_object()
+        .expect("properties");
+    for key in &post_read {
+        if *key == "temperature_by_type" {
+            // `/api` and MCP call it `temperature` (by type or one number).
+            continue;
+        }
+        assert!(
+            dgem_server::api::request::API_KEYS.contains(key),
+            "/api/decide lacks {key}"
+        );
+        assert!(
+            mcp_props.contains_key(*key),
+            "MCP decide_policy lacks {key}"
+        );
+    }
+}
