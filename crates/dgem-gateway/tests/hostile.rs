@@ -17,32 +17,20 @@
 //! The table per route is printed; every count but `right` must be 0.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "common/routes.rs"]
+mod routes;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::Router;
-use dgem_gateway::{BackendSpec, Gateway, GatewayConfig, GatewayState, Kind, Replica};
-use dgem_gateway::{RemoteConfig, RemoteDgem, RouteConfig};
+use dgem_gateway::{RemoteConfig, RouteConfig};
 use http_body_util::BodyExt as _;
+use routes::{answers, envelope_of, request, two_backends, u_yes, wire, Route, ROUTES};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tower::ServiceExt as _;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    Chat,
-    ChatStream,
-    SystemOne,
-    ApiDecide,
-}
-
-const ROUTES: [Route; 4] = [
-    Route::Chat,
-    Route::ChatStream,
-    Route::SystemOne,
-    Route::ApiDecide,
-];
 
 /// How the primary breaks its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,92 +86,6 @@ const FAULTS: [Fault; 22] = [
     Fault::HangBeforeHeaders,
 ];
 
-fn questions() -> Value {
-    json!([
-        {"id": "u", "type": "boolean", "question": "urgent?"},
-        {"id": "c", "type": "choice", "question": "colour?", "options": ["red", "green", "blue"]},
-    ])
-}
-
-fn request(route: Route) -> (&'static str, Value) {
-    let schema = json!({"questions": questions()}).to_string();
-    let chat = |stream: bool| {
-        json!({"messages": [
-            {"role": "system", "content": schema},
-            {"role": "user", "content": "{\"ticket\": \"the printer is on fire\"}"},
-        ], "stream": stream})
-    };
-    match route {
-        Route::Chat => ("/v1/chat/completions", chat(false)),
-        Route::ChatStream => ("/v1/chat/completions", chat(true)),
-        Route::SystemOne => (
-            "/v1/systemone",
-            json!({"state": "the printer is on fire", "questions": {
-                "u": {"type": "noul", "instructions": "urgent?"},
-                "c": {"type": "choice", "instructions": "colour?",
-                      "criteria": {"red": null, "green": null, "blue": null}}}}),
-        ),
-        Route::ApiDecide => (
-            "/api/decide",
-            json!({"state": "the printer is on fire", "questions": questions()}),
-        ),
-    }
-}
-
-/// Answers in the chat envelope's keys: `u` yes `p`, `c` red/green/blue.
-fn answers(p: f64, c: [f64; 3]) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert(
-        "u".into(),
-        json!({"probabilities": {"yes": p, "no": 1.0 - p}}),
-    );
-    m.insert(
-        "c".into(),
-        json!({"probabilities": {"red": c[0], "green": c[1], "blue": c[2]}}),
-    );
-    m
-}
-
-/// `answers` in the wire form of a reply to `path` (`stream` for SSE).
-fn wire(path: &str, stream: bool, answers: &Map<String, Value>) -> (&'static str, String) {
-    if path.ends_with("/systemone") {
-        let mut jev = answers.clone();
-        if let Some(p) = jev
-            .get_mut("u")
-            .and_then(|u| u.get_mut("probabilities"))
-            .and_then(Value::as_object_mut)
-        {
-            if let Some(v) = p.remove("yes") {
-                p.insert("true".into(), v);
-            }
-            if let Some(v) = p.remove("no") {
-                p.insert("false".into(), v);
-            }
-        }
-        return (
-            "application/json",
-            json!({"model": "fake", "answers": jev, "diagnostics": {}}).to_string(),
-        );
-    }
-    let envelope = json!({"answers": answers, "diagnostics": {}}).to_string();
-    if stream {
-        let (a, b) = envelope.split_at(envelope.len() / 2);
-        let chunk = |c: &str| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": c}}]});
-        return (
-            "text/event-stream",
-            format!(
-                "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
-                chunk(a),
-                chunk(b)
-            ),
-        );
-    }
-    (
-        "application/json",
-        json!({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": envelope}, "finish_reason": "stop"}]}).to_string(),
-    )
-}
-
 /// The primary's valid answer (before a fault): `u` yes 0.6, `c` blue.
 fn primary_answers() -> Map<String, Value> {
     answers(0.6, [0.1, 0.2, 0.7])
@@ -201,7 +103,7 @@ enum Reply {
 fn faulty_reply(fault: Fault, path: &str, stream: bool) -> Reply {
     let mut a = primary_answers();
     let ok = |a: &Map<String, Value>| {
-        let (ct, body) = wire(path, stream, a);
+        let (ct, body) = wire(Route::upstream(path, stream), a);
         Reply::Http(200, ct, body)
     };
     match fault {
@@ -209,7 +111,7 @@ fn faulty_reply(fault: Fault, path: &str, stream: bool) -> Reply {
         Fault::Html => Reply::Http(200, "text/html", "<html>error page</html>".into()),
         Fault::Empty => Reply::Http(200, "application/json", String::new()),
         Fault::TruncatedJson => {
-            let (ct, body) = wire(path, stream, &a);
+            let (ct, body) = wire(Route::upstream(path, stream), &a);
             Reply::Http(200, ct, body[..body.len() / 2].to_string())
         }
         Fault::OtherIds => {
@@ -238,11 +140,11 @@ fn faulty_reply(fault: Fault, path: &str, stream: bool) -> Reply {
             ok(&a)
         }
         Fault::AnswersNotObject => {
-            let (ct, _) = wire(path, stream, &a);
+            let (ct, _) = wire(Route::upstream(path, stream), &a);
             let body = if path.ends_with("/systemone") {
                 json!({"answers": [1, 2]}).to_string()
             } else {
-                let (_, b) = wire(path, stream, &Map::new());
+                let (_, b) = wire(Route::upstream(path, stream), &Map::new());
                 b.replace("\\\"answers\\\":{}", "\\\"answers\\\":[1,2]")
             };
             Reply::Http(200, ct, body)
@@ -377,72 +279,23 @@ fn gateway(primary: &str, secondary: &str) -> Router {
         let mut cfg = RemoteConfig::new(base);
         cfg.idle_timeout = Duration::from_millis(300);
         cfg.first_byte_timeout = Duration::from_millis(800);
-        Replica::remote(RemoteDgem::new(cfg).unwrap())
+        cfg
     };
-    let gateway = Gateway::new(GatewayConfig {
-        backends: vec![
-            BackendSpec {
-                name: "vertex".into(),
-                kind: Kind::Vertex,
-                replicas: vec![remote(primary)],
-            },
-            BackendSpec {
-                name: "cloudrun".into(),
-                kind: Kind::Cloudrun,
-                replicas: vec![remote(secondary)],
-            },
-        ],
-        default: Some("vertex_first".into()),
-        allowed: None,
-        route: RouteConfig {
-            attempt_timeout: Duration::from_secs(2),
-            wakeup_timeout: Duration::from_secs(2),
-            ..RouteConfig::default()
-        },
-    })
-    .unwrap();
-    dgem_gateway::router(GatewayState {
-        gateway: Arc::new(gateway),
-        templates: dgem_engine::templates::TemplateDir::new("/nonexistent/templates"),
-        after: Arc::default(),
-    })
-}
-
-/// The `{answers, diagnostics}` of a 200 reply of `route`.
-fn envelope_of(route: Route, body: &[u8]) -> Option<Value> {
-    match route {
-        Route::ChatStream => {
-            let text = String::from_utf8_lossy(body);
-            let content: String = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| *d != "[DONE]")
-                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-                .filter_map(|c| {
-                    c["choices"][0]["delta"]["content"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .collect();
-            serde_json::from_str(&content).ok()
-        }
-        Route::Chat => {
-            let v: Value = serde_json::from_slice(body).ok()?;
-            serde_json::from_str(v["choices"][0]["message"]["content"].as_str()?).ok()
-        }
-        Route::SystemOne | Route::ApiDecide => serde_json::from_slice(body).ok(),
-    }
+    let route = RouteConfig {
+        attempt_timeout: Duration::from_secs(2),
+        wakeup_timeout: Duration::from_secs(2),
+        ..RouteConfig::default()
+    };
+    two_backends(primary, secondary, remote, route).1
 }
 
 /// (p of yes for `u`, whether `u` abstained) in a 200 reply.
 fn read_u(route: Route, body: &[u8]) -> Option<(f64, bool)> {
     let env = envelope_of(route, body)?;
-    let u = &env["answers"]["u"];
-    let p = u["probabilities"]
-        .get("yes")
-        .or_else(|| u["probabilities"].get("true"))?
-        .as_f64()?;
-    Some((p, u["abstained"] == json!(true)))
+    Some((
+        u_yes(route, body)?,
+        env["answers"]["u"]["abstained"] == json!(true),
+    ))
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -480,7 +333,10 @@ fn hostile_upstreams_on_every_route() {
         faulty_reply(*f.lock().unwrap(), path, stream)
     })));
     let secondary = rt.block_on(upstream(Arc::new(|path, stream| {
-        let (ct, body) = wire(path, stream, &answers(0.2, [0.1, 0.7, 0.2]));
+        let (ct, body) = wire(
+            Route::upstream(path, stream),
+            &answers(0.2, [0.1, 0.7, 0.2]),
+        );
         Reply::Http(200, ct, body)
     })));
     let mut table: Vec<(Route, Tally)> = ROUTES.iter().map(|r| (*r, Tally::default())).collect();

@@ -6,114 +6,17 @@
 //! `vertex` is the only backend of the mode; a valid one comes back as sent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/routes.rs"]
+mod routes;
+
 use std::sync::{Arc, Mutex};
 
-use axum::body::{Body, Bytes};
 use axum::routing::{get, post};
 use axum::Router;
-use dgem_gateway::{BackendSpec, Gateway, GatewayConfig, GatewayState, Kind, Replica};
-use dgem_gateway::{RemoteConfig, RemoteDgem};
-use http_body_util::BodyExt as _;
+use dgem_gateway::RemoteConfig;
 use proptest::prelude::*;
+use routes::{answers, envelope_of, send, two_backends, u_yes, wire, Route, ROUTES};
 use serde_json::{json, Map, Value};
-use tower::ServiceExt as _;
-
-/// The routes under test.
-#[derive(Debug, Clone, Copy)]
-enum Route {
-    Chat,
-    ChatStream,
-    SystemOne,
-    ApiDecide,
-}
-
-const ROUTES: [Route; 4] = [
-    Route::Chat,
-    Route::ChatStream,
-    Route::SystemOne,
-    Route::ApiDecide,
-];
-
-/// The questions of every request: `u` yes/no, `c` one of three colours.
-fn questions() -> Value {
-    json!([
-        {"id": "u", "type": "boolean", "question": "urgent?"},
-        {"id": "c", "type": "choice", "question": "colour?", "options": ["red", "green", "blue"]},
-    ])
-}
-
-fn request(route: Route) -> (&'static str, Value) {
-    let schema = json!({"questions": questions()}).to_string();
-    let chat = |stream: bool| {
-        json!({"messages": [
-            {"role": "system", "content": schema},
-            {"role": "user", "content": "{\"ticket\": \"the printer is on fire\"}"},
-        ], "stream": stream})
-    };
-    match route {
-        Route::Chat => ("/v1/chat/completions", chat(false)),
-        Route::ChatStream => ("/v1/chat/completions", chat(true)),
-        Route::SystemOne => (
-            "/v1/systemone",
-            json!({"state": "the printer is on fire", "questions": questions()}),
-        ),
-        Route::ApiDecide => (
-            "/api/decide",
-            json!({"state": "the printer is on fire", "questions": questions()}),
-        ),
-    }
-}
-
-/// Answers keyed as the chat envelope keys them (yes/no, option names).
-fn answers(u_yes: f64, c: [f64; 3]) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert(
-        "u".into(),
-        json!({"probabilities": {"yes": u_yes, "no": 1.0 - u_yes}}),
-    );
-    m.insert(
-        "c".into(),
-        json!({"probabilities": {"red": c[0], "green": c[1], "blue": c[2]}}),
-    );
-    m
-}
-
-/// `answers` in `route`'s wire form: (content-type, body).
-fn wire(route: Route, answers: &Map<String, Value>) -> (&'static str, String) {
-    let envelope = json!({"answers": answers, "diagnostics": {}}).to_string();
-    match route {
-        Route::Chat | Route::ApiDecide => (
-            "application/json",
-            json!({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": envelope}, "finish_reason": "stop"}]}).to_string(),
-        ),
-        Route::ChatStream => {
-            let (a, b) = envelope.split_at(envelope.len() / 2);
-            let chunk = |c: &str| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": c}}]});
-            (
-                "text/event-stream",
-                format!("data: {}\n\ndata: {}\n\ndata: [DONE]\n\n", chunk(a), chunk(b)),
-            )
-        }
-        Route::SystemOne => {
-            // Jev keys yes/no probabilities `true`/`false`.
-            let mut jev = answers.clone();
-            if let Some(p) = jev.get_mut("u").and_then(|u| u.get_mut("probabilities")) {
-                if let Some(m) = p.as_object_mut() {
-                    if let Some(v) = m.remove("yes") {
-                        m.insert("true".into(), v);
-                    }
-                    if let Some(v) = m.remove("no") {
-                        m.insert("false".into(), v);
-                    }
-                }
-            }
-            (
-                "application/json",
-                json!({"model": "fake", "answers": jev, "diagnostics": {}}).to_string(),
-            )
-        }
-    }
-}
 
 /// What a case does to a valid reply.
 #[derive(Debug, Clone)]
@@ -230,53 +133,15 @@ async fn upstream(slot: Slot) -> String {
 }
 
 /// A fresh gateway (fresh breakers and retry budget) over `bad` (`vertex`)
-/// then `good` (`cloudrun`).
+/// then `good` (`cloudrun`), every setting at its default.
 fn app(bad: &str, good: &str) -> Router {
-    let spec = |name: &str, kind, base: &str| BackendSpec {
-        name: name.into(),
-        kind,
-        replicas: vec![Replica::remote(
-            RemoteDgem::new(RemoteConfig::new(base)).unwrap(),
-        )],
-    };
-    let gateway = Gateway::new(GatewayConfig {
-        backends: vec![
-            spec("vertex", Kind::Vertex, bad),
-            spec("cloudrun", Kind::Cloudrun, good),
-        ],
-        default: Some("vertex_first".into()),
-        allowed: None,
-        route: dgem_gateway::RouteConfig::default(),
-    })
-    .unwrap();
-    dgem_gateway::router(GatewayState {
-        gateway: Arc::new(gateway),
-        templates: dgem_engine::templates::TemplateDir::new("/nonexistent/templates"),
-        after: Arc::default(),
-    })
-}
-
-/// One request: (status, backend used, body).
-async fn send(app: &Router, route: Route, mode: &str) -> (u16, String, Bytes) {
-    let (path, body) = request(route);
-    let req = axum::http::Request::post(path)
-        .header("content-type", "application/json")
-        .header("x-dgem-backend", mode)
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let used = resp
-        .headers()
-        .get("x-dgem-backend-used")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    (
-        status,
-        used,
-        resp.into_body().collect().await.unwrap().to_bytes(),
+    two_backends(
+        bad,
+        good,
+        RemoteConfig::new,
+        dgem_gateway::RouteConfig::default(),
     )
+    .1
 }
 
 struct Fixture {
@@ -314,38 +179,12 @@ fn good_answers() -> Map<String, Value> {
 /// The `u` probability of yes in a reply body of `route` (chat, stream,
 /// systemone or /api).
 fn reads_u_yes(route: Route, body: &[u8]) -> f64 {
-    let envelope = envelope_of(route, body);
-    let p = &envelope["answers"]["u"]["probabilities"];
-    p.get("yes")
-        .or_else(|| p.get("true"))
-        .and_then(Value::as_f64)
-        .unwrap()
+    u_yes(route, body).unwrap()
 }
 
 /// The `{answers, diagnostics}` of a reply body of `route`.
-fn envelope_of(route: Route, body: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(body);
-    match route {
-        Route::ChatStream => {
-            let content: String = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| *d != "[DONE]")
-                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-                .filter_map(|c| {
-                    c["choices"][0]["delta"]["content"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .collect();
-            serde_json::from_str(&content).unwrap()
-        }
-        Route::Chat => {
-            let v: Value = serde_json::from_slice(body).unwrap();
-            serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap()
-        }
-        Route::SystemOne | Route::ApiDecide => serde_json::from_slice(body).unwrap(),
-    }
+fn envelope(route: Route, body: &[u8]) -> Value {
+    envelope_of(route, body).unwrap()
 }
 
 proptest! {
@@ -539,7 +378,7 @@ fn pass_through_routes_renormalize_and_record_rounded_probabilities() {
         let app = app(&f.bad_base, &f.good_base);
         let (status, used, body) = f.rt.block_on(send(&app, route, "vertex"));
         assert_eq!((status, used.as_str()), (200, "vertex"), "{route:?}");
-        let env = envelope_of(route, &body);
+        let env = envelope(route, &body);
         let yes = reads_u_yes(route, &body);
         assert!((yes - 0.67 / 0.99).abs() < 1e-9, "{route:?}: {env}");
         let sum = env["diagnostics"]["renormalized"]["u"].as_f64();
@@ -566,7 +405,7 @@ fn pass_through_routes_turn_a_refusal_into_an_abstention() {
         let app = app(&f.bad_base, &f.good_base);
         let (status, _, body) = f.rt.block_on(send(&app, route, "vertex"));
         assert_eq!(status, 200, "{route:?}");
-        let env = envelope_of(route, &body);
+        let env = envelope(route, &body);
         let u = &env["answers"]["u"];
         assert_eq!(u["abstained"], json!(true), "{route:?}: {env}");
         let reason = u["abstain_reason"].as_str().unwrap_or_default();

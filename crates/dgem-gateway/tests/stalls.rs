@@ -8,15 +8,18 @@
 //! stall itself can delay the failover.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+#[path = "common/routes.rs"]
+mod routes;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::routing::{get, post};
 use axum::Router;
-use dgem_gateway::{BackendSpec, Gateway, GatewayConfig, GatewayState, Kind, Replica};
-use dgem_gateway::{RemoteConfig, RemoteDgem};
+use dgem_gateway::{Gateway, RemoteConfig, RouteConfig};
 use http_body_util::BodyExt as _;
+use routes::two_backends;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tower::ServiceExt as _;
@@ -94,31 +97,12 @@ async fn healthy() -> String {
 /// A gateway over `primary` (`vertex`) then `secondary` (`cloudrun`), with
 /// every budget at its default.
 fn gateway(primary: &str, secondary: &str) -> (Arc<Gateway>, Router) {
-    let spec = |name: &str, kind, base: &str| BackendSpec {
-        name: name.into(),
-        kind,
-        replicas: vec![Replica::remote(
-            RemoteDgem::new(RemoteConfig::new(base)).unwrap(),
-        )],
-    };
-    let gateway = Arc::new(
-        Gateway::new(GatewayConfig {
-            backends: vec![
-                spec("vertex", Kind::Vertex, primary),
-                spec("cloudrun", Kind::Cloudrun, secondary),
-            ],
-            default: Some("vertex_first".into()),
-            allowed: None,
-            route: dgem_gateway::RouteConfig::default(),
-        })
-        .unwrap(),
-    );
-    let router = dgem_gateway::router(GatewayState {
-        gateway: gateway.clone(),
-        templates: dgem_engine::templates::TemplateDir::new("/nonexistent/templates"),
-        after: Arc::default(),
-    });
-    (gateway, router)
+    two_backends(
+        primary,
+        secondary,
+        RemoteConfig::new,
+        RouteConfig::default(),
+    )
 }
 
 /// One `/api/decide`: (status, backend used, body, wall time).

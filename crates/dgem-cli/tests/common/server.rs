@@ -21,6 +21,21 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// Whether the real `python3 -m pip` is here; outside CI its absence skips
+/// the test that asks, under CI it fails it (CI installs pip: it pulls the
+/// model with it).
+pub fn pip_available() -> bool {
+    let ok = Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(!ci(), "CI must have python3 with pip");
+        eprintln!("skipping: python3 -m pip is not available");
+    }
+    ok
+}
+
 /// A port nobody listens on right now (bound, read, released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
