@@ -71,47 +71,63 @@ enum Command {
         after_help = "Examples:\n  dgem model pull\n  dgem model list\n  dgem model verify"
     )]
     Model(commands::model::ModelCommand),
+    #[cfg(feature = "bench")]
     /// Run a labelled dataset: accuracy by domain and tier, latency, throughput.
     #[command(
         after_help = "Examples:\n  dgem bench -o results/bench.json\n  dgem bench -n 10 --format md\n  dgem bench --shard 0/4 -o shard-0.json --resume\n  dgem bench --fail-under item_accuracy=0.5 --csv-dir out/"
     )]
     Bench(commands::bench::BenchArgs),
+    #[cfg(feature = "bench")]
     /// Calibration of the probabilities: ECE, Brier, NLL, AUROC, reliability SVG.
     #[command(
         after_help = "Examples:\n  dgem bench-calibration -o results/calibration.json\n  dgem bench-calibration --from-receipt results/bench.json --svg reliability.svg"
     )]
     BenchCalibration(commands::bench::CalibrationArgs),
+    #[cfg(feature = "bench")]
     /// Fit a temperature per question type on labelled rows (k-fold) and write a calibration file.
     #[command(
         after_help = "Examples:\n  dgem calibrate --dataset data/eval_dataset.jsonl --out calibration.json\n  dgem decide -t support_triage -v ticket=... --calibration-file calibration.json"
     )]
     Calibrate(commands::calibrate::CalibrateArgs),
+    #[cfg(feature = "bench")]
     /// Wide intent sets with bracket routing past 26 options.
     #[command(
         after_help = "Examples:\n  dgem bench-intents -o results/intents.json\n  dgem bench-intents -d data/intents/clinc150_eval.jsonl -n 10"
     )]
     BenchIntents(commands::bench_suites::IntentsArgs),
+    #[cfg(feature = "bench")]
     /// Listwise reranking: nDCG@10, p-MRR, tie rate, poisoned-passage quarantine.
     #[command(after_help = "Examples:\n  dgem bench-rerank -o results/rerank.json --format md")]
     BenchRerank(commands::bench_suites::RerankArgs),
+    #[cfg(feature = "bench")]
     /// Option-order sensitivity: flip rate and total variation distance.
     #[command(after_help = "Examples:\n  dgem bench-permutation -o results/permutation.json")]
     BenchPermutation(commands::bench_suites::PermutationArgs),
+    #[cfg(feature = "bench")]
     /// Compare two receipts: metric deltas, flipped items, McNemar's test.
     #[command(
         after_help = "Examples:\n  dgem bench-compare results/before.json results/after.json\n  dgem bench-compare a.json b.json --fail-under mcnemar_p=0.05"
     )]
     BenchCompare(commands::bench_suites::CompareArgs),
+    #[cfg(feature = "bench")]
     /// JevBench rows: chance-corrected accuracy, ECE, Brier and JevBench's composite scores.
     #[command(
         after_help = "Examples:\n  dgem bench-jev -o results/jev.json\n  dgem bench-jev -d jevbench_public.jsonl --endpoint-kind gpu --format md"
     )]
     BenchJev(commands::bench_suites::JevArgs),
+    #[cfg(all(feature = "bench", feature = "embedded"))]
     /// Speed of the embedded engine against llama.cpp's own prompt evaluation, as ratios.
     #[command(
         after_help = "Examples:\n  dgem bench-speed\n  dgem bench-speed --rounds 9 --threads 2 -o results/speed.json"
     )]
     BenchSpeed(commands::speed::SpeedArgs),
+    #[cfg(feature = "bench")]
+    /// dgem's own cost on the vLLM path: `dgem serve` over an in-process fake vLLM, against the fake alone.
+    #[command(
+        after_help = "Examples:\n  dgem bench-proxy\n  dgem bench-proxy --clients 1,16,64 --requests 5000 -o benchmarks/results/proxy.json\n  dgem bench-proxy --tokenizer tokenizer.json --seconds 5"
+    )]
+    BenchProxy(commands::proxy::ProxyArgs),
+    #[cfg(feature = "bench")]
     /// Join the receipts of a run's shards (`--shard I/N`) into one receipt.
     BenchMerge(commands::bench_suites::MergeArgs),
     /// Render a policy template and print the JSON (no model involved).
@@ -133,6 +149,7 @@ enum Command {
         after_help = "Examples:\n  dgem templates list\n  dgem templates show support_triage\n  dgem templates init my_policy --dir templates"
     )]
     Templates(commands::templates::TemplatesCommand),
+    #[cfg(feature = "bench")]
     /// Plan every JevBench row (prompts, slots, label ids, scoring) without running the model.
     #[command(
         after_help = "Examples:\n  dgem plan -d data/jevbench_style.jsonl\n  dgem plan -d rows.jsonl --rows --allow-refused"
@@ -142,7 +159,8 @@ enum Command {
     #[command(
         after_help = "Examples:\n  dgem serve --port 8080\n  dgem serve --studio --cors-origin http://localhost:3000\n  API_KEY=s3cret MAX_INFLIGHT=4 dgem serve --no-warmup\n  curl -s localhost:8080/openapi.json"
     )]
-    Serve(commands::serve::ServeArgs),
+    Serve(Box<commands::serve::ServeArgs>),
+    #[cfg(feature = "mcp")]
     /// Serve the decision tools to agents over MCP (stdio).
     #[command(after_help = "Examples:\n  dgem mcp\n  dgem mcp --templates ./policies")]
     Mcp(commands::mcp::McpArgs),
@@ -151,6 +169,7 @@ enum Command {
         after_help = "Examples:\n  dgem stage gs://my-bucket/dgemma /tmp/dgemma\n  dgem stage https://weights.example.com/dgemma/ /tmp/dgemma --parallel 32"
     )]
     Stage(commands::stage::StageArgs),
+    #[cfg(feature = "gateway")]
     /// Route decisions across Vertex, Cloud Run, local and remote backends with failover.
     #[command(
         after_help = "Examples:\n  dgem gateway --embedded\n  dgem gateway --cloudrun-url https://dgem-xyz.a.run.app --local-url http://127.0.0.1:8080"
@@ -219,35 +238,50 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "dgem", &mut std::io::stdout());
             Ok(())
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => return commands::bench::exit(commands::bench::run(args)),
+        #[cfg(feature = "bench")]
         Command::BenchCalibration(args) => {
             return commands::bench::exit(commands::bench::run_calibration(args))
         }
+        #[cfg(feature = "bench")]
         Command::Calibrate(args) => commands::calibrate::run(args),
+        #[cfg(feature = "bench")]
         Command::BenchIntents(args) => {
             return commands::bench::exit(commands::bench_suites::run_intents(args))
         }
+        #[cfg(feature = "bench")]
         Command::BenchRerank(args) => {
             return commands::bench::exit(commands::bench_suites::run_rerank(args))
         }
+        #[cfg(feature = "bench")]
         Command::BenchPermutation(args) => {
             return commands::bench::exit(commands::bench_suites::run_permutation(args))
         }
+        #[cfg(feature = "bench")]
         Command::BenchJev(args) => {
             return commands::bench::exit(commands::bench_suites::run_jev(args))
         }
+        #[cfg(all(feature = "bench", feature = "embedded"))]
         Command::BenchSpeed(args) => commands::speed::run(args),
+        #[cfg(feature = "bench")]
+        Command::BenchProxy(args) => commands::proxy::run(args),
+        #[cfg(feature = "bench")]
         Command::BenchMerge(args) => {
             return commands::bench::exit(commands::bench_suites::run_merge(args))
         }
+        #[cfg(feature = "bench")]
         Command::BenchCompare(args) => {
             return commands::bench::exit(commands::bench_suites::run_compare(args))
         }
         Command::Render(args) => commands::render::run(args),
+        #[cfg(feature = "bench")]
         Command::Plan(args) => commands::plan::run(args),
-        Command::Serve(args) => commands::serve::run(args),
+        Command::Serve(args) => commands::serve::run(*args),
+        #[cfg(feature = "mcp")]
         Command::Mcp(args) => commands::mcp::run(args),
         Command::Stage(args) => commands::stage::run(args),
+        #[cfg(feature = "gateway")]
         Command::Gateway(args) => commands::gateway::run(*args),
     };
     match outcome {
@@ -282,6 +316,7 @@ mod tests {
     /// Every command that reads dataset rows takes `--allow-refused` (a
     /// refused row exits 1 without it); the commands that read receipts do not.
     #[test]
+    #[cfg(feature = "bench")]
     fn every_row_reading_command_takes_allow_refused() {
         use clap::Parser as _;
         for cmd in [

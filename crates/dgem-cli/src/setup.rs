@@ -1,21 +1,44 @@
 //! Building the backend and engine from command-line options.
 
 use std::path::PathBuf;
+#[cfg(feature = "embedded")]
 use std::sync::Arc;
 
+#[cfg(feature = "embedded")]
 use anyhow::Context as _;
 use clap::Args;
+#[cfg(feature = "embedded")]
 use dgem_backend::Backend;
+#[cfg(feature = "embedded")]
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 use dgem_core::labels::LabelMode;
-use dgem_engine::{CalibrationMode, Engine, EngineConfig};
+#[cfg(feature = "embedded")]
+use dgem_engine::EngineConfig;
+use dgem_engine::{CalibrationMode, Engine};
 
 use crate::failure::{internal, user, Failure};
+#[cfg(feature = "embedded")]
 use crate::progress::Bar;
 use crate::pull::Fetch;
 
 /// Plain words on what the default model can and cannot do (engine-notes.md §2).
-pub const SMALL_MODEL_NOTE: &str = "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model with a larger Gemma 3 instruction-tuned GGUF";
+#[cfg(feature = "embedded")]
+pub const SMALL_MODEL_NOTE: &str = "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model with a larger instruction-tuned GGUF (docs/models.md)";
+
+/// KV-cache reuse granularity by default (tokens).
+#[cfg(feature = "embedded")]
+const DEFAULT_KV_CHUNK: usize = dgem_backend_llama::DEFAULT_KV_CHUNK;
+/// Unused in a build without the embedded engine (its commands refuse).
+#[cfg(not(feature = "embedded"))]
+const DEFAULT_KV_CHUNK: usize = 1;
+
+/// The refusal of a build without llama.cpp (Cargo feature `embedded`) when
+/// a command needs the model in process.
+pub fn no_embedded_engine() -> Failure {
+    user(anyhow::anyhow!(
+        "this dgem was built without the embedded engine (Cargo feature `embedded`, llama.cpp): read decisions with `--backend vllm=URL`, or use a default build"
+    ))
+}
 
 /// Options that choose and configure the embedded model.
 #[derive(Debug, Clone, Args)]
@@ -39,7 +62,7 @@ pub struct ModelArgs {
     /// reused only up to a chunk end both requests share, which keeps every
     /// request's numbers bit-identical whatever the cache held. Smaller: more
     /// reuse between prompts that begin alike, more decode calls on a cold one.
-    #[arg(long = "kv-chunk", env = "DGEM_KV_CHUNK", default_value_t = dgem_backend_llama::DEFAULT_KV_CHUNK, value_name = "TOKENS")]
+    #[arg(long = "kv-chunk", env = "DGEM_KV_CHUNK", default_value_t = DEFAULT_KV_CHUNK, value_name = "TOKENS")]
     pub kv_chunk: usize,
     /// Read a decision's questions that share a prompt in one decode of their
     /// continuations (`on`) or one after another through the KV cache (`off`).
@@ -103,6 +126,7 @@ pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 /// `Some(limit)` for a positive number of seconds, `None` (no limit) for 0.
+#[cfg(feature = "embedded")]
 fn limit(seconds: f64) -> Option<std::time::Duration> {
     (seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
 }
@@ -125,6 +149,7 @@ fn parse_auto_off(s: &str) -> Result<bool, String> {
 
 /// The temperatures shipped for the default model, when `sha256` is its
 /// file's; for another model (or none), a warning on stderr and `None`.
+#[cfg(feature = "embedded")]
 fn shipped_temperature(sha256: Option<&str>) -> Option<dgem_engine::ModelTemperature> {
     let origin = std::path::Path::new(dgem_model::DEFAULT_MODEL_CALIBRATION_PATH);
     let file = match dgem_core::hesitation::calibration::CalibrationFile::parse(
@@ -157,13 +182,16 @@ fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
 }
 
 /// The checks of [`engine`] that are the user's to fix and cost no model load
-/// (the `--model` file exists and is a Gemma 3 GGUF, `--context`, `--threads`),
+/// (the `--model` file exists and is a GGUF text model, `--context`, `--threads`),
 /// and the model id the engine will report: for `dgem serve`, which binds its
 /// port before it loads the model.
 ///
 /// # Errors
 /// A user [`Failure`] naming the flag, as [`engine`] gives.
 pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
+    if !cfg!(feature = "embedded") {
+        return Err(no_embedded_engine());
+    }
     check_flags(args)?;
     let spec = dgem_model::default_model();
     match &args.model {
@@ -206,7 +234,9 @@ fn check_flags(args: &ModelArgs) -> Result<(), Failure> {
 
 /// The GGUF file `--model` names and the model id it gets: a path (its
 /// stem), or an `ollama:`, `hf:` or `lmstudio:` reference resolved in the
-/// store that holds it. The file must be a Gemma 3 GGUF.
+/// store that holds it. The file must be a text-generating model with a
+/// vocabulary, of any architecture llama.cpp loads
+/// ([`dgem_model::validate_text_model`]).
 ///
 /// # Errors
 /// A user [`Failure`] naming the flag, the reference, the paths looked at
@@ -217,7 +247,7 @@ pub fn model_file(p: &std::path::Path) -> Result<(PathBuf, String), Failure> {
         let r = dgem_model::Stores::from_env()
             .resolve(&given)
             .map_err(|e| user(anyhow::anyhow!("`--model {given}`: {}", detail(&e))))?;
-        dgem_model::validate_gemma3(&r.path).map_err(|e| {
+        dgem_model::validate_text_model(&r.path).map_err(|e| {
             user(anyhow::anyhow!(
                 "`--model {given}` is {}: {e}",
                 r.path.display()
@@ -233,7 +263,7 @@ pub fn model_file(p: &std::path::Path) -> Result<(PathBuf, String), Failure> {
             p.display()
         )));
     }
-    dgem_model::validate_gemma3(p).map_err(user)?;
+    dgem_model::validate_text_model(p).map_err(user)?;
     let id = p
         .file_stem()
         .map_or_else(|| "custom".to_owned(), |s| s.to_string_lossy().into_owned());
@@ -255,19 +285,31 @@ pub fn engine(args: &ModelArgs) -> Result<Engine, Failure> {
 
 /// [`engine`], fetching the default model as `fetch` says (`dgem serve`
 /// reports the pull on `/health` and cancels it on shutdown).
+#[cfg(feature = "embedded")]
 pub fn engine_with(args: &ModelArgs, fetch: Fetch<'_>) -> Result<Engine, Failure> {
     let (backend, config) = load_llama_with(args, fetch)?;
     let backend: Arc<dyn Backend> = backend;
     Ok(Engine::new(backend, config))
 }
 
+/// [`engine`] in a build without llama.cpp: [`no_embedded_engine`].
+///
+/// # Errors
+/// Always that refusal.
+#[cfg(not(feature = "embedded"))]
+pub fn engine_with(_args: &ModelArgs, _fetch: Fetch<'_>) -> Result<Engine, Failure> {
+    Err(no_embedded_engine())
+}
+
 /// Resolve the model file (pulling the default on first use), load it, and
 /// return the concrete backend with the engine settings [`engine`] uses (for
 /// `dgem bench-speed`, which also calls the backend's own baseline).
+#[cfg(feature = "embedded")]
 pub fn load_llama(args: &ModelArgs) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
     load_llama_with(args, Fetch::OneShot)
 }
 
+#[cfg(feature = "embedded")]
 fn load_llama_with(
     args: &ModelArgs,
     fetch: Fetch<'_>,
@@ -363,6 +405,7 @@ fn load_llama_with(
 /// Check the cached default model's sha256 once; a stamp file beside it records
 /// the size and modification time that were verified, so later runs skip the hash
 /// unless the file changed. A corrupted cache is an error, never used silently.
+#[cfg(feature = "embedded")]
 fn verify_once(path: &std::path::Path, spec: &dgem_model::ModelSpec) -> Result<(), Failure> {
     let meta = std::fs::metadata(path).map_err(internal)?;
     let mtime = meta

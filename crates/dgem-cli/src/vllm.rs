@@ -6,10 +6,18 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Args;
+#[cfg(feature = "vllm")]
 use dgem_backend_vllm::{HfTokenizer, VllmConfig, VllmDecider};
 use dgem_core::tokenizer::Tokenizer;
 
 use crate::failure::{internal, user, Failure};
+
+/// Request canvas widths are rounded up to a multiple of this by default.
+#[cfg(feature = "vllm")]
+const DEFAULT_CANVAS_STEP: usize = dgem_backend_vllm::DEFAULT_CANVAS_STEP;
+/// Unused in a build without the vLLM reader (`--backend` is refused there).
+#[cfg(not(feature = "vllm"))]
+const DEFAULT_CANVAS_STEP: usize = 1;
 
 /// Options of the vLLM reader (used with `--backend vllm=URL`).
 #[derive(Debug, Clone, Args)]
@@ -44,7 +52,7 @@ pub struct VllmArgs {
     )]
     pub canvas_profile: String,
     /// Request canvas widths are rounded up to a multiple of this.
-    #[arg(long = "canvas-step", env = "CANVAS_STEP", default_value_t = dgem_backend_vllm::DEFAULT_CANVAS_STEP)]
+    #[arg(long = "canvas-step", env = "CANVAS_STEP", default_value_t = DEFAULT_CANVAS_STEP)]
     pub canvas_step: usize,
     /// A JSON file replacing the question block's fixed sentences (`lead`,
     /// `format_lines` with a `{label}` placeholder, `format_indexed`, `chunk`;
@@ -72,6 +80,11 @@ pub fn backend_url(args: &VllmArgs) -> Result<Option<String>, Failure> {
     let Some(spec) = args.backend.as_deref() else {
         return Ok(None);
     };
+    if !cfg!(feature = "vllm") {
+        return Err(user(anyhow::anyhow!(
+            "`--backend {spec}`: this dgem was built without the vLLM reader (Cargo feature `vllm`); use a default build"
+        )));
+    }
     match spec.split_once('=') {
         Some(("vllm", url)) if url.starts_with("http://") || url.starts_with("https://") => {
             Ok(Some(url.to_owned()))
@@ -82,6 +95,7 @@ pub fn backend_url(args: &VllmArgs) -> Result<Option<String>, Failure> {
     }
 }
 
+#[cfg(feature = "vllm")]
 fn load_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
     if !path.is_file() {
         return Err(user(anyhow::anyhow!(
@@ -90,15 +104,57 @@ fn load_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
         )));
     }
     if path.extension().is_some_and(|e| e == "gguf") {
-        let tok = dgem_backend_llama::LlamaTokenizer::load(path)
-            .with_context(|| format!("could not read the vocabulary of {}", path.display()))
-            .map_err(user)?;
-        return Ok(Arc::new(tok));
+        return gguf_tokenizer(path);
     }
     let tok = HfTokenizer::load(path).map_err(user)?;
     Ok(Arc::new(tok))
 }
 
+/// The vocabulary of a GGUF, read through llama.cpp (feature `embedded`).
+#[cfg(all(feature = "vllm", feature = "embedded"))]
+fn gguf_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
+    let tok = dgem_backend_llama::LlamaTokenizer::load(path)
+        .with_context(|| format!("could not read the vocabulary of {}", path.display()))
+        .map_err(user)?;
+    Ok(Arc::new(tok))
+}
+
+/// A build without llama.cpp reads no GGUF vocabulary: the served model's
+/// `tokenizer.json` is needed.
+#[cfg(all(feature = "vllm", not(feature = "embedded")))]
+fn gguf_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
+    Err(user(anyhow::anyhow!(
+        "`--tokenizer {}`: this dgem was built without llama.cpp (Cargo feature `embedded`), which reads a GGUF's vocabulary; pass the served model's `tokenizer.json`",
+        path.display()
+    )))
+}
+
+/// [`decider`] behind the [`dgem_engine::Decider`] trait; in a build
+/// without the vLLM reader, the refusal [`backend_url`] gives first.
+///
+/// # Errors
+/// What [`decider`] returns.
+pub fn shared_decider(
+    url: &str,
+    args: &VllmArgs,
+    pull_timeout_s: f64,
+    fetch: crate::pull::Fetch<'_>,
+) -> Result<Arc<dyn dgem_engine::Decider>, Failure> {
+    #[cfg(feature = "vllm")]
+    {
+        Ok(Arc::new(decider(url, args, pull_timeout_s, fetch)?))
+    }
+    #[cfg(not(feature = "vllm"))]
+    {
+        let _ = (url, pull_timeout_s, fetch);
+        backend_url(args)?;
+        Err(user(anyhow::anyhow!(
+            "`--backend`: this dgem was built without the vLLM reader (Cargo feature `vllm`)"
+        )))
+    }
+}
+
+#[cfg(feature = "vllm")]
 /// Build the vLLM decider for `url`; the default tokenizer (the embedded
 /// GGUF) is pulled on first use within `pull_timeout_s` (`--pull-timeout`),
 /// as `fetch` says.

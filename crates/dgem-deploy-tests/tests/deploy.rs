@@ -551,3 +551,41 @@ fn the_builder_copies_every_source_the_build_reads() {
         assert!(text.lines().any(|l| l.trim() == line), "missing `{line}`");
     }
 }
+
+/// Issue 28 item 8: the serving image reads decisions from vLLM only, so its
+/// builder compiles dgem without the `embedded` feature (no llama.cpp, no
+/// cmake or libclang), with what `dgem serve --backend vllm=…` uses: the vLLM
+/// reader, `/mcp` and the Studio.
+#[test]
+fn the_serving_image_builds_dgem_without_llama_cpp() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("deploy/Dockerfile")).expect("Dockerfile");
+    let ins = parse_dockerfile(&text);
+    let build = ins
+        .iter()
+        .find(|i| i.keyword == "RUN" && i.args.contains("cargo build"))
+        .expect("a cargo build");
+    assert!(
+        build.args.contains("--no-default-features"),
+        "{}",
+        build.args
+    );
+    let features: Vec<&str> = build
+        .args
+        .split("--features")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("--features LIST")
+        .split(',')
+        .collect();
+    assert_eq!(features, ["vllm", "mcp", "studio"]);
+    assert!(
+        !ins.iter()
+            .any(|i| i.keyword == "RUN" && i.args.contains("libclang")),
+        "llama.cpp's build tools are installed"
+    );
+    // The entrypoint passes the served model's tokenizer.json: a build
+    // without llama.cpp reads no GGUF vocabulary.
+    let entry = std::fs::read_to_string(root.join("deploy/entrypoint.sh")).expect("entrypoint");
+    assert!(entry.contains("--tokenizer \"$model/tokenizer.json\""));
+}

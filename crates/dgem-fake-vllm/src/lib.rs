@@ -95,6 +95,11 @@ pub struct FakeConfig {
     pub script: Arc<Script>,
     /// Token ids a thought request returns (the stop id is appended).
     pub thought: Vec<u32>,
+    /// Keep only the first N accepted requests for [`FakeVllm::requests`]
+    /// (`None`, the default: every one). A load run sets it, so that the
+    /// record neither grows by a request body per request nor costs a clone
+    /// of each; [`FakeVllm::accepted`] still counts them all.
+    pub keep_requests: Option<usize>,
 }
 
 impl std::fmt::Debug for FakeConfig {
@@ -102,6 +107,7 @@ impl std::fmt::Debug for FakeConfig {
         f.debug_struct("FakeConfig")
             .field("model", &self.model)
             .field("canvas_length", &self.canvas_length)
+            .field("keep_requests", &self.keep_requests)
             .finish_non_exhaustive()
     }
 }
@@ -116,6 +122,7 @@ impl Default for FakeConfig {
             logprob_token_ids_max: 128,
             script: Arc::new(scripts::weights(|_, _, _| 1.0)),
             thought: Vec::new(),
+            keep_requests: None,
         }
     }
 }
@@ -132,6 +139,7 @@ pub struct Recorded {
 struct Shared {
     config: FakeConfig,
     requests: Mutex<Vec<Recorded>>,
+    accepted: AtomicUsize,
     failures: Mutex<VecDeque<Failure>>,
     not_ready_polls: AtomicUsize,
     health_polls: AtomicUsize,
@@ -167,6 +175,7 @@ impl FakeVllm {
         let shared = Arc::new(Shared {
             config,
             requests: Mutex::new(Vec::new()),
+            accepted: AtomicUsize::new(0),
             failures: Mutex::new(VecDeque::new()),
             not_ready_polls: AtomicUsize::new(0),
             health_polls: AtomicUsize::new(0),
@@ -188,9 +197,15 @@ impl FakeVllm {
         &self.url
     }
 
-    /// Requests accepted so far (after validation), in arrival order.
+    /// Requests accepted so far (after validation), in arrival order; only
+    /// the first [`FakeConfig::keep_requests`] when that is set.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// How many requests were accepted so far, kept or not.
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// `GET /health` calls so far.
@@ -284,10 +299,16 @@ async fn handle(s: &Shared, path: &str, raw: &str) -> Response {
         Ok(r) => r,
         Err(message) => return bad_request(message),
     };
-    lock(&s.requests).push(Recorded {
-        path: path.to_owned(),
-        body: body.clone(),
-    });
+    s.accepted.fetch_add(1, Ordering::SeqCst);
+    {
+        let mut kept = lock(&s.requests);
+        if s.config.keep_requests.is_none_or(|n| kept.len() < n) {
+            kept.push(Recorded {
+                path: path.to_owned(),
+                body: body.clone(),
+            });
+        }
+    }
     if failure == Some(Failure::MissingLogprobs) {
         return axum::Json(
             json!({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}),

@@ -165,3 +165,24 @@ async fn completions_reads_return_dicts_keyed_by_token_id() {
         .unwrap()
         .contains("unknown field `top_logprobs`"));
 }
+
+#[tokio::test]
+async fn keep_requests_keeps_the_first_n_and_counts_them_all() {
+    let fake = FakeVllm::start(FakeConfig {
+        keep_requests: Some(2),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    for _ in 0..5 {
+        let (status, reply) = post(&fake, "/v1/chat/completions", &read()).await;
+        assert_eq!(status, 200, "{reply}");
+    }
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(fake.accepted(), 5);
+    // A refused request is neither kept nor counted.
+    let mut bad = read();
+    bad["temperature"] = json!(0);
+    assert_eq!(post(&fake, "/v1/chat/completions", &bad).await.0, 400);
+    assert_eq!(fake.accepted(), 5);
+}

@@ -141,6 +141,7 @@ fn gguf_path(spec: &str) -> Option<&str> {
 ///
 /// # Errors
 /// Exit code 1 naming `--cascade-provider` and the path when it does not load.
+#[cfg(feature = "embedded")]
 fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
     if path.is_empty() {
         return Err(user(anyhow::anyhow!(
@@ -155,6 +156,17 @@ fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
                 "`--cascade-provider gguf:{path}`: the Stage-2 GGUF model did not load: {e}"
             ))
         })
+}
+
+/// A build without llama.cpp has no local GGUF Stage 2.
+///
+/// # Errors
+/// Always a user error naming `--cascade-provider`.
+#[cfg(not(feature = "embedded"))]
+fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
+    Err(user(anyhow::anyhow!(
+        "`--cascade-provider gguf:{path}`: this dgem was built without llama.cpp (Cargo feature `embedded`), which runs a local GGUF Stage 2; use an `openai:` or `vertex:` provider, or a default build"
+    )))
 }
 
 /// What one decision asks for after the read.

@@ -291,18 +291,19 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let hesitation = args.after.request(&schema, &template_name, injected)?;
     let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
     let after = args.setup.setup_for(need_stage2)?;
-    let engine_: Box<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
-        Some(url) => Box::new(crate::vllm::decider(
-            &url,
-            &args.vllm,
-            args.model.pull_timeout,
-            crate::pull::Fetch::OneShot,
-        )?),
-        None => {
-            crate::vllm::check_embedded(&args.vllm)?;
-            Box::new(setup::engine(&args.model)?)
-        }
-    };
+    let engine_: std::sync::Arc<dyn dgem_engine::Decider> =
+        match crate::vllm::backend_url(&args.vllm)? {
+            Some(url) => crate::vllm::shared_decider(
+                &url,
+                &args.vllm,
+                args.model.pull_timeout,
+                crate::pull::Fetch::OneShot,
+            )?,
+            None => {
+                crate::vllm::check_embedded(&args.vllm)?;
+                std::sync::Arc::new(setup::engine(&args.model)?)
+            }
+        };
     let rt = setup::runtime()?;
     let started = std::time::Instant::now();
     let spinner = crate::progress::spinner("deciding…");

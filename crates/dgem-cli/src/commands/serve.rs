@@ -147,6 +147,11 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     // A folder the user named (flag, `DGEM_TEMPLATES`, config file) that is
     // not there is theirs to fix now, not a catalogue without their policies
     // later; the default `templates/` may be missing (the built-ins remain).
+    if args.studio && !cfg!(feature = "studio") {
+        return Err(user(anyhow::anyhow!(
+            "`--studio`: this dgem was built without the Decision Studio (Cargo feature `studio`); use a default build"
+        )));
+    }
     if args.studio {
         if let Some(named) = args.templates.as_deref().filter(|t| !t.is_dir()) {
             return Err(user(anyhow::anyhow!(
@@ -162,12 +167,12 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     let (engine, pending): (Arc<dyn dgem_engine::Decider>, _) =
         match crate::vllm::backend_url(&args.vllm)? {
             Some(url) => (
-                Arc::new(crate::vllm::decider(
+                crate::vllm::shared_decider(
                     &url,
                     &args.vllm,
                     args.model.pull_timeout,
                     crate::pull::Fetch::BeforeServing,
-                )?),
+                )?,
                 None,
             ),
             None => {
@@ -207,27 +212,14 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             .await
             .with_context(|| format!("could not listen on {addr}"))
             .map_err(user)?;
-        // MCP over Streamable HTTP at /mcp (and the Studio) sit in front of the
-        // server's own routes; merged here so dgem-server needs no dgem-mcp.
-        // They decide through the server's MAX_INFLIGHT gate, as its routes do.
         let state = AppState::with_after(engine, config, after.clone());
-        let defaults = state.config().schema_defaults;
-        let mcp = dgem_mcp::DecisionServer::new(state.gated_decider_for("mcp"), templates.clone())
-            .with_defaults(defaults)
-            .with_after(after.clone());
-        let mut extra = dgem_mcp::http_router_for(mcp);
-        if studio {
-            extra = extra
-                .merge(dgem_studio::router())
-                .merge(dgem_server::api::local_routes(
-                    state.gated_decider_for("api"),
-                    templates,
-                    defaults,
-                    after,
-                ));
-            eprintln!("dgem serve: Decision Studio at http://{addr}/");
-        }
-        eprintln!("dgem serve: listening on http://{addr}, MCP at /mcp (Ctrl-C to stop)");
+        let extra = extra_routes(&state, templates, studio, &after, addr);
+        let mcp_note = if cfg!(feature = "mcp") {
+            ", MCP at /mcp"
+        } else {
+            ""
+        };
+        eprintln!("dgem serve: listening on http://{addr}{mcp_note} (Ctrl-C to stop)");
         let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<Failure>();
         // Cancelled on Ctrl-C / SIGTERM: a first start's download stops at
         // once (pip killed, partial files removed) instead of holding the
@@ -360,4 +352,41 @@ fn with_file(
         }
     }
     Ok(args)
+}
+
+/// The routes in front of the server's own: MCP over Streamable HTTP at
+/// `/mcp` (feature `mcp`) and, with `--studio`, the Decision Studio and its
+/// `/api` (feature `studio`). Merged here so dgem-server needs neither
+/// crate; they decide through the server's `MAX_INFLIGHT` gate, as its
+/// routes do.
+#[allow(unused_variables, unused_mut)]
+fn extra_routes(
+    state: &AppState,
+    templates: dgem_engine::templates::TemplateDir,
+    studio: bool,
+    after: &Arc<dgem_cascade::AfterSetup>,
+    addr: std::net::SocketAddr,
+) -> axum::Router {
+    let defaults = state.config().schema_defaults;
+    let mut extra = axum::Router::new();
+    #[cfg(feature = "mcp")]
+    {
+        let mcp = dgem_mcp::DecisionServer::new(state.gated_decider_for("mcp"), templates.clone())
+            .with_defaults(defaults)
+            .with_after(after.clone());
+        extra = extra.merge(dgem_mcp::http_router_for(mcp));
+    }
+    #[cfg(feature = "studio")]
+    if studio {
+        extra = extra
+            .merge(dgem_studio::router())
+            .merge(dgem_server::api::local_routes(
+                state.gated_decider_for("api"),
+                templates,
+                defaults,
+                after.clone(),
+            ));
+        eprintln!("dgem serve: Decision Studio at http://{addr}/");
+    }
+    extra
 }
