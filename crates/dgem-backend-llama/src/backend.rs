@@ -1,6 +1,6 @@
 //! [`LlamaBackend`]: the async face of the model thread.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -13,18 +13,22 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::labels::OutputRows;
+use crate::labels::{OutputRows, Readout};
 use crate::tokenizer::{load_model, LlamaTokenizer};
+use crate::turns::{chat_turns, TurnsOrigin};
 use crate::worker::{self, Job, JobKind, WorkerConfig};
 use crate::{LlamaConfig, LlamaError};
 
-/// Gemma 3 GGUF (or any causal GGUF llama.cpp reads) run in-process on the CPU.
+/// A GGUF text model (Gemma 3 by default; any causal architecture llama.cpp
+/// reads) run in-process on the CPU.
 ///
 /// The model lives on a dedicated OS thread fed by a bounded queue; `forward`
 /// never blocks an async worker. Dropping the backend closes the queue and joins
 /// the thread (after the job in progress, if any).
 pub struct LlamaBackend {
     info: BackendInfo,
+    turns_origin: TurnsOrigin,
+    readout: Readout,
     tokenizer: Arc<LlamaTokenizer>,
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -37,6 +41,8 @@ impl std::fmt::Debug for LlamaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LlamaBackend")
             .field("info", &self.info)
+            .field("turns_origin", &self.turns_origin)
+            .field("readout", &self.readout)
             .field("model_timeout", &self.model_timeout)
             .field("queue_timeout", &self.queue_timeout)
             .field("queue_capacity", &self.queue_capacity)
@@ -101,6 +107,7 @@ impl LlamaBackend {
             &LlamaModelParams::default(),
         )?);
         let tokenizer = LlamaTokenizer::from_model(Arc::clone(&model))?;
+        let (chat_turns, turns_origin) = chat_turns(&model);
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let worker_cfg = WorkerConfig {
             n_threads: config.n_threads,
@@ -115,12 +122,18 @@ impl LlamaBackend {
             usize::try_from(model.n_embd()).unwrap_or(0),
             usize::try_from(model.n_vocab()).unwrap_or(0),
         )?;
-        let thread = worker::spawn(model, worker_cfg, rows, rx)?;
+        let checked = Arc::new(OnceLock::new());
+        let thread = worker::spawn(model, worker_cfg, rows, rx, Arc::clone(&checked))?;
+        let readout = checked.get().cloned().unwrap_or(Readout::FullHead {
+            reason: "the model thread reported no readout check".into(),
+        });
         tracing::info!(
             model = %config.model_path.display(),
             ms = started.elapsed().as_secs_f64() * 1e3,
             threads = config.n_threads,
             context = config.context_size,
+            turns = turns_origin.name(),
+            readout = ?readout,
             "llama.cpp model loaded"
         );
         Ok(Self {
@@ -133,7 +146,10 @@ impl LlamaBackend {
                 max_tokens: config.context_size,
                 supports_images: false,
                 canvas: None,
+                chat_turns,
             },
+            turns_origin,
+            readout,
             tokenizer: Arc::new(tokenizer),
             tx: Some(tx),
             thread: Some(thread),
@@ -141,6 +157,18 @@ impl LlamaBackend {
             queue_timeout: config.queue_timeout,
             queue_capacity: config.queue_capacity,
         })
+    }
+
+    /// Where the prompt's chat turns ([`BackendInfo::chat_turns`]) came from:
+    /// the GGUF's chat template, the Gemma default, or none.
+    pub fn turns_origin(&self) -> TurnsOrigin {
+        self.turns_origin
+    }
+
+    /// How label logits are read: from the label rows of the output matrix
+    /// (checked at load against llama.cpp's logits), or from the head.
+    pub fn readout(&self) -> &Readout {
+        &self.readout
     }
 
     /// The concrete tokenizer (same vocabulary as [`Backend::tokenizer`]).

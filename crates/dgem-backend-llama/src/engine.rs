@@ -35,7 +35,12 @@
 //! of its row and the label tokens' rows of the output matrix
 //! ([`crate::labels`]); the graph stops before the output head unless some
 //! slot of the decode asks for the full vocabulary (`SlotQuery::vocab`), and
-//! the label numbers are computed the same way in both cases.
+//! the label numbers are computed the same way in both cases. That readout is
+//! checked once at load against llama.cpp's own logits ([`probe`]); a model
+//! whose head it does not reproduce is read from the head instead
+//! ([`crate::Readout::FullHead`]: the graph always runs to the head).
+
+mod probe;
 
 use std::num::NonZeroU32;
 
@@ -135,6 +140,9 @@ pub(crate) struct Engine<'m> {
     /// Batch indices that requested output in the last decode, in batch
     /// order: the `i`-th one's hidden state is the capture's row `i`.
     outputs: Vec<usize>,
+    /// Read label logits from llama.cpp's logits (the head runs at every
+    /// decode) rather than from the label rows: set by [`Self::check_readout`].
+    head_readout: bool,
 }
 
 impl<'m> Engine<'m> {
@@ -186,6 +194,7 @@ impl<'m> Engine<'m> {
             capture,
             rows,
             outputs: Vec::new(),
+            head_readout: false,
         })
     }
 
@@ -553,6 +562,7 @@ impl<'m> Engine<'m> {
     /// One `llama_decode` of the batch; `full_head` lets the graph run on to
     /// the output head (else it stops at the final hidden states).
     fn decode(&mut self, full_head: bool) -> Result<(), BackendError> {
+        let full_head = full_head || self.head_readout;
         self.capture.get().start(full_head);
         let started = std::time::Instant::now();
         let result = self
@@ -572,19 +582,27 @@ impl<'m> Engine<'m> {
 
     /// Read `slot` at batch entry `idx` of the last decode (which requested
     /// output): the label logits from its final hidden state and the label
-    /// rows ([`OutputRows::logit`]), pooled per label and restricted; the
+    /// rows ([`OutputRows::logit`]) — or from llama.cpp's logits under
+    /// [`Self::head_readout`] — pooled per label and restricted; the
     /// full-vocabulary reading from llama.cpp's logits when the slot asks.
     fn read_row(&mut self, idx: usize, slot: &SlotQuery) -> Result<SlotLogits, BackendError> {
         let missing =
             || BackendError::Model(format!("batch entry {idx} has no output — this is a bug"));
         let ordinal = self.outputs.binary_search(&idx).map_err(|_| missing())?;
-        // Two fields borrowed side by side: the capture and the output rows.
-        let hidden = self.capture.get().row(ordinal).ok_or_else(missing)?;
-        let rows = &mut self.rows;
-        let label_logits = pooled_label_logits(&slot.labels, |id| rows.logit(hidden, id))?;
+        let i =
+            i32::try_from(idx).map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
+        let label_logits = if self.head_readout {
+            let logits = self.ctx.get_logits_ith(i);
+            pooled_label_logits(&slot.labels, |id| {
+                Ok::<_, BackendError>(logits.get(id as usize).map(|&l| f64::from(l)))
+            })?
+        } else {
+            // Two fields borrowed side by side: the capture and the output rows.
+            let hidden = self.capture.get().row(ordinal).ok_or_else(missing)?;
+            let rows = &mut self.rows;
+            pooled_label_logits(&slot.labels, |id| rows.logit(hidden, id))?
+        };
         let vocab = if slot.vocab {
-            let i = i32::try_from(idx)
-                .map_err(|_| BackendError::Model(format!("batch index {idx}")))?;
             Some(read_vocab(self.ctx.get_logits_ith(i), &slot.labels))
         } else {
             None

@@ -17,7 +17,14 @@
 //!   buffer, which nobody reads);
 //! - [`OutputRows`] reads the label rows from the GGUF file (ggml's own GGUF
 //!   reader for the tensor's offset and type, ggml's dequantizer for its
-//!   blocks), once per token id, and takes the dot products in `f64`.
+//!   blocks), once per token id, and takes the dot products in `f64`, adding
+//!   the output bias (`output.bias`, Qwen 2 and Phi-2 style heads) and the
+//!   final softcap as the model has them.
+//!
+//! Other architectures may treat the head's product further (a logit scale,
+//! an extra mask) or name no `result_norm`; the engine checks this readout
+//! against llama.cpp's own logits once at load and reads from the head when
+//! they disagree (`crate::engine`, [`crate::Readout`]).
 //!
 //! The numbers are not bit-equal to llama.cpp's logits: ggml's Q8_0 matmul
 //! also quantizes `h` to 8 bits per block before its integer dot products,
@@ -46,6 +53,29 @@ const HIDDEN_NODE: &[u8] = b"result_norm";
 /// Rows kept dequantized; past this the cache starts over (a row is
 /// `n_embd` f32: 2.5 KB for Gemma 3 270M, so 8 MB at most).
 const MAX_CACHED_ROWS: usize = 3276;
+
+/// How the embedded backend reads a slot's label logits, as decided at load
+/// ([`crate::LlamaBackend::readout`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Readout {
+    /// From the final hidden state and the label tokens' rows of the output
+    /// matrix; the head runs only for slots that ask for the full vocabulary.
+    /// Checked at load against llama.cpp's own logits on a short decode.
+    LabelRows {
+        /// Largest difference from llama.cpp's logits seen in that check
+        /// (quantized heads: ggml also quantizes the hidden state).
+        max_error: f64,
+        /// Largest |logit| among those compared (the scale of `max_error`).
+        largest_logit: f64,
+    },
+    /// From llama.cpp's logits: the output head runs at every decode. Used
+    /// when the label rows did not reproduce the head at load (a logit scale
+    /// or mask they do not know, or no `result_norm` node in the graph).
+    FullHead {
+        /// What the check found.
+        reason: String,
+    },
+}
 
 /// What the graph callback writes during one `llama_decode` (see the module
 /// docs). Owned by the engine through a raw pointer that llama.cpp holds as
@@ -191,9 +221,11 @@ pub(crate) struct OutputRows {
     row_bytes: usize,
     n_embd: usize,
     n_rows: usize,
-    to_float: unsafe extern "C" fn(*const c_void, *mut f32, i64),
+    to_float: ToFloat,
     /// Final logit softcap `c` (`logit = c · tanh(logit / c)`), 0 when off.
     softcap: f64,
+    /// `output.bias`, one value per row, when the model has one.
+    bias: Option<Vec<f32>>,
     cache: HashMap<TokenId, Box<[f32]>>,
 }
 
@@ -290,15 +322,17 @@ impl OutputRows {
                 "output matrix is {size} bytes, expected {n_rows} rows of {row_bytes}"
             )));
         }
-        // SAFETY: ggml's static table, valid for the process.
-        let to_float = unsafe { traits.as_ref() }
-            .and_then(|t| t.to_float)
+        let to_float = ToFloat::of(ty, traits)
             .ok_or_else(|| err(format!("ggml cannot dequantize tensor type {ty}")))?;
         let arch = gguf.str_val("general.architecture").unwrap_or_default();
         let softcap = gguf
             .f32_val(&format!("{arch}.final_logit_softcapping"))
             .map_or(0.0, f64::from);
         let file = File::open(path).map_err(|e| err(e.to_string()))?;
+        let bias = match gguf.tensor("output.bias") {
+            Some(b) => Some(read_vector(&gguf, &file, b, n_rows).map_err(err)?),
+            None => None,
+        };
         Ok(Self {
             file,
             base: u64::try_from(data + offset).map_err(|_| err("offset".into()))?,
@@ -307,8 +341,14 @@ impl OutputRows {
             n_rows,
             to_float,
             softcap,
+            bias,
             cache: HashMap::new(),
         })
+    }
+
+    /// Number of rows (the vocabulary size).
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
     }
 
     /// Row `id`, dequantized (cached).
@@ -326,10 +366,10 @@ impl OutputRows {
                 .read_exact_at(&mut raw, at)
                 .map_err(|e| BackendError::Model(format!("reading output row {id}: {e}")))?;
             let mut row = vec![0f32; self.n_embd].into_boxed_slice();
-            // SAFETY: `raw` holds one row of `n_embd` values of the tensor's
-            // type (checked against the tensor size at open); `row` has room
-            // for `n_embd` floats.
-            unsafe { (self.to_float)(raw.as_ptr().cast(), row.as_mut_ptr(), self.n_embd as i64) };
+            // `raw` holds one row of `n_embd` values of the tensor's type
+            // (checked against the tensor size at open); `row` has room for
+            // `n_embd` floats.
+            self.to_float.convert(&raw, &mut row);
             if self.cache.len() >= MAX_CACHED_ROWS {
                 self.cache.clear();
             }
@@ -349,17 +389,97 @@ impl OutputRows {
             return Ok(None);
         }
         let softcap = self.softcap;
+        let bias = self
+            .bias
+            .as_ref()
+            .and_then(|b| b.get(id as usize))
+            .map_or(0.0, |&b| f64::from(b));
         let row = self.row(id)?;
         let dot: f64 = row
             .iter()
             .zip(hidden)
             .map(|(&w, &h)| f64::from(w) * f64::from(h))
-            .sum();
+            .sum::<f64>()
+            + bias;
         Ok(Some(if softcap > 0.0 {
             softcap * (dot / softcap).tanh()
         } else {
             dot
         }))
+    }
+}
+
+/// Tensor `id` of `gguf` (in `file`), a vector of `n` values of any type
+/// ggml dequantizes, as `f32`.
+fn read_vector(gguf: &Gguf, file: &File, id: i64, n: usize) -> Result<Vec<f32>, String> {
+    // SAFETY: live context and a tensor id it returned.
+    let (ty, offset, size, data) = unsafe {
+        (
+            sys::gguf_get_tensor_type(gguf.0, id),
+            sys::gguf_get_tensor_offset(gguf.0, id),
+            sys::gguf_get_tensor_size(gguf.0, id),
+            sys::gguf_get_data_offset(gguf.0),
+        )
+    };
+    let len = i64::try_from(n).map_err(|_| format!("bias of {n} values"))?;
+    // SAFETY: pure functions of the type.
+    let (bytes, traits) = unsafe { (sys::ggml_row_size(ty, len), sys::ggml_get_type_traits(ty)) };
+    if bytes == 0 || bytes != size {
+        return Err(format!(
+            "output bias is {size} bytes, expected {n} values ({bytes} bytes)"
+        ));
+    }
+    let to_float =
+        ToFloat::of(ty, traits).ok_or_else(|| format!("ggml cannot dequantize bias type {ty}"))?;
+    let mut raw = vec![0u8; size];
+    let at = u64::try_from(data + offset).map_err(|_| "bias offset".to_owned())?;
+    file.read_exact_at(&mut raw, at)
+        .map_err(|e| format!("reading the output bias: {e}"))?;
+    let mut out = vec![0f32; n];
+    // `raw` holds `n` values of type `ty` (checked against the tensor size
+    // above); `out` has room for `n` floats.
+    to_float.convert(&raw, &mut out);
+    Ok(out)
+}
+
+/// How the values of one tensor type become `f32`.
+#[derive(Debug, Clone, Copy)]
+enum ToFloat {
+    /// Already `f32` (ggml has no `to_float` for its own type).
+    F32,
+    /// ggml's dequantizer of the type.
+    Ggml(unsafe extern "C" fn(*const c_void, *mut f32, i64)),
+}
+
+impl ToFloat {
+    /// The conversion of ggml type `ty` with type traits `traits`, if any.
+    fn of(ty: sys::ggml_type, traits: *const sys::ggml_type_traits) -> Option<Self> {
+        if ty == sys::GGML_TYPE_F32 {
+            return Some(Self::F32);
+        }
+        // SAFETY: ggml's static table, valid for the process.
+        unsafe { traits.as_ref() }
+            .and_then(|t| t.to_float)
+            .map(Self::Ggml)
+    }
+
+    /// Convert `raw` (whole values of the type) into `out`, one `f32` per
+    /// value; `raw` must hold `out.len()` values.
+    fn convert(self, raw: &[u8], out: &mut [f32]) {
+        match self {
+            Self::F32 => {
+                for (v, b) in out.iter_mut().zip(raw.chunks_exact(4)) {
+                    *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            Self::Ggml(f) => {
+                let n = i64::try_from(out.len()).unwrap_or(0);
+                // SAFETY: `raw` holds `out.len()` values of the type this
+                // dequantizer belongs to (the callers check the tensor size),
+                // and `out` has room for as many floats.
+                unsafe { f(raw.as_ptr().cast(), out.as_mut_ptr(), n) };
+            }
+        }
     }
 }
 

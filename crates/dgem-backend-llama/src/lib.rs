@@ -1,6 +1,7 @@
 //! # dgem-backend-llama
 //!
-//! The embedded CPU backend of dgem: runs Gemma 3 GGUF models in-process through
+//! The embedded CPU backend of dgem: runs GGUF text models (Gemma 3 270M by
+//! default; any causal architecture llama.cpp reads) in-process through
 //! llama.cpp's Rust bindings (`llama-cpp-2`) and implements [`dgem_backend::Backend`].
 //!
 //! Place in the dependency graph: `dgem-core` (tokenizer seam) ← `dgem-backend`
@@ -8,6 +9,8 @@
 //!
 //! - [`LlamaTokenizer`] reads the vocabulary from the GGUF metadata only
 //!   (`vocab_only`), so slot resolution and prompt tests never load the weights.
+//! - The prompt's chat turns come from the GGUF's own chat template (see
+//!   [`TurnsOrigin`]) and travel in [`dgem_backend::BackendInfo::chat_turns`].
 //! - [`LlamaBackend`] owns the model on a dedicated OS thread fed by a bounded
 //!   queue. It reads a slot's labels from the final hidden state of the row
 //!   that predicts it and the label tokens' rows of the output matrix (the
@@ -39,10 +42,13 @@ mod runtime;
 mod simd;
 pub mod stage2;
 mod tokenizer;
+mod turns;
 mod worker;
 
 pub use backend::LlamaBackend;
 pub use config::{default_threads, LlamaConfig, LlamaError, DEFAULT_KV_CHUNK};
+pub use labels::Readout;
 pub use readout::{read_slot, read_vocab, restricted_logprobs, LOGPROB_FLOOR};
 pub use simd::{check as check_simd, simd_features, SimdFeature, SimdReport};
 pub use tokenizer::LlamaTokenizer;
+pub use turns::TurnsOrigin;

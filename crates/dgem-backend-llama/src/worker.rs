@@ -2,7 +2,7 @@
 //! bounded queue, replying on each job's oneshot.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -11,7 +11,7 @@ use llama_cpp_2::model::LlamaModel;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::Engine;
-use crate::labels::OutputRows;
+use crate::labels::{OutputRows, Readout};
 use crate::LlamaError;
 
 /// What a [`Job`] asks of the model thread.
@@ -54,15 +54,17 @@ pub(crate) struct WorkerConfig {
     pub kv_chunk: usize,
 }
 
-/// Start the model thread; returns once its context exists (or failed to).
+/// Start the model thread; returns once its context exists and its readout
+/// was checked (written to `readout`), or failed to.
 pub(crate) fn spawn(
     model: Arc<LlamaModel>,
     cfg: WorkerConfig,
     rows: OutputRows,
     rx: mpsc::Receiver<Job>,
+    readout: Arc<OnceLock<Readout>>,
 ) -> Result<JoinHandle<()>, LlamaError> {
     start_thread("dgem-llama", "model thread", move |ready| {
-        run(&model, cfg, rows, rx, ready);
+        run(&model, cfg, rows, rx, &readout, ready);
     })
 }
 
@@ -100,10 +102,23 @@ fn run(
     cfg: WorkerConfig,
     rows: OutputRows,
     mut rx: mpsc::Receiver<Job>,
+    readout: &OnceLock<Readout>,
     ready: &std::sync::mpsc::SyncSender<Result<(), LlamaError>>,
 ) {
     let mut engine = match Engine::new(model, cfg, rows) {
-        Ok(engine) => {
+        Ok(mut engine) => {
+            let checked =
+                catch_unwind(AssertUnwindSafe(|| engine.check_readout())).unwrap_or_else(|_| {
+                    engine.reset();
+                    engine.read_from_head();
+                    Readout::FullHead {
+                        reason: "the readout check panicked".into(),
+                    }
+                });
+            if let Readout::FullHead { reason } = &checked {
+                tracing::warn!(%reason, "reading label logits from the output head");
+            }
+            let _ = readout.set(checked);
             let _ = ready.send(Ok(()));
             engine
         }

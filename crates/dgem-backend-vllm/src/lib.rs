@@ -117,6 +117,7 @@ impl VllmDecider {
                 step: cfg.canvas_step,
                 profile: cfg.profile.map(|p| p.name().to_owned()),
             }),
+            chat_turns: dgem_core::prompt::ChatTurns::gemma(),
         };
         Ok(Self {
             client: client::VllmClient::new(&cfg)?,

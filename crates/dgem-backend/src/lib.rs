@@ -8,7 +8,7 @@
 //! the vLLM reader and remote dgem clients all implement it.
 //!
 //! Depends on `dgem-core` only. Implementations: `dgem-backend-llama` (embedded
-//! Gemma 3 GGUF on CPU), and later vLLM/DiffusionGemma and remote dgem.
+//! GGUF models on CPU through llama.cpp), vLLM/DiffusionGemma and remote dgem.
 //!
 //! ```
 //! use dgem_backend::{SlotQuery, SequenceRead};
@@ -26,6 +26,7 @@ pub mod walker;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use dgem_core::prompt::ChatTurns;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use serde::Serialize;
 
@@ -66,6 +67,12 @@ pub struct BackendInfo {
     /// The served canvas of a backend that reads on a fixed-width canvas
     /// (vLLM); `None` for the others. `/health` reports it.
     pub canvas: Option<CanvasInfo>,
+    /// The model's chat seams around the prompt's user text: the engine
+    /// builds every prompt with them ([`dgem_core::prompt::chat_prompt`]).
+    /// Gemma's for DiffusionGemma and the embedded default; the embedded
+    /// backend derives them from the GGUF's chat template. Not serialized.
+    #[serde(skip)]
+    pub chat_turns: ChatTurns,
 }
 
 /// The canvas a backend reads on: its length decides where a wide schema is

@@ -1,47 +1,32 @@
-//! `dgem model list --local` and `--model ollama:…|hf:…|lmstudio:…` through
-//! the binary, against store layouts built in a temporary directory (the
-//! resolution rules are tested in `crates/dgem-model/tests/stores.rs`). No
-//! model is loaded: the files are GGUF headers with no tensors, and every
-//! `--model` here stops at its check.
+//! `dgem model list --local` and `--model ollama:…|hf:…|lmstudio:…|PATH`
+//! through the binary, against store layouts built in a temporary directory
+//! (the resolution rules are tested in `crates/dgem-model/tests/stores.rs`).
+//! The ollama model is a tiny `qwen2` GGUF (`dgem_testkit::gguf::tiny`, a few
+//! hundred KB) that llama.cpp loads and decides with; the other files are
+//! headers, and a vision projector among them is refused before loading.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
+use dgem_testkit::gguf::tiny::{self, Arch, TinyModel};
+
 mod common;
 use common::{root, stderr};
-
-/// A GGUF v3 header with zero tensors: architecture, file type 15 (Q4_K_M)
-/// and context length.
-fn gguf(arch: &str, context: u32) -> Vec<u8> {
-    fn string(buf: &mut Vec<u8>, s: &str) {
-        buf.extend((s.len() as u64).to_le_bytes());
-        buf.extend(s.as_bytes());
-    }
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend(0u64.to_le_bytes());
-    out.extend(3u64.to_le_bytes());
-    string(&mut out, "general.architecture");
-    out.extend(8u32.to_le_bytes());
-    string(&mut out, arch);
-    string(&mut out, "general.file_type");
-    out.extend(4u32.to_le_bytes());
-    out.extend(15u32.to_le_bytes());
-    string(&mut out, &format!("{arch}.context_length"));
-    out.extend(4u32.to_le_bytes());
-    out.extend(context.to_le_bytes());
-    out
-}
 
 fn write(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
     std::fs::write(path, bytes).expect("write");
 }
 
-/// An ollama store with `qwen2.5:7b` (qwen2), and an LM Studio store with one
-/// Gemma 3 file.
+/// The tiny Qwen 2 model ollama holds as `qwen2.5:7b`.
+fn qwen2() -> Vec<u8> {
+    TinyModel::new(Arch::Qwen2).tied(true).gguf().bytes()
+}
+
+/// An ollama store with `qwen2.5:7b` (a tiny qwen2 model), and an LM Studio
+/// store with a Gemma 3 header and a vision projector.
 fn stores(root: &Path) {
-    let weights = gguf("qwen2", 32_768);
+    let weights = qwen2();
     let hex = "ab".repeat(32);
     write(&root.join(format!("ollama/blobs/sha256-{hex}")), &weights);
     let manifest = format!(
@@ -54,7 +39,11 @@ fn stores(root: &Path) {
     );
     write(
         &root.join("lmstudio/pub/g-GGUF/g-Q4_K_M.gguf"),
-        &gguf("gemma3", 8_192),
+        &tiny::header("gemma3", 15, 8_192).bytes(),
+    );
+    write(
+        &root.join("lmstudio/pub/v-GGUF/mmproj-v-F16.gguf"),
+        &tiny::projector().bytes(),
     );
 }
 
@@ -73,38 +62,57 @@ fn dgem(tmp: &Path, args: &[&str]) -> Output {
         .expect("run dgem")
 }
 
+fn decide(tmp: &Path, model: &str, json: bool) -> Output {
+    let mut args = vec![
+        "decide",
+        "-t",
+        "support_triage",
+        "-v",
+        "ticket=I was charged twice",
+        "--model",
+        model,
+    ];
+    if json {
+        args.push("--json");
+    }
+    dgem(tmp, &args)
+}
+
 #[test]
-fn list_local_shows_each_store_with_header_facts() {
+fn list_local_says_any_text_architecture_loads_and_a_projector_does_not() {
     let tmp = tempfile::tempdir().expect("tempdir");
     stores(tmp.path());
     let o = dgem(tmp.path(), &["model", "list", "--local"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    let row = |reference: &str| {
+    let line = |reference: &str| {
         out.lines()
             .find(|l| l.contains(reference))
             .unwrap_or_else(|| panic!("no row for {reference}:\n{out}"))
+            .to_owned()
+    };
+    let row = |reference: &str| {
+        line(reference)
             .split_whitespace()
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
-    let size = gguf("qwen2", 1).len().to_string();
+    #[allow(clippy::cast_precision_loss)]
+    let kb = format!("{:.0}", qwen2().len() as f64 / 1e3);
     assert_eq!(
         row("ollama:qwen2.5:7b"),
         [
             "ollama",
             "ollama:qwen2.5:7b",
-            &size,
-            "B",
+            &kb,
+            "KB",
             "qwen2",
-            "Q4_K_M",
-            "32768",
-            "no:",
-            "not",
-            "gemma3"
+            "F32",
+            "2048",
+            "yes"
         ]
     );
-    let size = gguf("gemma3", 1).len().to_string();
+    let size = tiny::header("gemma3", 15, 1).bytes().len().to_string();
     assert_eq!(
         row("lmstudio:pub/g-GGUF/g-Q4_K_M.gguf"),
         [
@@ -118,31 +126,49 @@ fn list_local_shows_each_store_with_header_facts() {
             "yes"
         ]
     );
+    let projector = line("lmstudio:pub/v-GGUF/mmproj-v-F16.gguf");
+    assert!(
+        projector.contains(" clip ")
+            && projector.ends_with("no: a vision/audio projector (mmproj) file"),
+        "{projector}"
+    );
     assert!(
         out.contains("(not found)"),
         "the missing hf cache is named:\n{out}"
     );
 }
 
+/// Loads the model in process: needs the `embedded` feature (default).
+#[cfg(feature = "embedded")]
 #[test]
-fn model_references_that_name_nothing_or_a_non_gemma_model_are_user_errors() {
+fn an_ollama_reference_to_a_qwen2_model_decides_through_llama_cpp() {
     let tmp = tempfile::tempdir().expect("tempdir");
     stores(tmp.path());
-    let decide = |model: &str| {
-        dgem(
-            tmp.path(),
-            &[
-                "decide",
-                "-t",
-                "support_triage",
-                "-v",
-                "ticket=hi",
-                "--model",
-                model,
-            ],
-        )
-    };
-    let o = decide("ollama:qwen2.5:3b");
+    let o = decide(tmp.path(), "ollama:qwen2.5:7b", true);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON envelope");
+    assert_eq!(v["diagnostics"]["model"], "qwen2.5-7b", "{v}");
+    assert_eq!(v["diagnostics"]["engine"], "llama.cpp", "{v}");
+    for id in ["urgent", "team", "sentiment"] {
+        let p: Vec<f64> = v["answers"][id]["probabilities"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{id} has probabilities: {v}"))
+            .values()
+            .filter_map(serde_json::Value::as_f64)
+            .collect();
+        assert!(
+            p.len() >= 2 && p.iter().all(|x| (0.0..=1.0).contains(x)),
+            "{id}: {p:?}"
+        );
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{id}: {p:?}");
+    }
+}
+
+#[test]
+fn model_references_that_name_nothing_or_a_non_text_model_are_user_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    stores(tmp.path());
+    let o = decide(tmp.path(), "ollama:qwen2.5:3b", false);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
     let manifest = tmp
@@ -156,17 +182,24 @@ fn model_references_that_name_nothing_or_a_non_gemma_model_are_user_errors() {
         "{e}"
     );
 
-    let o = decide("ollama:qwen2.5:7b");
+    let projector = tmp.path().join("lmstudio/pub/v-GGUF/mmproj-v-F16.gguf");
+    let refused = format!(
+        "`{}` is a GGUF with `general.architecture` = `clip`, a vision/audio projector (mmproj) file; dgem needs a text-generating (decoder) language model",
+        projector.display()
+    );
+    let o = decide(tmp.path(), "lmstudio:pub/v-GGUF/mmproj-v-F16.gguf", false);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(
-        e.contains("`--model ollama:qwen2.5:7b` is ")
-            && e.contains("`qwen2`")
-            && e.contains("gemma3"),
+        e.contains("`--model lmstudio:pub/v-GGUF/mmproj-v-F16.gguf` is ") && e.contains(&refused),
         "{e}"
     );
+    let o = decide(tmp.path(), &projector.display().to_string(), false);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains(&refused), "{e}");
 
-    let o = decide("hf:o/r");
+    let o = decide(tmp.path(), "hf:o/r", false);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(
@@ -174,8 +207,11 @@ fn model_references_that_name_nothing_or_a_non_gemma_model_are_user_errors() {
         "{e}"
     );
 
-    let o = decide("lmstudio:pub/none");
+    let o = decide(tmp.path(), "lmstudio:pub/none", false);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("no folder") && e.contains("[pub/g-GGUF]"), "{e}");
+    assert!(
+        e.contains("no folder") && e.contains("[pub/g-GGUF, pub/v-GGUF]"),
+        "{e}"
+    );
 }

@@ -5,11 +5,13 @@
 //! format line); the wording is dgem-rs's own. Under [`LabelMode::Words`] the
 //! alternatives are listed by name and the reply asks for the name itself.
 
+mod turns;
 mod wording;
 
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
+pub use turns::{ChatTurns, GEMMA_MODEL_TURN, GEMMA_USER_TURN, PLAIN_MODEL_TURN};
 pub use wording::{Wording, MAX_SENTENCE_CHARS, WORDING_KEYS};
 
 use serde::Serialize;
@@ -17,11 +19,6 @@ use serde_json::Value;
 
 use crate::labels::{labels_for, LabelMode};
 use crate::schema::{AnswerFormat, Layout, Question, QuestionKind};
-
-/// Gemma's user-turn opener (special id 105 followed by `user\n`).
-pub const GEMMA_USER_TURN: &str = "<start_of_turn>user\n";
-/// Gemma's turn closer plus the model-turn opener.
-pub const GEMMA_MODEL_TURN: &str = "<end_of_turn>\n<start_of_turn>model\n";
 
 /// Inputs of [`system_text`].
 #[derive(Debug, Clone, Copy)]
@@ -95,8 +92,9 @@ pub fn document_first_content(system: &str, state: &str) -> String {
     format!("<user_text>\n{state}\n</user_text>\n\n<instructions>\n{system}\n</instructions>")
 }
 
-/// The user-turn text a Gemma chat template makes of a text read under
-/// `layout`, as sent by an OpenAI-style client (serving.md §4.3).
+/// The user-turn text of a text read under `layout`, as an OpenAI-style
+/// client sends it through Gemma's chat template (serving.md §4.3); every
+/// model gets the same user text, only its [`ChatTurns`] differ.
 ///
 /// - `document_first` is one user message, [`document_first_content`].
 /// - `schema_first` is two messages, `[system: question block, user: state]`,
@@ -111,26 +109,29 @@ pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
     }
 }
 
-/// Length in bytes of the leading text every [`gemma_chat_prompt`] of
-/// `system` under `layout` shares whatever the state: for `schema_first` the
-/// user-turn opener, the question block and the blank line after it; `None`
-/// for `document_first` (the state comes first, so decisions of one policy
-/// share only the opener). A prefix cache can keep exactly this part between
-/// decisions of a policy: it is `prompt[..len]` of any such prompt.
-pub fn policy_prefix_len(layout: Layout, system: &str) -> Option<usize> {
+/// Length in bytes of the leading text every [`chat_prompt`] of `system`
+/// under `layout` and `turns` shares whatever the state: for `schema_first`
+/// the user-turn opener, the question block and the blank line after it;
+/// `None` for `document_first` (the state comes first, so decisions of one
+/// policy share only the opener). A prefix cache can keep exactly this part
+/// between decisions of a policy: it is `prompt[..len]` of any such prompt.
+pub fn policy_prefix_len(turns: &ChatTurns, layout: Layout, system: &str) -> Option<usize> {
     match layout {
         Layout::DocumentFirst => None,
-        Layout::SchemaFirst => Some(GEMMA_USER_TURN.len() + system.len() + "\n\n".len()),
+        Layout::SchemaFirst => Some(turns.user_open.len() + system.len() + "\n\n".len()),
     }
 }
 
-/// A whole Gemma chat prompt ending where the model starts to answer: the
-/// user turn of [`user_content`], then the model-turn opener.
+/// A whole chat prompt ending where the model starts to answer: the user
+/// turn of [`user_content`] inside `turns`.
+pub fn chat_prompt(turns: &ChatTurns, layout: Layout, system: &str, state: &str) -> String {
+    turns.wrap(&user_content(layout, system, state))
+}
+
+/// [`chat_prompt`] with Gemma's turns ([`ChatTurns::gemma`]): the prompt of
+/// DiffusionGemma (vLLM) and of the embedded Gemma 3 default.
 pub fn gemma_chat_prompt(layout: Layout, system: &str, state: &str) -> String {
-    format!(
-        "{GEMMA_USER_TURN}{}{GEMMA_MODEL_TURN}",
-        user_content(layout, system, state)
-    )
+    chat_prompt(&ChatTurns::gemma(), layout, system, state)
 }
 
 /// The state as prompt text: a string as is; any other JSON value encoded the way
@@ -256,16 +257,48 @@ mod tests {
         // [system, user] as Gemma's chat template joins them: system, blank
         // line, the trimmed user text, in one user turn.
         let s = gemma_chat_prompt(Layout::SchemaFirst, "SYS", " STATE\n");
-        let len = policy_prefix_len(Layout::SchemaFirst, "SYS").unwrap_or_default();
+        let gemma = ChatTurns::gemma();
+        let len = policy_prefix_len(&gemma, Layout::SchemaFirst, "SYS").unwrap_or_default();
         assert_eq!(&s[..len], "<start_of_turn>user\nSYS\n\n");
         assert_eq!(
             gemma_chat_prompt(Layout::SchemaFirst, "SYS", "other")[..len],
             s[..len]
         );
-        assert_eq!(policy_prefix_len(Layout::DocumentFirst, "SYS"), None);
+        assert_eq!(
+            policy_prefix_len(&gemma, Layout::DocumentFirst, "SYS"),
+            None
+        );
         assert_eq!(
             s,
             "<start_of_turn>user\nSYS\n\nSTATE<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+
+    #[test]
+    fn chat_prompt_wraps_any_turns_and_the_policy_prefix_follows_them() {
+        let chatml = ChatTurns {
+            user_open: "<|im_start|>user\n".into(),
+            model_open: "<|im_end|>\n<|im_start|>assistant\n".into(),
+        };
+        let p = chat_prompt(&chatml, Layout::SchemaFirst, "SYS", "STATE");
+        assert_eq!(
+            p,
+            "<|im_start|>user\nSYS\n\nSTATE<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let len = policy_prefix_len(&chatml, Layout::SchemaFirst, "SYS").unwrap_or_default();
+        assert_eq!(&p[..len], "<|im_start|>user\nSYS\n\n");
+        // A base model without a chat format: no markers, a blank line before the answers.
+        let plain = ChatTurns::plain();
+        let p = chat_prompt(&plain, Layout::SchemaFirst, "SYS", "STATE");
+        assert_eq!(p, "SYS\n\nSTATE\n\n");
+        assert_eq!(
+            policy_prefix_len(&plain, Layout::SchemaFirst, "SYS"),
+            Some(5)
+        );
+        // Gemma's turns give exactly the Gemma prompt.
+        assert_eq!(
+            chat_prompt(&ChatTurns::gemma(), Layout::DocumentFirst, "SYS", "S"),
+            gemma_chat_prompt(Layout::DocumentFirst, "SYS", "S")
         );
     }
 }

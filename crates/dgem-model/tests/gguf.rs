@@ -1,87 +1,15 @@
-//! Tests of the GGUF header reader on handcrafted buffers and, when
-//! `DGEM_TEST_MODEL` points at it, on the real default model.
+//! Tests of the GGUF header reader and the text-model check on handcrafted
+//! headers (`dgem_testkit::gguf`) and, when `DGEM_TEST_MODEL` points at it, on
+//! the real default model.
 
 use std::path::Path;
 
-use dgem_model::{inspect_gguf, validate_gemma3, verify, ModelError, NoProgress};
+use dgem_model::{inspect_gguf, validate_text_model, verify, ModelError, NoProgress};
+use dgem_testkit::gguf::{tiny, GgufWriter};
 
-/// Builds a GGUF v3 byte buffer.
-struct Gguf {
-    kvs: Vec<u8>,
-    count: u64,
-    version: u32,
-}
-
-impl Gguf {
-    fn new() -> Self {
-        Self {
-            kvs: Vec::new(),
-            count: 0,
-            version: 3,
-        }
-    }
-
-    fn raw_string(buf: &mut Vec<u8>, s: &str) {
-        buf.extend((s.len() as u64).to_le_bytes());
-        buf.extend(s.as_bytes());
-    }
-
-    fn key(&mut self, key: &str, ty: u32) -> &mut Vec<u8> {
-        self.count += 1;
-        Self::raw_string(&mut self.kvs, key);
-        self.kvs.extend(ty.to_le_bytes());
-        &mut self.kvs
-    }
-
-    fn string(mut self, key: &str, value: &str) -> Self {
-        let buf = self.key(key, 8);
-        Self::raw_string(buf, value);
-        self
-    }
-
-    fn u32(mut self, key: &str, value: u32) -> Self {
-        self.key(key, 4).extend(value.to_le_bytes());
-        self
-    }
-
-    fn u64(mut self, key: &str, value: u64) -> Self {
-        self.key(key, 10).extend(value.to_le_bytes());
-        self
-    }
-
-    fn f32(mut self, key: &str, value: f32) -> Self {
-        self.key(key, 6).extend(value.to_le_bytes());
-        self
-    }
-
-    fn string_array(mut self, key: &str, items: &[&str]) -> Self {
-        let buf = self.key(key, 9);
-        buf.extend(8u32.to_le_bytes());
-        buf.extend((items.len() as u64).to_le_bytes());
-        for item in items {
-            Self::raw_string(buf, item);
-        }
-        self
-    }
-
-    fn f32_array(mut self, key: &str, items: &[f32]) -> Self {
-        let buf = self.key(key, 9);
-        buf.extend(6u32.to_le_bytes());
-        buf.extend((items.len() as u64).to_le_bytes());
-        for item in items {
-            buf.extend(item.to_le_bytes());
-        }
-        self
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut out = b"GGUF".to_vec();
-        out.extend(self.version.to_le_bytes());
-        out.extend(7u64.to_le_bytes());
-        out.extend(self.count.to_le_bytes());
-        out.extend(&self.kvs);
-        out
-    }
+/// A GGUF v3 header (the shared test writer) claiming 7 tensors it does not hold.
+fn header() -> GgufWriter {
+    GgufWriter::new().declared_tensors(7)
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
@@ -93,7 +21,7 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
 #[test]
 fn reads_header_and_metadata_skipping_arrays() -> Result<(), ModelError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bytes = Gguf::new()
+    let bytes = header()
         .string("general.architecture", "gemma3")
         .f32("general.quantization_version", 2.0)
         .string_array("tokenizer.ggml.tokens", &["<pad>", "<eos>", "hello"])
@@ -113,21 +41,23 @@ fn reads_header_and_metadata_skipping_arrays() -> Result<(), ModelError> {
     assert_eq!(info.context_length, Some(32_768));
     assert_eq!(info.block_count, Some(18));
     assert_eq!(info.embedding_length, Some(640));
+    assert_eq!(info.vocab_size, Some(3));
     assert!(info.is_gemma3());
-    assert!(validate_gemma3(&path).is_ok());
+    assert!(validate_text_model(&path).is_ok());
     Ok(())
 }
 
 #[test]
 fn stops_once_every_key_is_found() -> Result<(), ModelError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut bytes = Gguf::new()
+    let mut bytes = header()
         .string("general.architecture", "gemma3")
         .string("general.name", "n")
         .u32("general.file_type", 15)
         .u32("gemma3.context_length", 1)
         .u32("gemma3.block_count", 2)
         .u32("gemma3.embedding_length", 3)
+        .string_array("tokenizer.ggml.tokens", &["a", "b"])
         .bytes();
     // Claim more pairs than present: the reader must not need them.
     bytes[16..24].copy_from_slice(&100u64.to_le_bytes());
@@ -140,24 +70,76 @@ fn stops_once_every_key_is_found() -> Result<(), ModelError> {
 }
 
 #[test]
-fn other_architecture_is_rejected_by_validate() {
+fn any_text_architecture_with_a_vocabulary_passes_the_check() -> Result<(), ModelError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bytes = Gguf::new().string("general.architecture", "llama").bytes();
-    let path = write(dir.path(), "llama.gguf", &bytes);
-    let err = validate_gemma3(&path).expect_err("llama is not gemma3");
-    assert!(matches!(
-        &err,
-        ModelError::NotGemma3 { architecture: Some(a), .. } if a == "llama"
-    ));
-    assert!(err.to_string().contains("`gemma3`"), "{err}");
+    for arch in ["llama", "qwen2", "phi3", "mistral3", "granite"] {
+        let path = write(
+            dir.path(),
+            &format!("{arch}.gguf"),
+            &tiny::header(arch, 15, 4096).bytes(),
+        );
+        let info = validate_text_model(&path)?;
+        assert_eq!(info.architecture.as_deref(), Some(arch));
+        assert_eq!(info.vocab_size, Some(3));
+    }
+    Ok(())
+}
+
+/// The check's refusal of `bytes`: its message, after asserting the variant,
+/// the path and the architecture it names.
+fn refusal(dir: &Path, name: &str, bytes: &[u8], arch: Option<&str>) -> String {
+    let path = write(dir, name, bytes);
+    let err = validate_text_model(&path).expect_err("not a text model");
+    assert!(
+        matches!(&err, ModelError::NotTextModel { architecture, .. } if architecture.as_deref() == arch),
+        "{err:?}"
+    );
+    assert!(err.is_user_error());
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("dgem needs a text-generating"), "{msg}");
+    msg
 }
 
 #[test]
-fn missing_architecture_is_rejected_by_validate() {
+fn non_text_ggufs_are_refused_naming_what_they_are() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = write(dir.path(), "bare.gguf", &Gguf::new().bytes());
-    let err = validate_gemma3(&path).expect_err("no architecture");
-    assert!(err.to_string().contains("<missing>"), "{err}");
+    let d = dir.path();
+    let msg = refusal(d, "mmproj.gguf", &tiny::projector().bytes(), Some("clip"));
+    assert!(
+        msg.contains("`clip`, a vision/audio projector (mmproj) file"),
+        "{msg}"
+    );
+    let msg = refusal(
+        d,
+        "bert.gguf",
+        &tiny::embedding_model().bytes(),
+        Some("bert"),
+    );
+    assert!(msg.contains("an encoder (embedding) model"), "{msg}");
+    // An embedding model of a decoder architecture: only its keys say so.
+    let pooled = tiny::header("qwen3", 0, 1024).u32("qwen3.pooling_type", 3);
+    let msg = refusal(d, "qwen3-embedding.gguf", &pooled.bytes(), Some("qwen3"));
+    assert!(msg.contains("`qwen3.pooling_type` is set"), "{msg}");
+    let encoder = tiny::header("llama", 0, 1024).bool("llama.attention.causal", false);
+    let msg = refusal(d, "encoder.gguf", &encoder.bytes(), Some("llama"));
+    assert!(msg.contains("`llama.attention.causal` = false"), "{msg}");
+    let adapter = header()
+        .string("general.architecture", "llama")
+        .string("general.type", "adapter");
+    let msg = refusal(d, "lora.gguf", &adapter.bytes(), Some("llama"));
+    assert!(msg.contains("a LoRA adapter"), "{msg}");
+    let bare = header().string("general.architecture", "llama");
+    let msg = refusal(d, "no-vocab.gguf", &bare.bytes(), Some("llama"));
+    assert!(
+        msg.contains("without a vocabulary (no `tokenizer.ggml.tokens`)"),
+        "{msg}"
+    );
+    let msg = refusal(d, "bare.gguf", &header().bytes(), None);
+    assert!(
+        msg.contains("`<missing>`, missing `general.architecture`"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -178,15 +160,14 @@ fn non_gguf_file_is_a_clear_error() {
 #[test]
 fn unsupported_version_and_truncation_are_errors() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut g = Gguf::new().string("general.architecture", "gemma3");
-    g.version = 1;
+    let g = header().string("general.architecture", "gemma3").version(1);
     let path = write(dir.path(), "v1.gguf", &g.bytes());
     assert!(matches!(
         inspect_gguf(&path),
         Err(ModelError::UnsupportedGgufVersion { version: 1, .. })
     ));
 
-    let full = Gguf::new().string("general.architecture", "gemma3").bytes();
+    let full = header().string("general.architecture", "gemma3").bytes();
     let path = write(dir.path(), "cut.gguf", &full[..full.len() - 3]);
     let err = inspect_gguf(&path).expect_err("truncated");
     assert!(matches!(err, ModelError::MalformedGguf { .. }), "{err}");
@@ -218,7 +199,7 @@ fn huge_lengths_are_refused_without_allocating() {
     assert!(matches!(err, ModelError::MalformedGguf { .. }), "{err}");
 
     // An unknown value type.
-    let g = Gguf::new().u32("x", 0);
+    let g = header().u32("x", 0);
     let mut bytes = g.bytes();
     let at = bytes.len() - 8;
     bytes[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
@@ -234,8 +215,9 @@ fn real_default_model_when_available() -> Result<(), ModelError> {
         return Ok(());
     };
     let path = Path::new(&path);
-    let info = validate_gemma3(path)?;
+    let info = validate_text_model(path)?;
     assert_eq!(info.architecture.as_deref(), Some("gemma3"));
+    assert_eq!(info.vocab_size, Some(262_144), "{info:?}");
     assert!(info.tensor_count > 0);
     // Gemma 3 270M: 18 layers, hidden size 640, 32k context.
     assert_eq!(info.block_count, Some(18), "{info:?}");

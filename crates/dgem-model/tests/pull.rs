@@ -402,7 +402,7 @@ fn real_wheels_assemble_to_the_default_model() -> Result<(), ModelError> {
         std::fs::metadata(&path).map(|m| m.len()).ok(),
         Some(spec.size)
     );
-    let info = dgem_model::validate_gemma3(&path)?;
+    let info = dgem_model::validate_text_model(&path)?;
     assert_eq!(info.architecture.as_deref(), Some("gemma3"));
     Ok(())
 }

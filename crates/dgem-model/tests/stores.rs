@@ -5,30 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use dgem_model::{ModelError, Store, Stores};
+use dgem_testkit::gguf::tiny;
 
-/// A GGUF v3 file with zero tensors and the header keys the listing reads.
+/// A GGUF v3 text-model header with zero tensors and the keys the listing
+/// reads (the shared test writer, `dgem_testkit::gguf::tiny::header`).
 fn gguf(arch: &str, file_type: u32, context: u32) -> Vec<u8> {
-    fn string(buf: &mut Vec<u8>, s: &str) {
-        buf.extend((s.len() as u64).to_le_bytes());
-        buf.extend(s.as_bytes());
-    }
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend(0u64.to_le_bytes());
-    out.extend(4u64.to_le_bytes());
-    string(&mut out, "general.architecture");
-    out.extend(8u32.to_le_bytes());
-    string(&mut out, arch);
-    string(&mut out, "general.name");
-    out.extend(8u32.to_le_bytes());
-    string(&mut out, &format!("tiny {arch}"));
-    string(&mut out, "general.file_type");
-    out.extend(4u32.to_le_bytes());
-    out.extend(file_type.to_le_bytes());
-    string(&mut out, &format!("{arch}.context_length"));
-    out.extend(4u32.to_le_bytes());
-    out.extend(context.to_le_bytes());
-    out
+    tiny::header(arch, file_type, context).bytes()
 }
 
 const Q4_K_M: u32 = 15;
@@ -346,6 +328,8 @@ fn list_local_reads_every_store_from_the_headers() {
     let lm = s.lmstudio.join("pub/g-GGUF/g-Q8_0.gguf");
     write(&lm, &gguf("gemma3", Q8_0, 8_192));
     write(&s.lmstudio.join("pub/g-GGUF/broken.gguf"), b"not a gguf");
+    let projector = tiny::projector().bytes();
+    write(&s.lmstudio.join("pub/v-GGUF/mmproj-v-F16.gguf"), &projector);
 
     let rows: Vec<Row> = s
         .list_local()
@@ -393,7 +377,7 @@ fn list_local_reads_every_store_from_the_headers() {
                 Some("qwen2".into()),
                 q4,
                 Some(32_768),
-                false
+                true
             ),
             (
                 Store::LmStudio,
@@ -413,7 +397,27 @@ fn list_local_reads_every_store_from_the_headers() {
                 Some(8_192),
                 true
             ),
+            (
+                Store::LmStudio,
+                "lmstudio:pub/v-GGUF/mmproj-v-F16.gguf".into(),
+                projector.len() as u64,
+                Some("clip".into()),
+                None,
+                None,
+                false
+            ),
         ]
+    );
+    let refusal = |suffix: &str| {
+        s.list_local()
+            .into_iter()
+            .find(|m| m.reference.ends_with(suffix))
+            .and_then(|m| m.refusal())
+    };
+    assert_eq!(refusal("7b"), None, "any text architecture loads");
+    assert_eq!(
+        refusal("mmproj-v-F16.gguf").as_deref(),
+        Some("a vision/audio projector (mmproj) file")
     );
     let broken = s
         .list_local()

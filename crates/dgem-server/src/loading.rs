@@ -54,6 +54,7 @@ impl LoadingDecider {
                 max_tokens: 0,
                 supports_images: false,
                 canvas: None,
+                chat_turns: dgem_core::prompt::ChatTurns::gemma(),
             },
             loaded: OnceLock::new(),
             failed: Mutex::new(None),

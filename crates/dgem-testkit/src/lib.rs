@@ -9,6 +9,9 @@
 //! the answer depend on the state. The backend can fail the next N calls, sleep
 //! to simulate a slow read, and counts its calls.
 //!
+//! [`gguf`] writes GGUF files: headers for store and header-reader tests, and
+//! [`gguf::tiny`] models of several architectures that llama.cpp loads and runs.
+//!
 //! ```
 //! use dgem_testkit::{ScriptedBackend, scripts};
 //! let backend = ScriptedBackend::new(scripts::want_marker(0.8));
@@ -18,6 +21,7 @@
 //! ```
 #![allow(clippy::missing_panics_doc)]
 
+pub mod gguf;
 mod tokenizer;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -113,6 +117,7 @@ impl ScriptedBackend {
                 max_tokens,
                 supports_images: false,
                 canvas: None,
+                chat_turns: dgem_core::prompt::ChatTurns::gemma(),
             },
             script: Box::new(script),
             calls: AtomicUsize::new(0),

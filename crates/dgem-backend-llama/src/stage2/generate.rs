@@ -19,7 +19,7 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::data::LlamaTokenData;
 use llama_cpp_2::token::data_array::LlamaTokenDataArray;
@@ -34,12 +34,6 @@ use crate::LlamaError;
 /// Tokens decoded per call while reading the prompt (llama.cpp's default
 /// ubatch); a caller that gave up is noticed between chunks.
 const PROMPT_CHUNK: usize = 512;
-/// Gemma 3 turn markers, used when the GGUF has no chat template llama.cpp
-/// can apply (format of `google/gemma-3-*-it`).
-const GEMMA_USER: &str = "<start_of_turn>user\n";
-const GEMMA_MODEL: &str = "<end_of_turn>\n<start_of_turn>model\n";
-/// Stands for the user text while the chat template is applied once at load.
-const PLACEHOLDER: &str = "DGEM-STAGE2-PROMPT-7f3a";
 /// Candidates tried against the grammar before the whole vocabulary is: when
 /// any of the top 32 is allowed, the best of them is the best allowed token.
 const SHORTLIST: usize = 32;
@@ -152,36 +146,6 @@ fn run(
     tracing::debug!("Stage-2 model thread stopping: queue closed");
 }
 
-/// The chat wrapping around the user text: `(before, after)`.
-fn turn_markers(model: &LlamaModel) -> (String, String, &'static str) {
-    let templated = catch_unwind(AssertUnwindSafe(|| -> Result<(String, String), String> {
-        let tmpl = model
-            .chat_template(None)
-            .map_err(|e| format!("no chat template: {e}"))?;
-        let msg = LlamaChatMessage::new("user".into(), PLACEHOLDER.into())
-            .map_err(|e| format!("message: {e}"))?;
-        let text = model
-            .apply_chat_template(&tmpl, &[msg], true)
-            .map_err(|e| format!("llama.cpp cannot apply the template: {e}"))?;
-        let (before, after) = text
-            .split_once(PLACEHOLDER)
-            .ok_or_else(|| format!("the template dropped the user text: {text:?}"))?;
-        Ok((before.to_string(), after.to_string()))
-    }))
-    .unwrap_or_else(|_| Err("applying the template panicked".into()));
-    match templated {
-        Ok((before, after)) => (before, after, "the GGUF chat template"),
-        Err(why) => {
-            tracing::debug!(%why, "Stage-2 prompt uses the Gemma turn markers");
-            (
-                GEMMA_USER.to_string(),
-                GEMMA_MODEL.to_string(),
-                "Gemma turn markers",
-            )
-        }
-    }
-}
-
 /// Tracks whether generated JSON text has closed its top-level object.
 #[derive(Debug, Default)]
 struct JsonDepth {
@@ -284,12 +248,16 @@ impl<'m> Generator<'m> {
         let ctx = model
             .new_context(runtime()?, params)
             .map_err(|e| LlamaError::Context(e.to_string()))?;
-        let (before, after, source) = turn_markers(model);
+        // The same turns as the Stage-1 reader's (`crate::turns`): the GGUF's
+        // chat template, Gemma's markers for a Gemma vocabulary without one,
+        // else none.
+        let (turns, turns_origin) = crate::turns::chat_turns(model);
+        let (before, after) = (turns.user_open, turns.model_open);
         tracing::info!(
             model = %cfg.path.display(),
             context = cfg.context_size,
             threads = cfg.n_threads,
-            turn = source,
+            turns = turns_origin.name(),
             "Stage-2 GGUF model loaded"
         );
         let vocab = model.vocab();

@@ -180,11 +180,9 @@ fn local_list() {
     );
     for m in &models {
         let dash = || "-".to_owned();
-        let loads = match (&m.header, m.loadable()) {
-            (_, true) => "yes".to_owned(),
-            (Ok(_), false) => "no: not gemma3".to_owned(),
-            (Err(e), false) => format!("no: {e}"),
-        };
+        let loads = m
+            .refusal()
+            .map_or_else(|| "yes".to_owned(), |why| format!("no: {why}"));
         println!(
             "{:<9} {:<56} {:>9} {:<12} {:<9} {:>8}  {loads}",
             m.store.name(),

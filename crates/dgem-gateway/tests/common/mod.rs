@@ -144,6 +144,7 @@ impl Decider for Scripted {
             max_tokens: 0,
             supports_images: false,
             canvas: None,
+            chat_turns: dgem_core::prompt::ChatTurns::gemma(),
         }
     }
 

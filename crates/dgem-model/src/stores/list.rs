@@ -81,9 +81,20 @@ impl LocalModel {
         self.header.as_ref().ok()?.context_length
     }
 
-    /// Whether `--model` accepts it today (a Gemma 3 family GGUF).
+    /// Whether `--model` accepts it: a text-generating model with a
+    /// vocabulary, of any architecture ([`crate::validate_text_model`]).
     pub fn loadable(&self) -> bool {
-        self.header.as_ref().is_ok_and(GgufInfo::is_gemma3)
+        self.refusal().is_none()
+    }
+
+    /// Why `--model` refuses it (an unreadable header, or what the file is
+    /// instead of a text model, [`GgufInfo::text_model_problem`]); `None`
+    /// when it is accepted.
+    pub fn refusal(&self) -> Option<String> {
+        match &self.header {
+            Ok(info) => info.text_model_problem(),
+            Err(e) => Some(e.clone()),
+        }
     }
 }
 
