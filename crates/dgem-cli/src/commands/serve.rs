@@ -163,7 +163,8 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     // The embedded model loads behind the bound port (`dgem_server::loading`):
     // `/health` answers at once with `phase: loading_model`. What the user must
     // fix (a missing `--model`, a bad `--context`) still fails here, before
-    // binding; a load that fails later stops the server with exit 1.
+    // binding; a load that fails later stops the server with exit 2 (an
+    // internal failure), or 1 when the failure is the user's to fix.
     let (engine, pending): (Arc<dyn dgem_engine::Decider>, _) =
         match crate::vllm::backend_url(&args.vllm)? {
             Some(url) => (
