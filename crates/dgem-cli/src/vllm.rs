@@ -72,6 +72,13 @@ pub struct VllmArgs {
     pub ready_wait_s: f64,
 }
 
+/// The refusal of `--backend SPEC` in a build without the vLLM reader.
+fn no_vllm_reader(spec: &str) -> Failure {
+    user(anyhow::anyhow!(
+        "`--backend {spec}`: this dgem was built without the vLLM reader (Cargo feature `vllm`); use a default build"
+    ))
+}
+
 /// The vLLM base URL when `--backend` asks for vLLM, `None` without `--backend`.
 ///
 /// # Errors
@@ -81,9 +88,7 @@ pub fn backend_url(args: &VllmArgs) -> Result<Option<String>, Failure> {
         return Ok(None);
     };
     if !cfg!(feature = "vllm") {
-        return Err(user(anyhow::anyhow!(
-            "`--backend {spec}`: this dgem was built without the vLLM reader (Cargo feature `vllm`); use a default build"
-        )));
+        return Err(no_vllm_reader(spec));
     }
     match spec.split_once('=') {
         Some(("vllm", url)) if url.starts_with("http://") || url.starts_with("https://") => {
@@ -146,11 +151,8 @@ pub fn shared_decider(
     }
     #[cfg(not(feature = "vllm"))]
     {
-        let _ = (url, pull_timeout_s, fetch);
-        backend_url(args)?;
-        Err(user(anyhow::anyhow!(
-            "`--backend`: this dgem was built without the vLLM reader (Cargo feature `vllm`)"
-        )))
+        let _ = (pull_timeout_s, fetch);
+        Err(no_vllm_reader(args.backend.as_deref().unwrap_or(url)))
     }
 }
 

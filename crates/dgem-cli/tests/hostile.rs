@@ -174,8 +174,8 @@ const POLICIES: [(&str, &[&str]); 6] = [
     ("agent_tool_gate", &["task", "tool_call", "context"]),
 ];
 
-/// `name` with its first two letters swapped (`ticket` → `iticket`… no:
-/// `tikcet`-style: the two letters after the first swapped).
+/// `name` with its second and third letters swapped (`ticket` → `tciket`),
+/// or with an `x` appended when it has three letters or fewer.
 fn misspelled(name: &str) -> String {
     let mut c: Vec<char> = name.chars().collect();
     if c.len() > 3 {

@@ -27,7 +27,9 @@ use axum::body::Body;
 use axum::Router;
 use dgem_gateway::{RemoteConfig, RouteConfig};
 use http_body_util::BodyExt as _;
-use routes::{answers, envelope_of, request, two_backends, u_yes, wire, Route, ROUTES};
+use routes::{
+    answers, envelope_of, request, two_backends, u_yes, wire, wire_envelope, Route, ROUTES,
+};
 use serde_json::{json, Map, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tower::ServiceExt as _;
@@ -140,13 +142,10 @@ fn faulty_reply(fault: Fault, path: &str, stream: bool) -> Reply {
             ok(&a)
         }
         Fault::AnswersNotObject => {
-            let (ct, _) = wire(Route::upstream(path, stream), &a);
-            let body = if path.ends_with("/systemone") {
-                json!({"answers": [1, 2]}).to_string()
-            } else {
-                let (_, b) = wire(Route::upstream(path, stream), &Map::new());
-                b.replace("\\\"answers\\\":{}", "\\\"answers\\\":[1,2]")
-            };
+            let (ct, body) = wire_envelope(
+                Route::upstream(path, stream),
+                &json!({"answers": [1, 2], "diagnostics": {}}),
+            );
             Reply::Http(200, ct, body)
         }
         Fault::SumFarOff => {

@@ -98,14 +98,38 @@ pub fn answers(u_yes: f64, c: [f64; 3]) -> Map<String, Value> {
 /// `answers` in the wire form of an upstream's reply on `route`
 /// (content-type, body); `/api/decide` is answered by the chat route.
 pub fn wire(route: Route, answers: &Map<String, Value>) -> (&'static str, String) {
-    let envelope = json!({"answers": answers, "diagnostics": {}}).to_string();
+    if route == Route::SystemOne {
+        // Jev keys yes/no probabilities `true`/`false`.
+        let mut jev = answers.clone();
+        if let Some(p) = jev
+            .get_mut("u")
+            .and_then(|u| u.get_mut("probabilities"))
+            .and_then(Value::as_object_mut)
+        {
+            if let Some(v) = p.remove("yes") {
+                p.insert("true".into(), v);
+            }
+            if let Some(v) = p.remove("no") {
+                p.insert("false".into(), v);
+            }
+        }
+        return wire_envelope(route, &json!({"answers": jev, "diagnostics": {}}));
+    }
+    wire_envelope(route, &json!({"answers": answers, "diagnostics": {}}))
+}
+
+/// Any `envelope` (well formed or not) in the wire form of a reply on
+/// `route`: the chat completion's message content, two SSE chunks of it, or
+/// the Jev body itself (with `model`).
+pub fn wire_envelope(route: Route, envelope: &Value) -> (&'static str, String) {
+    let text = envelope.to_string();
     match route {
         Route::Chat | Route::ApiDecide => (
             "application/json",
-            json!({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": envelope}, "finish_reason": "stop"}]}).to_string(),
+            json!({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}).to_string(),
         ),
         Route::ChatStream => {
-            let (a, b) = envelope.split_at(envelope.len() / 2);
+            let (a, b) = text.split_at(text.len() / 2);
             let chunk = |c: &str| json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": c}}]});
             (
                 "text/event-stream",
@@ -113,24 +137,11 @@ pub fn wire(route: Route, answers: &Map<String, Value>) -> (&'static str, String
             )
         }
         Route::SystemOne => {
-            // Jev keys yes/no probabilities `true`/`false`.
-            let mut jev = answers.clone();
-            if let Some(p) = jev
-                .get_mut("u")
-                .and_then(|u| u.get_mut("probabilities"))
-                .and_then(Value::as_object_mut)
-            {
-                if let Some(v) = p.remove("yes") {
-                    p.insert("true".into(), v);
-                }
-                if let Some(v) = p.remove("no") {
-                    p.insert("false".into(), v);
-                }
+            let mut body = envelope.clone();
+            if let Some(m) = body.as_object_mut() {
+                m.insert("model".into(), json!("fake"));
             }
-            (
-                "application/json",
-                json!({"model": "fake", "answers": jev, "diagnostics": {}}).to_string(),
-            )
+            ("application/json", body.to_string())
         }
     }
 }
