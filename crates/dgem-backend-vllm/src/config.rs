@@ -136,6 +136,16 @@ pub struct VllmConfig {
     /// The question block's fixed sentences (`--prompt-file`; dgem's own by
     /// default). Its hash is echoed as `diagnostics.prompt_wording`.
     pub wording: dgem_core::prompt::Wording,
+    /// Option-order debiasing (`--vllm-order-debias`). `Off` (the default)
+    /// sends exactly the original reader's requests: one listing, the
+    /// policy's own order. `Cyclic` lists each question's options in a
+    /// canonical order (choices sorted by name) and its cyclic rotations, up
+    /// to `max_orders` listings per group, reads every listing with the same
+    /// seeds, and pools them by geometric mean ([`dgem_core::order`]), so the
+    /// answer does not depend on the order the policy lists its options in.
+    /// Cost: a group of questions with up to K options is read K times (at
+    /// most `max_orders`), so K times the vLLM requests.
+    pub order_debias: dgem_core::order::OrderDebias,
 }
 
 impl VllmConfig {
@@ -158,6 +168,7 @@ impl VllmConfig {
             probe_interval: Duration::from_secs(1),
             tokens: DiffusionTokens::default(),
             wording: dgem_core::prompt::Wording::default(),
+            order_debias: dgem_core::order::OrderDebias::Off,
         }
     }
 }

@@ -9,16 +9,17 @@ use std::time::Instant;
 use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{DecideRequest, Decision, EngineError};
 use dgem_core::images::{check_images, ImageState};
+use dgem_core::order::OrderDebias;
 use dgem_core::prompt::{state_text, system_text, SystemTextSpec};
 use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question, ValidSchema};
 use dgem_core::slots::answer_text;
 use dgem_core::stages::schedule;
-use dgem_core::tokenizer::TokenId;
 use dgem_core::walk::{GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 
 use crate::config::{GROUP_SEED_STRIDE, MAX_PARALLEL};
 use crate::group::{GroupPlan, Route, UserState};
+use crate::listing::{group_listings, pool_listings, Listing};
 use crate::VllmDecider;
 
 impl VllmDecider {
@@ -54,16 +55,17 @@ impl VllmDecider {
 }
 
 /// The vLLM reader under the shared stage walker: what each group sends
-/// (serving.md §7.5's table) from the chained prefix built once per decision.
+/// (serving.md §7.5's table) from the chained prefix built once per decision
+/// and listing ([`Listing`]; one listing, the policy's own, unless option
+/// order is debiased).
 struct VllmReader<'a> {
     d: &'a VllmDecider,
     state: String,
     /// The state's images, when it holds any (then `state` is its text).
     image: Option<Arc<ImageState>>,
-    all: Vec<&'a Question>,
-    sys_full: String,
+    /// Listing 0 is the policy's own order when debiasing is off.
+    listings: Vec<Listing>,
     join: &'static str,
-    base_ids: Vec<TokenId>,
     has_prefix_thought: bool,
 }
 
@@ -92,6 +94,7 @@ impl VllmReader<'_> {
     fn plan_image(
         &self,
         schema: &ValidSchema,
+        listing: &Listing,
         group: Vec<Question>,
         earlier: &[String],
         chained: bool,
@@ -99,7 +102,7 @@ impl VllmReader<'_> {
         let d = self.d;
         let conditioned = !earlier.is_empty();
         let sys = if conditioned || chained || schema.chunk_prompt == ChunkPrompt::Shared {
-            self.sys_full.clone()
+            listing.sys_full.clone()
         } else {
             let refs: Vec<&Question> = group.iter().collect();
             d.system(schema, &refs, false)
@@ -118,6 +121,7 @@ impl VllmReader<'_> {
     fn plan(
         &self,
         schema: &ValidSchema,
+        listing: &Listing,
         group: Vec<Question>,
         lines: &[String],
         chained: bool,
@@ -125,7 +129,7 @@ impl VllmReader<'_> {
         let d = self.d;
         let user = UserState::Text(self.state.clone());
         if !lines.is_empty() {
-            let mut ids = self.base_ids.clone();
+            let mut ids = listing.base_ids.clone();
             ids.extend(
                 d.tok
                     .encode(&lines.join(self.join))
@@ -135,7 +139,7 @@ impl VllmReader<'_> {
                 questions: group,
                 user,
                 route: Route::Tokens(ids),
-                sys: self.sys_full.clone(),
+                sys: listing.sys_full.clone(),
                 head: Vec::new(),
                 lead: self.join.to_owned(),
                 think: 0,
@@ -143,7 +147,7 @@ impl VllmReader<'_> {
         }
         if chained {
             let (route, head) = if self.has_prefix_thought {
-                (Route::Tokens(self.base_ids.clone()), Vec::new())
+                (Route::Tokens(listing.base_ids.clone()), Vec::new())
             } else {
                 (Route::Chat, d.scaffold.full.clone())
             };
@@ -151,14 +155,15 @@ impl VllmReader<'_> {
                 questions: group,
                 user,
                 route,
-                sys: self.sys_full.clone(),
+                sys: listing.sys_full.clone(),
                 head,
                 lead: String::new(),
                 think: 0,
             });
         }
         let sys = if schema.chunk_prompt == ChunkPrompt::Shared {
-            d.system(schema, &self.all, true)
+            let all: Vec<&Question> = listing.all.iter().collect();
+            d.system(schema, &all, true)
         } else {
             let refs: Vec<&Question> = group.iter().collect();
             d.system(schema, &refs, false)
@@ -173,11 +178,36 @@ impl VllmReader<'_> {
             think: schema.think,
         })
     }
+
+    /// Read `call`'s group in listing `t`, with `group` (its questions in
+    /// that listing) and `lines` (earlier answers as that listing writes them).
+    async fn read_listing(
+        &self,
+        req: &DecideRequest,
+        call: &GroupCall<'_>,
+        t: usize,
+        group: Vec<Question>,
+        lines: &[String],
+    ) -> Result<GroupReads, EngineError> {
+        let listing = self.listings.get(t).ok_or_else(|| {
+            EngineError::Unsupported(format!("listing {t} missing — this is a bug"))
+        })?;
+        let plan = if self.image.is_some() {
+            self.plan_image(&req.schema, listing, group, &call.earlier, call.chained)
+        } else {
+            self.plan(&req.schema, listing, group, lines, call.chained)?
+        };
+        self.d
+            .run_group(&req.schema, plan, req.seed + GROUP_SEED_STRIDE * call.k)
+            .await
+    }
 }
 
 #[async_trait::async_trait]
 impl GroupReader for VllmReader<'_> {
     fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+        // Listings only reorder options: every listing's template has the
+        // same length (one slot per question).
         self.d.group_fits(schema, trial)
     }
 
@@ -186,15 +216,34 @@ impl GroupReader for VllmReader<'_> {
         req: &DecideRequest,
         call: GroupCall<'_>,
     ) -> Result<GroupReads, EngineError> {
-        let group: Vec<Question> = call.questions.iter().map(|q| (*q).clone()).collect();
-        let plan = if self.image.is_some() {
-            self.plan_image(&req.schema, group, &call.earlier, call.chained)
-        } else {
-            self.plan(&req.schema, group, &call.lines, call.chained)?
-        };
-        self.d
-            .run_group(&req.schema, plan, req.seed + GROUP_SEED_STRIDE * call.k)
-            .await
+        let debias = self.d.cfg.order_debias;
+        if debias == OrderDebias::Off {
+            // The original reader's requests, unchanged.
+            let group: Vec<Question> = call.questions.iter().map(|q| (*q).clone()).collect();
+            return self.read_listing(req, &call, 0, group, &call.lines).await;
+        }
+        let m = group_listings(debias, &call.questions).min(self.listings.len());
+        let format = req.schema.format;
+        let futs = self
+            .listings
+            .iter()
+            .take(m)
+            .enumerate()
+            .map(|(t, listing)| {
+                let group: Vec<Question> =
+                    call.questions.iter().map(|q| listing.question(q)).collect();
+                let lines = listing.lines(&call.answered, self.d.mode, format);
+                let call = &call;
+                async move { self.read_listing(req, call, t, group, &lines).await }
+            });
+        let outs = futures_util::future::try_join_all(futs).await?;
+        Ok(pool_listings(
+            &call.questions,
+            &self.listings,
+            outs,
+            debias,
+            self.d.mode,
+        ))
     }
 
     fn concurrency(&self) -> usize {
@@ -221,37 +270,44 @@ pub(crate) async fn decide(
     let levels = schedule(schema)?;
     let chained = levels.len() > 1 || schema.sequential;
     let all: Vec<&Question> = schema.questions.iter().collect();
-    // An image decision that is chained restates earlier answers in a prompt
-    // listing every question: its block says a reply may cover only some.
-    let sys_full = d.system(schema, &all, image.is_some() && chained);
+    // One listing per option order read (one, the policy's own, when order
+    // debiasing is off): its question block and chained prefix.
+    let debias = d.cfg.order_debias;
+    let n_listings = group_listings(debias, &all);
+    let mut listings = Vec::with_capacity(n_listings);
+    let mut prefix_thought = None;
+    for t in 0..n_listings {
+        let mut listing = Listing::new(debias, &schema.questions, t);
+        let refs: Vec<&Question> = listing.all.iter().collect();
+        // An image decision that is chained restates earlier answers in a
+        // prompt listing every question: its block says a reply may cover only some.
+        listing.sys_full = d.system(schema, &refs, image.is_some() && chained);
+        // The chained prefix: a thought once, or the chat prompt plus the empty scaffold.
+        if chained && image.is_none() {
+            if schema.think > 0 {
+                let th = d
+                    .think(schema.layout, &listing.sys_full, &state, schema.think)
+                    .await?;
+                listing.base_ids = th.prefix;
+                prefix_thought = prefix_thought.or(Some(th.diagnostics));
+            } else {
+                listing.base_ids = d.chat_prompt_ids(schema.layout, &listing.sys_full, &state)?;
+                listing.base_ids.extend(&d.scaffold.full);
+            }
+        }
+        listings.push(listing);
+    }
     let join = match schema.format {
         AnswerFormat::Lines => "\n",
         AnswerFormat::Indexed => " ",
     };
-    // The chained prefix: a thought once, or the chat prompt plus the empty scaffold.
-    let mut base_ids: Vec<TokenId> = Vec::new();
-    let mut prefix_thought = None;
-    if chained && image.is_none() {
-        if schema.think > 0 {
-            let t = d
-                .think(schema.layout, &sys_full, &state, schema.think)
-                .await?;
-            base_ids = t.prefix;
-            prefix_thought = Some(t.diagnostics);
-        } else {
-            base_ids = d.chat_prompt_ids(schema.layout, &sys_full, &state)?;
-            base_ids.extend(&d.scaffold.full);
-        }
-    }
     let restated = image.is_some();
     let reader = VllmReader {
         d,
         state: state.clone(),
         image,
-        all,
-        sys_full,
+        listings,
         join,
-        base_ids,
         has_prefix_thought: prefix_thought.is_some(),
     };
     let (acc, _) = walker::walk(&reader, &req).await?;

@@ -31,6 +31,7 @@ mod client;
 mod config;
 mod decide;
 mod group;
+mod listing;
 mod tokenizer;
 pub mod wire;
 

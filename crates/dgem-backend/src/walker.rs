@@ -16,7 +16,7 @@
 
 use async_trait::async_trait;
 use dgem_core::schema::{ChunkPrompt, Question, ValidSchema};
-use dgem_core::walk::{chunk_groups, GroupReads, Walk};
+use dgem_core::walk::{chunk_groups, AnsweredGroup, GroupReads, Walk};
 use futures_util::StreamExt as _;
 
 use crate::{DecideRequest, EngineError};
@@ -32,6 +32,9 @@ pub struct GroupCall<'a> {
     /// Answer lines of the groups it sees (one entry per group, each that
     /// group's answer template with the chosen labels), for prefilling.
     pub lines: Vec<String>,
+    /// The same groups with their chosen alternatives (one entry per entry of
+    /// `lines`), for a reader that lists options in another order.
+    pub answered: Vec<AnsweredGroup>,
     /// `"<id>: <answer name>"` of the questions those groups answered, for
     /// restating in an image state's text (see `dgem_core::walk::Walk::earlier`).
     pub earlier: Vec<String>,
@@ -81,13 +84,25 @@ pub fn listed_questions<'a>(
     }
 }
 
+/// What a group sees of the groups before it: answer lines, the answered
+/// groups behind them, and the `"<id>: <answer name>"` restatements.
+type Seen = (Vec<String>, Vec<AnsweredGroup>, Vec<String>);
+
+fn seen(walk: &Walk) -> Seen {
+    (
+        walk.lines().to_vec(),
+        walk.answered().to_vec(),
+        walk.earlier().to_vec(),
+    )
+}
+
 /// The call for one group.
 fn make_call<'a>(
     schema: &ValidSchema,
     every: &[&'a Question],
     chained: bool,
     questions: Vec<&'a Question>,
-    (lines, earlier): (Vec<String>, Vec<String>),
+    (lines, answered, earlier): Seen,
     k: i64,
 ) -> GroupCall<'a> {
     let listed = listed_questions(schema, every, chained, &questions);
@@ -95,6 +110,7 @@ fn make_call<'a>(
         questions,
         listed,
         lines,
+        answered,
         earlier,
         chained,
         k,
@@ -125,10 +141,10 @@ pub async fn walk(
         let groups = chunk_groups(&asked, |trial| reader.fits(schema, trial))?;
         if schema.sequential || groups.len() == 1 || reader.concurrency() <= 1 {
             // Groups of a non-sequential stage see the lines of earlier stages only.
-            let stage_lines = (walk.lines().to_vec(), walk.earlier().to_vec());
+            let stage_lines = seen(&walk);
             for group in groups {
                 let lines = if schema.sequential {
-                    (walk.lines().to_vec(), walk.earlier().to_vec())
+                    seen(&walk)
                 } else {
                     stage_lines.clone()
                 };
@@ -139,7 +155,7 @@ pub async fn walk(
                 k += 1;
             }
         } else {
-            let lines = (walk.lines().to_vec(), walk.earlier().to_vec());
+            let lines = seen(&walk);
             let n = groups.len();
             let futs: Vec<_> = groups
                 .into_iter()

@@ -70,6 +70,15 @@ pub struct VllmArgs {
         default_value_t = 180.0
     )]
     pub ready_wait_s: f64,
+    /// Option-order debiasing on the vLLM reader: `off` (default) sends the
+    /// original reader's requests, one read per group in the policy's own
+    /// option order; `cyclic` reads each group in its options' canonical
+    /// order and cyclic rotations (up to 6 listings, so up to 6× the vLLM
+    /// requests) and pools them, so the answer does not depend on the order
+    /// the policy lists its options in; a number 2..=26 caps the listings.
+    /// The embedded model's setting is `--order-debias`.
+    #[arg(long = "vllm-order-debias", env = "DGEM_VLLM_ORDER_DEBIAS", default_value = "off", value_parser = dgem_core::order::OrderDebias::parse, value_name = "off|cyclic|N")]
+    pub vllm_order_debias: dgem_core::order::OrderDebias,
 }
 
 /// The refusal of `--backend SPEC` in a build without the vLLM reader.
@@ -232,6 +241,7 @@ pub fn decider(
         tracing::info!(hash = %cfg.wording.hash(), file = %p.display(), "question-block wording from a file");
     }
     cfg.ready_wait = std::time::Duration::from_secs_f64(args.ready_wait_s);
+    cfg.order_debias = args.vllm_order_debias;
     if args.canvas_step == 0 || args.canvas_step > cfg.canvas_len {
         return Err(user(anyhow::anyhow!(
             "`--canvas-step` must be from 1 to the canvas length {} (`--canvas` or the profile). Given: `{}`",
@@ -252,6 +262,11 @@ pub fn check_embedded(args: &VllmArgs) -> Result<(), Failure> {
         return Err(user(anyhow::anyhow!(
             "`--prompt-file` `{}` sets the wording of the vLLM reader; add `--backend vllm=URL`, or drop it (the embedded model uses dgem's own wording)",
             p.display()
+        )));
+    }
+    if args.vllm_order_debias != dgem_core::order::OrderDebias::Off {
+        return Err(user(anyhow::anyhow!(
+            "`--vllm-order-debias` sets the vLLM reader; add `--backend vllm=URL`, or use `--order-debias` for the embedded model"
         )));
     }
     Ok(())

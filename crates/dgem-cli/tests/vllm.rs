@@ -565,6 +565,19 @@ async fn cli_image_canvas_and_prompt_file_mistakes_exit_1_naming_the_flag() {
     let o = run(&["--prompt-file", wording.to_str().unwrap()]).await;
     exits_1_saying(&o, "`--prompt-file`");
     exits_1_saying(&o, "add `--backend vllm=URL`");
+    // The vLLM reader's order debiasing is not silently dropped on the embedded model.
+    let o = run(&["--vllm-order-debias", "cyclic"]).await;
+    exits_1_saying(&o, "`--vllm-order-debias` sets the vLLM reader");
+    let o = run(&[
+        "--backend",
+        &backend,
+        "--tokenizer",
+        &tok,
+        "--vllm-order-debias",
+        "often",
+    ])
+    .await;
+    exits_1_saying(&o, "`order_debias` must be one of [off, cyclic]");
     assert!(fake.requests().is_empty());
 }
 

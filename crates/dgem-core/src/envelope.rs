@@ -5,7 +5,8 @@
 //! agreement]`, then dgem-rs's extra keys `entropy` (nats) and
 //! `normalized_entropy` (hesitation, H/ln K). `label` is always the chosen
 //! option's name (a letter read, `A`, is reported as `slot_label` beside it),
-//! and a cloze read adds `order_sensitivity`. Diagnostics carry the §8.2 keys plus
+//! and a read that debiases option order (the cloze reader by default, the
+//! canvas reader with `order_debias` on) adds `order_sensitivity`. Diagnostics carry the §8.2 keys plus
 //! the embedded engine's own (model, label mode, calibration, token counts).
 
 use indexmap::IndexMap;

@@ -108,6 +108,48 @@ pub fn canonical_order(q: &Question) -> Vec<usize> {
     order
 }
 
+/// Listing `t` of `q` under `debias`, without any per-sample shuffle: the
+/// policy's own order when off; else the canonical listing
+/// ([`canonical_order`]) rotated by the `t`-th of [`shifts`] (wrapping, so a
+/// question read in fewer listings than its group repeats its own). `order[i]`
+/// is the index of the alternative listed at position `i`. The canvas reader
+/// (vLLM) uses this; the cloze reader composes it with its seeded shuffle.
+pub fn listing_order(debias: OrderDebias, q: &Question, t: usize) -> Vec<usize> {
+    let k = q.alternatives.len();
+    let base = match debias {
+        OrderDebias::Off => return (0..k).collect(),
+        OrderDebias::Cyclic { .. } => canonical_order(q),
+    };
+    let sh = shifts(k, debias.orders(k));
+    match sh.get(t % sh.len().max(1)) {
+        Some(&shift) if shift > 0 => rotate(&base, shift),
+        _ => base,
+    }
+}
+
+/// `q` with its alternatives listed in `order` (from [`listing_order`]).
+/// An index out of range is skipped, so the result is never longer than `q`.
+pub fn listed(q: &Question, order: &[usize]) -> Question {
+    let mut p = q.clone();
+    p.alternatives = order
+        .iter()
+        .filter_map(|&i| q.alternatives.get(i).cloned())
+        .collect();
+    p
+}
+
+/// A distribution read in listing `order` (position `i` = alternative
+/// `order[i]`) mapped back to the question's own alternative order.
+pub fn unlist(listed: &[f64], order: &[usize]) -> Vec<f64> {
+    let mut orig = vec![0.0; listed.len()];
+    for (i, &o) in order.iter().enumerate() {
+        if let (Some(slot), Some(&p)) = (orig.get_mut(o), listed.get(i)) {
+            *slot = p;
+        }
+    }
+    orig
+}
+
 /// The `m` cyclic shifts read for `k` options: `⌊t·k/m⌋` for `t = 0..m`
 /// (all of `0..k` when `m = k`). Empty when `k = 0`.
 pub fn shifts(k: usize, m: usize) -> Vec<usize> {

@@ -177,6 +177,18 @@ pub struct ReaderFacts {
     pub prompt_wording: Option<String>,
 }
 
+/// One group already answered: its questions and the index of each one's
+/// chosen alternative (in the question's own order). A reader that lists
+/// options in another order than [`Walk::lines`] was written in (order
+/// debiasing) re-renders the group's answer line from this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnsweredGroup {
+    /// The group's questions, in order.
+    pub questions: Vec<Question>,
+    /// Per question, the chosen alternative's index.
+    pub chosen: Vec<usize>,
+}
+
 /// Everything accumulated over a decision's groups.
 #[derive(Debug, Default)]
 pub struct Walk {
@@ -184,6 +196,7 @@ pub struct Walk {
     names: HashMap<String, Option<String>>,
     skipped: IndexMap<String, Skip>,
     lines: Vec<String>,
+    answered: Vec<AnsweredGroup>,
     earlier: Vec<String>,
     stages: Vec<Vec<String>>,
     chunks: Vec<Vec<String>>,
@@ -242,6 +255,12 @@ impl Walk {
     /// group's answer template with the chosen labels), for prefilling later stages.
     pub fn lines(&self) -> &[String] {
         &self.lines
+    }
+
+    /// The groups absorbed so far with their chosen alternatives, one entry
+    /// per entry of [`Walk::lines`].
+    pub fn answered(&self) -> &[AnsweredGroup] {
+        &self.answered
     }
 
     /// `"<id>: <answer name>"` for every question answered so far, in the
@@ -306,6 +325,10 @@ impl Walk {
         let refs: Vec<&Question> = out.questions.iter().collect();
         self.lines
             .push(answer_text(&refs, &out.labels, &chosen, format));
+        self.answered.push(AnsweredGroup {
+            questions: out.questions.clone(),
+            chosen,
+        });
         self.parts.push(PartSamples {
             n,
             tops,

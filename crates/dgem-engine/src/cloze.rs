@@ -102,22 +102,7 @@ pub(crate) fn permutation(k: usize, seed: i64, r: u32, qi: usize) -> Vec<usize> 
     perm
 }
 
-/// Map a distribution from listed order back to original alternative order.
-fn unpermute(listed: &[f64], perm: &[usize]) -> Vec<f64> {
-    let mut orig = vec![0.0; listed.len()];
-    for (i, &o) in perm.iter().enumerate() {
-        if let (Some(slot), Some(&p)) = (orig.get_mut(o), listed.get(i)) {
-            *slot = p;
-        }
-    }
-    orig
-}
-
-pub(crate) fn permuted(q: &Question, perm: &[usize]) -> Question {
-    let mut p = q.clone();
-    p.alternatives = perm.iter().map(|&i| q.alternatives[i].clone()).collect();
-    p
-}
+pub(crate) use dgem_core::order::{listed as permuted, unlist as unpermute};
 
 fn short_model(what: &str) -> EngineError {
     EngineError::Backend(dgem_backend::BackendError::Model(format!(

@@ -148,6 +148,7 @@ pub fn run(args: ProxyArgs) -> Result<(), Failure> {
         prompt_file: None,
         no_constrained: false,
         ready_wait_s: 180.0,
+        vllm_order_debias: dgem_core::order::OrderDebias::Off,
     };
     let decider = crate::vllm::decider(
         fake.url(),

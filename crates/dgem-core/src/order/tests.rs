@@ -136,3 +136,28 @@ proptest! {
         prop_assert!((sum - 1.0).abs() < 1e-12);
     }
 }
+
+#[test]
+fn listing_order_is_the_policys_own_when_off_and_canonical_rotations_when_cyclic() {
+    let q = question("choice", &["medium", "high", "low"]);
+    assert_eq!(listing_order(OrderDebias::Off, &q, 0), vec![0, 1, 2]);
+    assert_eq!(listing_order(OrderDebias::Off, &q, 2), vec![0, 1, 2]);
+    let cyc = OrderDebias::default();
+    // Canonical: high (1), low (2), medium (0); then its rotations.
+    assert_eq!(listing_order(cyc, &q, 0), vec![1, 2, 0]);
+    assert_eq!(listing_order(cyc, &q, 1), vec![2, 0, 1]);
+    assert_eq!(listing_order(cyc, &q, 2), vec![0, 1, 2]);
+    // A listing past the question's own count wraps to its rotations.
+    assert_eq!(listing_order(cyc, &q, 3), vec![1, 2, 0]);
+    let listed_q = listed(&q, &listing_order(cyc, &q, 1));
+    let names: Vec<&str> = listed_q.alternatives.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["low", "medium", "high"]);
+}
+
+#[test]
+fn unlist_maps_a_listed_read_back_to_the_questions_own_order() {
+    // Listed low, medium, high = alternatives 2, 0, 1.
+    assert_eq!(unlist(&[0.5, 0.3, 0.2], &[2, 0, 1]), vec![0.3, 0.2, 0.5]);
+    // Out-of-range entries are dropped, never a panic.
+    assert_eq!(unlist(&[0.5, 0.5], &[7, 0]), vec![0.5, 0.0]);
+}
