@@ -22,6 +22,13 @@
 //! cached), `tokenize_llama` one llama.cpp encode of the whole text (the
 //! tokenizer's share of the overhead before the line cache). `q8_per_token`
 //! divides the prompt lengths out of q8 / q1.
+//!
+//! Throughput: `serial_16` decides 16 states no earlier decision read, one
+//! after another (ms per decision); `concurrent_16` decides 16 other new
+//! states from 16 callers at once; `throughput_16` is decisions per second at
+//! 16 callers over 1 caller (serial / concurrent time per decision, per round).
+//! The embedded engine runs one model call at a time, so concurrent callers
+//! wait in its queue: this row measures what that costs or saves.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -228,7 +235,7 @@ fn model_failure(e: BackendError) -> Failure {
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-const SCENARIOS: [(&str, &str, &str); 14] = [
+const SCENARIOS: [(&str, &str, &str); 16] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -249,6 +256,12 @@ const SCENARIOS: [(&str, &str, &str); 14] = [
         "schema_first_first_of_policy",
         "schema_first, first decision of a new policy",
         "schema_first_cold",
+    ),
+    ("serial_16", "16 new states, 1 caller: ms per decision", ""),
+    (
+        "concurrent_16",
+        "16 new states, 16 callers: ms per decision",
+        "serial_16",
     ),
     ("overhead_1", "overhead outside the model, 1 caller", ""),
     ("overhead_16", "overhead outside the model, 16 callers", ""),
@@ -378,9 +391,43 @@ async fn run_rounds(
         for o in many {
             push("overhead_16", o);
         }
+        // Throughput: 16 states no earlier decision read, one caller after
+        // another, then 16 other new states from 16 callers at once.
+        let (serial, concurrent) = throughput(&b, &main, round, 16).await?;
+        push("serial_16", serial);
+        push("concurrent_16", concurrent);
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
     report(&times, prompt.len(), q_tokens, threads, args)
+}
+
+/// Milliseconds per decision of `n` new states of `schema` decided one after
+/// another, and of `n` other new states decided by `n` callers at once.
+async fn throughput(
+    b: &Bench,
+    schema: &ValidSchema,
+    round: u32,
+    n: usize,
+) -> Result<(f64, f64), Failure> {
+    let state = |batch: usize, i: usize| {
+        let reference = 50_000 + (round as usize * 2 + batch) * n + i;
+        format!("{TICKET_B} My order reference is {reference}.")
+    };
+    let t = Instant::now();
+    for i in 0..n {
+        timed(&b.engine, schema, &state(0, i)).await?;
+    }
+    let serial = t.elapsed().as_secs_f64() * 1e3 / n as f64;
+    let states: Vec<String> = (0..n).map(|i| state(1, i)).collect();
+    let t = Instant::now();
+    let done =
+        futures_util::future::join_all(states.iter().map(|s| timed(&b.engine, schema, s))).await;
+    let concurrent = t.elapsed().as_secs_f64() * 1e3 / n as f64;
+    b.recorder.take();
+    for d in done {
+        d?;
+    }
+    Ok((serial, concurrent))
 }
 
 /// Per-caller overhead of `n` concurrent warm decisions.
@@ -448,8 +495,26 @@ fn report(
                    "ratio": {"median": m, "min": lo, "max": hi}}),
         );
     }
+    // Decisions per second at 16 callers as a ratio to one caller (issue
+    // goal ≥ 1.5×): the serial time per decision over the concurrent one.
+    if let (Some(one), Some(many)) = (times.get("serial_16"), times.get("concurrent_16")) {
+        let r: Vec<f64> = one.iter().zip(many).map(|(a, b)| a / b).collect();
+        let (m, lo, hi) = stats(&r);
+        println!(
+            "{:<28} {:<46} {:>9} {:>9} {:>9}   {m:.2}× [{lo:.2}, {hi:.2}] of 1 caller (goal ≥ 1.5×)",
+            "throughput_16", "decisions/s at 16 callers / at 1 caller", "", "", ""
+        );
+        summary.insert(
+            "throughput_16".to_owned(),
+            json!({"what": "decisions/s at 16 callers / at 1 caller", "ratio_to": "serial_16",
+                   "ratio": {"median": m, "min": lo, "max": hi}, "goal": 1.5}),
+        );
+    }
     if let Some(out) = &args.out {
         let doc = json!({
+            "dgem": dgem_bench::receipt::VersionInfo::current(),
+            "created_unix": dgem_bench::receipt::now_unix(),
+            "model": args.model.model.as_ref().map_or_else(|| "default".to_owned(), |m| m.display().to_string()),
             "rounds": args.rounds,
             "threads": threads,
             "prompt_tokens": prompt_tokens,

@@ -150,7 +150,11 @@ fn listing_order_is_the_policys_own_when_off_and_canonical_rotations_when_cyclic
     // A listing past the question's own count wraps to its rotations.
     assert_eq!(listing_order(cyc, &q, 3), vec![1, 2, 0]);
     let listed_q = listed(&q, &listing_order(cyc, &q, 1));
-    let names: Vec<&str> = listed_q.alternatives.iter().map(|a| a.name.as_str()).collect();
+    let names: Vec<&str> = listed_q
+        .alternatives
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
     assert_eq!(names, ["low", "medium", "high"]);
 }
 
