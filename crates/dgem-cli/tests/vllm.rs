@@ -629,3 +629,68 @@ async fn parts_states_are_read_as_images_with_their_own_indices_and_misspellings
     let e = post_expect(&client, &format!("{base}/v1/systemone"), &body, 422).await;
     assert_eq!(e["error"]["param"], "imges", "{e}");
 }
+
+/// `--vllm-order-debias cyclic` end to end: a vLLM whose reads favour the
+/// first listed letter 4:1:1 whatever it labels answers by position with the
+/// default (one read, the policy's order) and uniformly with cyclic listings
+/// (three reads, one per rotation), saying how much the order moved it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_order_debias_cancels_a_vllm_position_prior_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = dir.path().join("tokenizer.json");
+    std::fs::write(
+        &tok,
+        TINY_TOKENIZER.replace(r#""no": 2}"#, r#""no": 2, "A": 3, "B": 4, "C": 5}"#),
+    )
+    .unwrap();
+    let script = scripts::weights(|_, _, id| if id == 3 { 4.0 } else { 1.0 });
+    let fake = FakeVllm::start(FakeConfig {
+        script: Arc::new(script),
+        ..FakeConfig::default()
+    })
+    .await
+    .unwrap();
+    let schema = json!({"questions": [
+        {"id": "tier", "type": "choice", "options": ["medium", "high", "low"]}]});
+    let body = json!({"model": "dgemma", "messages": [
+        {"role": "system", "content": schema.to_string()},
+        {"role": "user", "content": json!({"ticket": "the card was charged twice"}).to_string()}]});
+    let client = reqwest::Client::new();
+    let tok = tok.to_str().unwrap();
+    for (flag, reads, top) in [("off", 1, 4.0 / 6.0), ("cyclic", 3, 1.0 / 3.0)] {
+        let (_server, base) = serve(
+            fake.url(),
+            &[
+                "--tokenizer",
+                tok,
+                "--no-warmup",
+                "--vllm-order-debias",
+                flag,
+            ],
+            "/nonexistent/dgem-test-cache",
+        )
+        .await;
+        let before = fake.requests().len();
+        let reply = post_expect(&client, &format!("{base}/v1/chat/completions"), &body, 200).await;
+        let env: Value =
+            serde_json::from_str(reply["choices"][0]["message"]["content"].as_str().unwrap())
+                .unwrap();
+        assert_eq!(fake.requests().len() - before, reads, "{flag}: {env}");
+        let tier = &env["answers"]["tier"];
+        let best = tier["probabilities"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!((best - top).abs() < 1e-9, "{flag}: {env}");
+        if flag == "off" {
+            // The policy lists `medium` first: position decides.
+            assert_eq!(tier["choice"], "medium", "{env}");
+            assert!(tier.get("order_sensitivity").is_none(), "{env}");
+        } else {
+            assert_eq!(tier["order_sensitivity"]["orders"], 3, "{env}");
+            assert_eq!(tier["order_sensitivity"]["method"], "cyclic", "{env}");
+        }
+    }
+}
