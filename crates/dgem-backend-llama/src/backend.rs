@@ -115,6 +115,7 @@ impl LlamaBackend {
             logits_all: config.logits_all,
             batch_reads: config.batch_reads,
             kv_chunk: config.kv_chunk,
+            kv_snapshot_bytes: config.kv_snapshot_bytes,
         };
         let model = tokenizer.model();
         let rows = OutputRows::open(

@@ -7,6 +7,10 @@ use thiserror::Error;
 
 /// Default context size (tokens) of a [`LlamaConfig`].
 pub const DEFAULT_CONTEXT_SIZE: usize = 2048;
+/// Default budget of saved KV prefixes, bytes ([`LlamaConfig::kv_snapshot_bytes`]):
+/// 256 MiB, about 55 policy prefixes of 250 tokens on Gemma 3 270M (18 KiB of
+/// K and V a token).
+pub const DEFAULT_KV_SNAPSHOT_BYTES: usize = 256 << 20;
 /// Default canonical KV chunk size, tokens ([`LlamaConfig::kv_chunk`]).
 pub const DEFAULT_KV_CHUNK: usize = 64;
 /// Default capacity of the bounded job queue.
@@ -72,6 +76,14 @@ pub struct LlamaConfig {
     /// that begin alike without a reuse point, more `llama_decode` calls on a
     /// cold prompt. 1 to `context_size`.
     pub kv_chunk: usize,
+    /// Most bytes of KV state kept as snapshots of prompt prefixes at reuse
+    /// points (where a `schema_first` policy's prefix ends, where the model's
+    /// turn begins), restored instead of decoded when a later read starts
+    /// with the same prefix and chunk chain; the answers are the same bits
+    /// either way. Needed because option-order debiasing reads one prompt per
+    /// listing and the KV cache keeps one chain. 0 turns it off. Default
+    /// [`DEFAULT_KV_SNAPSHOT_BYTES`].
+    pub kv_snapshot_bytes: usize,
 }
 
 impl LlamaConfig {
@@ -91,6 +103,7 @@ impl LlamaConfig {
             logits_all: false,
             batch_reads: true,
             kv_chunk: DEFAULT_KV_CHUNK,
+            kv_snapshot_bytes: DEFAULT_KV_SNAPSHOT_BYTES,
         }
     }
 }

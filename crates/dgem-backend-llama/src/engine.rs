@@ -41,6 +41,7 @@
 //! ([`crate::Readout::FullHead`]: the graph always runs to the head).
 
 mod probe;
+mod snapshots;
 
 use std::num::NonZeroU32;
 
@@ -57,6 +58,7 @@ use crate::readout::{pooled_label_logits, read_slot, read_vocab, restricted_logp
 use crate::runtime::runtime;
 use crate::worker::WorkerConfig;
 use crate::LlamaError;
+use snapshots::Snapshots;
 
 /// Largest physical batch llama.cpp computes at once (its default).
 const MAX_UBATCH: usize = 512;
@@ -143,6 +145,8 @@ pub(crate) struct Engine<'m> {
     /// Read label logits from llama.cpp's logits (the head runs at every
     /// decode) rather than from the label rows: set by [`Self::check_readout`].
     head_readout: bool,
+    /// Sequence 0's state saved at reuse points ([`snapshots`]).
+    snapshots: Snapshots,
 }
 
 impl<'m> Engine<'m> {
@@ -195,6 +199,7 @@ impl<'m> Engine<'m> {
             rows,
             outputs: Vec::new(),
             head_readout: false,
+            snapshots: Snapshots::new(cfg.kv_snapshot_bytes),
         })
     }
 
@@ -204,6 +209,12 @@ impl<'m> Engine<'m> {
         self.cached.clear();
         self.bounds.clear();
         self.trusted = 0;
+    }
+
+    /// Forget the KV cache and every saved prefix: the next read is cold.
+    pub(crate) fn forget(&mut self) {
+        self.reset();
+        self.snapshots.clear();
     }
 
     /// Wall time of the last `llama_decode` call, ms.
@@ -314,7 +325,8 @@ impl<'m> Engine<'m> {
     /// Make sequence 0 hold `tokens[..start]` for the largest reusable
     /// `start <= want`; returns that `start`. Reusable: what this call decoded,
     /// else a prefix of the canonical chain that `plan` (this read's chunk
-    /// plan) shares (see the module docs).
+    /// plan) shares (see the module docs), else a longer saved prefix whose
+    /// chain `plan` shares ([`snapshots`]), restored into an emptied cache.
     fn keep_prefix(
         &mut self,
         tokens: &[TokenId],
@@ -333,6 +345,17 @@ impl<'m> Engine<'m> {
                 .last()
                 .map_or(0, |(p, _)| *p)
         };
+        if let Some(i) = self.snapshots.best(tokens, want, start, plan) {
+            self.reset();
+            if let Some((cached, bounds)) = self.snapshots.restore(&mut self.ctx, i) {
+                self.trusted = cached.len();
+                self.cached = cached;
+                self.bounds = bounds;
+                return Ok(self.trusted);
+            }
+            // Refused: the cache is empty, decode from the start.
+            return Ok(0);
+        }
         let removed = self
             .ctx
             .clear_kv_cache_seq(Some(0), u32::try_from(start).ok(), None)
@@ -355,7 +378,10 @@ impl<'m> Engine<'m> {
     /// can read the rows that decode produced. From the end of the canonical
     /// chain the pieces follow `plan` (this read's chunk plan, ending at
     /// `tokens.len()`) and extend the chain; otherwise (reuse of what this
-    /// call decoded) the rest is one batch.
+    /// call decoded) the rest is one batch. A canonical decode that ends at
+    /// one of `save_at` (the read's reuse points) saves sequence 0 there
+    /// ([`snapshots`]).
+    #[allow(clippy::too_many_arguments)]
     fn decode_prompt(
         &mut self,
         tokens: &[TokenId],
@@ -363,6 +389,7 @@ impl<'m> Engine<'m> {
         rows: &[usize],
         vocab_rows: &[usize],
         plan: &[usize],
+        save_at: &[usize],
         on_rows: &mut dyn FnMut(&mut Self, usize, usize) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let end = tokens.len();
@@ -396,6 +423,9 @@ impl<'m> Engine<'m> {
             self.trusted = self.cached.len();
             if canonical {
                 self.bounds.push(to);
+                if save_at.contains(&to) {
+                    self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
+                }
             }
             on_rows(self, at, to)?;
             at = to;
@@ -433,6 +463,7 @@ impl<'m> Engine<'m> {
             &rows,
             &vocab_rows,
             &plan,
+            &read.reuse_points,
             &mut |engine, from, to| {
                 for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
                     let row = slot.pos.saturating_sub(1);
@@ -489,6 +520,7 @@ impl<'m> Engine<'m> {
             &[],
             &[],
             &plan,
+            &base.reuse_points,
             &mut |_, _, _| Ok(()),
         )?;
         let result = self.decode_continuations(group, &spans, shared);

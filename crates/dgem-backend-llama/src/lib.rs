@@ -46,7 +46,9 @@ mod turns;
 mod worker;
 
 pub use backend::LlamaBackend;
-pub use config::{default_threads, LlamaConfig, LlamaError, DEFAULT_KV_CHUNK};
+pub use config::{
+    default_threads, LlamaConfig, LlamaError, DEFAULT_KV_CHUNK, DEFAULT_KV_SNAPSHOT_BYTES,
+};
 pub use labels::Readout;
 pub use readout::{read_slot, read_vocab, restricted_logprobs, LOGPROB_FLOOR};
 pub use simd::{check as check_simd, simd_features, SimdFeature, SimdReport};

@@ -52,6 +52,8 @@ pub(crate) struct WorkerConfig {
     pub batch_reads: bool,
     /// Canonical KV chunk size in tokens ([`crate::LlamaConfig::kv_chunk`]).
     pub kv_chunk: usize,
+    /// Bytes of saved KV prefixes ([`crate::LlamaConfig::kv_snapshot_bytes`]).
+    pub kv_snapshot_bytes: usize,
 }
 
 /// Start the model thread; returns once its context exists and its readout
@@ -149,12 +151,12 @@ fn handle(engine: &mut Engine<'_>, mut job: Job) {
         JobKind::Reads => engine.run_reads(&job.reads, &cancelled),
         JobKind::PromptEval => engine.prompt_eval(&job.reads),
         JobKind::Reset => {
-            engine.reset();
+            engine.forget();
             Ok((Vec::new(), 0))
         }
     }))
     .unwrap_or_else(|_| {
-        engine.reset();
+        engine.forget();
         Err(BackendError::Model("llama.cpp call panicked".into()))
     });
     let forward_ms = match job.kind {

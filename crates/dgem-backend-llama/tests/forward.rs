@@ -651,3 +651,64 @@ async fn queue_wait_is_its_own_budget_not_model_time() {
     let out = be.forward(vec![short]).await.expect("idle queue: runs");
     assert_eq!(out.sequences.len(), 1);
 }
+
+/// KV snapshots: prompts that take turns in the one-chain cache (a policy
+/// read in several option listings) no longer evict each other's prefix. A
+/// read whose policy prefix was decoded before another policy's restores it
+/// from the snapshot taken at its reuse point — exactly that many tokens —
+/// and gives the bits of its own cold read; with snapshots off it re-decodes
+/// from the chunk the two policies share, with the same bits.
+#[tokio::test]
+async fn a_prefix_evicted_by_another_policy_is_restored_from_its_snapshot_with_the_cold_bits() {
+    let Some(path) = model_path(
+        "a_prefix_evicted_by_another_policy_is_restored_from_its_snapshot_with_the_cold_bits",
+    ) else {
+        return;
+    };
+    let load = |snapshot_bytes: usize| {
+        let mut cfg = LlamaConfig::new(&path, "test-model");
+        cfg.context_size = 1024;
+        cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        cfg.batch_reads = false;
+        cfg.kv_snapshot_bytes = snapshot_bytes;
+        LlamaBackend::load(cfg).expect("model loads")
+    };
+    let be = load(dgem_backend_llama::DEFAULT_KV_SNAPSHOT_BYTES);
+    let tok = be.tokenizer();
+    let read_with = |policy: &str, q: &str| {
+        let head = prompt(tok.as_ref(), &format!("{LONG_PROMPT}{policy}\nQuestion:"));
+        let text = format!("{LONG_PROMPT}{policy}\nQuestion: {q}\nAnswer:");
+        let mut read = read_at_end(prompt(tok.as_ref(), &text), labels(tok.as_ref(), &ROUTES));
+        assert_eq!(read.tokens.get(..head.len()), Some(&head[..]), "{q}");
+        read.reuse_points = vec![head.len()];
+        (read, head.len())
+    };
+    let one = "Policy one: send each message to the team that owns the product it names.";
+    let two = "Policy two: send each message to the team that handles its tone of voice.";
+    let (a1, p1) = read_with(one, "Which team should handle this message?");
+    let (a2, _) = read_with(two, "Which team should handle this message?");
+    let (b1, _) = read_with(one, "How urgent is it?");
+    be.clear_cache().await.expect("clear");
+    let cold = be.forward(vec![b1.clone()]).await.expect("cold");
+    be.clear_cache().await.expect("clear");
+    be.forward(vec![a1.clone()]).await.expect("a1");
+    be.forward(vec![a2.clone()]).await.expect("a2");
+    let warm = be.forward(vec![b1.clone()]).await.expect("warm");
+    assert_eq!(warm.stats.cached_tokens, p1, "{:?}", warm.stats);
+    assert_eq!(warm.sequences, cold.sequences, "same bits as cold");
+    // A clear forgets the snapshots too: the next read is cold again.
+    be.clear_cache().await.expect("clear");
+    let again = be.forward(vec![b1.clone()]).await.expect("cold again");
+    assert_eq!(again.stats.cached_tokens, 0);
+    assert_eq!(again.sequences, cold.sequences);
+    drop(be);
+    let off = load(0);
+    off.forward(vec![a1]).await.expect("a1");
+    off.forward(vec![a2]).await.expect("a2");
+    let warm_off = off.forward(vec![b1]).await.expect("warm, no snapshots");
+    assert!(warm_off.stats.cached_tokens < p1, "{:?}", warm_off.stats);
+    assert_eq!(
+        warm_off.sequences, cold.sequences,
+        "same bits without snapshots"
+    );
+}

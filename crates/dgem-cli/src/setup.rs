@@ -64,6 +64,13 @@ pub struct ModelArgs {
     /// reuse between prompts that begin alike, more decode calls on a cold one.
     #[arg(long = "kv-chunk", env = "DGEM_KV_CHUNK", default_value_t = DEFAULT_KV_CHUNK, value_name = "TOKENS")]
     pub kv_chunk: usize,
+    /// MiB of KV state kept as snapshots of prompt prefixes (where a
+    /// `schema_first` policy's prefix ends, where the model's turn begins) and
+    /// restored instead of decoded when a later read starts the same way: with
+    /// order debiasing each decision reads one prompt per option listing, and
+    /// the cache keeps one. Answers are bit-identical either way; 0 turns it off.
+    #[arg(long = "kv-snapshot-mb", env = "DGEM_KV_SNAPSHOT_MB", default_value_t = 256, value_name = "MIB", value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub kv_snapshot_mb: u32,
     /// Read a decision's questions that share a prompt in one decode of their
     /// continuations (`on`) or one after another through the KV cache (`off`).
     /// Both give the same numbers on every run; they differ from each other
@@ -378,6 +385,9 @@ fn load_llama_with(
     cfg.sha256 = sha;
     cfg.context_size = args.context;
     cfg.kv_chunk = args.kv_chunk;
+    cfg.kv_snapshot_bytes = usize::try_from(args.kv_snapshot_mb)
+        .unwrap_or(0)
+        .saturating_mul(1 << 20);
     cfg.batch_reads = args.batch_reads;
     if let Some(t) = args.threads {
         cfg.n_threads = t;
