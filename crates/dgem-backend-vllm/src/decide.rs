@@ -11,7 +11,7 @@ use dgem_backend::{DecideRequest, Decision, EngineError};
 use dgem_core::images::{check_images, ImageState};
 use dgem_core::order::OrderDebias;
 use dgem_core::prompt::{state_text, system_text, SystemTextSpec};
-use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question, ValidSchema};
+use dgem_core::schema::{AnswerFormat, ChunkPrompt, Question, SamplePolicy, ValidSchema};
 use dgem_core::slots::answer_text;
 use dgem_core::stages::schedule;
 use dgem_core::walk::{GroupReads, ReaderFacts};
@@ -179,11 +179,14 @@ impl VllmReader<'_> {
         })
     }
 
-    /// Read `call`'s group in listing `t`, with `group` (its questions in
+    /// Read `call`'s group in listing `t` under `schema` (the request's, or
+    /// a copy with another samples policy), with `group` (its questions in
     /// that listing) and `lines` (earlier answers as that listing writes them).
+    #[allow(clippy::too_many_arguments)]
     async fn read_listing(
         &self,
         req: &DecideRequest,
+        schema: &ValidSchema,
         call: &GroupCall<'_>,
         t: usize,
         group: Vec<Question>,
@@ -193,12 +196,12 @@ impl VllmReader<'_> {
             EngineError::Unsupported(format!("listing {t} missing — this is a bug"))
         })?;
         let plan = if self.image.is_some() {
-            self.plan_image(&req.schema, listing, group, &call.earlier, call.chained)
+            self.plan_image(schema, listing, group, &call.earlier, call.chained)
         } else {
-            self.plan(&req.schema, listing, group, lines, call.chained)?
+            self.plan(schema, listing, group, lines, call.chained)?
         };
         self.d
-            .run_group(&req.schema, plan, req.seed + GROUP_SEED_STRIDE * call.k)
+            .run_group(schema, plan, req.seed + GROUP_SEED_STRIDE * call.k)
             .await
     }
 }
@@ -220,10 +223,25 @@ impl GroupReader for VllmReader<'_> {
         if debias == OrderDebias::Off {
             // The original reader's requests, unchanged.
             let group: Vec<Question> = call.questions.iter().map(|q| (*q).clone()).collect();
-            return self.read_listing(req, &call, 0, group, &call.lines).await;
+            return self
+                .read_listing(req, &req.schema, &call, 0, group, &call.lines)
+                .await;
         }
-        let m = group_listings(debias, &call.questions).min(self.listings.len());
+        let m = group_listings(debias, self.d.mode, &call.questions).min(self.listings.len());
         let format = req.schema.format;
+        // An `auto` samples policy would decide per listing whether to read
+        // more, so one listing could pool more reads than another and bring
+        // back the position prior it cancels: every listing reads the
+        // policy's maximum instead (`diagnostics.samples.policy` says `fixed`).
+        let schema = match req.schema.samples {
+            SamplePolicy::Auto { max, .. } if m > 1 => {
+                let mut s = req.schema.clone();
+                s.samples = SamplePolicy::Fixed { n: max.max(1) };
+                std::borrow::Cow::Owned(s)
+            }
+            _ => std::borrow::Cow::Borrowed(&req.schema),
+        };
+        let schema = schema.as_ref();
         let futs = self
             .listings
             .iter()
@@ -234,7 +252,7 @@ impl GroupReader for VllmReader<'_> {
                     call.questions.iter().map(|q| listing.question(q)).collect();
                 let lines = listing.lines(&call.answered, self.d.mode, format);
                 let call = &call;
-                async move { self.read_listing(req, call, t, group, &lines).await }
+                async move { self.read_listing(req, schema, call, t, group, &lines).await }
             });
         let outs = futures_util::future::try_join_all(futs).await?;
         Ok(pool_listings(
@@ -273,28 +291,39 @@ pub(crate) async fn decide(
     // One listing per option order read (one, the policy's own, when order
     // debiasing is off): its question block and chained prefix.
     let debias = d.cfg.order_debias;
-    let n_listings = group_listings(debias, &all);
-    let mut listings = Vec::with_capacity(n_listings);
-    let mut prefix_thought = None;
-    for t in 0..n_listings {
-        let mut listing = Listing::new(debias, &schema.questions, t);
+    let n_listings = group_listings(debias, d.mode, &all);
+    // Each listing's question block and chained prefix; the thoughts of a
+    // chained decision that thinks are written concurrently, one per listing.
+    let has_image = image.is_some();
+    let state_ref = &state;
+    let build = |t: usize| async move {
+        let mut listing = Listing::new(debias, d.mode, &schema.questions, t);
         let refs: Vec<&Question> = listing.all.iter().collect();
         // An image decision that is chained restates earlier answers in a
         // prompt listing every question: its block says a reply may cover only some.
-        listing.sys_full = d.system(schema, &refs, image.is_some() && chained);
-        // The chained prefix: a thought once, or the chat prompt plus the empty scaffold.
-        if chained && image.is_none() {
+        listing.sys_full = d.system(schema, &refs, has_image && chained);
+        let mut thought = None;
+        // The chained prefix: a thought, or the chat prompt plus the empty scaffold.
+        if chained && !has_image {
             if schema.think > 0 {
                 let th = d
-                    .think(schema.layout, &listing.sys_full, &state, schema.think)
+                    .think(schema.layout, &listing.sys_full, state_ref, schema.think)
                     .await?;
                 listing.base_ids = th.prefix;
-                prefix_thought = prefix_thought.or(Some(th.diagnostics));
+                thought = Some(th.diagnostics);
             } else {
-                listing.base_ids = d.chat_prompt_ids(schema.layout, &listing.sys_full, &state)?;
+                listing.base_ids =
+                    d.chat_prompt_ids(schema.layout, &listing.sys_full, state_ref)?;
                 listing.base_ids.extend(&d.scaffold.full);
             }
         }
+        Ok::<_, EngineError>((listing, thought))
+    };
+    let built = futures_util::future::try_join_all((0..n_listings).map(build)).await?;
+    let mut listings = Vec::with_capacity(built.len());
+    let mut prefix_thought = None;
+    for (listing, thought) in built {
+        prefix_thought = prefix_thought.or(thought);
         listings.push(listing);
     }
     let join = match schema.format {

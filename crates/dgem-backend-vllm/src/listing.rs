@@ -38,11 +38,12 @@ pub(crate) struct Listing {
 }
 
 impl Listing {
-    /// Listing `t` of `questions` (the base ids are filled in later).
-    pub fn new(debias: OrderDebias, questions: &[Question], t: usize) -> Self {
+    /// Listing `t` of `questions` under label mode `mode` (the base ids are
+    /// filled in later).
+    pub fn new(debias: OrderDebias, mode: LabelMode, questions: &[Question], t: usize) -> Self {
         let orders: HashMap<String, Vec<usize>> = questions
             .iter()
-            .map(|q| (q.id.clone(), listing_order(debias, q, t)))
+            .map(|q| (q.id.clone(), listing_order(debias, q, mode, t)))
             .collect();
         let all = questions
             .iter()
@@ -98,11 +99,12 @@ impl Listing {
     }
 }
 
-/// Listings a group is read in: what its widest question needs (1 when off).
-pub(crate) fn group_listings(debias: OrderDebias, group: &[&Question]) -> usize {
+/// Listings a group is read in: what its widest question needs (1 when off;
+/// a score labelled by digits needs 1, [`OrderDebias::orders_for`]).
+pub(crate) fn group_listings(debias: OrderDebias, mode: LabelMode, group: &[&Question]) -> usize {
     group
         .iter()
-        .map(|q| debias.orders(q.alternatives.len()))
+        .map(|q| debias.orders_for(q, mode))
         .max()
         .unwrap_or(1)
         .max(1)
@@ -143,9 +145,10 @@ fn pool_read(reads: &[(Vec<f64>, &SlotRead)]) -> SlotRead {
 /// over the group's own `questions` (option order as the policy wrote it).
 ///
 /// Read `r` of question `q` pools the listings `t < orders(q)` that have a
-/// read `r` (an `auto` samples policy may extend one listing and not
-/// another); when none has, every listing that has one. `order_reads` holds
-/// every pooled listing's distribution of every read. Positions, scoring,
+/// read `r` (every listing has as many reads: the caller reads an `auto`
+/// policy's maximum in each, see `decide.rs`); when none has, every listing
+/// that has one. `order_reads` holds every pooled listing's distribution of
+/// every read. Positions, scoring,
 /// samples policy and thought are listing 0's; times, rows and cached tokens
 /// add up; `prompt_tokens` is the longest.
 pub(crate) fn pool_listings(
@@ -159,7 +162,7 @@ pub(crate) fn pool_listings(
     let mut reads: Vec<Vec<SlotRead>> = vec![Vec::with_capacity(questions.len()); n_reads];
     let mut order_reads: Vec<Vec<Vec<f64>>> = vec![Vec::new(); questions.len()];
     for (qi, q) in questions.iter().enumerate() {
-        let pooled_listings = debias.orders(q.alternatives.len());
+        let pooled_listings = debias.orders_for(q, mode);
         for (r, out_r) in reads.iter_mut().enumerate() {
             let at = |t: usize| -> Option<(Vec<f64>, &SlotRead)> {
                 let read = outs.get(t)?.reads.get(r)?.get(qi)?;

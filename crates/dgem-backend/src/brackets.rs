@@ -171,11 +171,18 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
         samples.flat &= d.diagnostics.samples.flat;
         samples.parts.extend(final_parts(&d, &fq.id, &w.id));
         absorb_reads(&mut base, &d);
-        let answer = AnswerOut::new(
+        let mut answer = AnswerOut::new(
             (*w).clone(),
             w.alternatives.iter().map(|a| a.name.clone()).collect(),
             aggregate(&[fused]),
         );
+        // How much the final round (the finalists) moved with their listing
+        // order, when the reader measured it; round 1 is not summarized.
+        answer.order = d
+            .answers
+            .get(&fq.id)
+            .and_then(Option::as_ref)
+            .and_then(|a| a.order.clone());
         let info = BracketDiagnostics {
             options: w.alternatives.len(),
             brackets: ranges.iter().map(|r| r.len()).collect(),

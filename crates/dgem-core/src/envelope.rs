@@ -289,7 +289,9 @@ pub struct BracketDiagnostics {
 pub struct Timing {
     /// Wall time of the whole decision.
     pub total_ms: f64,
-    /// Reads run (Σ over stages and samples).
+    /// Reads run: Σ over the decision's groups of the samples each read. A
+    /// read of a group whose option order is debiased covers every listing
+    /// of it (`order_sensitivity.orders` prompts or requests), counted once.
     pub reads: u32,
     /// Time waiting in the backend queue.
     pub queue_ms: f64,

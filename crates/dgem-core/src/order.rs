@@ -30,6 +30,7 @@
 
 use serde::Serialize;
 
+use crate::labels::LabelMode;
 use crate::readout::{argmax, restricted_softmax, PROB_FLOOR};
 use crate::schema::{Question, QuestionKind};
 
@@ -69,6 +70,21 @@ impl OrderDebias {
         }
     }
 
+    /// Listings to read for question `q` under label mode `mode`:
+    /// [`Self::orders`] of its alternatives, except 1 for a score labelled by
+    /// digits (letter mode, at most 9 levels: `1` is the first level of the
+    /// scale, see [`crate::labels::labels_for`]). Rotating such a scale would
+    /// list its first level under the digit `2`, a label that contradicts the
+    /// level; its canonical listing is the scale itself, so it is
+    /// order-invariant without rotations.
+    pub fn orders_for(self, q: &Question, mode: LabelMode) -> usize {
+        if digit_scale(q, mode) {
+            1
+        } else {
+            self.orders(q.alternatives.len())
+        }
+    }
+
     /// Parse `off`, `cyclic` (default maximum) or a number of orders
     /// (`1` means off).
     ///
@@ -87,6 +103,14 @@ impl OrderDebias {
             },
         }
     }
+}
+
+/// Whether `q` is a score whose labels are the digits of its levels in scale
+/// order (letter mode, at most 9 levels; [`crate::labels::labels_for`]): such
+/// a scale is always listed as it is, never rotated or shuffled, since any
+/// other listing would put a level beside another level's digit.
+pub fn digit_scale(q: &Question, mode: LabelMode) -> bool {
+    mode == LabelMode::Letters && q.kind == QuestionKind::Score && q.alternatives.len() <= 9
 }
 
 /// The canonical listing of `q`'s alternatives: `order[i]` is the index of the
@@ -108,19 +132,21 @@ pub fn canonical_order(q: &Question) -> Vec<usize> {
     order
 }
 
-/// Listing `t` of `q` under `debias`, without any per-sample shuffle: the
-/// policy's own order when off; else the canonical listing
-/// ([`canonical_order`]) rotated by the `t`-th of [`shifts`] (wrapping, so a
-/// question read in fewer listings than its group repeats its own). `order[i]`
-/// is the index of the alternative listed at position `i`. The canvas reader
-/// (vLLM) uses this; the cloze reader composes it with its seeded shuffle.
-pub fn listing_order(debias: OrderDebias, q: &Question, t: usize) -> Vec<usize> {
+/// Listing `t` of `q` under `debias` and label mode `mode`, without any
+/// per-sample shuffle: the policy's own order when off; else the canonical
+/// listing ([`canonical_order`]) rotated by the `t`-th of the
+/// [`OrderDebias::orders_for`] evenly spaced [`shifts`] (wrapping, so a
+/// question read in fewer listings than its group repeats its own).
+/// `order[i]` is the index of the alternative listed at position `i`. The
+/// canvas reader (vLLM) uses this; the cloze reader composes it with its
+/// seeded shuffle.
+pub fn listing_order(debias: OrderDebias, q: &Question, mode: LabelMode, t: usize) -> Vec<usize> {
     let k = q.alternatives.len();
     let base = match debias {
         OrderDebias::Off => return (0..k).collect(),
         OrderDebias::Cyclic { .. } => canonical_order(q),
     };
-    let sh = shifts(k, debias.orders(k));
+    let sh = shifts(k, debias.orders_for(q, mode));
     match sh.get(t % sh.len().max(1)) {
         Some(&shift) if shift > 0 => rotate(&base, shift),
         _ => base,
@@ -197,7 +223,7 @@ pub fn pool_orders(dists: &[Vec<f64>]) -> Vec<f64> {
 /// How much an answer depended on the order its options were listed in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OrderSensitivity {
-    /// Listings read (1: not estimated).
+    /// Option listings read (1: not estimated), however many samples each.
     pub orders: usize,
     /// Largest minus smallest probability of the chosen answer across the
     /// listings read, in [0, 1]; `None` when one listing was read.
@@ -221,17 +247,19 @@ impl OrderSensitivity {
         }
     }
 
-    /// From the distributions of every listing read (over all samples) and
-    /// the chosen index.
-    pub fn from_orders(dists: &[Vec<f64>], top: usize) -> Self {
-        if dists.len() < 2 {
+    /// From the distributions of every listing read, over `samples` reads
+    /// each (listings × samples distributions), and the chosen index. The
+    /// spread and fragility are taken over all of them.
+    pub fn from_orders(dists: &[Vec<f64>], top: usize, samples: usize) -> Self {
+        let orders = dists.len().div_ceil(samples.max(1));
+        if orders < 2 {
             return Self::single();
         }
         let at = |d: &Vec<f64>| d.get(top).copied().unwrap_or(0.0);
         let hi = dists.iter().map(at).fold(f64::NEG_INFINITY, f64::max);
         let lo = dists.iter().map(at).fold(f64::INFINITY, f64::min);
         Self {
-            orders: dists.len(),
+            orders,
             spread: Some((hi - lo).clamp(0.0, 1.0)),
             fragile: dists.iter().any(|d| argmax(d) != top),
             method: "cyclic",

@@ -310,11 +310,10 @@ impl Walk {
                 );
             }
             let mut answer = AnswerOut::new(q.clone(), labels, aggregate(&dists));
-            answer.order = out
-                .order_reads
-                .get(qi)
-                .filter(|o| !o.is_empty())
-                .map(|o| OrderSensitivity::from_orders(o, answer.aggregate.top));
+            answer.order =
+                out.order_reads.get(qi).filter(|o| !o.is_empty()).map(|o| {
+                    OrderSensitivity::from_orders(o, answer.aggregate.top, per_read.len())
+                });
             chosen.push(answer.aggregate.top);
             self.names
                 .insert(q.id.clone(), Some(answer.answer_name().to_owned()));

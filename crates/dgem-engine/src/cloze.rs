@@ -19,7 +19,7 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::order::{canonical_order, pool_orders, rotate, shifts, OrderDebias};
+use dgem_core::order::{canonical_order, digit_scale, pool_orders, rotate, shifts, OrderDebias};
 use dgem_core::prompt::{chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::log_sum_exp;
 use dgem_core::readout::{
@@ -304,13 +304,18 @@ impl Ctx<'_> {
     /// than its group).
     pub(crate) fn listing(&self, q: &Question, r: u32, t: usize) -> Vec<usize> {
         let k = q.alternatives.len();
+        let mode = self.engine.label_mode();
+        if digit_scale(q, mode) {
+            // Its labels are its levels' digits: listed as the scale, always.
+            return (0..k).collect();
+        }
         let base = match self.order {
             OrderDebias::Off => (0..k).collect(),
             OrderDebias::Cyclic { .. } => canonical_order(q),
         };
         let seeded = permutation(k, self.seed, r, self.schema_index(q));
         let base: Vec<usize> = seeded.iter().map(|&i| base[i]).collect();
-        let sh = shifts(k, self.order.orders(k));
+        let sh = shifts(k, self.order.orders_for(q, mode));
         match sh.get(t % sh.len().max(1)) {
             Some(&shift) if shift > 0 => rotate(&base, shift),
             _ => base,
@@ -321,7 +326,7 @@ impl Ctx<'_> {
     pub(crate) fn group_orders(&self, group: &[&Question]) -> usize {
         group
             .iter()
-            .map(|q| self.order.orders(q.alternatives.len()))
+            .map(|q| self.order.orders_for(q, self.engine.label_mode()))
             .max()
             .unwrap_or(1)
     }
@@ -631,8 +636,10 @@ impl Ctx<'_> {
                 }
                 // A question with fewer alternatives than the group's widest
                 // is read in fewer listings; its extra listings are not pooled.
-                let k = rq.perm.len();
-                if let Some(q) = per_q.get_mut(qi).filter(|_| *t < self.order.orders(k)) {
+                let own = group
+                    .get(qi)
+                    .map_or(1, |q| self.order.orders_for(q, self.engine.label_mode()));
+                if let Some(q) = per_q.get_mut(qi).filter(|_| *t < own) {
                     q.orders.push(read.probs);
                     q.raw_orders.push(raw);
                 }

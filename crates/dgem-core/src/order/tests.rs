@@ -42,7 +42,7 @@ fn pure_position_bias_pools_to_uniform() {
     for p in &pooled {
         assert!((p - 1.0 / 3.0).abs() < 1e-12, "{pooled:?}");
     }
-    let s = OrderSensitivity::from_orders(&reads, argmax(&pooled));
+    let s = OrderSensitivity::from_orders(&reads, argmax(&pooled), 1);
     assert!(s.fragile);
     assert_eq!(s.orders, 3);
     assert!((s.spread.expect("three orders") - (0.8 - 0.05)).abs() < 1e-9);
@@ -97,7 +97,7 @@ fn orders_follow_the_setting() {
 
 #[test]
 fn single_read_is_not_estimated() {
-    let s = OrderSensitivity::from_orders(&[vec![0.6, 0.4]], 0);
+    let s = OrderSensitivity::from_orders(&[vec![0.6, 0.4]], 0, 1);
     assert_eq!(s, OrderSensitivity::single());
 }
 
@@ -140,16 +140,17 @@ proptest! {
 #[test]
 fn listing_order_is_the_policys_own_when_off_and_canonical_rotations_when_cyclic() {
     let q = question("choice", &["medium", "high", "low"]);
-    assert_eq!(listing_order(OrderDebias::Off, &q, 0), vec![0, 1, 2]);
-    assert_eq!(listing_order(OrderDebias::Off, &q, 2), vec![0, 1, 2]);
+    let w = LabelMode::Words;
+    assert_eq!(listing_order(OrderDebias::Off, &q, w, 0), vec![0, 1, 2]);
+    assert_eq!(listing_order(OrderDebias::Off, &q, w, 2), vec![0, 1, 2]);
     let cyc = OrderDebias::default();
     // Canonical: high (1), low (2), medium (0); then its rotations.
-    assert_eq!(listing_order(cyc, &q, 0), vec![1, 2, 0]);
-    assert_eq!(listing_order(cyc, &q, 1), vec![2, 0, 1]);
-    assert_eq!(listing_order(cyc, &q, 2), vec![0, 1, 2]);
+    assert_eq!(listing_order(cyc, &q, w, 0), vec![1, 2, 0]);
+    assert_eq!(listing_order(cyc, &q, w, 1), vec![2, 0, 1]);
+    assert_eq!(listing_order(cyc, &q, w, 2), vec![0, 1, 2]);
     // A listing past the question's own count wraps to its rotations.
-    assert_eq!(listing_order(cyc, &q, 3), vec![1, 2, 0]);
-    let listed_q = listed(&q, &listing_order(cyc, &q, 1));
+    assert_eq!(listing_order(cyc, &q, w, 3), vec![1, 2, 0]);
+    let listed_q = listed(&q, &listing_order(cyc, &q, w, 1));
     let names: Vec<&str> = listed_q
         .alternatives
         .iter()
@@ -164,4 +165,40 @@ fn unlist_maps_a_listed_read_back_to_the_questions_own_order() {
     assert_eq!(unlist(&[0.5, 0.3, 0.2], &[2, 0, 1]), vec![0.3, 0.2, 0.5]);
     // Out-of-range entries are dropped, never a panic.
     assert_eq!(unlist(&[0.5, 0.5], &[7, 0]), vec![0.5, 0.0]);
+}
+
+/// Regression (hostile run of the vLLM reader): a score labelled by digits
+/// was rotated, listing level 2 under the digit `1`.
+#[test]
+fn a_score_labelled_by_digits_keeps_its_scale_in_every_listing() {
+    let s = question("score", &["low", "mid", "high", "top"]);
+    let cyc = OrderDebias::default();
+    assert_eq!(cyc.orders_for(&s, LabelMode::Letters), 1);
+    assert_eq!(cyc.orders_for(&s, LabelMode::Words), 4);
+    for t in 0..4 {
+        assert_eq!(
+            listing_order(cyc, &s, LabelMode::Letters, t),
+            vec![0, 1, 2, 3]
+        );
+    }
+    assert_eq!(
+        listing_order(cyc, &s, LabelMode::Words, 1),
+        vec![1, 2, 3, 0]
+    );
+    // A choice is rotated under letters as under words.
+    let c = question("choice", &["a", "b", "c"]);
+    assert_eq!(cyc.orders_for(&c, LabelMode::Letters), 3);
+}
+
+/// Regression (hostile run): `orders` counted listings × samples (9 for three
+/// listings of three samples); it counts listings.
+#[test]
+fn order_sensitivity_counts_listings_not_listings_times_samples() {
+    let dists = vec![vec![0.6, 0.4], vec![0.5, 0.5], vec![0.3, 0.7]];
+    let nine: Vec<Vec<f64>> = dists.iter().cycle().take(9).cloned().collect();
+    let s = OrderSensitivity::from_orders(&nine, 0, 3);
+    assert_eq!(s.orders, 3);
+    assert!((s.spread.unwrap() - 0.3).abs() < 1e-12);
+    assert!(s.fragile);
+    assert_eq!(OrderSensitivity::from_orders(&dists[..2], 0, 2).orders, 1);
 }
