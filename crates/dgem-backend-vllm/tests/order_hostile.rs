@@ -1132,7 +1132,8 @@ async fn a_chained_decision_does_not_depend_on_the_policys_option_order() {
     });
     let fake = fake_by(weight, Vec::new()).await;
     let d = decider(&ids, cyclic(&fake));
-    let mut seen: Vec<(Vec<(String, f64)>, Vec<(String, f64)>)> = Vec::new();
+    type Probs = Vec<(String, f64)>;
+    let mut seen: Vec<(Probs, Probs)> = Vec::new();
     for (tiers, teams) in [
         (
             ["low", "medium", "high"],

@@ -194,11 +194,11 @@ fn a_score_labelled_by_digits_keeps_its_scale_in_every_listing() {
 /// listings of three samples); it counts listings.
 #[test]
 fn order_sensitivity_counts_listings_not_listings_times_samples() {
-    let dists = vec![vec![0.6, 0.4], vec![0.5, 0.5], vec![0.3, 0.7]];
+    let dists = [vec![0.6, 0.4], vec![0.5, 0.5], vec![0.3, 0.7]];
     let nine: Vec<Vec<f64>> = dists.iter().cycle().take(9).cloned().collect();
     let s = OrderSensitivity::from_orders(&nine, 0, 3);
     assert_eq!(s.orders, 3);
-    assert!((s.spread.unwrap() - 0.3).abs() < 1e-12);
+    assert!((s.spread.expect("several listings") - 0.3).abs() < 1e-12);
     assert!(s.fragile);
     assert_eq!(OrderSensitivity::from_orders(&dists[..2], 0, 2).orders, 1);
 }
