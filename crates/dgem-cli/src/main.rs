@@ -5,6 +5,13 @@
 //! 0 ok, 1 user error (bad template, variable, schema), 2 internal or backend error.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// mimalloc instead of glibc malloc: under 64 concurrent decisions on the vLLM
+/// path a tenth of the CPU went to glibc's arena locks and consolidation
+/// (`perf record` of `dgem bench-proxy`); see docs/benchmarks.md for the
+/// before and after.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod commands;
 mod failure;
 mod otel;
