@@ -10,46 +10,20 @@ use std::sync::Arc;
 
 use common::*;
 use dgem_core::order::OrderDebias;
-use dgem_fake_vllm::{FakeConfig, FakeVllm, ReadView};
+use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, ReadView};
 use serde_json::{json, Value};
-
-/// Letter of option `name` in a read's question block (`  B: high`).
-fn letter_of(prompt: &str, name: &str) -> Option<String> {
-    prompt
-        .split("\\n")
-        .flat_map(|l| l.split('\n'))
-        .find_map(|l| {
-            let (letter, rest) = l.trim().split_once(": ")?;
-            (rest.trim() == name && letter.len() == 1).then(|| letter.to_owned())
-        })
-}
 
 /// A fake whose constrained reads weigh `▁A` 4× (position) and the letter of
 /// `high` in the read's own prompt `content`× (content; 1 = none).
 async fn biased_fake(ids: &Ids, content: f64) -> FakeVllm {
     let tok = ids.tok.clone();
     let a = tok.id("▁A");
-    let script = move |view: &ReadView| -> Vec<Vec<(u32, f64)>> {
+    let script = scripts::by_label(move |view: &ReadView, id| {
         let high = letter_of(&view.prompt, "high").map(|l| tok.id(&format!("▁{l}")));
-        view.canvas
-            .iter()
-            .map(|_| {
-                let ws: Vec<(u32, f64)> = view
-                    .label_ids
-                    .iter()
-                    .map(|&id| {
-                        let pos = if id == a { 4.0 } else { 1.0 };
-                        let c = if Some(id) == high { content } else { 1.0 };
-                        (id, pos * c)
-                    })
-                    .collect();
-                let total: f64 = ws.iter().map(|(_, w)| w).sum();
-                ws.into_iter()
-                    .map(|(id, w)| (id, (w / total).ln()))
-                    .collect()
-            })
-            .collect()
-    };
+        let pos = if id == a { 4.0 } else { 1.0 };
+        let c = if Some(id) == high { content } else { 1.0 };
+        pos * c
+    });
     FakeVllm::start(FakeConfig {
         script: Arc::new(script),
         ..FakeConfig::default()
@@ -60,17 +34,6 @@ async fn biased_fake(ids: &Ids, content: f64) -> FakeVllm {
 
 fn tier(options: &[&str]) -> Value {
     json!({"questions": [{"id": "tier", "type": "choice", "options": options}]})
-}
-
-fn probs(env: &Value, q: &str) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> = env["answers"][q]["probabilities"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, p)| (k.clone(), p.as_f64().unwrap()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
 }
 
 #[tokio::test]

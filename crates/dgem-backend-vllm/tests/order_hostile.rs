@@ -13,7 +13,7 @@ use dgem_backend::{BackendError, DecideRequest, Decider as _, Decision, EngineEr
 use dgem_backend_vllm::VllmDecider;
 use dgem_core::order::OrderDebias;
 use dgem_core::tokenizer::Tokenizer as _;
-use dgem_fake_vllm::{Failure, FakeConfig, FakeVllm, ReadView, Recorded};
+use dgem_fake_vllm::{scripts, Failure, FakeConfig, FakeVllm, ReadView, Recorded};
 use serde_json::{json, Value};
 
 /// A 1×1 PNG as a data URL.
@@ -24,22 +24,7 @@ type Weight = dyn Fn(&ReadView, u32) -> f64 + Send + Sync;
 /// A fake whose constrained reads weigh each requested label id by
 /// `weight(view, id)` at every canvas position.
 async fn fake_by(weight: Arc<Weight>, thought: Vec<u32>) -> FakeVllm {
-    let script = move |view: &ReadView| -> Vec<Vec<(u32, f64)>> {
-        view.canvas
-            .iter()
-            .map(|_| {
-                let ws: Vec<(u32, f64)> = view
-                    .label_ids
-                    .iter()
-                    .map(|&id| (id, weight(view, id)))
-                    .collect();
-                let total: f64 = ws.iter().map(|(_, w)| w).sum();
-                ws.into_iter()
-                    .map(|(id, w)| (id, (w / total).ln()))
-                    .collect()
-            })
-            .collect()
-    };
+    let script = scripts::by_label(move |view: &ReadView, id| weight(view, id));
     FakeVllm::start(FakeConfig {
         script: Arc::new(script),
         thought,
@@ -64,17 +49,6 @@ fn cyclic(fake: &FakeVllm) -> dgem_backend_vllm::VllmConfig {
     let mut cfg = config(fake);
     cfg.order_debias = OrderDebias::default();
     cfg
-}
-
-/// Letter (or digit) of option `name` in a read's question block (`  B: high`).
-fn letter_of(prompt: &str, name: &str) -> Option<String> {
-    prompt
-        .split("\\n")
-        .flat_map(|l| l.split('\n'))
-        .find_map(|l| {
-            let (letter, rest) = l.trim().split_once(": ")?;
-            (rest.trim() == name && letter.len() == 1).then(|| letter.to_owned())
-        })
 }
 
 /// The text of a recorded read: chat messages as JSON text, a token prompt decoded.
@@ -104,17 +78,6 @@ fn thoughts(fake: &FakeVllm) -> usize {
     fake.requests().len() - reads(fake).len()
 }
 
-fn probs(env: &Value, q: &str) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> = env["answers"][q]["probabilities"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, p)| (k.clone(), p.as_f64().unwrap()))
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
 /// Every answer a distribution in [0, 1] summing to 1; every spread in [0, 1].
 fn check_answers(e: &Value) {
     let answers = e["answers"].as_object().unwrap();
@@ -142,6 +105,13 @@ fn check_answers(e: &Value) {
                 assert!((0.0..=1.0).contains(&sp), "{id}: spread {sp}");
             }
         }
+    }
+}
+
+/// Every probability of question `q` is `1 / k`: the position prior cancelled.
+fn assert_uniform(e: &Value, q: &str, k: f64) {
+    for (n, p) in probs(e, q) {
+        assert!((p - 1.0 / k).abs() < 1e-9, "{q}/{n}: {p}");
     }
 }
 
@@ -239,9 +209,7 @@ async fn fixed_three_samples_read_every_listing_three_times_and_stay_uniform() {
     let e = env(&with_timeout(decide(&d, policy)).await.unwrap());
     check_answers(&e);
     assert_eq!(fake.requests().len(), 9);
-    for (_, p) in probs(&e, "tier") {
-        assert!((p - 1.0 / 3.0).abs() < 1e-9, "{p}");
-    }
+    assert_uniform(&e, "tier", 3.0);
     assert_eq!(e["diagnostics"]["samples"]["n"], 3, "{e}");
     assert_eq!(e["diagnostics"]["samples"]["policy"]["mode"], "fixed");
     assert_eq!(
@@ -604,9 +572,7 @@ async fn unchained_thoughts_are_written_per_listing() {
     check_answers(&e);
     assert_eq!(thoughts(&fake), 3);
     assert_eq!(reads(&fake).len(), 3);
-    for (_, p) in probs(&e, "tier") {
-        assert!((p - 1.0 / 3.0).abs() < 1e-9, "{p}");
-    }
+    assert_uniform(&e, "tier", 3.0);
 }
 
 #[tokio::test]
@@ -628,9 +594,7 @@ async fn a_shared_prompt_lists_every_question_in_the_reads_own_listing() {
             "{p}"
         );
     }
-    for (_, p) in probs(&e, "tier") {
-        assert!((p - 1.0 / 3.0).abs() < 1e-9, "{p}");
-    }
+    assert_uniform(&e, "tier", 3.0);
     for (_, p) in probs(&e, "team") {
         assert!((p - 0.5).abs() < 1e-9, "{p}");
     }
@@ -668,9 +632,7 @@ async fn image_states_are_read_in_every_listing_on_the_chat_route() {
         let parts = r.body["messages"].to_string();
         assert!(parts.contains("image_url"), "{parts}");
     }
-    for (_, p) in probs(&e, "tier") {
-        assert!((p - 1.0 / 3.0).abs() < 1e-9, "{p}");
-    }
+    assert_uniform(&e, "tier", 3.0);
     // The later stage restates the earlier answer by name (no letters).
     let tier = e["answers"]["tier"]["choice"].as_str().unwrap().to_owned();
     let restated = reads(&fake)
@@ -1053,9 +1015,7 @@ async fn an_image_thought_is_written_in_every_listing() {
     check_answers(&e);
     assert_eq!(thoughts(&fake), 3);
     assert_eq!(reads(&fake).len(), 3);
-    for (_, p) in probs(&e, "tier") {
-        assert!((p - 1.0 / 3.0).abs() < 1e-9, "{p}");
-    }
+    assert_uniform(&e, "tier", 3.0);
 }
 
 #[tokio::test]

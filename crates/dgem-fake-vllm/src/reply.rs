@@ -103,19 +103,35 @@ pub mod scripts {
             view.canvas
                 .iter()
                 .enumerate()
-                .map(|(pos, &cell)| {
-                    let ws: Vec<(u32, f64)> = view
-                        .label_ids
-                        .iter()
-                        .map(|&id| (id, weight(pos, cell, id)))
-                        .filter(|(_, w)| *w > 0.0)
-                        .collect();
-                    let total: f64 = ws.iter().map(|(_, w)| w).sum();
-                    ws.into_iter()
-                        .map(|(id, w)| (id, (w / total).ln()))
-                        .collect()
-                })
+                .map(|(pos, &cell)| normalized(view, |id| weight(pos, cell, id)))
                 .collect()
         }
+    }
+
+    /// At every canvas position the same logprobs, proportional to
+    /// `weight(view, label_id)`: a read that looks at its prompt (which option
+    /// a letter labels) rather than at the canvas. Normalized and filtered as
+    /// [`weights`] is.
+    pub fn by_label(
+        weight: impl Fn(&ReadView, u32) -> f64 + Send + Sync + 'static,
+    ) -> impl Fn(&ReadView) -> Vec<Vec<(u32, f64)>> + Send + Sync + 'static {
+        move |view: &ReadView| {
+            let row = normalized(view, |id| weight(view, id));
+            vec![row; view.canvas.len()]
+        }
+    }
+
+    /// `(id, ln(w / Σw))` over the requested ids with a positive weight.
+    fn normalized(view: &ReadView, weight: impl Fn(u32) -> f64) -> Vec<(u32, f64)> {
+        let ws: Vec<(u32, f64)> = view
+            .label_ids
+            .iter()
+            .map(|&id| (id, weight(id)))
+            .filter(|(_, w)| *w > 0.0)
+            .collect();
+        let total: f64 = ws.iter().map(|(_, w)| w).sum();
+        ws.into_iter()
+            .map(|(id, w)| (id, (w / total).ln()))
+            .collect()
     }
 }

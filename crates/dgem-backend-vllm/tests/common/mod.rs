@@ -102,3 +102,27 @@ pub fn env(d: &Decision) -> Value {
 pub fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
+
+/// Letter (or digit) of option `name` in a read's question block (`  B: high`),
+/// in a prompt as the fake sees it (chat JSON with `\n` escapes, or plain text).
+pub fn letter_of(prompt: &str, name: &str) -> Option<String> {
+    prompt
+        .split("\\n")
+        .flat_map(|l| l.split('\n'))
+        .find_map(|l| {
+            let (letter, rest) = l.trim().split_once(": ")?;
+            (rest.trim() == name && letter.len() == 1).then(|| letter.to_owned())
+        })
+}
+
+/// `(option, probability)` of question `q` in an envelope, sorted by option.
+pub fn probs(env: &Value, q: &str) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = env["answers"][q]["probabilities"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, p)| (k.clone(), p.as_f64().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
