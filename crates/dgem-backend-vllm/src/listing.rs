@@ -144,13 +144,14 @@ fn pool_read(reads: &[(Vec<f64>, &SlotRead)]) -> SlotRead {
 /// Pool a group's reads in listings `0..outs.len()` into one [`GroupReads`]
 /// over the group's own `questions` (option order as the policy wrote it).
 ///
-/// Read `r` of question `q` pools the listings `t < orders(q)` that have a
-/// read `r` (every listing has as many reads: the caller reads an `auto`
-/// policy's maximum in each, see `decide.rs`); when none has, every listing
-/// that has one. `order_reads` holds every pooled listing's distribution of
-/// every read. Positions, scoring,
-/// samples policy and thought are listing 0's; times, rows and cached tokens
-/// add up; `prompt_tokens` is the longest.
+/// Read `r` of question `q` pools the listings `t < orders(q)` (a question
+/// with fewer options than the group's widest repeats its own rotations in
+/// the extra listings, which are not pooled). Every listing has as many reads
+/// (the caller reads an `auto` policy's maximum in each, see `decide.rs`);
+/// only the reads all listings have are kept. `order_reads` holds every
+/// pooled listing's distribution of every read. Positions, scoring, samples
+/// policy and thought are listing 0's; times, rows and cached tokens add up;
+/// `prompt_tokens` is the longest.
 pub(crate) fn pool_listings(
     questions: &[&Question],
     listings: &[Listing],
@@ -158,25 +159,20 @@ pub(crate) fn pool_listings(
     debias: OrderDebias,
     mode: LabelMode,
 ) -> GroupReads {
-    let n_reads = outs.iter().map(|o| o.reads.len()).max().unwrap_or(0);
+    let n_reads = outs.iter().map(|o| o.reads.len()).min().unwrap_or(0);
     let mut reads: Vec<Vec<SlotRead>> = vec![Vec::with_capacity(questions.len()); n_reads];
     let mut order_reads: Vec<Vec<Vec<f64>>> = vec![Vec::new(); questions.len()];
     for (qi, q) in questions.iter().enumerate() {
-        let pooled_listings = debias.orders_for(q, mode);
+        let pooled = outs.len().min(debias.orders_for(q, mode));
         for (r, out_r) in reads.iter_mut().enumerate() {
-            let at = |t: usize| -> Option<(Vec<f64>, &SlotRead)> {
-                let read = outs.get(t)?.reads.get(r)?.get(qi)?;
-                let order = listings.get(t)?.order_of(q);
-                Some((unlist(&read.probs, &order), read))
-            };
-            let mut got: Vec<(Vec<f64>, &SlotRead)> = (0..outs.len().min(pooled_listings))
-                .filter_map(at)
+            let got: Vec<(Vec<f64>, &SlotRead)> = (0..pooled)
+                .filter_map(|t| {
+                    let read = outs.get(t)?.reads.get(r)?.get(qi)?;
+                    let order = listings.get(t)?.order_of(q);
+                    Some((unlist(&read.probs, &order), read))
+                })
                 .collect();
-            if got.is_empty() {
-                got = (0..outs.len()).filter_map(at).collect();
-            } else {
-                order_reads[qi].extend(got.iter().map(|(p, _)| p.clone()));
-            }
+            order_reads[qi].extend(got.iter().map(|(p, _)| p.clone()));
             out_r.push(pool_read(&got));
         }
     }
