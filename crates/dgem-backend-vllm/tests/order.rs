@@ -6,11 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
 use dgem_core::order::OrderDebias;
-use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, ReadView};
+use dgem_fake_vllm::{scripts, FakeVllm, ReadView};
 use serde_json::{json, Value};
 
 /// A fake whose constrained reads weigh `▁A` 4× (position) and the letter of
@@ -24,12 +22,7 @@ async fn biased_fake(ids: &Ids, content: f64) -> FakeVllm {
         let c = if Some(id) == high { content } else { 1.0 };
         pos * c
     });
-    FakeVllm::start(FakeConfig {
-        script: Arc::new(script),
-        ..FakeConfig::default()
-    })
-    .await
-    .unwrap()
+    fake_scripted(script, Vec::new()).await
 }
 
 fn tier(options: &[&str]) -> Value {
@@ -85,11 +78,7 @@ async fn a_pure_position_prior_comes_out_uniform_with_cyclic_listings() {
                 .as_str()
                 .unwrap()
                 .to_owned();
-            ["low", "medium", "high"]
-                .into_iter()
-                .find(|n| letter_of(&p, n).as_deref() == Some("A"))
-                .unwrap()
-                .to_owned()
+            listed_first(&p, &["low", "medium", "high"]).unwrap()
         })
         .collect();
     firsts.sort();

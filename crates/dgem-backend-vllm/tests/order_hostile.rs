@@ -13,7 +13,7 @@ use dgem_backend::{BackendError, DecideRequest, Decider as _, Decision, EngineEr
 use dgem_backend_vllm::VllmDecider;
 use dgem_core::order::OrderDebias;
 use dgem_core::tokenizer::Tokenizer as _;
-use dgem_fake_vllm::{scripts, Failure, FakeConfig, FakeVllm, ReadView, Recorded};
+use dgem_fake_vllm::{scripts, Failure, FakeVllm, ReadView, Recorded};
 use serde_json::{json, Value};
 
 /// A 1×1 PNG as a data URL.
@@ -24,14 +24,11 @@ type Weight = dyn Fn(&ReadView, u32) -> f64 + Send + Sync;
 /// A fake whose constrained reads weigh each requested label id by
 /// `weight(view, id)` at every canvas position.
 async fn fake_by(weight: Arc<Weight>, thought: Vec<u32>) -> FakeVllm {
-    let script = scripts::by_label(move |view: &ReadView, id| weight(view, id));
-    FakeVllm::start(FakeConfig {
-        script: Arc::new(script),
+    fake_scripted(
+        scripts::by_label(move |view: &ReadView, id| weight(view, id)),
         thought,
-        ..FakeConfig::default()
-    })
+    )
     .await
-    .unwrap()
 }
 
 /// A pure position prior: the first letter (`▁A`) and the first digit (`▁1`)
@@ -180,11 +177,7 @@ async fn mixed_widths_share_one_group_and_each_answer_reports_its_own_orders() {
         .iter()
         .map(|r| {
             let p = prompt_text(&ids, r);
-            ["eng", "billing", "sales", "legal", "ops"]
-                .into_iter()
-                .find(|n| letter_of(&p, n).as_deref() == Some("A"))
-                .unwrap()
-                .to_owned()
+            listed_first(&p, &["eng", "billing", "sales", "legal", "ops"]).unwrap()
         })
         .collect();
     firsts.sort();
@@ -303,10 +296,7 @@ async fn eight_options_are_read_in_six_evenly_spaced_listings() {
         .iter()
         .map(|r| {
             let p = prompt_text(&ids, r);
-            opts.iter()
-                .find(|n| letter_of(&p, n).as_deref() == Some("A"))
-                .unwrap()
-                .clone()
+            listed_first(&p, &opts).unwrap()
         })
         .collect();
     let mut sorted = firsts.clone();
@@ -340,11 +330,7 @@ async fn max_orders_two_reads_two_listings_of_a_three_option_choice() {
         .iter()
         .map(|r| {
             let p = prompt_text(&ids, r);
-            ["low", "medium", "high"]
-                .into_iter()
-                .find(|n| letter_of(&p, n).as_deref() == Some("A"))
-                .unwrap()
-                .to_owned()
+            listed_first(&p, &["low", "medium", "high"]).unwrap()
         })
         .collect();
     let mut s = firsts.clone();

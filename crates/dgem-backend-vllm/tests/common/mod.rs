@@ -7,7 +7,7 @@ use std::time::Duration;
 use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
 use dgem_backend_vllm::{VllmConfig, VllmDecider};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, Recorded};
+use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, ReadView, Recorded};
 use dgem_testkit::ToyTokenizer;
 use serde_json::{json, Value};
 
@@ -39,17 +39,19 @@ pub async fn fake_with(
             1.0
         }
     });
-    FakeVllm::start(FakeConfig {
-        script: Arc::new(script),
-        ..FakeConfig::default()
-    })
-    .await
-    .unwrap()
+    fake_scripted(script, Vec::new()).await
 }
 
 /// A fake with flat logprobs whose thoughts return `thought` (then the stop id).
 pub async fn fake_thinking(thought: Vec<u32>) -> FakeVllm {
-    let script = scripts::weights(|_, _, _| 1.0);
+    fake_scripted(scripts::weights(|_, _, _| 1.0), thought).await
+}
+
+/// A fake answering reads with `script` and thoughts with `thought`.
+pub async fn fake_scripted(
+    script: impl Fn(&ReadView) -> Vec<Vec<(u32, f64)>> + Send + Sync + 'static,
+    thought: Vec<u32>,
+) -> FakeVllm {
     FakeVllm::start(FakeConfig {
         script: Arc::new(script),
         thought,
@@ -125,4 +127,13 @@ pub fn probs(env: &Value, q: &str) -> Vec<(String, f64)> {
         .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v
+}
+
+/// Which of `names` a read's question block lists first (under the letter `A`).
+pub fn listed_first<S: AsRef<str>>(prompt: &str, names: &[S]) -> Option<String> {
+    names
+        .iter()
+        .map(AsRef::as_ref)
+        .find(|n| letter_of(prompt, n).as_deref() == Some("A"))
+        .map(str::to_owned)
 }
