@@ -283,6 +283,29 @@ fn stats(v: &[f64]) -> (f64, f64, f64) {
     (percentile(v, 0.5), percentile(v, 0.0), percentile(v, 1.0))
 }
 
+/// Print and record a row computed from other rows, per round: its
+/// `(name, what, ratio_to)`, the per-round ratios, the text after the ratio,
+/// and a goal when the issue set one.
+fn derived_row(
+    summary: &mut serde_json::Map<String, Value>,
+    (name, what, ratio_to): (&str, &str, &str),
+    ratios: &[f64],
+    of: &str,
+    goal: Option<f64>,
+) {
+    let (m, lo, hi) = stats(ratios);
+    println!(
+        "{name:<28} {what:<46} {:>9} {:>9} {:>9}   {m:.2}× [{lo:.2}, {hi:.2}] {of}",
+        "", "", ""
+    );
+    let mut row = json!({"what": what, "ratio_to": ratio_to,
+                         "ratio": {"median": m, "min": lo, "max": hi}});
+    if let Some(g) = goal {
+        row["goal"] = json!(g);
+    }
+    summary.insert(name.to_owned(), row);
+}
+
 /// Run `dgem bench-speed`.
 ///
 /// # Errors
@@ -484,30 +507,28 @@ fn report(
     if let (Some(q1), Some(q8)) = (times.get("q1"), times.get("q8")) {
         let per_token = (q8_tokens.max(1) as f64 / q1_tokens.max(1) as f64).recip();
         let r: Vec<f64> = q8.iter().zip(q1).map(|(a, b)| a / b * per_token).collect();
-        let (m, lo, hi) = stats(&r);
-        println!(
-            "{:<28} {:<46} {:>9} {:>9} {:>9}   {m:.2}× [{lo:.2}, {hi:.2}] of q1 per token",
-            "q8_per_token", "q8 / q1, each per prompt token", "", "", ""
-        );
-        summary.insert(
-            "q8_per_token".to_owned(),
-            json!({"what": "q8 / q1, each per prompt token", "ratio_to": "q1",
-                   "ratio": {"median": m, "min": lo, "max": hi}}),
+        derived_row(
+            &mut summary,
+            ("q8_per_token", "q8 / q1, each per prompt token", "q1"),
+            &r,
+            "of q1 per token",
+            None,
         );
     }
     // Decisions per second at 16 callers as a ratio to one caller (issue
     // goal ≥ 1.5×): the serial time per decision over the concurrent one.
     if let (Some(one), Some(many)) = (times.get("serial_16"), times.get("concurrent_16")) {
         let r: Vec<f64> = one.iter().zip(many).map(|(a, b)| a / b).collect();
-        let (m, lo, hi) = stats(&r);
-        println!(
-            "{:<28} {:<46} {:>9} {:>9} {:>9}   {m:.2}× [{lo:.2}, {hi:.2}] of 1 caller (goal ≥ 1.5×)",
-            "throughput_16", "decisions/s at 16 callers / at 1 caller", "", "", ""
-        );
-        summary.insert(
-            "throughput_16".to_owned(),
-            json!({"what": "decisions/s at 16 callers / at 1 caller", "ratio_to": "serial_16",
-                   "ratio": {"median": m, "min": lo, "max": hi}, "goal": 1.5}),
+        derived_row(
+            &mut summary,
+            (
+                "throughput_16",
+                "decisions/s at 16 callers / at 1 caller",
+                "serial_16",
+            ),
+            &r,
+            "of 1 caller (goal ≥ 1.5×)",
+            Some(1.5),
         );
     }
     if let Some(out) = &args.out {
