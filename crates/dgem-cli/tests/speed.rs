@@ -51,6 +51,22 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
     assert!(s["baseline"]["median_ms"].as_f64().unwrap() > 0.0);
     // 16 callers, one round: 16 overhead samples.
     assert_eq!(s["overhead_16"]["ms"].as_array().unwrap().len(), 16);
+    // Throughput: decisions/s at 16 callers over 1 = serial ms over concurrent ms.
+    let per = |k: &str| s[k]["median_ms"].as_f64().unwrap();
+    let t = s["throughput_16"]["ratio"]["median"].as_f64().unwrap();
+    assert!(
+        (t - per("serial_16") / per("concurrent_16")).abs() < 1e-9,
+        "{v}"
+    );
+    assert_eq!(s["throughput_16"]["goal"], 1.5);
+    assert!(table.contains("throughput_16"), "{table}");
+    // The receipt names the build that made it.
+    assert!(
+        v["dgem"]["git_revision"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{v}"
+    );
 }
 
 #[test]
