@@ -21,8 +21,9 @@
 //! (`crates/dgem-backend-llama/tests/forward.rs` checks this).
 //!
 //! Memory is bounded: [`Snapshots::budget`] bytes in all (least recently used
-//! first out). For Gemma 3 270M a token's K and V over its 18 layers take about
-//! 18 KiB, so a 250-token policy prefix is about 4.5 MiB.
+//! first out). Measured on Gemma 3 270M (the `KV snapshot saved` debug log): a
+//! 225-token `schema_first` policy prefix takes 4,153,988 bytes, about 18.5 KB
+//! a token.
 
 use dgem_core::tokenizer::TokenId;
 use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
@@ -97,6 +98,12 @@ impl Snapshots {
             self.bytes -= old.cost();
         }
         self.bytes += size;
+        tracing::debug!(
+            tokens = tokens.len(),
+            bytes = size,
+            held = self.bytes,
+            "KV snapshot saved"
+        );
         self.items.push(Snapshot {
             tokens: tokens.to_vec(),
             bounds: bounds.to_vec(),
