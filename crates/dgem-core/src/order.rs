@@ -141,12 +141,24 @@ pub fn canonical_order(q: &Question) -> Vec<usize> {
 /// canvas reader (vLLM) uses this; the cloze reader composes it with its
 /// seeded shuffle.
 pub fn listing_order(debias: OrderDebias, q: &Question, mode: LabelMode, t: usize) -> Vec<usize> {
-    let k = q.alternatives.len();
-    let base = match debias {
-        OrderDebias::Off => return (0..k).collect(),
-        OrderDebias::Cyclic { .. } => canonical_order(q),
-    };
-    let sh = shifts(k, debias.orders_for(q, mode));
+    match debias {
+        OrderDebias::Off => (0..q.alternatives.len()).collect(),
+        OrderDebias::Cyclic { .. } => rotation(debias, q, mode, t, canonical_order(q)),
+    }
+}
+
+/// `base` (a listing of `q`'s alternatives) rotated for listing `t`: by the
+/// `t`-th of the [`OrderDebias::orders_for`] evenly spaced [`shifts`],
+/// wrapping. [`listing_order`] rotates the canonical listing; the cloze reader
+/// rotates the canonical listing after its per-sample shuffle.
+pub fn rotation(
+    debias: OrderDebias,
+    q: &Question,
+    mode: LabelMode,
+    t: usize,
+    base: Vec<usize>,
+) -> Vec<usize> {
+    let sh = shifts(base.len(), debias.orders_for(q, mode));
     match sh.get(t % sh.len().max(1)) {
         Some(&shift) if shift > 0 => rotate(&base, shift),
         _ => base,

@@ -19,7 +19,7 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::order::{canonical_order, digit_scale, pool_orders, rotate, shifts, OrderDebias};
+use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
 use dgem_core::prompt::{chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::log_sum_exp;
 use dgem_core::readout::{
@@ -101,8 +101,6 @@ pub(crate) fn permutation(k: usize, seed: i64, r: u32, qi: usize) -> Vec<usize> 
     }
     perm
 }
-
-pub(crate) use dgem_core::order::{listed as permuted, unlist as unpermute};
 
 fn short_model(what: &str) -> EngineError {
     EngineError::Backend(dgem_backend::BackendError::Model(format!(
@@ -315,11 +313,7 @@ impl Ctx<'_> {
         };
         let seeded = permutation(k, self.seed, r, self.schema_index(q));
         let base: Vec<usize> = seeded.iter().map(|&i| base[i]).collect();
-        let sh = shifts(k, self.order.orders_for(q, mode));
-        match sh.get(t % sh.len().max(1)) {
-            Some(&shift) if shift > 0 => rotate(&base, shift),
-            _ => base,
-        }
+        rotation(self.order, q, mode, t, base)
     }
 
     /// Listings read per read of `group`: the most any of its questions needs.
@@ -344,7 +338,7 @@ impl Ctx<'_> {
             .map(|q| {
                 let qi = self.schema_index(q);
                 let perm = self.listing(q, r, t);
-                let question = permuted(q, &perm);
+                let question = order::listed(q, &perm);
                 let slot = resolve_cloze(self.tok, &question, qi, &labels_for(&question, mode))?;
                 Ok(ReadQuestion { perm, slot })
             })
@@ -401,7 +395,7 @@ impl Ctx<'_> {
         let mode = self.engine.label_mode();
         let shown: Vec<Question> = listed
             .iter()
-            .map(|q| permuted(q, &self.listing(q, r, t)))
+            .map(|q| order::listed(q, &self.listing(q, r, t)))
             .collect();
         let refs: Vec<&Question> = shown.iter().collect();
         let sys = system_text(&SystemTextSpec {
@@ -618,11 +612,11 @@ impl Ctx<'_> {
                     .get(range.clone())
                     .ok_or_else(|| short_model("slot readings"))?;
                 let mut read = combine(rq, outs)?;
-                let raw = unpermute(&read.probs, &rq.perm);
+                let raw = order::unlist(&read.probs, &rq.perm);
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
                 }
-                read.probs = unpermute(&read.probs, &rq.perm);
+                read.probs = order::unlist(&read.probs, &rq.perm);
                 if *t == 0 {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
                     per_q.push(QRead {

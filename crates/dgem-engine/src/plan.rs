@@ -21,7 +21,7 @@ use dgem_core::tokenizer::TokenId;
 use dgem_core::walk::chunk_groups;
 use serde::Serialize;
 
-use crate::cloze::{permuted, prefill_text, question_sequences, Ctx};
+use crate::cloze::{prefill_text, question_sequences, Ctx};
 use crate::{DecideRequest, Engine, EngineError};
 
 /// One question's slot in read 0 of its group.
@@ -173,7 +173,7 @@ impl Engine {
                     slots.push(PlannedSlot {
                         id: q.id.clone(),
                         scoring: rq.slot.scoring,
-                        labels: labels_for(&permuted(q, &rq.perm), mode),
+                        labels: labels_for(&dgem_core::order::listed(q, &rq.perm), mode),
                         pos,
                         label_ids: rq.slot.labels.clone(),
                         sequences: seqs.len(),
