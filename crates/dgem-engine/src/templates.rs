@@ -312,6 +312,24 @@ impl TemplateDir {
         })
     }
 
+    /// [`TemplateDir::render_strict`] of a policy whose text the caller
+    /// already has (a file given by path on the command line), named `name`
+    /// in messages.
+    ///
+    /// # Errors
+    /// [`TemplateError::Unset`] naming the variables at fault;
+    /// [`TemplateError::Variables`] when rendering or parsing fails otherwise.
+    pub fn render_text_strict(
+        name: &str,
+        text: &str,
+        vars: &Map<String, Value>,
+        allow_missing: bool,
+    ) -> Result<Payload, TemplateError> {
+        render_text_with(name, text, vars, |label, text| {
+            dgem_core::template::render_strict(label, text, vars, allow_missing)
+        })
+    }
+
     /// Render `name` with `render(label, text)` in a traced span, then split
     /// the output into a payload.
     fn render_with(
@@ -321,19 +339,7 @@ impl TemplateDir {
         render: impl FnOnce(&str, &str) -> Result<String, dgem_core::TemplateError>,
     ) -> Result<Payload, TemplateError> {
         let text = self.text(name)?;
-        let label = display_name(name);
-        let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %label);
-        let rendered = span
-            .in_scope(|| render(&label, &text))
-            .map_err(|e| match e {
-                dgem_core::TemplateError::Unset { ref missing, .. } => TemplateError::Unset {
-                    missing: missing.clone(),
-                    detail: e.to_string(),
-                },
-                other => TemplateError::Variables(other.to_string()),
-            })?;
-        parse_named_payload(&label, &rendered, vars)
-            .map_err(|e| TemplateError::Variables(e.to_string()))
+        render_text_with(name, &text, vars, render)
     }
 
     /// The names of the folder's own templates: every `*.json.tmpl` directly
@@ -471,6 +477,29 @@ fn subfolders(dir: &Path) -> Vec<String> {
 /// The label a template renders under: the file name of `name`
 /// (`support_triage.json.tmpl`, `intent_select.json.tmpl` for
 /// `bench/intent_select`), whether it comes from the folder or is built in.
+/// Render `text` (policy `name`) with `render(label, text)` in a traced span,
+/// then split the output into a payload.
+fn render_text_with(
+    name: &str,
+    text: &str,
+    vars: &Map<String, Value>,
+    render: impl FnOnce(&str, &str) -> Result<String, dgem_core::TemplateError>,
+) -> Result<Payload, TemplateError> {
+    let label = display_name(name);
+    let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %label);
+    let rendered = span
+        .in_scope(|| render(&label, text))
+        .map_err(|e| match e {
+            dgem_core::TemplateError::Unset { ref missing, .. } => TemplateError::Unset {
+                missing: missing.clone(),
+                detail: e.to_string(),
+            },
+            other => TemplateError::Variables(other.to_string()),
+        })?;
+    parse_named_payload(&label, &rendered, vars)
+        .map_err(|e| TemplateError::Variables(e.to_string()))
+}
+
 fn display_name(name: &str) -> String {
     let trimmed = name.trim();
     let stem = trimmed.strip_suffix(TEMPLATE_SUFFIX).unwrap_or(trimmed);

@@ -1,38 +1,10 @@
-//! Building policies from ad-hoc questions, and turning a decision into the
-//! tool result: structured content plus a plain-text summary.
+//! Turning a decision into the tool result: structured content plus a
+//! plain-text summary.
 
 use std::fmt::Write as _;
 
 use dgem_engine::Decision;
 use serde_json::{json, Map, Value};
-
-use crate::error::ToolError;
-use crate::tools::DecideCustomArgs;
-
-fn questions_error(detail: String) -> ToolError {
-    ToolError::Schema {
-        field: "questions",
-        detail,
-    }
-}
-
-/// The raw policy schema for `decide_custom_questions` (the `/v1/systemone`
-/// question shape turned into `{"questions": [...]}`).
-///
-/// # Errors
-/// [`ToolError::Schema`] (field `questions`) for an empty question map, an
-/// unknown type, a choice without options, a score without levels.
-pub fn custom_schema(args: &DecideCustomArgs) -> Result<Value, ToolError> {
-    // The one ad-hoc converter every surface uses (dgem_core::adhoc).
-    let list = dgem_core::adhoc::adhoc_questions(&args.questions)
-        .map_err(|e| questions_error(format!("at `{}`: {}", e.field, e.message)))?;
-    let mut schema = Map::new();
-    if !args.instructions.trim().is_empty() {
-        schema.insert("instructions".into(), json!(args.instructions));
-    }
-    schema.insert("questions".into(), Value::Array(list));
-    Ok(Value::Object(schema))
-}
 
 /// The structured content and text summary of one decision.
 #[derive(Debug, Clone)]
@@ -142,32 +114,4 @@ fn answer_name(a: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(questions: Value) -> DecideCustomArgs {
-        serde_json::from_value(json!({"state": "s", "questions": questions})).expect("args")
-    }
-
-    #[test]
-    fn custom_questions_take_every_shared_form_in_order() {
-        // Map form keeps the caller's order (it used to come back sorted).
-        let s = custom_schema(&args(
-            json!({"zeta": {"type": "noul"}, "alpha": {"type": "bool"}}),
-        ))
-        .expect("schema");
-        assert_eq!(s["questions"][0]["id"], "zeta");
-        assert_eq!(s["questions"][1]["type"], "boolean");
-        // List form with `question` and `options`, as /api/decide takes it.
-        let s = custom_schema(&args(json!([
-            {"id": "team", "type": "choice", "question": "Who?", "options": ["infra", "app"]}])))
-        .expect("schema");
-        assert_eq!(s["questions"][0]["instructions"], "Who?");
-        assert_eq!(s["questions"][0]["options"], json!(["infra", "app"]));
-        let e = custom_schema(&args(json!({"q": {"type": "maybe"}}))).expect_err("type");
-        assert!(e.to_string().contains("questions.q.type"), "{e}");
-    }
 }

@@ -46,6 +46,38 @@ pub enum McpError {
     Join(#[from] tokio::task::JoinError),
 }
 
+impl ToolError {
+    /// A decision service refusal as `tool`'s error: a malformed argument
+    /// names it; a template that does not resolve or render, a bad variable
+    /// and an invalid policy keep the shapes this server has always given.
+    pub fn from_service(tool: &'static str, e: dgem_service::ServiceError) -> Self {
+        use dgem_service::ServiceError as S;
+        match e {
+            S::Field { message, .. } => Self::Arguments {
+                tool,
+                detail: message,
+            },
+            S::Variables(detail) | S::NoState(detail) => Self::Schema {
+                field: "variables",
+                detail,
+            },
+            S::Template(failure) => failure.error.into(),
+            S::Schema { policy, detail } => Self::Schema {
+                field: if policy == dgem_service::CUSTOM_LABEL {
+                    "questions"
+                } else {
+                    "template"
+                },
+                detail: format!("policy `{policy}` is not a valid schema: {detail}"),
+            },
+            other => Self::Arguments {
+                tool,
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
 impl From<dgem_engine::templates::TemplateError> for ToolError {
     /// Folder messages get the MCP hint for listing the templates.
     fn from(e: dgem_engine::templates::TemplateError) -> Self {

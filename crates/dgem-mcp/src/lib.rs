@@ -23,7 +23,7 @@ use std::sync::Arc;
 use dgem_engine::Decider;
 use rmcp::ServiceExt as _;
 
-pub use decision::{custom_schema, report, DecisionReport};
+pub use decision::{report, DecisionReport};
 pub use dgem_engine::templates::{
     leading_comment, template_variables, QuestionSummary, TemplateDir, TemplateError,
     TemplateSource, TemplateSummary, TEMPLATE_SUFFIX,
@@ -34,9 +34,9 @@ pub use http::{
 };
 pub use server::{DecisionServer, NO_GPU_NOTE, SERVER_NAME};
 pub use tools::{
-    check_backend, has_null_union, input_schema, parse_args, plain_schema, schema_lint, tool_list,
-    tool_list_for, with_backend_enum, CustomQuestion, DecideCustomArgs, DecidePolicyArgs, NoArgs,
-    QuestionType, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
+    check_backend, decision_schema, has_null_union, input_schema, parse_args, parse_request,
+    plain_schema, schema_lint, tool_list, tool_list_for, with_backend_enum, NoArgs, DECIDE_CUSTOM,
+    DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };
 
 /// Serve `server` over any async byte stream pair until the client disconnects.

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dgem_backend::Health;
-use dgem_cascade::{AfterSetup, Hesitation};
+use dgem_cascade::AfterSetup;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{DecideRequest, Decider};
+use dgem_service::{Catalogue, Service};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
@@ -16,12 +17,11 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use crate::decision::{custom_schema, report};
+use crate::decision::report;
 use crate::error::ToolError;
 use crate::tools::{
-    check_backend, parse_args, parse_args_strict, tool_list_for, DecideCustomArgs,
-    DecidePolicyArgs, NoArgs, DECIDE_CUSTOM, DECIDE_POLICY, HEALTH, LIST_TEMPLATES, LOCAL_BACKEND,
-    WARMUP,
+    check_backend, parse_args, parse_request, tool_list_for, NoArgs, DECIDE_CUSTOM, DECIDE_POLICY,
+    HEALTH, LIST_TEMPLATES, LOCAL_BACKEND, WARMUP,
 };
 use dgem_engine::templates::TemplateDir;
 
@@ -31,16 +31,14 @@ pub const SERVER_NAME: &str = "dgem-decision-studio-mcp";
 /// What `get_health_and_gpu_status` says about GPUs.
 pub const NO_GPU_NOTE: &str = "no GPU: dgem mcp runs the embedded model in this process on the CPU (llama.cpp); GPU status does not apply";
 
-/// The MCP server: decision tools over one engine and one policy catalogue
-/// (a templates folder, then the built-in policies).
+/// The MCP server: decision tools over one engine and the decision service
+/// (one policy catalogue: a templates folder, then the built-in policies).
 #[derive(Debug, Clone)]
 pub struct DecisionServer {
     engine: Arc<dyn Decider>,
-    templates: TemplateDir,
+    service: Service,
     tools: Arc<Vec<Tool>>,
     backends: Arc<Vec<String>>,
-    defaults: SchemaDefaults,
-    after: Arc<AfterSetup>,
 }
 
 impl DecisionServer {
@@ -50,19 +48,17 @@ impl DecisionServer {
         let backends = vec![LOCAL_BACKEND.to_string()];
         Self {
             engine,
-            templates,
+            service: Service::new(Catalogue::new(templates)),
             tools: Arc::new(tool_list_for(&backends)),
             backends: Arc::new(backends),
-            defaults: SchemaDefaults::default(),
-            after: Arc::default(),
         }
     }
 
-    /// Use the deployment's Stage-2 provider and calibration file for
-    /// `decide_policy`'s cascade and temperature.
+    /// Use the deployment's Stage-2 provider and calibration file for the
+    /// decision tools' cascade and temperature.
     #[must_use]
     pub fn with_after(mut self, after: Arc<AfterSetup>) -> Self {
-        self.after = after;
+        self.service = self.service.with_after(after);
         self
     }
 
@@ -71,7 +67,7 @@ impl DecisionServer {
     /// server's HTTP routes do.
     #[must_use]
     pub fn with_defaults(mut self, defaults: SchemaDefaults) -> Self {
-        self.defaults = defaults;
+        self.service = self.service.with_defaults(defaults);
         self
     }
 
@@ -90,14 +86,8 @@ impl DecisionServer {
         args: Option<rmcp::model::JsonObject>,
     ) -> Result<CallToolResult, ToolError> {
         match name {
-            DECIDE_POLICY => {
-                self.decide_policy(parse_args_strict(DECIDE_POLICY, args)?)
-                    .await
-            }
-            DECIDE_CUSTOM => {
-                self.decide_custom(parse_args_strict(DECIDE_CUSTOM, args)?)
-                    .await
-            }
+            DECIDE_POLICY => self.decide_tool(DECIDE_POLICY, args).await,
+            DECIDE_CUSTOM => self.decide_tool(DECIDE_CUSTOM, args).await,
             LIST_TEMPLATES => {
                 let _: NoArgs = parse_args(LIST_TEMPLATES, args)?;
                 self.list_templates()
@@ -114,55 +104,25 @@ impl DecisionServer {
         }
     }
 
-    async fn decide_policy(&self, args: DecidePolicyArgs) -> Result<CallToolResult, ToolError> {
-        check_backend(DECIDE_POLICY, &args.backend, &self.backends)?;
-        let (payload, schema) = self.templates.render_schema(
-            &args.template,
-            &args.variables,
-            &self.defaults,
-            args.allow_missing_vars,
-        )?;
-        let keys = args.after_keys();
-        let arguments = |e: dgem_core::SchemaError| ToolError::Arguments {
-            tool: DECIDE_POLICY,
-            detail: e.message,
-        };
-        let (raw, injected) =
-            dgem_cascade::inject_if_asked(&keys, &payload.schema).map_err(arguments)?;
-        let schema = if injected.is_empty() {
-            schema
-        } else {
-            valid_schema(&raw, "template", &self.defaults)?.with_policy(args.template.as_str())
-        };
-        let hesitation = Hesitation::from_object(&keys, &schema)
-            .map_err(arguments)?
-            .for_policy(&args.template, injected);
-        let state = with_images(DECIDE_POLICY, payload.state, &args.images)?;
-        let started = Instant::now();
-        let mut decision = self
-            .engine
-            .decide(DecideRequest {
-                schema: schema.clone(),
-                state: state.clone(),
-                seed: args.seed,
-            })
-            .await?;
-        let finished = self
-            .after
-            .finish(
-                &mut decision,
-                &schema,
-                &state,
-                &dgem_core::images::image_urls(&state),
-                &hesitation,
-            )
-            .await;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        let mut r = report(&args.template, &decision, ms);
-        if let (Some(extra), Some(m)) = (finished.to_json(), r.structured.as_object_mut()) {
-            m.extend(extra);
+    /// A decision tool: the arguments read as the service's one request,
+    /// prepared, decided and post-read by the decision service.
+    async fn decide_tool(
+        &self,
+        tool: &'static str,
+        args: Option<rmcp::model::JsonObject>,
+    ) -> Result<CallToolResult, ToolError> {
+        let req = parse_request(tool, args)?;
+        check_backend(tool, req.backend.as_deref().unwrap_or(""), &self.backends)?;
+        let prepared = self
+            .service
+            .prepare(None, req)
+            .map_err(|e| ToolError::from_service(tool, e))?;
+        let decided = self.service.decide(self.engine.as_ref(), prepared).await?;
+        let mut r = report(&decided.label, &decided.decision, decided.elapsed_ms);
+        if let Some(m) = r.structured.as_object_mut() {
+            m.extend(decided.extra());
         }
-        if let Some(c) = &finished.cascade {
+        if let Some(c) = &decided.finished.cascade {
             r.text.push_str(&format!(
                 "\nCascade ({}): escalated {} of {} answers{}{}",
                 c.mode.as_str(),
@@ -180,7 +140,7 @@ impl DecisionServer {
                 }
             ));
         }
-        for sg in finished.suggestions.iter().flatten() {
+        for sg in decided.finished.suggestions.iter().flatten() {
             r.text.push_str(&format!(
                 "\nSuggested new option for `{}` ({}): {} — {}",
                 sg.question_id,
@@ -192,40 +152,9 @@ impl DecisionServer {
         Ok(result(r.structured, r.text))
     }
 
-    async fn decide_custom(&self, args: DecideCustomArgs) -> Result<CallToolResult, ToolError> {
-        check_backend(DECIDE_CUSTOM, &args.backend, &self.backends)?;
-        let raw = custom_schema(&args)?;
-        let schema =
-            valid_schema(&raw, "questions", &self.defaults)?.with_policy("custom_questions");
-        let state = with_images(DECIDE_CUSTOM, args.state, &args.images)?;
-        self.decide("custom_questions", schema, state, args.seed)
-            .await
-    }
-
-    async fn decide(
-        &self,
-        label: &str,
-        schema: ValidSchema,
-        state: Value,
-        seed: i64,
-    ) -> Result<CallToolResult, ToolError> {
-        let started = Instant::now();
-        let decision = self
-            .engine
-            .decide(DecideRequest {
-                schema,
-                state,
-                seed,
-            })
-            .await?;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        let r = report(label, &decision, ms);
-        Ok(result(r.structured, r.text))
-    }
-
     fn list_templates(&self) -> Result<CallToolResult, ToolError> {
         // The catalogue (folder, then built-ins) by name: no server path.
-        let list = self.templates.list();
+        let list = self.service.catalogue().list();
         let mut text = format!("{} policy templates:\n", list.len());
         for t in &list {
             let qs: Vec<String> = t
@@ -278,7 +207,7 @@ impl DecisionServer {
 
     async fn warmup(&self) -> Result<CallToolResult, ToolError> {
         let raw = json!({"questions": [{"id": "ready", "type": "noul", "instructions": "Is this a warm-up check?"}]});
-        let schema = valid_schema(&raw, "warmup", &self.defaults)?;
+        let schema = valid_schema(&raw, "warmup", self.service.defaults())?;
         let started = Instant::now();
         self.engine
             .decide(DecideRequest {
@@ -414,16 +343,6 @@ impl ServerHandler for DecisionServer {
 }
 
 /// `state` with the tool's `images` ahead of its text, each checked.
-fn with_images(tool: &'static str, state: Value, images: &[String]) -> Result<Value, ToolError> {
-    let arguments = |e: dgem_core::SchemaError| ToolError::Arguments {
-        tool,
-        detail: e.message,
-    };
-    let list = Value::Array(images.iter().cloned().map(Value::String).collect());
-    let parts = dgem_core::images::parts_from_json(Some(&list)).map_err(arguments)?;
-    dgem_core::images::with_images(state, parts).map_err(arguments)
-}
-
 #[cfg(test)]
 mod gpu_tests {
     use super::*;

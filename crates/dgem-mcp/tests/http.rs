@@ -205,7 +205,9 @@ async fn bad_arguments_are_tool_errors_over_http() {
         (
             "decide_policy",
             json!({"template": 5}),
-            vec!["template", "invalid type"],
+            // The decision service's wording (the same as /api/decide's):
+            // what the field must be and the value given.
+            vec!["`template` must be a template id", "Given: 5"],
         ),
         (
             "decide_policy",

@@ -68,7 +68,10 @@ pub use types::*;
         ModelEntry,
         ErrorBody,
         ErrorDetail,
-        ApiDecideRequest,
+        dgem_service::DecisionRequest,
+        dgem_service::AfterOptions,
+        dgem_service::CustomQuestion,
+        dgem_service::QuestionType,
         CascadeModeValue,
         ThresholdModeValue,
         Stage2PriorValue,
@@ -237,7 +240,7 @@ fn api_templates() {}
 /// A decision from a template or from ad-hoc questions (`api::decide`).
 /// With `--studio`, and on `dgem gateway`.
 #[utoipa::path(post, path = "/api/decide", tag = "decisions",
-    request_body = ApiDecideRequest,
+    request_body = dgem_service::DecisionRequest,
     responses(
         (status = 200, description = "The envelope with `template`, `backend` and timing", body = Envelope),
         (status = 400, description = "The request names the field at fault", body = ErrorBody),
@@ -250,7 +253,7 @@ fn api_decide() {}
 /// [`api_decide`] with the template named in the path.
 #[utoipa::path(post, path = "/api/decide/{template}", tag = "decisions",
     params(("template" = String, Path, description = "Template id, e.g. `support_triage`")),
-    request_body = ApiDecideRequest,
+    request_body = dgem_service::DecisionRequest,
     responses(
         (status = 200, description = "The envelope", body = Envelope),
         (status = 400, description = "The request names the field at fault; an unknown template is a 400 naming `template`", body = ErrorBody),
@@ -293,11 +296,29 @@ fn mcp() {}
 fn studio() {}
 
 /// The documented top-level properties of a schema in the document, sorted
-/// (the tests compare them with the fields the handlers read).
+/// (the tests compare them with the fields the handlers read). A schema
+/// composed with `allOf` (a flattened field: `DecisionRequest` flattens
+/// `AfterOptions`) has the properties of every part, `$ref`s followed.
 pub fn properties_of(doc: &Value, schema: &str) -> Vec<String> {
-    let props: BTreeMap<String, Value> = doc["components"]["schemas"][schema]["properties"]
-        .as_object()
-        .map(|o| o.clone().into_iter().collect())
-        .unwrap_or_default();
+    fn collect(doc: &Value, s: &Value, out: &mut BTreeMap<String, Value>) {
+        if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+            if let Some(target) = doc.pointer(r.trim_start_matches('#')) {
+                collect(doc, target, out);
+            }
+        }
+        if let Some(props) = s.get("properties").and_then(Value::as_object) {
+            out.extend(props.clone());
+        }
+        for part in s
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            collect(doc, part, out);
+        }
+    }
+    let mut props = BTreeMap::new();
+    collect(doc, &doc["components"]["schemas"][schema], &mut props);
     props.into_keys().collect()
 }

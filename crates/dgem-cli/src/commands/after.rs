@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use dgem_cascade::{AfterSetup, Hesitation};
+use dgem_cascade::AfterSetup;
 use dgem_core::hesitation::calibration::CalibrationFile;
-use dgem_core::schema::ValidSchema;
+use dgem_service::AfterOptions;
 use serde_json::{json, Map, Value};
 
 use crate::failure::{user, Failure};
@@ -169,120 +169,40 @@ fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
     )))
 }
 
-/// What one decision asks for after the read.
+/// What one decision asks for after the read: the decision service's
+/// post-read options ([`AfterOptions`], whose clap derive gives the flags
+/// `--temperature`, `--abstain-below`, `--abstain-above`, `--cascade`,
+/// `--cascade-threshold`, `--cascade-threshold-mode`, `--cascade-model`,
+/// `--stage2-prior`, `--suggest-expansions`, `--expansion-entropy`), and
+/// `--expect`, the command line's repeatable form of `expected_answers`.
 #[derive(Debug, Clone, Args)]
 pub struct HesitationArgs {
-    /// Post-hoc temperature: a number for every question (T > 1 flattens,
-    /// T < 1 sharpens, 0 = not set), or JSON by type, e.g.
-    /// `{"choice": 1.4, "boolean": 2}`. Range 0–20. Wins over the policy's.
-    #[arg(long, value_name = "T|JSON")]
-    pub temperature: Option<String>,
-    /// Abstain when an answer's confidence is below this (0–1), or JSON by
-    /// question id, e.g. `{"team": 0.6, "*": 0.4}`.
-    #[arg(long, value_name = "P|JSON")]
-    pub abstain_below: Option<String>,
-    /// Abstain when an answer's hesitation (H / ln K) is at or above this
-    /// (0–1), or JSON by question id.
-    #[arg(long, value_name = "H|JSON")]
-    pub abstain_above: Option<String>,
-    /// Escalate hesitant answers to Stage 2: `entropy` (gate on entropy) or
-    /// `on_miss` (answers that differ from `--expect`, else the entropy gate).
-    #[arg(long, value_name = "MODE")]
-    pub cascade: Option<String>,
-    /// Escalate at or above this gate value (default 0.35 nats, or 0.16
-    /// normalized).
-    #[arg(long, value_name = "X")]
-    pub cascade_threshold: Option<f64>,
-    /// What the threshold is compared with: `nats` or `normalized` (H / ln K).
-    #[arg(long, value_name = "MODE")]
-    pub cascade_threshold_mode: Option<String>,
-    /// Stage-2 model name (default: the provider's).
-    #[arg(long, value_name = "NAME")]
-    pub cascade_model: Option<String>,
-    /// How much of Stage 1 the Stage-2 prompt shows: `soft`, `none` or `full`.
-    #[arg(long, value_name = "MODE")]
-    pub stage2_prior: Option<String>,
+    #[command(flatten)]
+    pub options: AfterOptions,
     /// Expected answer for `--cascade on_miss`, `QUESTION=VALUE` (repeatable).
     #[arg(long = "expect", value_name = "QUESTION=VALUE")]
     pub expect: Vec<String>,
-    /// Taxonomy expansion: add an `other_unclassified` option to each choice
-    /// question that lacks a catch-all, and propose a new option where the
-    /// answer is that catch-all or hesitant (Stage 2 names it when a provider
-    /// is configured).
-    #[arg(long)]
-    pub suggest_expansions: bool,
-    /// Entropy (nats) at or above which a choice answer asks for a new
-    /// option (default 0.35).
-    #[arg(long, value_name = "NATS")]
-    pub expansion_entropy: Option<f64>,
-}
-
-/// `s` as JSON when it parses (a number, an object), else as a JSON string.
-fn json_or_string(s: &str) -> Value {
-    serde_json::from_str(s).unwrap_or_else(|_| json!(s))
 }
 
 impl HesitationArgs {
-    /// The flags as the request keys of `/api/decide`.
+    /// The flags as the decision service's post-read options.
     ///
     /// # Errors
-    /// Exit code 1 when an `--expect` value is not `QUESTION=VALUE`.
-    pub fn to_object(&self) -> Result<Map<String, Value>, Failure> {
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Option<Value>| {
-            if let Some(v) = v {
-                m.insert(k.to_string(), v);
-            }
-        };
-        put(
-            "temperature",
-            self.temperature.as_deref().map(json_or_string),
-        );
-        put(
-            "abstain_below",
-            self.abstain_below.as_deref().map(json_or_string),
-        );
-        put(
-            "abstain_above",
-            self.abstain_above.as_deref().map(json_or_string),
-        );
-        put("cascade_mode", self.cascade.as_deref().map(|s| json!(s)));
-        // JSON has no infinity or NaN (serde would write null, i.e. "the
-        // default"): refuse them here, naming the flag.
+    /// Exit code 1 when an `--expect` value is not `QUESTION=VALUE`, or a
+    /// number flag is not a finite number.
+    pub fn to_options(&self) -> Result<AfterOptions, Failure> {
+        let mut options = self.options.clone();
+        // JSON has no infinity or NaN: refuse them here, naming the flag.
         for (flag, x) in [
-            ("--cascade-threshold", self.cascade_threshold),
-            ("--expansion-entropy", self.expansion_entropy),
+            ("--cascade-threshold", &options.cascade_threshold),
+            ("--expansion-entropy", &options.expansion_entropy),
         ] {
-            if let Some(x) = x.filter(|x| !x.is_finite()) {
+            if let Some(Value::String(s)) = x {
                 return Err(user(anyhow::anyhow!(
-                    "`{flag}` must be a finite number. Given: `{x}`"
+                    "`{flag}` must be a finite number. Given: `{s}`"
                 )));
             }
         }
-        put(
-            "cascade_threshold",
-            self.cascade_threshold.map(|x| json!(x)),
-        );
-        put(
-            "cascade_threshold_mode",
-            self.cascade_threshold_mode.as_deref().map(|s| json!(s)),
-        );
-        put(
-            "cascade_model",
-            self.cascade_model.as_deref().map(|s| json!(s)),
-        );
-        put(
-            "stage2_prior",
-            self.stage2_prior.as_deref().map(|s| json!(s)),
-        );
-        put(
-            "suggest_expansions",
-            self.suggest_expansions.then_some(json!(true)),
-        );
-        put(
-            "expansion_entropy",
-            self.expansion_entropy.map(|x| json!(x)),
-        );
         if !self.expect.is_empty() {
             let mut expected = Map::new();
             for e in &self.expect {
@@ -293,35 +213,39 @@ impl HesitationArgs {
                 })?;
                 expected.insert(k.trim().to_string(), json!(v.trim()));
             }
-            m.insert("expected_answers".into(), Value::Object(expected));
+            options.expected_answers = Some(Value::Object(expected));
         }
-        Ok(m)
+        Ok(options)
     }
+}
 
-    /// The raw policy as it is read: with catch-all options added when
-    /// `--suggest-expansions` asks; returns it and the questions changed.
-    ///
-    /// # Errors
-    /// Exit code 1 naming the flag.
-    pub fn inject(&self, raw: &Value) -> Result<(Value, Vec<String>), Failure> {
-        dgem_cascade::inject_if_asked(&self.to_object()?, raw).map_err(flag_error)
-    }
-
-    /// The request settings, checked against `schema` (read from template
-    /// `template`, with catch-alls `injected` by [`HesitationArgs::inject`]).
-    ///
-    /// # Errors
-    /// Exit code 1 naming the flag, its allowed values and the value given.
-    pub fn request(
-        &self,
-        schema: &ValidSchema,
-        template: &str,
-        injected: Vec<String>,
-    ) -> Result<Hesitation, Failure> {
-        let obj = self.to_object()?;
-        Hesitation::from_object(&obj, schema)
-            .map(|h| h.for_policy(template, injected))
-            .map_err(flag_error)
+/// A decision service refusal as the flag or option that caused it: a
+/// post-read key as its flag (`cascade_mode` → `--cascade`), a variable
+/// problem as `--var`, an image as `--image`.
+pub fn service_failure(e: dgem_service::ServiceError) -> Failure {
+    use dgem_engine::templates::TemplateError;
+    use dgem_service::ServiceError as S;
+    match e {
+        S::Field { field, message } => {
+            if field.starts_with("images") || field.starts_with("state[") {
+                user(anyhow::anyhow!("`--image`: {message}"))
+            } else {
+                flag_error(dgem_core::SchemaError::new(field, message))
+            }
+        }
+        S::Variables(detail) => user(anyhow::anyhow!("`--var`: {detail}")),
+        S::NoState(detail) => user(anyhow::anyhow!(
+            "`--var`: {detail}; pass it with `-v NAME=VALUE` or `-d FILE`"
+        )),
+        S::Template(failure) => match failure.error {
+            TemplateError::Unset { detail, .. } => user(anyhow::anyhow!(
+                "`--var`: {detail}; pass it with `-v NAME=VALUE` or `-d FILE`, or render the placeholder anyway with `--allow-missing-vars`"
+            )),
+            TemplateError::Variables(detail) => user(anyhow::anyhow!("{detail}")),
+            error => user(anyhow::anyhow!("`--template`: {error}")),
+        },
+        S::Schema { detail, .. } => user(anyhow::anyhow!("{detail}")),
+        other => user(anyhow::anyhow!("{other}")),
     }
 }
 

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use dgem_core::payload::{parse_named_payload, Payload};
-use dgem_core::schema::{Layout, SamplePolicy, SchemaDefaults, ValidSchema};
+use dgem_core::payload::Payload;
+use dgem_core::schema::{Layout, SamplePolicy};
 use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
-use dgem_engine::{DecideRequest, Decision};
+use dgem_service::{Catalogue, DecisionRequest, Service};
 use serde_json::{Map, Value};
 
 use crate::commands::after::{HesitationArgs, SetupArgs};
@@ -83,99 +83,25 @@ pub struct DecideArgs {
     pub vllm: crate::vllm::VllmArgs,
 }
 
-/// A policy template rendered with the command's variables.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The rendered `{schema, state}`.
-    pub payload: Payload,
-    /// The variables given (`-d` file, then `-v`).
-    pub vars: Map<String, Value>,
-    /// The template's name in messages (a path, or the catalogue name).
-    pub name: String,
-    /// The variables the template reads.
-    pub declared: Vec<String>,
-    /// `--allow-missing-vars`: placeholders for unset variables are accepted.
-    pub allow_missing: bool,
-}
-
-impl Loaded {
-    /// Refuse a decision that gives none of the template's state variables:
-    /// the template would render its placeholder text and the model would
-    /// decide on that. The check `/api/decide` and MCP's `decide_policy` make
-    /// ([`dgem_core::vars::missing_state_variables`]), on `--var`; none with
-    /// `--allow-missing-vars`.
-    ///
-    /// # Errors
-    /// A user [`Failure`] (exit 1) naming the missing variables.
-    pub fn require_state(&self) -> Result<(), Failure> {
-        if self.allow_missing {
-            return Ok(());
-        }
-        match dgem_core::vars::missing_state_variables(&self.name, &self.vars, &self.declared) {
-            Some(msg) => Err(user(anyhow::anyhow!(
-                "`--var`: {msg}; pass it with `-v NAME=VALUE` or `-d FILE`"
-            ))),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Render a template with variables and split it into schema and state.
-/// A variable the template reads with no `default` that is not given is
-/// refused ([`dgem_core::template::render_strict`]) unless
-/// `--allow-missing-vars`.
+/// Render a template with variables and split it into schema and state, by
+/// the decision service's catalogue (the variable rules `decide`, `/api` and
+/// MCP share: aliases, unknown names refused with the closest known one). A
+/// variable the template reads with no `default` that is not given is refused
+/// unless `--allow-missing-vars`; a call that gives none of the state
+/// variables renders the placeholder text (`dgem render` shows it; `decide`
+/// refuses it).
 ///
 /// # Errors
 /// A user [`Failure`] (exit 1): the template cannot be found or read, a
 /// variable is malformed, unknown to the template or unset, or the template
 /// does not render to a payload.
-pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Loaded, Failure> {
+pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Payload, Failure> {
     let found = crate::commands::templates::find(template)?;
-    let text = found.text;
-    let file_vars = match &args.data {
-        Some(p) => {
-            let t = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read variables file {}", p.display()))
-                .map_err(user)?;
-            Some(load_vars_file(&t, &p.display().to_string()).map_err(user)?)
-        }
-        None => None,
-    };
-    let cli: Vec<(String, Value)> = args
-        .vars
-        .iter()
-        .map(|v| parse_var(v))
-        .collect::<Result<_, _>>()
-        .map_err(user)?;
-    let vars = merge_vars(file_vars, cli);
-    let name = found.name;
-    // A misspelled `-v tikcet=…` would render the template's placeholder text
-    // and decide on that: refuse variables the template does not read.
-    let declared = dgem_core::template::template_variables(&text);
-    if let Some(msg) =
-        dgem_core::vars::unknown_variables(&name, vars.keys().map(String::as_str), &declared)
-    {
-        return Err(user(anyhow::anyhow!("`--var`: {msg}")));
-    }
-    let span = tracing::info_span!("template_render", otel.name = "dgem.template.render", template = %name);
-    let rendered = span
-        .in_scope(|| {
-            dgem_core::template::render_strict(&name, &text, &vars, args.allow_missing_vars)
-        })
-        .map_err(|e| match e {
-            dgem_core::TemplateError::Unset { .. } => user(anyhow::anyhow!(
-                "`--var`: {e}; pass it with `-v NAME=VALUE` or `-d FILE`, or render the placeholder anyway with `--allow-missing-vars`"
-            )),
-            other => user(other),
-        })?;
-    let payload = parse_named_payload(&name, &rendered, &vars).map_err(user)?;
-    Ok(Loaded {
-        payload,
-        vars,
-        name,
-        declared,
-        allow_missing: args.allow_missing_vars,
-    })
+    let vars = given_vars(args)?;
+    Catalogue::new(crate::commands::templates::catalogue())
+        .with_policy_text(found.name.clone(), found.text)
+        .preview(&found.name, vars, args.allow_missing_vars)
+        .map_err(crate::commands::after::service_failure)
 }
 
 /// Parse `--samples`.
@@ -206,30 +132,13 @@ pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
     }
 }
 
-/// Validate the schema of a payload and apply command-line overrides.
-pub fn valid_schema(
-    payload: &Payload,
-    samples: Option<&str>,
-    layout: Option<&str>,
-) -> Result<ValidSchema, Failure> {
-    let mut schema =
-        ValidSchema::from_value(&payload.schema, &SchemaDefaults::default()).map_err(user)?;
-    if let Some(s) = samples {
-        schema = schema.with_samples(parse_samples(s)?);
-    }
-    if let Some(l) = layout {
-        schema = schema.with_layout(parse_layout(l)?);
-    }
-    Ok(schema)
-}
-
-/// `state` with the `--image` files ahead of its text.
+/// The `--image` files as `data:` URLs, each checked (readable, a supported
+/// image, not too large) before any model is loaded.
 ///
 /// # Errors
-/// A user error naming `--image` and the file: unreadable, not a supported
-/// image, too large, or too many images.
-fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
-    let mut parts = Vec::with_capacity(files.len());
+/// A user error naming `--image` and the file.
+fn image_urls(files: &[PathBuf]) -> Result<Vec<Value>, Failure> {
+    let mut urls = Vec::with_capacity(files.len());
     for f in files {
         // Read at most one byte past the limit, so `/dev/zero` or a huge file
         // is refused at once rather than read into memory.
@@ -243,33 +152,83 @@ fn with_images(state: Value, files: &[PathBuf]) -> Result<Value, Failure> {
             .map_err(user)?;
         let part = dgem_core::images::image_part(&bytes, &f.display().to_string())
             .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
-        parts.push(part);
+        urls.extend(
+            dgem_core::images::image_urls(&Value::Array(vec![part]))
+                .into_iter()
+                .map(Value::String),
+        );
     }
-    dgem_core::images::with_images(state, parts)
-        .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))
+    Ok(urls)
 }
 
-/// Run `dgem decide`.
+/// The variables of `-d FILE` then `-v KEY=VALUE` (which wins).
+///
+/// # Errors
+/// A user [`Failure`] when the file cannot be read or a variable is malformed.
+fn given_vars(args: &VarArgs) -> Result<Map<String, Value>, Failure> {
+    let file_vars = match &args.data {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read variables file {}", p.display()))
+                .map_err(user)?;
+            Some(load_vars_file(&t, &p.display().to_string()).map_err(user)?)
+        }
+        None => None,
+    };
+    let cli: Vec<(String, Value)> = args
+        .vars
+        .iter()
+        .map(|v| parse_var(v))
+        .collect::<Result<_, _>>()
+        .map_err(user)?;
+    Ok(merge_vars(file_vars, cli))
+}
+
+/// Run `dgem decide`: the flags become the decision service's one request
+/// ([`dgem_service::DecisionRequest`]), prepared by the service exactly as
+/// `/api/decide` and MCP prepare theirs (the same catalogue, variable
+/// aliases and checks), then decided and post-read by [`Service::decide`].
 pub fn run(args: DecideArgs) -> Result<(), Failure> {
-    let loaded = load_payload(&args.template, &args.vars)?;
-    // Reported after the flags are checked, and before any model is loaded.
-    let state_given = loaded.require_state();
-    let mut payload = loaded.payload;
+    let found = crate::commands::templates::find(&args.template)?;
+    let variables = given_vars(&args.vars)?;
     if !args.images.is_empty() && crate::vllm::backend_url(&args.vllm)?.is_none() {
         return Err(user(anyhow::anyhow!(
             "`--image`: the embedded model has no vision and cannot read images; \
              decide on a vision backend with `--backend vllm=URL`, or drop `--image`"
         )));
     }
-    payload.state = with_images(std::mem::take(&mut payload.state), &args.images)?;
-    let (raw, injected) = args.after.inject(&payload.schema)?;
-    payload.schema = raw;
-    let schema = valid_schema(&payload, args.samples.as_deref(), args.layout.as_deref())?;
-    // No state, no decision (as on /api and MCP).
-    state_given?;
+    let images = image_urls(&args.images)?;
+    let samples = args.samples.as_deref().map(parse_samples).transpose()?;
+    let layout = args.layout.as_deref().map(parse_layout).transpose()?;
+    let service = Service::new(
+        Catalogue::new(crate::commands::templates::catalogue())
+            .with_policy_text(found.name.clone(), found.text),
+    );
+    let request = DecisionRequest {
+        template: Some(found.name.clone()),
+        variables: Some(variables),
+        allow_missing_vars: Some(args.vars.allow_missing_vars),
+        images: (!images.is_empty()).then_some(Value::Array(images)),
+        seed: Some(args.seed),
+        after: args.after.to_options()?,
+        ..DecisionRequest::default()
+    };
+    let mut prepared = service
+        .prepare(None, request)
+        .map_err(crate::commands::after::service_failure)?;
+    // The command line's own overrides: `--samples auto` (the request's
+    // `samples` is a count) and `--layout`.
+    let mut schema = prepared.request.schema.clone();
+    if let Some(s) = samples {
+        schema = schema.with_samples(s);
+    }
+    if let Some(l) = layout {
+        schema = schema.with_layout(l);
+    }
+    prepared.request.schema = schema;
     // A policy that reads an image needs one: the engine refuses it too, but
     // here it is refused before any model is loaded.
-    dgem_core::images::check_required(&schema, &payload.state)
+    dgem_core::images::check_required(&prepared.request.schema, &prepared.request.state)
         .map_err(|e| user(anyhow::anyhow!("{}", e.message)))?;
     if args.plan {
         if crate::vllm::backend_url(&args.vllm)?.is_some() {
@@ -278,19 +237,14 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
             )));
         }
         let plan = setup::engine(&args.model)?
-            .plan(&DecideRequest {
-                schema,
-                state: payload.state.clone(),
-                seed: args.seed,
-            })
+            .plan(&prepared.request)
             .map_err(engine)?;
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
     }
-    let template_name = args.template.to_string_lossy().into_owned();
-    let hesitation = args.after.request(&schema, &template_name, injected)?;
+    let hesitation = &prepared.hesitation;
     let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
-    let after = args.setup.setup_for(need_stage2)?;
+    let service = service.with_after(args.setup.setup_for(need_stage2)?);
     let engine_: std::sync::Arc<dyn dgem_engine::Decider> =
         match crate::vllm::backend_url(&args.vllm)? {
             Some(url) => crate::vllm::shared_decider(
@@ -305,46 +259,27 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
             }
         };
     let rt = setup::runtime()?;
-    let started = std::time::Instant::now();
     let spinner = crate::progress::spinner("deciding…");
-    let decided = rt.block_on(engine_.decide(DecideRequest {
-        schema: schema.clone(),
-        state: payload.state.clone(),
-        seed: args.seed,
-    }));
-    let mut decision: Decision = match decided {
-        Ok(d) => d,
-        Err(e) => {
-            spinner.finish_and_clear();
-            return Err(engine(e));
-        }
-    };
-    let images = dgem_core::images::image_urls(&payload.state);
-    let finished =
-        rt.block_on(after.finish(&mut decision, &schema, &payload.state, &images, &hesitation));
+    let decided = rt.block_on(service.decide(engine_.as_ref(), prepared));
     spinner.finish_and_clear();
-    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    let decided = decided.map_err(engine)?;
     // A calibration file asked for by name must fit this model and policy.
-    if let Some(c) = finished.calibration.as_ref().filter(|c| !c.applied) {
+    if let Some(c) = decided.finished.calibration.as_ref().filter(|c| !c.applied) {
         return Err(user(anyhow::anyhow!("`--calibration-file`: {}", c.reason)));
     }
     if args.json {
-        let mut envelope = decision.envelope();
-        if let (Some(extra), Some(m)) = (finished.to_json(), envelope.as_object_mut()) {
-            m.extend(extra);
-        }
-        let text = serde_json::to_string_pretty(&envelope).map_err(internal)?;
+        let text = serde_json::to_string_pretty(&decided.envelope()).map_err(internal)?;
         println!("{text}");
     } else {
-        print!("{}", output::table(&decision));
-        if let Some(c) = &finished.cascade {
+        print!("{}", output::table(&decided.decision));
+        if let Some(c) = &decided.finished.cascade {
             print!("{}", output::cascade(c));
         }
-        if let Some(s) = &finished.suggestions {
+        if let Some(s) = &decided.finished.suggestions {
             print!("{}", output::suggestions(s));
         }
         if args.stats {
-            print!("{}", output::stats(&decision, wall_ms));
+            print!("{}", output::stats(&decided.decision, decided.elapsed_ms));
         }
     }
     Ok(())

@@ -23,7 +23,7 @@ pub fn run(args: RenderArgs) -> Result<(), Failure> {
     // No state check here: rendering the placeholder text is how a user sees
     // what a policy does; `decide` refuses it. A variable with no `default`
     // that is not given is refused unless `--allow-missing-vars`.
-    let payload = load_payload(&args.template, &args.vars)?.payload;
+    let payload = load_payload(&args.template, &args.vars)?;
     let out = serde_json::json!({"schema": payload.schema, "state": payload.state});
     let text = serde_json::to_string_pretty(&out).map_err(internal)?;
     println!("{text}");

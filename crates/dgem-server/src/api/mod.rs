@@ -55,6 +55,16 @@ pub struct ApiState {
     pub after: Arc<AfterSetup>,
 }
 
+impl ApiState {
+    /// The decision service over this state's catalogue, defaults and
+    /// post-read setup.
+    pub fn service(&self) -> dgem_service::Service {
+        dgem_service::Service::new(dgem_service::Catalogue::new(self.templates.clone()))
+            .with_defaults(self.defaults)
+            .with_after(self.after.clone())
+    }
+}
+
 /// The `/api/*` routes over one in-process decider (backend `local`), with
 /// policies validated under `defaults` (the deployment's schema defaults).
 pub fn local_routes(
@@ -179,26 +189,15 @@ async fn decide_inner(
     })
     .await
     .map_err(|e| ApiError::new(ErrorKind::Internal, format!("render task failed: {e}")))??;
-    tracing::Span::current().record("template", parsed.template.as_str());
+    tracing::Span::current().record("template", parsed.label.as_str());
     let requested = header_backend(headers).or(parsed.backend.clone());
-    let schema = parsed.request.schema.clone();
-    let state = parsed.request.state.clone();
     let mut routed = s
         .backends
-        .decide_on(requested.as_deref(), parsed.request)
+        .decide_on(requested.as_deref(), parsed.request.clone())
         .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
-    let images = dgem_core::images::image_urls(&state);
-    let finished = s
-        .after
-        .finish(
-            &mut routed.decision,
-            &schema,
-            &state,
-            &images,
-            &parsed.hesitation,
-        )
-        .await;
+    // The backend router reads; the service applies the post-read once.
+    let finished = s.service().finish(&parsed, &mut routed.decision).await;
     let mut envelope = routed.decision.envelope();
     let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
     let answers = envelope
@@ -218,7 +217,7 @@ async fn decide_inner(
         json!(routed.model)
     };
     let mut body = json!({
-        "template": parsed.template,
+        "template": parsed.label,
         "answers": answers,
         "diagnostics": diagnostics,
         "decision": {"answers": answers, "diagnostics": diagnostics},

@@ -8,41 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// `cascade_mode` as documented: the canonical spellings of
-/// `dgem_cascade::options::CASCADE_MODES` (the parser also takes aliases
-/// and booleans).
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CascadeModeValue {
-    /// No cascade.
-    Off,
-    /// Escalate answers whose entropy reaches `cascade_threshold`.
-    Entropy,
-    /// Escalate answers that differ from `expected_answers`.
-    OnMiss,
-}
-
-/// `cascade_threshold_mode` as documented (`THRESHOLD_MODES`).
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ThresholdModeValue {
-    /// The threshold is an entropy in nats.
-    Nats,
-    /// The threshold is a hesitation (entropy / ln K, 0–1).
-    Normalized,
-}
-
-/// `stage2_prior` as documented (`STAGE2_PRIORS`).
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage2PriorValue {
-    /// The Stage-1 answer and its confidence, as a hint.
-    Soft,
-    /// Nothing of Stage 1.
-    None,
-    /// The whole Stage-1 distribution.
-    Full,
-}
+pub use dgem_service::options::{CascadeModeValue, Stage2PriorValue, ThresholdModeValue};
 
 /// `POST /v1/chat/completions` body.
 #[derive(Debug, Serialize, ToSchema)]
@@ -325,57 +291,6 @@ pub struct ErrorDetail {
     pub kind: String,
     /// Path of the field at fault, when one is (`messages[0].content`).
     pub param: Option<String>,
-}
-
-/// `POST /api/decide` body: a template with variables, or ad-hoc questions
-/// with a state.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApiDecideRequest {
-    /// Template id (default: the shipped default), or the path's.
-    pub template: Option<String>,
-    /// Template variables.
-    pub variables: Option<Value>,
-    /// Ad-hoc questions (instead of a template).
-    pub questions: Option<Value>,
-    /// State of ad-hoc questions.
-    pub state: Option<Value>,
-    /// Image URLs.
-    pub images: Option<Vec<String>>,
-    /// Rubric of ad-hoc questions.
-    pub instructions: Option<String>,
-    /// Backend to route to (also `X-DGem-Backend`).
-    pub backend: Option<String>,
-    /// Seed.
-    pub seed: Option<i64>,
-    /// Reads averaged: a count or `auto`.
-    pub samples: Option<Value>,
-    /// Post-hoc temperature by type, or one number.
-    pub temperature: Option<Value>,
-    /// Abstention: confidence floor.
-    pub abstain_below: Option<Value>,
-    /// Abstention: hesitation ceiling.
-    pub abstain_above: Option<Value>,
-    /// Cascade: escalate hesitant answers to a Stage-2 model (default `off`).
-    pub cascade_mode: Option<CascadeModeValue>,
-    /// Gate threshold: an entropy in nats (default 0.35) or, with
-    /// `cascade_threshold_mode: normalized`, a hesitation in [0, 1] (default 0.16).
-    pub cascade_threshold: Option<f64>,
-    /// What `cascade_threshold` is compared with (default `nats`).
-    pub cascade_threshold_mode: Option<ThresholdModeValue>,
-    /// The Stage-2 model.
-    pub cascade_model: Option<String>,
-    /// How much of Stage 1 the Stage-2 prompt shows (default `soft`).
-    pub stage2_prior: Option<Stage2PriorValue>,
-    /// Expected answers by question id.
-    pub expected_answers: Option<Value>,
-    /// Suggest new options for hesitant choices.
-    pub suggest_expansions: Option<bool>,
-    /// Hesitation above which expansions are suggested.
-    pub expansion_entropy: Option<f64>,
-    /// Decide even when a variable the template reads with no default is not
-    /// given: the policy then holds a placeholder (`<no value>`, `null`).
-    /// Without it (default) such a request is a 422 naming the variable.
-    pub allow_missing_vars: Option<bool>,
 }
 
 /// A JSON-RPC 2.0 request to `/mcp`.

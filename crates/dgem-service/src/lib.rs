@@ -1,0 +1,55 @@
+//! The decision service between every dgem surface and the model.
+//!
+//! `/api/decide`, the MCP tools and `dgem decide` each used to hand-build
+//! parse → policy → options → decide → post-read over untyped JSON, with the
+//! request's keys declared in several lists that drifted apart. Here they are
+//! declared once:
+//! - [`DecisionRequest`] (with [`AfterOptions`] flattened in it) is the one
+//!   typed request; its derives give the OpenAPI schema (utoipa), the MCP
+//!   tool schemas (schemars, [`tool_schema`]), the list of keys an unknown
+//!   key is refused against ([`DecisionRequest::keys`]) and, for the
+//!   post-read options, the command-line flags (clap).
+//! - [`Catalogue`] is the one policy catalogue (a folder, then the built-in
+//!   policies) with the one set of variable rules (aliases, unknown names,
+//!   missing state).
+//! - [`Service`] prepares a request once ([`prepare`]), reads it, and applies
+//!   the post-read once; [`Decided`] is the typed answer each surface renders.
+
+mod catalogue;
+mod error;
+mod keys;
+pub mod options;
+mod prepare;
+mod request;
+mod service;
+
+pub use catalogue::{alias_variables, check_unknown_variables, Catalogue};
+pub use error::{ServiceError, TemplateFailure};
+pub use options::AfterOptions;
+pub use prepare::{prepare, Prepared};
+pub use request::{
+    shown, tool_schema, CustomQuestion, DecisionRequest, QuestionType, ToolKind, CUSTOM_LABEL,
+    DEFAULT_SEED, DEFAULT_TEMPLATE,
+};
+pub use service::{Decided, Service};
+
+/// How a surface names itself in the messages the service writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Surface {
+    /// Where the template ids are listed, e.g. `GET /api/templates`.
+    pub templates_from: &'static str,
+}
+
+impl Surface {
+    /// The Studio HTTP API (`/api/decide`).
+    pub const API: Self = Self {
+        templates_from: "GET /api/templates",
+    };
+    /// The MCP tools.
+    pub const MCP: Self = Self {
+        templates_from: "list_policy_templates",
+    };
+    /// For tests.
+    #[cfg(test)]
+    pub(crate) const TEST: Self = Self::API;
+}

@@ -1,0 +1,132 @@
+//! From a [`DecisionRequest`] to a validated decision: the policy rendered
+//! from the catalogue (or built from ad-hoc questions), images joined to the
+//! state, catch-all options injected when expansion is asked for, the schema
+//! validated once under the deployment's defaults, and the post-read options
+//! checked against it.
+
+use dgem_cascade::Hesitation;
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_engine::templates::TEMPLATE_SUFFIX;
+use dgem_engine::DecideRequest;
+use serde_json::{Map, Value};
+
+use crate::catalogue::Catalogue;
+use crate::error::ServiceError;
+use crate::request::{shown, DecisionRequest, CUSTOM_LABEL, DEFAULT_SEED, DEFAULT_TEMPLATE};
+
+/// A request ready to read.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The template id, or [`CUSTOM_LABEL`] for ad-hoc questions.
+    pub label: String,
+    /// The decision to make: the schema validated once, here.
+    pub request: DecideRequest,
+    /// The backend the request named, if any.
+    pub backend: Option<String>,
+    /// What to do after the read: cascade, temperature, abstention, expansion.
+    pub hesitation: Hesitation,
+}
+
+fn field(name: &str, message: String) -> ServiceError {
+    ServiceError::Field {
+        field: name.to_string(),
+        message,
+    }
+}
+
+/// Prepare `req` on `catalogue` under the deployment's `defaults`.
+/// `route_template` is the template a route names (`/api/decide/{template}`),
+/// used when the request names none.
+///
+/// # Errors
+/// A [`ServiceError`] naming the field at fault: both `template` and
+/// `questions`; `questions` without `state`; a malformed question, image,
+/// variable or post-read option; a template that does not resolve or render;
+/// a policy that is not a valid schema.
+pub fn prepare(
+    catalogue: &Catalogue,
+    route_template: Option<&str>,
+    req: DecisionRequest,
+    defaults: &SchemaDefaults,
+) -> Result<Prepared, ServiceError> {
+    if req.is_custom() {
+        if let Some(t) = &req.template {
+            return Err(field(
+                "template",
+                format!(
+                    "send either `template` (with `variables`) or ad-hoc `questions` (with `state`), not both. Given: `template` {} and `questions`",
+                    shown(&Value::String(t.clone()))
+                ),
+            ));
+        }
+    }
+    let (label, mut schema, state) = if req.is_custom() {
+        let (schema, state) = custom(&req)?;
+        (CUSTOM_LABEL.to_string(), schema, state)
+    } else {
+        let name = req
+            .template
+            .clone()
+            .or_else(|| route_template.filter(|p| !p.is_empty()).map(str::to_string))
+            .unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
+        let payload = catalogue.render(
+            &name,
+            req.variables.clone().unwrap_or_default(),
+            req.allow_missing_vars.unwrap_or(false),
+            req.samples,
+        )?;
+        (name, payload.schema, payload.state)
+    };
+    // Images join the state as content parts ahead of its text; each is
+    // checked (type, size, inline) before any read.
+    let images = dgem_core::images::parts_from_json(req.images.as_ref())
+        .map_err(ServiceError::from_schema_error)?;
+    let state =
+        dgem_core::images::with_images(state, images).map_err(ServiceError::from_schema_error)?;
+    if let (Some(n), Some(s)) = (req.samples, schema.as_object_mut()) {
+        s.insert("samples".into(), Value::from(n));
+    }
+    let after = req.after.to_object();
+    let (schema, injected) =
+        dgem_cascade::inject_if_asked(&after, &schema).map_err(ServiceError::from_schema_error)?;
+    let schema = ValidSchema::from_value(&schema, defaults)
+        .map_err(|e| ServiceError::Schema {
+            policy: label.clone(),
+            detail: e.to_string(),
+        })?
+        .with_policy(label.trim_end_matches(TEMPLATE_SUFFIX));
+    let hesitation = Hesitation::from_object(&after, &schema)
+        .map_err(ServiceError::from_schema_error)?
+        .for_policy(&label, injected);
+    Ok(Prepared {
+        label,
+        request: DecideRequest {
+            schema,
+            state,
+            seed: req.seed.unwrap_or(DEFAULT_SEED),
+        },
+        backend: req.backend.filter(|b| !b.is_empty()),
+        hesitation,
+    })
+}
+
+/// The schema and state of ad-hoc questions (every form
+/// [`dgem_core::adhoc`] accepts: a list or a map by id, every type alias).
+fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
+    let Some(state) = req.state.clone() else {
+        return Err(field(
+            "state",
+            "`state` is required with `questions`: the text or JSON object the decision is about"
+                .into(),
+        ));
+    };
+    let questions = req.questions.clone().unwrap_or(Value::Null);
+    let list = dgem_core::adhoc::adhoc_questions(&questions)
+        .map_err(|e| field(&e.field, format!("`{}`: {}", e.field, e.message)))?;
+    let mut schema = Map::new();
+    if let Some(ins) = req.instructions.as_deref().filter(|s| !s.trim().is_empty()) {
+        schema.insert("instructions".into(), Value::from(ins));
+    }
+    schema.insert("questions".into(), Value::Array(list));
+    Ok((Value::Object(schema), state))
+}

@@ -1,0 +1,496 @@
+//! [`DecisionRequest`]: one decision as every surface receives it, either a
+//! policy template with its variables or ad-hoc questions with a state, plus
+//! the read and post-read options.
+//!
+//! The type is the single declaration of the request's keys. Its derives give
+//! the OpenAPI schema of `/api/decide` (utoipa) and the MCP decision tools'
+//! input schemas (schemars, projected per tool by [`tool_schema`]); the keys
+//! a surface refuses as unknown are read from the same schema
+//! ([`DecisionRequest::keys`]). Values are checked by hand in
+//! [`DecisionRequest::from_object`] rather than by serde, so that every error
+//! names the field, the allowed values and the value received.
+
+use dgem_core::schema::MAX_SAMPLES;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::error::ServiceError;
+use crate::options::AfterOptions;
+use crate::Surface;
+
+/// Template used when neither the request nor the route names one.
+pub const DEFAULT_TEMPLATE: &str = "support_triage";
+
+/// Label of a decision made from ad-hoc questions.
+pub const CUSTOM_LABEL: &str = "custom_questions";
+
+/// Base seed of the reads when the request gives none.
+pub const DEFAULT_SEED: i64 = 42;
+
+/// Question type of an ad-hoc question as advertised: `noul` (yes/no),
+/// `choice` (one of named options) or `score` (an ordered level); the parser
+/// ([`dgem_core::adhoc`]) also takes `boolean` and `bool`. Variants carry no
+/// doc comments so that the schema is a plain string `enum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum QuestionType {
+    Noul,
+    Choice,
+    Score,
+}
+
+/// One ad-hoc question as the schemas advertise it (a list entry with its
+/// `id`; the `/v1/systemone` map by id is accepted too).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, ToSchema)]
+pub struct CustomQuestion {
+    /// Unique question id (no `:` or newline), e.g. `urgent`.
+    pub id: String,
+    /// `noul` (yes/no), `choice` (one option of `criteria`) or `score` (one of `levels`).
+    #[serde(rename = "type")]
+    pub kind: QuestionType,
+    /// The question, in plain words.
+    #[serde(default)]
+    pub instructions: String,
+    /// noul: {"true": "when yes", "false": "when no"} (optional). choice: option
+    /// name -> description (or give `options`). score: give `levels` (a list of
+    /// levels here is accepted too, as on /v1/systemone).
+    #[serde(default)]
+    #[schemars(schema_with = "criteria_schema")]
+    #[schema(value_type = Object)]
+    pub criteria: Value,
+    /// choice only: the option names, e.g. ["billing", "support"] (instead of `criteria`).
+    #[serde(default)]
+    pub options: Vec<String>,
+    /// score only: the levels from lowest to highest, e.g. ["calm", "annoyed", "furious"].
+    #[serde(default)]
+    pub levels: Vec<String>,
+}
+
+/// `criteria` is declared as an object (the common case) so the schema stays
+/// a single plain type; a score's list of levels is accepted as well.
+fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "default": {},
+        "description": "noul: {\"true\": \"when yes\", \"false\": \"when no\"} (optional). choice: option name -> description (required). score: use `levels`."
+    })
+}
+
+/// `state` is advertised as a string: the plain schema MCP clients take cannot
+/// say "string or object", and a JSON object of fields is accepted anyway.
+fn state_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "description": "With `questions`: the text the decision is about (a ticket, a message, a log line, …); a JSON object of fields is accepted too."
+    })
+}
+
+/// One decision request (see the module docs). Every field is optional on
+/// the wire; [`crate::prepare`] applies the defaults and the rules between
+/// fields (`template` or `questions`, not both; `state` with `questions`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
+pub struct DecisionRequest {
+    /// Policy template id (e.g. `support_triage`; the templates list names
+    /// them). Default: the route's template, else `support_triage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// Template variables, e.g. {"ticket": "I was charged twice"}; the
+    /// template's own names, or the aliases `context` (for `document`),
+    /// `text` (for `user_input`) and `input_text`/`ticket`/`document`/`text`/
+    /// `context` (for `input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<Map<String, Value>>,
+    /// Ad-hoc questions (instead of a template), e.g. [{"id": "urgent",
+    /// "type": "noul", "instructions": "Does it need someone today?"}]; the
+    /// `/v1/systemone` map by id and every type alias are accepted too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<CustomQuestion>>")]
+    #[schema(value_type = Option<Vec<CustomQuestion>>)]
+    pub questions: Option<Value>,
+    /// With `questions`: the text or JSON object the decision is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "state_schema")]
+    pub state: Option<Value>,
+    /// Images the decision is about, each a `data:image/...;base64,…` URL
+    /// (png, jpeg, webp or gif; at most 16). They go ahead of the text; only
+    /// a vision backend (vLLM) reads them, and the embedded model refuses them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<String>>")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub images: Option<Value>,
+    /// With `questions`: instructions that apply to every question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Backend to decide with; none means the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Base seed for the reads (default 42).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    /// Reads to average, 1 to 32; wins over the policy's `samples`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u32>,
+    /// What to do after the read.
+    #[serde(flatten)]
+    pub after: AfterOptions,
+    /// Decide even when a variable the template reads with no default is not
+    /// given (default false): the policy then holds a placeholder (`<no
+    /// value>` or null) where the variable would go. Without it such a
+    /// request is refused, naming the variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_missing_vars: Option<bool>,
+}
+
+/// `v` as a short JSON text for an error message (at most 80 bytes).
+pub fn shown(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 80 {
+        format!("{}…", &s[..s.floor_char_boundary(80)])
+    } else {
+        s
+    }
+}
+
+fn field(name: &str, message: String) -> ServiceError {
+    ServiceError::Field {
+        field: name.to_string(),
+        message,
+    }
+}
+
+/// The value of `key`, `None` when absent or `null`.
+fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+impl DecisionRequest {
+    /// The request's JSON keys, as its derived schema names them (the
+    /// post-read keys inlined where [`AfterOptions`] is flattened).
+    pub fn keys() -> Vec<String> {
+        crate::keys::properties::<Self>()
+    }
+
+    /// The first key of `obj` that is not in `allowed`, cut to 64 characters
+    /// for a message, with the closest allowed key when one is near.
+    pub fn unknown_key(
+        obj: &Map<String, Value>,
+        allowed: &[String],
+    ) -> Option<(String, Option<String>)> {
+        let key = obj.keys().find(|k| !allowed.iter().any(|a| a == *k))?;
+        let mut cut: String = key.chars().take(64).collect();
+        if cut.len() < key.len() {
+            cut.push('…');
+        }
+        let closest = dgem_engine::builtin::closest(key, allowed.iter().map(String::as_str))
+            .map(str::to_string);
+        Some((cut, closest))
+    }
+
+    /// Read a request from the keys of `obj`, checking each value's type.
+    /// Unknown keys are not looked at here: each surface refuses them with
+    /// its own wording ([`DecisionRequest::unknown_key`]).
+    ///
+    /// `surface` names where the template ids are listed, for the message
+    /// of a `template` that is not a string.
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] naming the field, what it must be and the
+    /// value given (e.g. "`samples` must be an integer from 1 to 32. Given: 0").
+    pub fn from_object(obj: &Map<String, Value>, surface: &Surface) -> Result<Self, ServiceError> {
+        let string = |key: &str, what: &str| -> Result<Option<String>, ServiceError> {
+            match given(obj, key) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(field(
+                    key,
+                    format!("`{key}` must be {what}. Given: {}", shown(other)),
+                )),
+            }
+        };
+        let template = match given(obj, "template") {
+            None => None,
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            Some(other) => {
+                return Err(field(
+                    "template",
+                    format!(
+                        "`template` must be a template id from {}. Given: {}",
+                        surface.templates_from,
+                        shown(other)
+                    ),
+                ))
+            }
+        };
+        let variables = match given(obj, "variables") {
+            None => None,
+            Some(Value::Object(m)) => Some(m.clone()),
+            Some(other) => {
+                return Err(field(
+                    "variables",
+                    format!(
+                        "`variables` must be an object of template variables. Given: {}",
+                        shown(other)
+                    ),
+                ))
+            }
+        };
+        let allow_missing_vars = match given(obj, "allow_missing_vars") {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                return Err(field(
+                    "allow_missing_vars",
+                    format!(
+                        "`allow_missing_vars` must be true or false. Given: {}",
+                        shown(other)
+                    ),
+                ))
+            }
+        };
+        let seed = match given(obj, "seed") {
+            None => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
+                field(
+                    "seed",
+                    format!("`seed` must be an integer. Given: {}", shown(v)),
+                )
+            })?),
+        };
+        let samples = match given(obj, "samples") {
+            None => None,
+            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) if (1..=MAX_SAMPLES).contains(&n) => Some(n),
+                _ => {
+                    return Err(field(
+                        "samples",
+                        format!(
+                            "`samples` must be an integer from 1 to {MAX_SAMPLES}. Given: {}",
+                            shown(v)
+                        ),
+                    ))
+                }
+            },
+        };
+        Ok(Self {
+            template,
+            variables,
+            questions: obj.get("questions").cloned(),
+            state: given(obj, "state").cloned(),
+            images: given(obj, "images").cloned(),
+            instructions: string("instructions", "a string")?,
+            backend: string("backend", "a string")?,
+            seed,
+            samples,
+            after: AfterOptions::from_object(obj),
+            allow_missing_vars,
+        })
+    }
+
+    /// Whether the request asks ad-hoc questions rather than a template (the
+    /// `questions` key is present, even as `null`).
+    pub fn is_custom(&self) -> bool {
+        self.questions.is_some()
+    }
+}
+
+/// The two MCP decision tools, each a view of [`DecisionRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// `decide_policy`: a template and its variables.
+    Policy,
+    /// `decide_custom_questions`: ad-hoc questions and a state.
+    Custom,
+}
+
+impl ToolKind {
+    /// The request keys this tool does not take.
+    fn left_out(self) -> &'static [&'static str] {
+        match self {
+            Self::Policy => &["questions", "state", "instructions"],
+            Self::Custom => &["template", "variables", "allow_missing_vars"],
+        }
+    }
+
+    /// The request keys this tool requires.
+    pub fn required(self) -> &'static [&'static str] {
+        match self {
+            Self::Policy => &[],
+            Self::Custom => &["state", "questions"],
+        }
+    }
+
+    /// The keys this tool takes, in schema order.
+    pub fn keys(self) -> Vec<String> {
+        DecisionRequest::keys()
+            .into_iter()
+            .filter(|k| !self.left_out().contains(&k.as_str()))
+            .collect()
+    }
+}
+
+/// The JSON Schema (draft 2020-12, subschemas inlined) of the request keys
+/// `tool` takes: [`DecisionRequest`]'s own schema with the other tool's keys
+/// left out and the tool's required keys marked. A caller makes it plain for
+/// small-schema clients (no nullable unions) and adds the `backend` enum.
+pub fn tool_schema(tool: ToolKind) -> Map<String, Value> {
+    let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
+        s.inline_subschemas = true;
+    });
+    let root = settings
+        .into_generator()
+        .into_root_schema_for::<DecisionRequest>();
+    let mut obj = match serde_json::to_value(root) {
+        Ok(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        for k in tool.left_out() {
+            props.shift_remove(*k);
+        }
+        if tool == ToolKind::Policy {
+            if let Some(Value::Object(t)) = props.get_mut("template") {
+                t.insert("default".into(), Value::from(DEFAULT_TEMPLATE));
+            }
+        }
+        if let Some(Value::Object(t)) = props.get_mut("seed") {
+            t.insert("default".into(), Value::from(DEFAULT_SEED));
+        }
+    }
+    let required: Vec<Value> = tool.required().iter().map(|k| Value::from(*k)).collect();
+    if required.is_empty() {
+        obj.remove("required");
+    } else {
+        obj.insert("required".into(), Value::Array(required));
+    }
+    obj
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn the_keys_are_the_ones_the_studio_api_has_always_taken() {
+        let mut keys = DecisionRequest::keys();
+        keys.sort();
+        let mut want = vec![
+            "template",
+            "variables",
+            "questions",
+            "state",
+            "images",
+            "instructions",
+            "backend",
+            "seed",
+            "samples",
+            "temperature",
+            "abstain_below",
+            "abstain_above",
+            "cascade_mode",
+            "cascade_threshold",
+            "cascade_threshold_mode",
+            "cascade_model",
+            "stage2_prior",
+            "expected_answers",
+            "suggest_expansions",
+            "expansion_entropy",
+            "allow_missing_vars",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+    }
+
+    #[test]
+    fn each_tool_takes_its_half_of_the_request() {
+        let policy = ToolKind::Policy.keys();
+        assert!(policy.contains(&"variables".to_string()));
+        assert!(policy.contains(&"cascade_mode".to_string()));
+        assert!(!policy.contains(&"questions".to_string()));
+        let custom = ToolKind::Custom.keys();
+        assert!(custom.contains(&"questions".to_string()));
+        assert!(custom.contains(&"temperature".to_string()));
+        assert!(!custom.contains(&"template".to_string()));
+        let schema = tool_schema(ToolKind::Custom);
+        assert_eq!(schema["required"], json!(["state", "questions"]));
+        assert_eq!(schema["properties"]["seed"]["default"], json!(42));
+        assert_eq!(schema["properties"]["state"]["type"], json!("string"));
+    }
+
+    #[test]
+    fn values_are_typed_with_errors_naming_the_field() {
+        let r = DecisionRequest::from_object(
+            &obj(json!({
+                "template": " pr_risk ", "seed": 7, "samples": 3, "cascade_mode": "entropy",
+                "variables": {"diff": "x"}, "allow_missing_vars": true
+            })),
+            &Surface::TEST,
+        )
+        .expect("parses");
+        assert_eq!(r.template.as_deref(), Some("pr_risk"));
+        assert_eq!((r.seed, r.samples), (Some(7), Some(3)));
+        assert_eq!(r.after.cascade_mode, Some(json!("entropy")));
+        assert_eq!(r.allow_missing_vars, Some(true));
+        let cases = [
+            (
+                json!({"samples": 0}),
+                "samples",
+                "`samples` must be an integer from 1 to 32. Given: 0",
+            ),
+            (
+                json!({"samples": 5_000_000_000_u64}),
+                "samples",
+                "Given: 5000000000",
+            ),
+            (
+                json!({"seed": "x"}),
+                "seed",
+                "`seed` must be an integer. Given: \"x\"",
+            ),
+            (
+                json!({"backend": 3}),
+                "backend",
+                "`backend` must be a string. Given: 3",
+            ),
+            (
+                json!({"instructions": ["a"]}),
+                "instructions",
+                "`instructions` must be a string. Given: [\"a\"]",
+            ),
+            (
+                json!({"allow_missing_vars": "yes"}),
+                "allow_missing_vars",
+                "must be true or false",
+            ),
+        ];
+        for (body, want_field, want) in cases {
+            match DecisionRequest::from_object(&obj(body), &Surface::TEST) {
+                Err(ServiceError::Field { field, message }) => {
+                    assert_eq!(field, want_field);
+                    assert!(message.contains(want), "{message} !~ {want}");
+                }
+                other => panic!("{want_field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_is_found_with_the_closest_known_one() {
+        let allowed = DecisionRequest::keys();
+        let (key, closest) =
+            DecisionRequest::unknown_key(&obj(json!({"seed": 1, "temprature": 2})), &allowed)
+                .expect("found");
+        assert_eq!(key, "temprature");
+        assert_eq!(closest.as_deref(), Some("temperature"));
+    }
+}
