@@ -130,7 +130,13 @@ fn a_policy_that_requires_an_image_exits_1_without_one() {
 fn bad_samples_flag_exits_1() {
     let o = dgem(&["decide", "-t", "support_triage", "--samples", "0"], None);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("`--samples` must be a count from 1 to 32 or `auto`. Given: `0`"));
+    // The decision service's check, shared with /api/decide and MCP, in the
+    // flag's name; the value is shown as JSON, as on every surface.
+    assert!(
+        stderr(&o).contains("`--samples` must be a count from 1 to 32 or `auto`. Given: 0"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -69,6 +69,8 @@ pub use types::*;
         ErrorBody,
         ErrorDetail,
         dgem_service::DecisionRequest,
+        dgem_service::ReadOptions,
+        dgem_service::read::LayoutValue,
         dgem_service::AfterOptions,
         dgem_service::CustomQuestion,
         dgem_service::QuestionType,

@@ -178,7 +178,7 @@ async fn errors_are_400_with_a_named_field() {
         (
             "/api/decide",
             Some(json!({"samples": 99})),
-            "`samples` must be an integer from 1 to 32. Given: 99",
+            "`samples` must be a count from 1 to 32 or `auto`. Given: 99",
         ),
     ];
     for (uri, body, want) in cases {

@@ -4,11 +4,12 @@
 //! parse → policy → options → decide → post-read over untyped JSON, with the
 //! request's keys declared in several lists that drifted apart. Here they are
 //! declared once:
-//! - [`DecisionRequest`] (with [`AfterOptions`] flattened in it) is the one
-//!   typed request; its derives give the OpenAPI schema (utoipa), the MCP
-//!   tool schemas (schemars, [`tool_schema`]), the list of keys an unknown
-//!   key is refused against ([`DecisionRequest::keys`]) and, for the
-//!   post-read options, the command-line flags (clap).
+//! - [`DecisionRequest`] (with [`ReadOptions`] and [`AfterOptions`]
+//!   flattened in it) is the one typed request; its derives give the OpenAPI
+//!   schema (utoipa), the MCP tool schemas (schemars, [`tool_schema`]), the
+//!   list of keys an unknown key is refused against
+//!   ([`DecisionRequest::keys`]) and, for the read and post-read options, the
+//!   command-line flags (clap).
 //! - [`Catalogue`] is the one policy catalogue (a folder, then the built-in
 //!   policies) with the one set of variable rules (aliases, unknown names,
 //!   missing state).
@@ -20,6 +21,7 @@ mod error;
 mod keys;
 pub mod options;
 mod prepare;
+pub mod read;
 mod request;
 mod service;
 
@@ -27,6 +29,7 @@ pub use catalogue::{alias_variables, check_unknown_variables, Catalogue};
 pub use error::{ServiceError, TemplateFailure};
 pub use options::AfterOptions;
 pub use prepare::{prepare, Prepared};
+pub use read::ReadOptions;
 pub use request::{
     shown, tool_schema, CustomQuestion, DecisionRequest, QuestionType, ToolKind, CUSTOM_LABEL,
     DEFAULT_SEED, DEFAULT_TEMPLATE,

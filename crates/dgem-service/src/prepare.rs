@@ -60,7 +60,11 @@ pub fn prepare(
             ));
         }
     }
-    let (label, mut schema, state) = if req.is_custom() {
+    // The read options first: a bad `samples` is reported before the policy
+    // is rendered, as it always was.
+    let samples = req.read.samples()?;
+    let layout = req.read.layout()?;
+    let (label, schema, state) = if req.is_custom() {
         let (schema, state) = custom(&req)?;
         (CUSTOM_LABEL.to_string(), schema, state)
     } else {
@@ -73,7 +77,7 @@ pub fn prepare(
             &name,
             req.variables.clone().unwrap_or_default(),
             req.allow_missing_vars.unwrap_or(false),
-            req.samples,
+            req.read.count(),
         )?;
         (name, payload.schema, payload.state)
     };
@@ -83,18 +87,21 @@ pub fn prepare(
         .map_err(ServiceError::from_schema_error)?;
     let state =
         dgem_core::images::with_images(state, images).map_err(ServiceError::from_schema_error)?;
-    if let (Some(n), Some(s)) = (req.samples, schema.as_object_mut()) {
-        s.insert("samples".into(), Value::from(n));
-    }
     let after = req.after.to_object();
     let (schema, injected) =
         dgem_cascade::inject_if_asked(&after, &schema).map_err(ServiceError::from_schema_error)?;
-    let schema = ValidSchema::from_value(&schema, defaults)
+    let mut schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| ServiceError::Schema {
             policy: label.clone(),
             detail: e.to_string(),
         })?
         .with_policy(label.trim_end_matches(TEMPLATE_SUFFIX));
+    if let Some(s) = samples {
+        schema = schema.with_samples(s);
+    }
+    if let Some(l) = layout {
+        schema = schema.with_layout(l);
+    }
     let hesitation = Hesitation::from_object(&after, &schema)
         .map_err(ServiceError::from_schema_error)?
         .for_policy(&label, injected);
@@ -103,7 +110,7 @@ pub fn prepare(
         request: DecideRequest {
             schema,
             state,
-            seed: req.seed.unwrap_or(DEFAULT_SEED),
+            seed: req.read.seed.unwrap_or(DEFAULT_SEED),
         },
         backend: req.backend.filter(|b| !b.is_empty()),
         hesitation,

@@ -10,7 +10,6 @@
 //! [`DecisionRequest::from_object`] rather than by serde, so that every error
 //! names the field, the allowed values and the value received.
 
-use dgem_core::schema::MAX_SAMPLES;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -18,6 +17,7 @@ use utoipa::ToSchema;
 
 use crate::error::ServiceError;
 use crate::options::AfterOptions;
+use crate::read::ReadOptions;
 use crate::Surface;
 
 /// Template used when neither the request nor the route names one.
@@ -127,12 +127,9 @@ pub struct DecisionRequest {
     /// Backend to decide with; none means the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
-    /// Base seed for the reads (default 42).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
-    /// Reads to average, 1 to 32; wins over the policy's `samples`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub samples: Option<u32>,
+    /// How to read: seed, samples, layout.
+    #[serde(flatten)]
+    pub read: ReadOptions,
     /// What to do after the read.
     #[serde(flatten)]
     pub after: AfterOptions,
@@ -198,7 +195,9 @@ impl DecisionRequest {
     ///
     /// # Errors
     /// [`ServiceError::Field`] naming the field, what it must be and the
-    /// value given (e.g. "`samples` must be an integer from 1 to 32. Given: 0").
+    /// value given (e.g. "`seed` must be an integer. Given: \"x\""). The
+    /// read and post-read values are checked when the request is prepared,
+    /// whichever surface built it.
     pub fn from_object(obj: &Map<String, Value>, surface: &Surface) -> Result<Self, ServiceError> {
         let string = |key: &str, what: &str| -> Result<Option<String>, ServiceError> {
             match given(obj, key) {
@@ -259,21 +258,6 @@ impl DecisionRequest {
                 )
             })?),
         };
-        let samples = match given(obj, "samples") {
-            None => None,
-            Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                Some(n) if (1..=MAX_SAMPLES).contains(&n) => Some(n),
-                _ => {
-                    return Err(field(
-                        "samples",
-                        format!(
-                            "`samples` must be an integer from 1 to {MAX_SAMPLES}. Given: {}",
-                            shown(v)
-                        ),
-                    ))
-                }
-            },
-        };
         Ok(Self {
             template,
             variables,
@@ -282,8 +266,11 @@ impl DecisionRequest {
             images: given(obj, "images").cloned(),
             instructions: string("instructions", "a string")?,
             backend: string("backend", "a string")?,
-            seed,
-            samples,
+            read: ReadOptions {
+                seed,
+                samples: given(obj, "samples").cloned(),
+                layout: given(obj, "layout").cloned(),
+            },
             after: AfterOptions::from_object(obj),
             allow_missing_vars,
         })
@@ -380,11 +367,12 @@ mod tests {
         }
     }
 
+    /// The keys `/api/decide` took before the request was one type are all
+    /// still taken (new options may join them), each once.
     #[test]
-    fn the_keys_are_the_ones_the_studio_api_has_always_taken() {
-        let mut keys = DecisionRequest::keys();
-        keys.sort();
-        let mut want = vec![
+    fn the_keys_the_studio_api_has_always_taken_are_still_taken() {
+        let keys = DecisionRequest::keys();
+        for k in [
             "template",
             "variables",
             "questions",
@@ -406,9 +394,10 @@ mod tests {
             "suggest_expansions",
             "expansion_entropy",
             "allow_missing_vars",
-        ];
-        want.sort_unstable();
-        assert_eq!(keys, want);
+        ] {
+            assert_eq!(keys.iter().filter(|x| *x == k).count(), 1, "{k}: {keys:?}");
+        }
+        assert_eq!(keys[0], "template", "the list in messages starts with it");
     }
 
     #[test]
@@ -438,20 +427,11 @@ mod tests {
         )
         .expect("parses");
         assert_eq!(r.template.as_deref(), Some("pr_risk"));
-        assert_eq!((r.seed, r.samples), (Some(7), Some(3)));
+        assert_eq!(r.read.seed, Some(7));
+        assert_eq!(r.read.count(), Some(3));
         assert_eq!(r.after.cascade_mode, Some(json!("entropy")));
         assert_eq!(r.allow_missing_vars, Some(true));
         let cases = [
-            (
-                json!({"samples": 0}),
-                "samples",
-                "`samples` must be an integer from 1 to 32. Given: 0",
-            ),
-            (
-                json!({"samples": 5_000_000_000_u64}),
-                "samples",
-                "Given: 5000000000",
-            ),
             (
                 json!({"seed": "x"}),
                 "seed",

@@ -256,5 +256,10 @@ fn flag_error(e: dgem_core::SchemaError) -> Failure {
         "expected_answers" => "--expect".to_string(),
         other => format!("--{}", other.replace('_', "-")),
     };
-    user(anyhow::anyhow!("`{flag}`: {}", e.message))
+    // "`samples` must be …" reads "`--samples` must be …" on the command line.
+    let key = format!("`{}` ", e.field);
+    match e.message.strip_prefix(&key) {
+        Some(rest) => user(anyhow::anyhow!("`{flag}` {rest}")),
+        None => user(anyhow::anyhow!("`{flag}`: {}", e.message)),
+    }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use dgem_core::payload::Payload;
 use dgem_core::schema::{Layout, SamplePolicy};
 use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
-use dgem_service::{Catalogue, DecisionRequest, Service};
+use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
 use serde_json::{Map, Value};
 
 use crate::commands::after::{HesitationArgs, SetupArgs};
@@ -53,15 +53,10 @@ pub struct DecideArgs {
     /// Print timing, token and per-question diagnostics after the table.
     #[arg(short = 's', long)]
     pub stats: bool,
-    /// Reads to average: a count (1–32) or `auto`. Overrides the template.
-    #[arg(long)]
-    pub samples: Option<String>,
-    /// Prompt layout: `document_first` or `schema_first`. Overrides the template.
-    #[arg(long)]
-    pub layout: Option<String>,
-    /// Base seed for the reads.
-    #[arg(long, default_value_t = 42)]
-    pub seed: i64,
+    /// `--seed`, `--samples`, `--layout`: the decision service's read
+    /// options, the same keys `/api/decide` and MCP take.
+    #[command(flatten)]
+    pub read: ReadOptions,
     /// An image the decision is about (repeatable; png, jpeg, webp or gif, at
     /// most 10 MiB each, 16 in all). The images go ahead of the rendered
     /// state's text. Only a vision backend reads them (`--backend vllm=URL`);
@@ -104,30 +99,38 @@ pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Payload, Failure>
         .map_err(crate::commands::after::service_failure)
 }
 
-/// Parse `--samples`.
+/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`,
+/// by the decision service's parser.
+///
+/// # Errors
+/// Exit code 1 naming `--samples`, the allowed values and the value given.
 pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("auto") {
-        return Ok(SamplePolicy::Auto {
-            max: 4,
-            threshold: 0.1,
-        });
-    }
-    match t.parse::<u32>() {
-        Ok(n) if (1..=dgem_core::schema::MAX_SAMPLES).contains(&n) => Ok(SamplePolicy::Fixed { n }),
+    let read = ReadOptions {
+        samples: dgem_service::options::json_or_string(s).ok(),
+        ..ReadOptions::default()
+    };
+    match read.samples() {
+        Ok(Some(p)) => Ok(p),
         _ => Err(user(anyhow::anyhow!(
             "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
         ))),
     }
 }
 
-/// Parse `--layout`.
+/// Parse a `--layout` flag (`dgem bench`), by the decision service's parser.
+///
+/// # Errors
+/// Exit code 1 naming `--layout`, the allowed values and the value given.
 pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
-    match s.trim() {
-        "document_first" => Ok(Layout::DocumentFirst),
-        "schema_first" => Ok(Layout::SchemaFirst),
-        other => Err(user(anyhow::anyhow!(
-            "`--layout` must be one of [document_first, schema_first]. Given: `{other}`"
+    let read = ReadOptions {
+        layout: Some(Value::String(s.to_string())),
+        ..ReadOptions::default()
+    };
+    match read.layout() {
+        Ok(Some(l)) => Ok(l),
+        _ => Err(user(anyhow::anyhow!(
+            "`--layout` must be one of [document_first, schema_first]. Given: `{}`",
+            s.trim()
         ))),
     }
 }
@@ -198,8 +201,6 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         )));
     }
     let images = image_urls(&args.images)?;
-    let samples = args.samples.as_deref().map(parse_samples).transpose()?;
-    let layout = args.layout.as_deref().map(parse_layout).transpose()?;
     let service = Service::new(
         Catalogue::new(crate::commands::templates::catalogue())
             .with_policy_text(found.name.clone(), found.text),
@@ -209,23 +210,13 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         variables: Some(variables),
         allow_missing_vars: Some(args.vars.allow_missing_vars),
         images: (!images.is_empty()).then_some(Value::Array(images)),
-        seed: Some(args.seed),
+        read: args.read.clone(),
         after: args.after.to_options()?,
         ..DecisionRequest::default()
     };
-    let mut prepared = service
+    let prepared = service
         .prepare(None, request)
         .map_err(crate::commands::after::service_failure)?;
-    // The command line's own overrides: `--samples auto` (the request's
-    // `samples` is a count) and `--layout`.
-    let mut schema = prepared.request.schema.clone();
-    if let Some(s) = samples {
-        schema = schema.with_samples(s);
-    }
-    if let Some(l) = layout {
-        schema = schema.with_layout(l);
-    }
-    prepared.request.schema = schema;
     // A policy that reads an image needs one: the engine refuses it too, but
     // here it is refused before any model is loaded.
     dgem_core::images::check_required(&prepared.request.schema, &prepared.request.state)

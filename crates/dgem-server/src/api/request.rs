@@ -34,7 +34,6 @@ fn not_served(key: &str) -> Option<&'static str> {
         "custom_template" => {
             "send ad-hoc `questions` with a `state`, or a `template` id from GET /api/templates"
         }
-        "layout" => "set `layout` in the policy's schema",
         "vertex_url" => "pick the backend with `backend` or the X-DGem-Backend header",
         _ => return None,
     })
@@ -173,6 +172,39 @@ mod tests {
         assert_eq!(r.backend.as_deref(), Some("local"));
     }
 
+    /// Issue 30: the OpenAPI document said `samples` takes "a count or
+    /// `auto`" while this route refused `auto`, and `layout` was the CLI's
+    /// alone. Both are the decision service's read options now, on every
+    /// surface.
+    #[test]
+    fn samples_auto_and_layout_are_taken_as_the_document_says() {
+        let body = json!({"variables": {"ticket": "refund me"}, "samples": "auto", "layout": "schema_first"});
+        let r = parse(&dir(), None, &body, &SchemaDefaults::default()).expect("parses");
+        assert_eq!(
+            r.request.schema.samples,
+            dgem_core::schema::SamplePolicy::Auto {
+                max: 4,
+                threshold: 0.1
+            }
+        );
+        assert_eq!(
+            r.request.schema.layout,
+            dgem_core::schema::Layout::SchemaFirst
+        );
+        let err = parse(
+            &dir(),
+            None,
+            &json!({"variables": {"ticket": "x"}, "layout": "sideways"}),
+            &SchemaDefaults::default(),
+        )
+        .expect_err("refused");
+        assert_eq!(err.param.as_deref(), Some("layout"));
+        assert!(
+            err.to_string().contains("[document_first, schema_first]"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn custom_questions_build_a_schema() {
         let body = json!({"state": "the build is red", "questions": [
@@ -213,7 +245,7 @@ mod tests {
         let cases = [
             (
                 json!({"samples": 0}),
-                "`samples` must be an integer from 1 to 32. Given: 0",
+                "`samples` must be a count from 1 to 32 or `auto`. Given: 0",
             ),
             (
                 json!({"seed": "x"}),

@@ -1,0 +1,188 @@
+//! How a decision is read: the seed, the reads to average and the prompt
+//! layout. Like [`crate::AfterOptions`], [`ReadOptions`] is declared once and
+//! its derives give the JSON keys (serde), the MCP schema (schemars), the
+//! OpenAPI schema (utoipa) and the `dgem decide` flags (clap: `--seed`,
+//! `--samples`, `--layout`). Values are checked by [`ReadOptions::samples`]
+//! and [`ReadOptions::layout`], whichever surface they came from.
+
+use clap::Args;
+use dgem_core::schema::{Layout, SamplePolicy, MAX_SAMPLES};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::error::ServiceError;
+use crate::options::json_or_string;
+use crate::request::shown;
+
+/// Reads of `samples: "auto"`: one read, then up to this many in all when the
+/// largest per-question entropy exceeds [`AUTO_THRESHOLD_NATS`] (the sample
+/// policy's own defaults, `dgem_core::schema::SamplePolicy::Auto`).
+pub const AUTO_MAX_READS: u32 = 4;
+
+/// Entropy in nats above which `samples: "auto"` reads again.
+pub const AUTO_THRESHOLD_NATS: f64 = 0.1;
+
+/// `layout` as advertised: `document_first` (the state, then the questions)
+/// or `schema_first` (the questions first, so that one policy's prompt prefix
+/// is shared across states). Variants carry no doc comments so that schemars
+/// writes a plain string `enum`.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum LayoutValue {
+    DocumentFirst,
+    SchemaFirst,
+}
+
+/// The read keys of one decision request (see the module docs). `None`
+/// leaves the policy's own setting (the seed defaults to 42).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema, Args)]
+pub struct ReadOptions {
+    /// Base seed for the reads (default 42): the same request with the same
+    /// seed gets the same probabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_name = "N")]
+    pub seed: Option<i64>,
+    /// Reads to average: a count from 1 to 32, or "auto" (one read, and up
+    /// to 4 when an answer's entropy exceeds 0.1 nats). Wins over the
+    /// policy's `samples`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<u32>")]
+    #[schema(value_type = Option<Value>)]
+    #[arg(long, value_name = "N|auto", value_parser = json_or_string)]
+    pub samples: Option<Value>,
+    /// Prompt layout: "document_first" (the state, then the questions) or
+    /// "schema_first" (the questions first, so that one policy's prompt
+    /// prefix is shared, and cached, across states). Wins over the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<LayoutValue>")]
+    #[schema(value_type = Option<LayoutValue>)]
+    #[arg(long, value_name = "LAYOUT", value_parser = json_or_string)]
+    pub layout: Option<Value>,
+}
+
+fn field(name: &str, message: String) -> ServiceError {
+    ServiceError::Field {
+        field: name.to_string(),
+        message,
+    }
+}
+
+impl ReadOptions {
+    /// The sample policy `samples` asks for, `None` when not given.
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] naming `samples`, what it must be and the
+    /// value given.
+    pub fn samples(&self) -> Result<Option<SamplePolicy>, ServiceError> {
+        let Some(v) = self.samples.as_ref().filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        if v.as_str()
+            .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto"))
+        {
+            return Ok(Some(SamplePolicy::Auto {
+                max: AUTO_MAX_READS,
+                threshold: AUTO_THRESHOLD_NATS,
+            }));
+        }
+        match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(Some(SamplePolicy::Fixed { n })),
+            _ => Err(field(
+                "samples",
+                format!(
+                    "`samples` must be a count from 1 to {MAX_SAMPLES} or `auto`. Given: {}",
+                    shown(v)
+                ),
+            )),
+        }
+    }
+
+    /// The count `samples` asks for, when it is a count (a template may read
+    /// it as its variable `samples`).
+    pub fn count(&self) -> Option<u32> {
+        match self.samples() {
+            Ok(Some(SamplePolicy::Fixed { n })) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The layout `layout` asks for, `None` when not given.
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] naming `layout`, its allowed values and the
+    /// value given.
+    pub fn layout(&self) -> Result<Option<Layout>, ServiceError> {
+        match self.layout.as_ref().filter(|v| !v.is_null()) {
+            None => Ok(None),
+            Some(v) => match v.as_str().map(str::trim) {
+                Some("document_first") => Ok(Some(Layout::DocumentFirst)),
+                Some("schema_first") => Ok(Some(Layout::SchemaFirst)),
+                _ => Err(field(
+                    "layout",
+                    format!(
+                        "`layout` must be one of [document_first, schema_first]. Given: {}",
+                        shown(v)
+                    ),
+                )),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(samples: Value, layout: Value) -> ReadOptions {
+        ReadOptions {
+            seed: None,
+            samples: Some(samples),
+            layout: Some(layout),
+        }
+    }
+
+    #[test]
+    fn samples_take_a_count_or_auto_and_layout_its_two_names() {
+        let r = read(json!(3), json!("schema_first"));
+        assert_eq!(r.samples().expect("ok"), Some(SamplePolicy::Fixed { n: 3 }));
+        assert_eq!(r.count(), Some(3));
+        assert_eq!(r.layout().expect("ok"), Some(Layout::SchemaFirst));
+        let r = read(json!("AUTO"), json!("document_first"));
+        assert_eq!(
+            r.samples().expect("ok"),
+            Some(SamplePolicy::Auto {
+                max: 4,
+                threshold: 0.1
+            })
+        );
+        assert_eq!(r.count(), None);
+        assert_eq!(ReadOptions::default().samples().expect("ok"), None);
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_field_the_allowed_values_and_the_value() {
+        for (bad, want) in [
+            (
+                json!(0),
+                "`samples` must be a count from 1 to 32 or `auto`. Given: 0",
+            ),
+            (json!(33), "Given: 33"),
+            (json!("often"), "Given: \"often\""),
+            (json!(2.5), "Given: 2.5"),
+        ] {
+            let e = read(bad, json!(null)).samples().expect_err("refused");
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        let e = read(json!(1), json!("sideways"))
+            .layout()
+            .expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "`layout` must be one of [document_first, schema_first]. Given: \"sideways\""
+        );
+    }
+}
