@@ -9,7 +9,7 @@ use clap::Args;
 use dgem_core::schema::{Layout, SamplePolicy, MAX_SAMPLES};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ServiceError;
@@ -71,6 +71,31 @@ fn field(name: &str, message: String) -> ServiceError {
 }
 
 impl ReadOptions {
+    /// The read keys of `obj` (`null` is "not given"). The seed's type is
+    /// checked here; `samples` and `layout` when the request is prepared
+    /// ([`ReadOptions::samples`], [`ReadOptions::layout`]), whichever surface
+    /// built it.
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] for a `seed` that is not an integer.
+    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ServiceError> {
+        let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
+        let seed = match given("seed") {
+            None => None,
+            Some(v) => Some(v.as_i64().ok_or_else(|| {
+                field(
+                    "seed",
+                    format!("`seed` must be an integer. Given: {}", shown(v)),
+                )
+            })?),
+        };
+        Ok(Self {
+            seed,
+            samples: given("samples").cloned(),
+            layout: given("layout").cloned(),
+        })
+    }
+
     /// The sample policy `samples` asks for, `None` when not given.
     ///
     /// # Errors

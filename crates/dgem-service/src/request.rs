@@ -249,15 +249,6 @@ impl DecisionRequest {
                 ))
             }
         };
-        let seed = match given(obj, "seed") {
-            None => None,
-            Some(v) => Some(v.as_i64().ok_or_else(|| {
-                field(
-                    "seed",
-                    format!("`seed` must be an integer. Given: {}", shown(v)),
-                )
-            })?),
-        };
         Ok(Self {
             template,
             variables,
@@ -266,11 +257,7 @@ impl DecisionRequest {
             images: given(obj, "images").cloned(),
             instructions: string("instructions", "a string")?,
             backend: string("backend", "a string")?,
-            read: ReadOptions {
-                seed,
-                samples: given(obj, "samples").cloned(),
-                layout: given(obj, "layout").cloned(),
-            },
+            read: ReadOptions::from_object(obj)?,
             after: AfterOptions::from_object(obj),
             allow_missing_vars,
         })
