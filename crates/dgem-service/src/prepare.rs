@@ -64,7 +64,8 @@ pub fn prepare(
     // is rendered, as it always was.
     let samples = req.read.samples()?;
     let layout = req.read.layout()?;
-    let (label, schema, state) = if req.is_custom() {
+    let isolate = req.read.isolate()?;
+    let (label, mut schema, state) = if req.is_custom() {
         let (schema, state) = custom(&req)?;
         (CUSTOM_LABEL.to_string(), schema, state)
     } else {
@@ -87,6 +88,11 @@ pub fn prepare(
         .map_err(ServiceError::from_schema_error)?;
     let state =
         dgem_core::images::with_images(state, images).map_err(ServiceError::from_schema_error)?;
+    // The isolation rule decides, at validation, which questions are read
+    // alone: it joins the raw policy, over the policy's own.
+    if let (Some(rule), Some(s)) = (isolate, schema.as_object_mut()) {
+        s.insert("isolate".into(), Value::from(rule.as_str()));
+    }
     let after = req.after.to_object();
     let (schema, injected) =
         dgem_cascade::inject_if_asked(&after, &schema).map_err(ServiceError::from_schema_error)?;
@@ -102,6 +108,7 @@ pub fn prepare(
     if let Some(l) = layout {
         schema = schema.with_layout(l);
     }
+
     let hesitation = Hesitation::from_object(&after, &schema)
         .map_err(ServiceError::from_schema_error)?
         .for_policy(&label, injected);
@@ -136,4 +143,47 @@ fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
     }
     schema.insert("questions".into(), Value::Array(list));
     Ok((Value::Object(schema), state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::ReadOptions;
+    use dgem_engine::templates::TemplateDir;
+    use serde_json::json;
+
+    fn request(isolate: Value) -> DecisionRequest {
+        DecisionRequest {
+            questions: Some(json!([
+                {"id": "a", "type": "noul"},
+                {"id": "b", "type": "noul"},
+                {"id": "team", "type": "choice", "options": ["x", "y"]}
+            ])),
+            state: Some(json!("the build is red")),
+            read: ReadOptions {
+                isolate: Some(isolate),
+                ..ReadOptions::default()
+            },
+            ..DecisionRequest::default()
+        }
+    }
+
+    /// The rule is applied where isolation is decided, at validation: set on
+    /// the validated schema afterwards it changed the wire's `isolate` but
+    /// read nothing alone.
+    #[test]
+    fn isolate_decides_which_questions_are_read_alone() {
+        let cat = Catalogue::new(TemplateDir::new("/nonexistent/dgem/templates"));
+        let defaults = SchemaDefaults::default();
+        let all = prepare(&cat, None, request(json!("all")), &defaults).expect("prepares");
+        assert_eq!(all.request.schema.isolated(), ["a", "b", "team"]);
+        let none = prepare(&cat, None, request(json!("none")), &defaults).expect("prepares");
+        assert!(none.request.schema.isolated().is_empty());
+        let auto = prepare(&cat, None, request(json!("auto")), &defaults).expect("prepares");
+        assert_eq!(auto.request.schema.isolated(), ["a", "b"]);
+        match prepare(&cat, None, request(json!("some")), &defaults) {
+            Err(ServiceError::Field { field, .. }) => assert_eq!(field, "isolate"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

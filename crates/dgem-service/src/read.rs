@@ -6,7 +6,7 @@
 //! and [`ReadOptions::layout`], whichever surface they came from.
 
 use clap::Args;
-use dgem_core::schema::{Layout, SamplePolicy, MAX_SAMPLES};
+use dgem_core::schema::{Isolate, Layout, SamplePolicy, MAX_SAMPLES};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -36,6 +36,19 @@ pub enum LayoutValue {
     SchemaFirst,
 }
 
+/// `isolate` as advertised: which questions are read alone, on their own
+/// canvas (`auto`: the yes/no questions when there are 2 to 8 questions and
+/// at least two are yes/no; `noul`: every yes/no question; `none`; `all`).
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum IsolateValue {
+    Auto,
+    Noul,
+    None,
+    All,
+}
+
 /// The read keys of one decision request (see the module docs). `None`
 /// leaves the policy's own setting (the seed defaults to 42).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema, Args)]
@@ -61,6 +74,16 @@ pub struct ReadOptions {
     #[schema(value_type = Option<LayoutValue>)]
     #[arg(long, value_name = "LAYOUT", value_parser = json_or_string)]
     pub layout: Option<Value>,
+    /// Which questions are read alone, each on its own canvas: "auto"
+    /// (default: the yes/no questions of a 2-to-8-question policy with at
+    /// least two of them), "noul" (every yes/no question), "none" or "all".
+    /// Reading alone costs a read per question and keeps one answer from
+    /// leaning on another. Wins over the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<IsolateValue>")]
+    #[schema(value_type = Option<IsolateValue>)]
+    #[arg(long, value_name = "RULE", value_parser = json_or_string)]
+    pub isolate: Option<Value>,
 }
 
 fn field(name: &str, message: String) -> ServiceError {
@@ -93,6 +116,7 @@ impl ReadOptions {
             seed,
             samples: given("samples").cloned(),
             layout: given("layout").cloned(),
+            isolate: given("isolate").cloned(),
         })
     }
 
@@ -157,6 +181,29 @@ impl ReadOptions {
     }
 }
 
+impl ReadOptions {
+    /// The isolation rule `isolate` asks for, `None` when not given.
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] naming `isolate`, its allowed values and the
+    /// value given.
+    pub fn isolate(&self) -> Result<Option<Isolate>, ServiceError> {
+        let Some(v) = self.isolate.as_ref().filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        match v.as_str().map(str::trim).and_then(Isolate::parse) {
+            Some(rule) => Ok(Some(rule)),
+            None => Err(field(
+                "isolate",
+                format!(
+                    "`isolate` must be one of [auto, noul, none, all]. Given: {}",
+                    shown(v)
+                ),
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,9 +211,9 @@ mod tests {
 
     fn read(samples: Value, layout: Value) -> ReadOptions {
         ReadOptions {
-            seed: None,
             samples: Some(samples),
             layout: Some(layout),
+            ..ReadOptions::default()
         }
     }
 
@@ -186,6 +233,21 @@ mod tests {
         );
         assert_eq!(r.count(), None);
         assert_eq!(ReadOptions::default().samples().expect("ok"), None);
+    }
+
+    #[test]
+    fn isolate_takes_the_four_rules_and_refuses_others_naming_them() {
+        let r = |v: Value| ReadOptions {
+            isolate: Some(v),
+            ..ReadOptions::default()
+        };
+        assert_eq!(r(json!("all")).isolate().expect("ok"), Some(Isolate::All));
+        assert_eq!(r(json!("none")).isolate().expect("ok"), Some(Isolate::None));
+        let e = r(json!(true)).isolate().expect_err("refused");
+        assert_eq!(
+            e.to_string(),
+            "`isolate` must be one of [auto, noul, none, all]. Given: true"
+        );
     }
 
     #[test]
