@@ -183,3 +183,83 @@ fn every_surface_takes_the_same_post_read_keys() {
         );
     }
 }
+
+/// Issue 30 item 2, for every option rather than the enumerated three: each
+/// key of the decision service's one request is a property of the OpenAPI
+/// `DecisionRequest`, a property of an MCP decision tool (`backend` is added
+/// per server as an enum), a key the `/api/decide` and MCP parsers take
+/// (neither answers "not a field" / "unknown argument"), and, for the read and
+/// post-read options, a `dgem decide` flag.
+#[test]
+fn every_request_option_is_documented_advertised_parsed_and_a_flag() {
+    let keys = dgem_service::DecisionRequest::keys();
+    assert!(keys.len() >= 22, "{keys:?}");
+    let openapi = dgem_server::openapi::document();
+    let documented = dgem_server::openapi::properties_of(&openapi, "DecisionRequest");
+    let tools = dgem_mcp::tool_list();
+    let advertised: Vec<String> = tools
+        .iter()
+        .filter(|t| t.name == dgem_mcp::DECIDE_POLICY || t.name == dgem_mcp::DECIDE_CUSTOM)
+        .flat_map(|t| {
+            t.input_schema["properties"]
+                .as_object()
+                .map(|p| p.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        })
+        .collect();
+    let templates = dgem_engine::templates::TemplateDir::new("/nonexistent/dgem/templates");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .args(["decide", "--help"])
+        .output()
+        .expect("run dgem decide --help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    let flagged: Vec<String> = dgem_service::keys::properties::<dgem_service::ReadOptions>()
+        .into_iter()
+        .chain(dgem_service::AfterOptions::keys())
+        .collect();
+    for key in &keys {
+        assert!(documented.contains(key), "OpenAPI lacks {key}");
+        assert!(
+            advertised.contains(key),
+            "no MCP decision tool advertises {key}"
+        );
+        let mut body = Map::new();
+        body.insert(key.clone(), Value::Null);
+        let api = dgem_server::api::request::parse(
+            &templates,
+            None,
+            &Value::Object(body.clone()),
+            &Default::default(),
+        );
+        if let Err(e) = api {
+            assert!(
+                !e.to_string().contains("is not a field"),
+                "/api refuses {key}: {e}"
+            );
+        }
+        for tool in [dgem_mcp::DECIDE_POLICY, dgem_mcp::DECIDE_CUSTOM] {
+            let advertised_here = tools
+                .iter()
+                .find(|t| t.name == tool)
+                .is_some_and(|t| t.input_schema["properties"].get(key).is_some());
+            if let Err(e) = dgem_mcp::parse_request(tool, Some(body.clone())) {
+                let unknown = e.to_string().contains("unknown argument");
+                assert_eq!(
+                    unknown, !advertised_here,
+                    "MCP {tool} parser and schema disagree on {key}: {e}"
+                );
+            }
+        }
+        if flagged.contains(key) {
+            let flag = match key.as_str() {
+                "cascade_mode" => "--cascade".to_string(),
+                "expected_answers" => "--expect".to_string(),
+                other => format!("--{}", other.replace('_', "-")),
+            };
+            assert!(
+                help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}[")),
+                "dgem decide has no {flag} for {key}"
+            );
+        }
+    }
+}

@@ -18,7 +18,7 @@
 
 mod catalogue;
 mod error;
-mod keys;
+pub mod keys;
 pub mod options;
 mod prepare;
 pub mod read;
