@@ -73,7 +73,6 @@ pub use types::*;
         dgem_service::read::LayoutValue,
         dgem_service::AfterOptions,
         dgem_service::CustomQuestion,
-        dgem_service::QuestionType,
         CascadeModeValue,
         ThresholdModeValue,
         Stage2PriorValue,

@@ -31,8 +31,8 @@ pub use options::AfterOptions;
 pub use prepare::{prepare, Prepared};
 pub use read::ReadOptions;
 pub use request::{
-    shown, tool_schema, CustomQuestion, DecisionRequest, QuestionType, ToolKind, CUSTOM_LABEL,
-    DEFAULT_SEED, DEFAULT_TEMPLATE,
+    shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL, DEFAULT_SEED,
+    DEFAULT_TEMPLATE,
 };
 pub use service::{Decided, Service};
 

@@ -10,6 +10,7 @@
 //! [`DecisionRequest::from_object`] rather than by serde, so that every error
 //! names the field, the allowed values and the value received.
 
+use dgem_core::schema::QuestionKind;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -29,17 +30,32 @@ pub const CUSTOM_LABEL: &str = "custom_questions";
 /// Base seed of the reads when the request gives none.
 pub const DEFAULT_SEED: i64 = 42;
 
-/// Question type of an ad-hoc question as advertised: `noul` (yes/no),
-/// `choice` (one of named options) or `score` (an ordered level); the parser
-/// ([`dgem_core::adhoc`]) also takes `boolean` and `bool`. Variants carry no
-/// doc comments so that the schema is a plain string `enum`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(missing_docs)]
-pub enum QuestionType {
-    Noul,
-    Choice,
-    Score,
+/// The advertised question types: every [`QuestionKind`]'s wire name
+/// (`noul`, `choice`, `score`), so that a new kind is advertised without
+/// touching this file. The parser ([`dgem_core::adhoc`]) also takes every
+/// alias ([`QuestionKind::aliases`]: `boolean`, `bool`).
+fn type_names() -> Vec<&'static str> {
+    QuestionKind::ALL.iter().map(|k| k.wire_name()).collect()
+}
+
+/// `type` as the MCP schema advertises it: a plain string `enum`.
+fn type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": type_names(),
+        "description": "noul (yes/no), choice (one option of `criteria`) or score (one of `levels`)."
+    })
+}
+
+/// `type` as the OpenAPI document advertises it.
+fn type_openapi() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(type_names()))
+        .description(Some(
+            "noul (yes/no), choice (one option of `criteria`) or score (one of `levels`).",
+        ))
+        .build()
 }
 
 /// One ad-hoc question as the schemas advertise it (a list entry with its
@@ -50,7 +66,9 @@ pub struct CustomQuestion {
     pub id: String,
     /// `noul` (yes/no), `choice` (one option of `criteria`) or `score` (one of `levels`).
     #[serde(rename = "type")]
-    pub kind: QuestionType,
+    #[schemars(schema_with = "type_schema")]
+    #[schema(schema_with = type_openapi)]
+    pub kind: String,
     /// The question, in plain words.
     #[serde(default)]
     pub instructions: String,

@@ -20,13 +20,14 @@
 //!
 //! and the same over all slots without the suffix (`brier`, `brier_uniform`,
 //! `brier_excess`, `overconfidence_error`, `chance_baseline`). The gated groups
-//! ([`GATED_GROUPS`]) always report `slots_G`, 0 when there are none, so a
+//! ([`is_gated`]) always report `slots_G`, 0 when there are none, so a
 //! `--fail-under` on a metric of an empty group is skipped rather than failed
 //! ([`crate::report::evaluate_gates`]).
 
 use std::collections::BTreeMap;
 
 use dgem_core::envelope::{Diagnostics, Scoring};
+use dgem_core::schema::QuestionKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -92,29 +93,28 @@ impl ScoringPath {
     }
 }
 
-/// The question types, in report order (the policies' names).
-pub const TYPES: [&str; 3] = ["boolean", "choice", "score"];
+/// The question types, in report order: every [`QuestionKind`]'s canonical
+/// name (`boolean`, `choice`, `score`), so a new kind gets its group.
+pub fn types() -> [&'static str; QuestionKind::ALL.len()] {
+    QuestionKind::ALL.map(QuestionKind::as_str)
+}
 
-/// Groups that always report `slots_G` (0 when empty), so gates on them can
-/// be skipped rather than fail as unreported.
-pub const GATED_GROUPS: [&str; 6] = [
-    "first_token",
-    "sequence",
-    "brackets",
-    "boolean",
-    "choice",
-    "score",
-];
+/// The scoring paths whose groups always report `slots_G` (0 when empty);
+/// with [`types`], the groups gates may be set on ([`is_gated`]).
+pub const GATED_PATHS: [&str; 3] = ["first_token", "sequence", "brackets"];
 
-/// The type group of a question type as written (`noul`, `bool` and
-/// `boolean` are `boolean`); `None` for anything else.
+/// Whether group `name` always reports `slots_G` (0 when empty), so gates
+/// on it can be skipped rather than fail as unreported: a scoring path of
+/// [`GATED_PATHS`] or a question type.
+pub fn is_gated(name: &str) -> bool {
+    GATED_PATHS.contains(&name) || types().contains(&name)
+}
+
+/// The type group of a question type as written, in any case (`noul`, `bool`
+/// and `boolean` are `boolean`: [`QuestionKind::aliases`]); `None` for
+/// anything else.
 pub fn type_group(kind: &str) -> Option<&'static str> {
-    match kind.trim().to_ascii_lowercase().as_str() {
-        "boolean" | "bool" | "noul" => Some("boolean"),
-        "choice" => Some("choice"),
-        "score" => Some("score"),
-        _ => None,
-    }
+    QuestionKind::parse(&kind.trim().to_ascii_lowercase()).map(QuestionKind::as_str)
 }
 
 /// One scored slot, as the groups see it.
@@ -294,12 +294,12 @@ pub fn report(slots: &[ScoredSlot]) -> PathTypeReport {
         let of: Vec<&ScoredSlot> = slots.iter().filter(|s| s.path == Some(p)).collect();
         (p.as_str(), "scoring", GroupFigures::of(&of))
     });
-    let types = TYPES.map(|t| {
+    let types = types().map(|t| {
         let of: Vec<&ScoredSlot> = slots.iter().filter(|s| s.kind == Some(t)).collect();
         (t, "type", GroupFigures::of(&of))
     });
     for (name, kind, figures) in paths.iter().chain(types.iter()) {
-        let gated = GATED_GROUPS.contains(name);
+        let gated = is_gated(name);
         match figures {
             Some(f) => f.metrics(&format!("_{name}"), &mut groups),
             None if gated => {

@@ -140,7 +140,7 @@ fn overconfidence_needs_both_sureness_and_chance_accuracy() {
     // Nothing at all: no overall metrics, every gated group at 0 slots.
     let none = report(&[]);
     assert!(none.overall.is_empty());
-    assert_eq!(none.groups.len(), GATED_GROUPS.len());
+    assert_eq!(none.groups.len(), GATED_PATHS.len() + types().len());
     assert!(none.groups.values().all(|v| *v == 0.0));
 }
 
