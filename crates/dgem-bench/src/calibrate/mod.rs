@@ -160,8 +160,9 @@ pub async fn run_row(
 /// Labelled slots by type and the policies they came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Labelled {
-    /// Slots of `boolean`, `choice` and `score` questions, in that order.
-    pub by_kind: [Vec<Sample>; 3],
+    /// Slots of each question type, in [`QuestionKind::ALL`]'s order
+    /// (`boolean`, `choice`, `score`).
+    pub by_kind: [Vec<Sample>; QuestionKind::ALL.len()],
     /// Distinct `(template, policy hash)` pairs, in first-seen order.
     pub policies: Vec<PolicyRef>,
     /// Rows that gave at least one labelled slot.
@@ -170,12 +171,13 @@ pub struct Labelled {
     pub skipped: Vec<String>,
 }
 
+/// The position of `kind` in [`QuestionKind::ALL`], the order every per-type
+/// array here is in.
 fn kind_index(kind: QuestionKind) -> usize {
-    match kind {
-        QuestionKind::Boolean => 0,
-        QuestionKind::Choice => 1,
-        QuestionKind::Score => 2,
-    }
+    QuestionKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or_default()
 }
 
 impl Labelled {
@@ -239,7 +241,7 @@ pub fn collect(items: &[CalibrateItem]) -> Labelled {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fitted {
     /// `boolean`, `choice`, `score`.
-    pub types: [TypeFit; 3],
+    pub types: [TypeFit; QuestionKind::ALL.len()],
     /// The options used.
     pub options: FitOptions,
 }
