@@ -98,7 +98,14 @@ pub fn decision_schema(kind: ToolKind) -> Arc<JsonObject> {
     if let Some(Value::Object(props)) = obj.get_mut("properties") {
         props.shift_remove("backend");
     }
-    let mut value = Value::Object(obj);
+    tool_input(obj)
+}
+
+/// A JSON Schema object as a tool input schema: made plain by
+/// [`plain_schema`], without `$schema`, `title` and `$defs`, and always an
+/// object with `properties`.
+fn tool_input(schema: Map<String, Value>) -> Arc<JsonObject> {
+    let mut value = Value::Object(schema);
     plain_schema(&mut value);
     let mut obj = match value {
         Value::Object(o) => o,
@@ -107,6 +114,10 @@ pub fn decision_schema(kind: ToolKind) -> Arc<JsonObject> {
     obj.remove("$schema");
     obj.remove("title");
     obj.remove("$defs");
+    obj.entry("type")
+        .or_insert_with(|| Value::String("object".into()));
+    obj.entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
     Arc::new(obj)
 }
 
@@ -136,24 +147,7 @@ pub fn parse_args<T: DeserializeOwned>(
 
 /// The JSON Schema of `T` as a tool input schema, made plain by [`plain_schema`].
 pub fn input_schema<T: JsonSchema>() -> Arc<JsonObject> {
-    let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
-        s.inline_subschemas = true;
-    });
-    let root = settings.into_generator().into_root_schema_for::<T>();
-    let mut value = serde_json::to_value(root).unwrap_or(Value::Null);
-    plain_schema(&mut value);
-    let mut obj = match value {
-        Value::Object(o) => o,
-        _ => Map::new(),
-    };
-    obj.remove("$schema");
-    obj.remove("title");
-    obj.remove("$defs");
-    obj.entry("type")
-        .or_insert_with(|| Value::String("object".into()));
-    obj.entry("properties")
-        .or_insert_with(|| Value::Object(Map::new()));
-    Arc::new(obj)
+    tool_input(dgem_service::keys::schema_of::<T>())
 }
 
 /// Make a schema plain in place, for clients whose schema subset is small

@@ -328,16 +328,7 @@ impl ToolKind {
 /// left out and the tool's required keys marked. A caller makes it plain for
 /// small-schema clients (no nullable unions) and adds the `backend` enum.
 pub fn tool_schema(tool: ToolKind) -> Map<String, Value> {
-    let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
-        s.inline_subschemas = true;
-    });
-    let root = settings
-        .into_generator()
-        .into_root_schema_for::<DecisionRequest>();
-    let mut obj = match serde_json::to_value(root) {
-        Ok(Value::Object(o)) => o,
-        _ => Map::new(),
-    };
+    let mut obj = crate::keys::schema_of::<DecisionRequest>();
     if let Some(Value::Object(props)) = obj.get_mut("properties") {
         for k in tool.left_out() {
             props.shift_remove(*k);
