@@ -67,9 +67,8 @@ pub fn cors() -> CorsLayer {
 pub fn router(state: GatewayState) -> Router {
     let api = dgem_server::api::routes(ApiState {
         backends: state.gateway.clone(),
-        templates: state.templates.clone(),
-        defaults: dgem_core::schema::SchemaDefaults::default(),
-        after: state.after.clone(),
+        service: dgem_service::Service::new(dgem_service::Catalogue::new(state.templates.clone()))
+            .with_after(state.after.clone()),
     });
     // The chat route and its Vertex aliases, as `dgem serve` has them (each
     // also under `/invoke`); every one forwards to the replica's

@@ -45,10 +45,17 @@ impl DecisionServer {
     /// A server deciding with `engine` on the policies of `templates` (its
     /// folder first, then the built-ins; a missing folder is an empty one).
     pub fn new(engine: Arc<dyn Decider>, templates: TemplateDir) -> Self {
+        Self::from_service(engine, Service::new(Catalogue::new(templates)))
+    }
+
+    /// A server deciding with `engine` through the deployment's decision
+    /// `service` (its catalogue, schema defaults and post-read setup: the one
+    /// `/api/decide` uses too).
+    pub fn from_service(engine: Arc<dyn Decider>, service: Service) -> Self {
         let backends = vec![LOCAL_BACKEND.to_string()];
         Self {
             engine,
-            service: Service::new(Catalogue::new(templates)),
+            service,
             tools: Arc::new(tool_list_for(&backends)),
             backends: Arc::new(backends),
         }

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use dgem_core::schema::SchemaDefaults;
 use dgem_engine::templates::TemplateDir;
 use dgem_testkit::{scripts, ScriptedBackend};
 use serde_json::json;
@@ -54,9 +53,7 @@ fn app() -> axum::Router {
     let engine = Arc::new(dgem_testkit::engine(backend));
     dgem_server::api::local_routes(
         engine,
-        TemplateDir::new(templates()),
-        SchemaDefaults::default(),
-        Arc::default(),
+        dgem_service::Service::new(dgem_service::Catalogue::new(TemplateDir::new(templates()))),
     )
 }
 
@@ -232,9 +229,7 @@ async fn symlink_out_of_the_folder_is_refused() {
     let engine = Arc::new(dgem_testkit::engine(backend));
     let app = dgem_server::api::local_routes(
         engine,
-        TemplateDir::new(dir.path()),
-        SchemaDefaults::default(),
-        Arc::default(),
+        dgem_service::Service::new(dgem_service::Catalogue::new(TemplateDir::new(dir.path()))),
     );
     let (status, _, r) = send(&app, "POST", "/api/decide/leak", &[], Some(json!({}))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -358,9 +353,7 @@ async fn missing_templates_folder_serves_the_built_in_policies() {
     let engine = Arc::new(dgem_testkit::engine(backend));
     let app = dgem_server::api::local_routes(
         engine,
-        TemplateDir::new(&gone),
-        SchemaDefaults::default(),
-        Arc::default(),
+        dgem_service::Service::new(dgem_service::Catalogue::new(TemplateDir::new(&gone))),
     );
     let (status, _, r) = send(&app, "GET", "/api/templates", &[], None).await;
     assert_eq!(status, StatusCode::OK, "{r}");
@@ -518,9 +511,7 @@ async fn a_policy_that_requires_an_image_is_422_without_one() {
     let backend = ScriptedBackend::new(scripts::want_marker(0.8));
     let app = dgem_server::api::local_routes(
         Arc::new(dgem_testkit::engine(backend.clone())),
-        TemplateDir::new(dir.path()),
-        SchemaDefaults::default(),
-        Arc::default(),
+        dgem_service::Service::new(dgem_service::Catalogue::new(TemplateDir::new(dir.path()))),
     );
     let body = json!({"variables": {"note": "it arrived crushed"}});
     let (status, _, r) = send(&app, "POST", "/api/decide/parcel_photo", &[], Some(body)).await;

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use common::{call, config, state};
-use dgem_core::schema::SchemaDefaults;
 use dgem_engine::templates::TemplateDir;
 use dgem_server::openapi::{self, properties_of};
 use serde_json::Value;
@@ -23,9 +22,10 @@ fn app() -> axum::Router {
     let backend = common::backend();
     let api = dgem_server::api::local_routes(
         Arc::new(dgem_testkit::engine(backend.clone())),
-        TemplateDir::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../templates")),
-        SchemaDefaults::default(),
-        Arc::default(),
+        dgem_service::Service::new(dgem_service::Catalogue::new(TemplateDir::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../templates"
+        )))),
     );
     dgem_server::router_with(state(backend, config()), api)
 }

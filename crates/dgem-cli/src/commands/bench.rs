@@ -22,12 +22,13 @@ use dgem_bench::shard::Shard;
 use dgem_bench::suites::{self, bench::BenchRow, Decider, Summary};
 use dgem_bench::BenchError;
 use dgem_core::labels::LabelMode;
+use dgem_core::schema::{Layout, SamplePolicy};
+use dgem_service::ReadOptions;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::commands::decide::{parse_layout, parse_samples};
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
@@ -655,6 +656,42 @@ pub fn bench_template(name: &str) -> Result<String, Failure> {
             )
         })
         .map_err(user)
+}
+
+/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`,
+/// by the decision service's parser.
+///
+/// # Errors
+/// Exit code 1 naming `--samples`, the allowed values and the value given.
+pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
+    let read = ReadOptions {
+        samples: dgem_service::options::json_or_string(s).ok(),
+        ..ReadOptions::default()
+    };
+    match read.samples() {
+        Ok(Some(p)) => Ok(p),
+        _ => Err(user(anyhow::anyhow!(
+            "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
+        ))),
+    }
+}
+
+/// Parse a `--layout` flag (`dgem bench`), by the decision service's parser.
+///
+/// # Errors
+/// Exit code 1 naming `--layout`, the allowed values and the value given.
+pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
+    let read = ReadOptions {
+        layout: Some(Value::String(s.to_string())),
+        ..ReadOptions::default()
+    };
+    match read.layout() {
+        Ok(Some(l)) => Ok(l),
+        _ => Err(user(anyhow::anyhow!(
+            "`--layout` must be one of [document_first, schema_first]. Given: `{}`",
+            s.trim()
+        ))),
+    }
 }
 
 #[cfg(test)]

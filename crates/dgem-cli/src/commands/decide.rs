@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 use dgem_core::payload::Payload;
-use dgem_core::schema::{Layout, SamplePolicy};
 use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
 use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
 use serde_json::{Map, Value};
@@ -97,42 +96,6 @@ pub fn load_payload(template: &Path, args: &VarArgs) -> Result<Payload, Failure>
         .with_policy_text(found.name.clone(), found.text)
         .preview(&found.name, vars, args.allow_missing_vars)
         .map_err(crate::commands::after::service_failure)
-}
-
-/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`,
-/// by the decision service's parser.
-///
-/// # Errors
-/// Exit code 1 naming `--samples`, the allowed values and the value given.
-pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
-    let read = ReadOptions {
-        samples: dgem_service::options::json_or_string(s).ok(),
-        ..ReadOptions::default()
-    };
-    match read.samples() {
-        Ok(Some(p)) => Ok(p),
-        _ => Err(user(anyhow::anyhow!(
-            "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
-        ))),
-    }
-}
-
-/// Parse a `--layout` flag (`dgem bench`), by the decision service's parser.
-///
-/// # Errors
-/// Exit code 1 naming `--layout`, the allowed values and the value given.
-pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
-    let read = ReadOptions {
-        layout: Some(Value::String(s.to_string())),
-        ..ReadOptions::default()
-    };
-    match read.layout() {
-        Ok(Some(l)) => Ok(l),
-        _ => Err(user(anyhow::anyhow!(
-            "`--layout` must be one of [document_first, schema_first]. Given: `{}`",
-            s.trim()
-        ))),
-    }
 }
 
 /// The `--image` files as `data:` URLs, each checked (readable, a supported

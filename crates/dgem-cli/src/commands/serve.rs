@@ -368,13 +368,16 @@ fn extra_routes(
     after: &Arc<dgem_cascade::AfterSetup>,
     addr: std::net::SocketAddr,
 ) -> axum::Router {
-    let defaults = state.config().schema_defaults;
+    // One decision service for the deployment: MCP and the Studio API share
+    // its catalogue, schema defaults and post-read setup.
+    let service = dgem_service::Service::new(dgem_service::Catalogue::new(templates))
+        .with_defaults(state.config().schema_defaults)
+        .with_after(after.clone());
     let mut extra = axum::Router::new();
     #[cfg(feature = "mcp")]
     {
-        let mcp = dgem_mcp::DecisionServer::new(state.gated_decider_for("mcp"), templates.clone())
-            .with_defaults(defaults)
-            .with_after(after.clone());
+        let mcp =
+            dgem_mcp::DecisionServer::from_service(state.gated_decider_for("mcp"), service.clone());
         extra = extra.merge(dgem_mcp::http_router_for(mcp));
     }
     #[cfg(feature = "studio")]
@@ -383,9 +386,7 @@ fn extra_routes(
             .merge(dgem_studio::router())
             .merge(dgem_server::api::local_routes(
                 state.gated_decider_for("api"),
-                templates,
-                defaults,
-                after.clone(),
+                service,
             ));
         eprintln!("dgem serve: Decision Studio at http://{addr}/");
     }

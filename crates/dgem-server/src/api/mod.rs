@@ -18,10 +18,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use dgem_cascade::AfterSetup;
-use dgem_core::schema::SchemaDefaults;
-use dgem_engine::templates::TemplateDir;
 use dgem_engine::Decider;
+use dgem_service::Service;
 use serde_json::{json, Value};
 
 pub use backends::{Backends, Local, Routed, LOCAL_BACKEND};
@@ -45,39 +43,20 @@ pub const SUGGESTED_EXPANSIONS_HEADER: &str = "x-dgem-suggested-expansions";
 pub struct ApiState {
     /// What decides: [`Local`] or the gateway.
     pub backends: Arc<dyn Backends>,
-    /// The policy catalogue (the templates folder, then the built-ins).
-    pub templates: TemplateDir,
-    /// Schema defaults a policy is validated under (the deployment's for
-    /// `dgem serve --studio`; the built-in ones for `dgem gateway`, whose
-    /// replicas receive every field explicitly).
-    pub defaults: SchemaDefaults,
-    /// The deployment's Stage-2 provider and calibration file.
-    pub after: Arc<AfterSetup>,
-}
-
-impl ApiState {
-    /// The decision service over this state's catalogue, defaults and
-    /// post-read setup.
-    pub fn service(&self) -> dgem_service::Service {
-        dgem_service::Service::new(dgem_service::Catalogue::new(self.templates.clone()))
-            .with_defaults(self.defaults)
-            .with_after(self.after.clone())
-    }
+    /// The decision service: the policy catalogue (the templates folder, then
+    /// the built-ins), the schema defaults a policy is validated under (the
+    /// deployment's for `dgem serve --studio`; the built-in ones for `dgem
+    /// gateway`, whose replicas receive every field explicitly) and the
+    /// deployment's Stage-2 provider and calibration file.
+    pub service: Service,
 }
 
 /// The `/api/*` routes over one in-process decider (backend `local`), with
-/// policies validated under `defaults` (the deployment's schema defaults).
-pub fn local_routes(
-    decider: Arc<dyn Decider>,
-    templates: TemplateDir,
-    defaults: SchemaDefaults,
-    after: Arc<AfterSetup>,
-) -> Router {
+/// the deployment's decision `service` (the one its MCP tools use too).
+pub fn local_routes(decider: Arc<dyn Decider>, service: Service) -> Router {
     routes(ApiState {
         backends: Arc::new(Local::new(decider)),
-        templates,
-        defaults,
-        after,
+        service,
     })
 }
 
@@ -126,7 +105,7 @@ pub fn with_backend_used(mut resp: Response, name: &str) -> Response {
 }
 
 async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, ApiError> {
-    let dir = s.templates.clone();
+    let dir = s.service.catalogue().dir().clone();
     let list = tokio::task::spawn_blocking(move || catalog(&dir))
         .await
         .map_err(|e| ApiError::new(ErrorKind::Internal, format!("catalog task failed: {e}")))?;
@@ -181,14 +160,14 @@ async fn decide_inner(
             None => ApiError::new(ErrorKind::InvalidRequest, format!("body must be JSON: {e}")),
         })?
     };
-    let templates = s.templates.clone();
+    let service = s.service.clone();
     let path = path_template.map(str::to_string);
-    let defaults = s.defaults;
-    let parsed = tokio::task::spawn_blocking(move || {
-        request::parse(&templates, path.as_deref(), &value, &defaults)
-    })
-    .await
-    .map_err(|e| ApiError::new(ErrorKind::Internal, format!("render task failed: {e}")))??;
+    let parsed =
+        tokio::task::spawn_blocking(move || request::prepare(&service, path.as_deref(), &value))
+            .await
+            .map_err(|e| {
+                ApiError::new(ErrorKind::Internal, format!("render task failed: {e}"))
+            })??;
     tracing::Span::current().record("template", parsed.label.as_str());
     let requested = header_backend(headers).or(parsed.backend.clone());
     let mut routed = s
@@ -197,7 +176,7 @@ async fn decide_inner(
         .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
     // The backend router reads; the service applies the post-read once.
-    let finished = s.service().finish(&parsed, &mut routed.decision).await;
+    let finished = s.service.finish(&parsed, &mut routed.decision).await;
     let mut envelope = routed.decision.envelope();
     let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
     let answers = envelope

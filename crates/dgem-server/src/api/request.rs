@@ -6,7 +6,9 @@
 
 use dgem_core::schema::SchemaDefaults;
 use dgem_engine::templates::{TemplateDir, TemplateError};
-use dgem_service::{Catalogue, DecisionRequest, Prepared, ServiceError, Surface, TemplateFailure};
+use dgem_service::{
+    Catalogue, DecisionRequest, Prepared, Service, ServiceError, Surface, TemplateFailure,
+};
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ErrorKind};
@@ -115,16 +117,15 @@ pub fn api_error(e: ServiceError) -> ApiError {
     }
 }
 
-/// Parse `body` (already JSON) for `path_template` (the `{template}` path
-/// part), validating the policy under the deployment's `defaults`.
+/// Prepare `body` (already JSON) for `path_template` (the `{template}` path
+/// part) with the deployment's decision `service`.
 ///
 /// # Errors
-/// [`ApiError::invalid_field`] naming the field at fault.
-pub fn parse(
-    templates: &TemplateDir,
+/// [`ApiError::invalid_field`] naming the field at fault (see [`api_error`]).
+pub fn prepare(
+    service: &Service,
     path_template: Option<&str>,
     body: &Value,
-    defaults: &SchemaDefaults,
 ) -> Result<ApiDecide, ApiError> {
     let Value::Object(obj) = body else {
         return Err(bad(format!(
@@ -134,13 +135,22 @@ pub fn parse(
     };
     check_keys(obj)?;
     let req = DecisionRequest::from_object(obj, &Surface::API).map_err(api_error)?;
-    dgem_service::prepare(
-        &Catalogue::new(templates.clone()),
-        path_template,
-        req,
-        defaults,
-    )
-    .map_err(api_error)
+    service.prepare(path_template, req).map_err(api_error)
+}
+
+/// [`prepare`] on a service over `templates` (then the built-ins) and
+/// `defaults`, without a post-read setup.
+///
+/// # Errors
+/// As [`prepare`].
+pub fn parse(
+    templates: &TemplateDir,
+    path_template: Option<&str>,
+    body: &Value,
+    defaults: &SchemaDefaults,
+) -> Result<ApiDecide, ApiError> {
+    let service = Service::new(Catalogue::new(templates.clone())).with_defaults(*defaults);
+    prepare(&service, path_template, body)
 }
 
 #[cfg(test)]
