@@ -62,7 +62,12 @@ pub enum Stage2PriorValue {
 /// # Errors
 /// Never; the `Result` is clap's value-parser shape.
 pub fn json_or_string(s: &str) -> Result<Value, String> {
-    Ok(serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string())))
+    // `null` would read as "not given" and drop the flag without a word: it
+    // stays the word, for the option's check to refuse naming the flag.
+    Ok(match serde_json::from_str(s) {
+        Ok(Value::Null) | Err(_) => Value::String(s.to_string()),
+        Ok(v) => v,
+    })
 }
 
 /// A flag's value that must be a number: a finite number becomes a JSON

@@ -56,13 +56,13 @@ pub struct ReadOptions {
     /// Base seed for the reads (default 42): the same request with the same
     /// seed gets the same probabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<i64>,
     /// Reads to average: a count from 1 to 32, or "auto" (one read, and up
     /// to 4 when an answer's entropy exceeds 0.1 nats). Wins over the
     /// policy's `samples`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<u32>")]
+    #[schemars(schema_with = "samples_schema")]
     #[schema(value_type = Option<Value>)]
     #[arg(long, value_name = "N|auto", value_parser = json_or_string)]
     pub samples: Option<Value>,
@@ -86,6 +86,19 @@ pub struct ReadOptions {
     pub isolate: Option<Value>,
 }
 
+/// `samples` as the MCP schema advertises it: a count from 1 to 32. The
+/// plain schema small-schema clients take cannot say "integer or the word
+/// auto" (no unions, no type arrays), so "auto" is in the description and
+/// accepted by the parser.
+fn samples_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_SAMPLES,
+        "description": "Reads to average: a count from 1 to 32 (\"auto\" is accepted too: one read, and up to 4 when an answer's entropy exceeds 0.1 nats). Wins over the policy's `samples`."
+    })
+}
+
 fn field(name: &str, message: String) -> ServiceError {
     ServiceError::Field {
         field: name.to_string(),
@@ -106,9 +119,15 @@ impl ReadOptions {
         let seed = match given("seed") {
             None => None,
             Some(v) => Some(v.as_i64().ok_or_else(|| {
+                let what = if v.is_u64() {
+                    // An integer, just not one a seed can be.
+                    format!("an integer from {} to {}", i64::MIN, i64::MAX)
+                } else {
+                    "an integer".to_string()
+                };
                 field(
                     "seed",
-                    format!("`seed` must be an integer. Given: {}", shown(v)),
+                    format!("`seed` must be {what}. Given: {}", shown(v)),
                 )
             })?),
         };
@@ -137,7 +156,13 @@ impl ReadOptions {
                 threshold: AUTO_THRESHOLD_NATS,
             }));
         }
-        match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+        // A count written `3.0` is the count 3 (some clients write every
+        // number as a float); `2.5` is not a count.
+        let whole = v
+            .as_f64()
+            .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x <= f64::from(u32::MAX))
+            .map(|x| x as u64);
+        match v.as_u64().or(whole).and_then(|n| u32::try_from(n).ok()) {
             Some(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(Some(SamplePolicy::Fixed { n })),
             _ => Err(field(
                 "samples",
@@ -166,7 +191,7 @@ impl ReadOptions {
     pub fn layout(&self) -> Result<Option<Layout>, ServiceError> {
         match self.layout.as_ref().filter(|v| !v.is_null()) {
             None => Ok(None),
-            Some(v) => match v.as_str().map(str::trim) {
+            Some(v) => match v.as_str().map(|s| s.trim().to_ascii_lowercase()).as_deref() {
                 Some("document_first") => Ok(Some(Layout::DocumentFirst)),
                 Some("schema_first") => Ok(Some(Layout::SchemaFirst)),
                 _ => Err(field(
@@ -191,7 +216,11 @@ impl ReadOptions {
         let Some(v) = self.isolate.as_ref().filter(|v| !v.is_null()) else {
             return Ok(None);
         };
-        match v.as_str().map(str::trim).and_then(Isolate::parse) {
+        match v
+            .as_str()
+            .map(|s| s.trim().to_ascii_lowercase())
+            .and_then(|s| Isolate::parse(&s))
+        {
             Some(rule) => Ok(Some(rule)),
             None => Err(field(
                 "isolate",

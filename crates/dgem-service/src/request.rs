@@ -270,7 +270,7 @@ impl DecisionRequest {
         Ok(Self {
             template,
             variables,
-            questions: obj.get("questions").cloned(),
+            questions: given(obj, "questions").cloned(),
             state: given(obj, "state").cloned(),
             images: given(obj, "images").cloned(),
             instructions: string("instructions", "a string")?,
@@ -281,8 +281,8 @@ impl DecisionRequest {
         })
     }
 
-    /// Whether the request asks ad-hoc questions rather than a template (the
-    /// `questions` key is present, even as `null`).
+    /// Whether the request asks ad-hoc questions rather than a template (a
+    /// `questions` key that is not `null`).
     pub fn is_custom(&self) -> bool {
         self.questions.is_some()
     }
