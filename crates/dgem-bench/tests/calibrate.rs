@@ -228,9 +228,17 @@ fn collected_rows_fit_into_a_file_that_round_trips_and_refuses_others() {
     let file = calibration_file(&model(Some(&sha)), &l, &fitted, 123);
     assert_eq!((file.k, file.rows, file.fitted_at_unix), (2, 24, 123));
     assert_eq!(file.held_out.method, Evaluation::CrossValidated);
-    assert!(file.temperature.boolean.is_some() && file.temperature.choice.is_some());
-    assert_eq!(file.temperature.score, None);
-    assert!(file.held_out.score.unset_reason.is_some());
+    assert!(
+        file.temperature.of(QuestionKind::Boolean).is_some()
+            && file.temperature.of(QuestionKind::Choice).is_some()
+    );
+    assert_eq!(file.temperature.of(QuestionKind::Score), None);
+    assert!(file
+        .held_out
+        .types
+        .get(QuestionKind::Score)
+        .unset_reason
+        .is_some());
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("calibration.json");
@@ -240,7 +248,10 @@ fn collected_rows_fit_into_a_file_that_round_trips_and_refuses_others() {
     let t = back
         .temperature_for(Some(&sha), "feed")
         .expect("same model and policy");
-    assert_eq!(t.boolean, file.temperature.boolean);
+    assert_eq!(
+        t.of(QuestionKind::Boolean),
+        file.temperature.of(QuestionKind::Boolean)
+    );
     assert!(matches!(
         back.temperature_for(Some("00"), "feed"),
         Err(CalibrationError::ModelMismatch { .. })

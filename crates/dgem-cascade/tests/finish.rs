@@ -158,11 +158,8 @@ fn file(s: &ValidSchema, sha: &str) -> CalibrationFile {
             template: "t".into(),
             policy_hash: policy_hash(s),
         }],
-        temperature: FittedTemperature {
-            boolean: Some(3.0),
-            choice: None,
-            score: None,
-        },
+        temperature: FittedTemperature::default()
+            .with(dgem_core::schema::QuestionKind::Boolean, Some(3.0)),
         k: 5,
         rows: 10,
         fitted_at_unix: 0,
@@ -171,9 +168,7 @@ fn file(s: &ValidSchema, sha: &str) -> CalibrationFile {
             bootstrap_resamples: 1000,
             bootstrap_seed: 7,
             confidence_level: 0.95,
-            boolean: type_cal(),
-            choice: type_cal(),
-            score: type_cal(),
+            types: dgem_core::schema::ByKind::from_fn(|_| type_cal()),
         },
     }
 }

@@ -233,12 +233,9 @@ fn observed(s: &ValidSchema, key: &str, line: usize) -> String {
             "instructions" => question(id).instructions.clone(),
             "temperature" => {
                 let t = s.after.temperature;
-                opt(match id {
-                    "boolean" => t.boolean,
-                    "choice" => t.choice,
-                    "score" => t.score,
-                    _ => panic!("line {line}: `{key}`: a question type"),
-                })
+                let kind = dgem_core::schema::QuestionKind::parse(id)
+                    .unwrap_or_else(|| panic!("line {line}: `{key}`: a question type"));
+                opt(t.of(kind))
             }
             "abstain_below" => opt(s.after.abstain.rule_for(id).below),
             "abstain_above" => opt(s.after.abstain.rule_for(id).above),

@@ -51,7 +51,7 @@ impl ModelTemperature {
             file.policies.iter().map(|p| p.template.as_str()).collect();
         let templates = templates.into_iter().collect::<Vec<_>>().join(", ");
         Ok(Self {
-            temperature: file.temperature.to_temperature(),
+            temperature: file.temperature,
             fitted_on: format!(
                 "{} rows, {}-fold cross-validated, {} policies from {templates}",
                 file.rows,
@@ -87,17 +87,16 @@ impl ModelTemperature {
 mod tests {
     use super::*;
     use dgem_core::hesitation::calibration::{FittedTemperature, CALIBRATION_FORMAT};
+    use dgem_core::schema::QuestionKind;
 
     fn file(sha: Option<&str>) -> CalibrationFile {
         let text = include_str!("../../dgem-model/calibration/gemma-3-270m-q4_k_m.json");
         let mut f = CalibrationFile::parse(text, std::path::Path::new("shipped")).expect("parses");
         assert_eq!(f.format, CALIBRATION_FORMAT);
         f.model_sha256 = sha.map(str::to_owned);
-        f.temperature = FittedTemperature {
-            boolean: Some(2.0),
-            choice: None,
-            score: Some(0.5),
-        };
+        f.temperature = FittedTemperature::default()
+            .with(QuestionKind::Boolean, Some(2.0))
+            .with(QuestionKind::Score, Some(0.5));
         f
     }
 
@@ -117,7 +116,7 @@ mod tests {
         let err = ModelTemperature::for_model(&file(None), Some("ab")).expect_err("none");
         assert!(err.contains("name no model"), "{err}");
         let ok = ModelTemperature::for_model(&f, Some(&"AB".repeat(32))).expect("same model");
-        assert_eq!(ok.temperature.boolean, Some(2.0));
+        assert_eq!(ok.temperature.of(QuestionKind::Boolean), Some(2.0));
         assert_eq!(ok.sha256, "ab".repeat(32));
     }
 
@@ -129,5 +128,10 @@ mod tests {
             f.model_sha256.as_deref(),
             Some("a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
         );
+        // The per-type values are read by type name (`ByKind`) and written
+        // back as the file has them, field for field.
+        let written = serde_json::to_value(&f).expect("serializes");
+        let original: serde_json::Value = serde_json::from_str(text).expect("json");
+        assert_eq!(written, original);
     }
 }

@@ -320,9 +320,11 @@ fn base_tools() -> Vec<Tool> {
         .with_annotations(read_only()),
         Tool::new(
             DECIDE_CUSTOM,
-            "Ask ad-hoc questions about a text (state). Questions by id: type noul (yes/no), choice \
-             (criteria maps option names to descriptions) or score (levels, lowest first). Returns the \
-             same answers, probabilities and hesitation as decide_policy.",
+            format!(
+                "Ask ad-hoc questions about a text (state). Questions by id, each of a type: {}. \
+                 Returns the same answers, probabilities and hesitation as decide_policy.",
+                dgem_core::schema::QuestionKind::described()
+            ),
             decision_schema(ToolKind::Custom),
         )
         .with_annotations(read_only()),

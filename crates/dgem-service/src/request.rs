@@ -43,7 +43,7 @@ fn type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",
         "enum": type_names(),
-        "description": "noul (yes/no), choice (one option of `criteria`) or score (one of `levels`)."
+        "description": QuestionKind::described()
     })
 }
 
@@ -52,9 +52,7 @@ fn type_openapi() -> utoipa::openapi::schema::Object {
     utoipa::openapi::schema::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
         .enum_values(Some(type_names()))
-        .description(Some(
-            "noul (yes/no), choice (one option of `criteria`) or score (one of `levels`).",
-        ))
+        .description(Some(QuestionKind::described()))
         .build()
 }
 
@@ -64,7 +62,7 @@ fn type_openapi() -> utoipa::openapi::schema::Object {
 pub struct CustomQuestion {
     /// Unique question id (no `:` or newline), e.g. `urgent`.
     pub id: String,
-    /// `noul` (yes/no), `choice` (one option of `criteria`) or `score` (one of `levels`).
+    /// The question type (its schema lists every type with what it answers).
     #[serde(rename = "type")]
     #[schemars(schema_with = "type_schema")]
     #[schema(schema_with = type_openapi)]

@@ -18,10 +18,9 @@ pub mod svg;
 use std::path::Path;
 
 use dgem_core::hesitation::calibration::{
-    policy_hash, CalibrationFile, Evaluation, FittedTemperature, HeldOut, PolicyRef,
-    CALIBRATION_FORMAT,
+    policy_hash, CalibrationFile, Evaluation, HeldOut, PolicyRef, CALIBRATION_FORMAT,
 };
-use dgem_core::schema::QuestionKind;
+use dgem_core::schema::{ByKind, QuestionKind};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
@@ -290,11 +289,7 @@ pub fn calibration_file(
         model_id: model.id.clone(),
         model_sha256: model.sha256.clone(),
         policies: labelled.policies.clone(),
-        temperature: FittedTemperature {
-            boolean: t(QuestionKind::Boolean),
-            choice: t(QuestionKind::Choice),
-            score: t(QuestionKind::Score),
-        },
+        temperature: dgem_core::hesitation::Temperature(ByKind::from_fn(t)),
         k: fitted.options.k(),
         rows: labelled.rows,
         fitted_at_unix,
@@ -306,9 +301,7 @@ pub fn calibration_file(
             bootstrap_resamples: fitted.options.resamples,
             bootstrap_seed: fitted.options.seed,
             confidence_level: CONFIDENCE_LEVEL,
-            boolean: fig(QuestionKind::Boolean),
-            choice: fig(QuestionKind::Choice),
-            score: fig(QuestionKind::Score),
+            types: ByKind::from_fn(fig),
         },
     }
 }

@@ -261,11 +261,13 @@ fn calibration_line(c: Option<&dgem_core::envelope::CalibrationDiagnostics>) -> 
     }
     if let Some(t) = &c.temperature {
         let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+        let by_type: Vec<String> = dgem_core::schema::QuestionKind::ALL
+            .iter()
+            .map(|k| format!("{} {}", k.as_str(), show(t.of(*k))))
+            .collect();
         parts.push(format!(
-            "temperature boolean {} choice {} score {} (shipped for this model; {})",
-            show(t.boolean),
-            show(t.choice),
-            show(t.score),
+            "temperature {} (shipped for this model; {})",
+            by_type.join(" "),
             c.fitted_on.as_deref().unwrap_or("fit unknown")
         ));
     }

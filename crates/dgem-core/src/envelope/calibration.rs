@@ -58,22 +58,12 @@ enum Wire {
         #[serde(default)]
         contextual: Option<Vec<String>>,
         #[serde(default)]
-        temperature: Option<WireTemperature>,
+        temperature: Option<Temperature>,
         #[serde(default)]
         fitted_on: Option<String>,
         #[serde(default)]
         sha256: Option<String>,
     },
-}
-
-#[derive(Deserialize)]
-struct WireTemperature {
-    #[serde(default)]
-    boolean: Option<f64>,
-    #[serde(default)]
-    choice: Option<f64>,
-    #[serde(default)]
-    score: Option<f64>,
 }
 
 impl<'de> Deserialize<'de> for CalibrationDiagnostics {
@@ -87,11 +77,7 @@ impl<'de> Deserialize<'de> for CalibrationDiagnostics {
                 sha256,
             } => Self {
                 contextual,
-                temperature: temperature.map(|t| Temperature {
-                    boolean: t.boolean,
-                    choice: t.choice,
-                    score: t.score,
-                }),
+                temperature,
                 fitted_on,
                 sha256,
             },
@@ -114,7 +100,11 @@ mod tests {
         let block = serde_json::json!({"contextual": null,
             "temperature": {"boolean": 1.5, "choice": null, "score": 0.8}, "sha256": "ab"});
         let b: CalibrationDiagnostics = serde_json::from_value(block.clone()).expect("block");
-        assert_eq!(b.temperature.and_then(|t| t.boolean), Some(1.5));
+        assert_eq!(
+            b.temperature
+                .and_then(|t| t.of(crate::schema::QuestionKind::Boolean)),
+            Some(1.5)
+        );
         assert_eq!(serde_json::to_value(&b).expect("json"), block);
         assert!(!b.is_off());
         assert!(CalibrationDiagnostics::default().is_off());

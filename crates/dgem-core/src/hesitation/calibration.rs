@@ -28,7 +28,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::temperature::{Temperature, MAX_TEMPERATURE};
-use crate::schema::ValidSchema;
+use crate::schema::{ByKind, ValidSchema};
 
 /// Format tag of a calibration file.
 pub const CALIBRATION_FORMAT: &str = "dgem-calibration/1";
@@ -125,26 +125,8 @@ pub struct PolicyRef {
 }
 
 /// Fitted temperature per question type; `None` (JSON `null`) = not fitted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct FittedTemperature {
-    /// For `boolean` questions.
-    pub boolean: Option<f64>,
-    /// For `choice` questions.
-    pub choice: Option<f64>,
-    /// For `score` questions.
-    pub score: Option<f64>,
-}
-
-impl FittedTemperature {
-    /// As the [`Temperature`] the post-read step applies.
-    pub fn to_temperature(self) -> Temperature {
-        Temperature {
-            boolean: self.boolean,
-            choice: self.choice,
-            score: self.score,
-        }
-    }
-}
+/// The file's `temperature` object is a [`Temperature`] (keyed by type name).
+pub type FittedTemperature = Temperature;
 
 /// How the held-out figures were obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,8 +177,10 @@ pub struct Scores {
     pub nll: Compared,
 }
 
-/// The fit and held-out figures of one question type.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The fit and held-out figures of one question type (the default: no
+/// slots, nothing fitted, what a file written before a type existed holds
+/// for it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TypeCalibration {
     /// Labelled slots of this type.
     pub slots: usize,
@@ -225,12 +209,10 @@ pub struct HeldOut {
     pub bootstrap_seed: i64,
     /// Coverage of the intervals (0.95).
     pub confidence_level: f64,
-    /// `boolean` questions.
-    pub boolean: TypeCalibration,
-    /// `choice` questions.
-    pub choice: TypeCalibration,
-    /// `score` questions.
-    pub score: TypeCalibration,
+    /// The figures of each question type, keyed by its name (`boolean`,
+    /// `choice`, `score`) beside the fields above.
+    #[serde(flatten)]
+    pub types: ByKind<TypeCalibration>,
 }
 
 /// A calibration file (see the module docs).
@@ -298,13 +280,9 @@ impl CalibrationFile {
     }
 
     fn check(&self, path: &Path) -> Result<(), CalibrationError> {
-        let t = self.temperature;
-        for (name, v) in [
-            ("boolean", t.boolean),
-            ("choice", t.choice),
-            ("score", t.score),
-        ] {
-            if let Some(v) = v {
+        for (kind, v) in self.temperature.0.iter() {
+            let name = kind.as_str();
+            if let Some(v) = *v {
                 if !(MIN_FITTED_TEMPERATURE..=MAX_TEMPERATURE).contains(&v) {
                     return Err(CalibrationError::Invalid {
                         path: path.to_path_buf(),
@@ -377,14 +355,14 @@ impl CalibrationFile {
                 known,
             });
         }
-        Ok(self.temperature.to_temperature())
+        Ok(self.temperature)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::SchemaDefaults;
+    use crate::schema::{QuestionKind, SchemaDefaults};
     use serde_json::json;
 
     fn schema(v: Value) -> ValidSchema {
@@ -419,11 +397,9 @@ mod tests {
                 template: "t.json.tmpl".to_owned(),
                 policy_hash: hash.to_owned(),
             }],
-            temperature: FittedTemperature {
-                boolean: Some(1.5),
-                choice: Some(2.5),
-                score: None,
-            },
+            temperature: FittedTemperature::default()
+                .with(QuestionKind::Boolean, Some(1.5))
+                .with(QuestionKind::Choice, Some(2.5)),
             k: 5,
             rows: 10,
             fitted_at_unix: 1,
@@ -432,9 +408,7 @@ mod tests {
                 bootstrap_resamples: 1000,
                 bootstrap_seed: 42,
                 confidence_level: 0.95,
-                boolean: held("none"),
-                choice: held("none"),
-                score: held("none"),
+                types: ByKind::from_fn(|_| held("none")),
             },
         }
     }
@@ -465,7 +439,10 @@ mod tests {
         let t = f
             .temperature_for(Some(&sha.to_uppercase()), "feed")
             .expect("match");
-        assert_eq!((t.boolean, t.choice, t.score), (Some(1.5), Some(2.5), None));
+        assert_eq!(
+            QuestionKind::ALL.map(|k| t.of(k)),
+            [Some(1.5), Some(2.5), None]
+        );
         let e = f
             .temperature_for(Some("cd"), "feed")
             .expect_err("other model");

@@ -10,40 +10,63 @@
 //! keys `noul|bool|boolean|yes_no|yesno`, `choice`, `score|scale|rating`
 //! (case-insensitive), each in [0, 20], where 0 means "not set".
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
 use crate::readout::{entropy, normalized_entropy, Aggregate, PROB_FLOOR};
-use crate::schema::QuestionKind;
+use crate::schema::{ByKind, QuestionKind};
 
 /// Largest accepted temperature (the original client's bound).
 pub const MAX_TEMPERATURE: f64 = 20.0;
 
-/// A temperature per question type; `None` = not set.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Temperature {
-    /// For `boolean` questions.
-    pub boolean: Option<f64>,
-    /// For `choice` questions.
-    pub choice: Option<f64>,
-    /// For `score` questions.
-    pub score: Option<f64>,
-}
+/// A temperature per question type; `None` = not set. Its JSON form is an
+/// object keyed by canonical type name (`{"boolean": 1.5, "choice": null,
+/// "score": null}`), the form calibration files and envelopes carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Temperature(pub ByKind<Option<f64>>);
 
-/// The question type a temperature key names, or `None` when unknown.
+/// Spellings a temperature object takes besides each type's own aliases
+/// ([`QuestionKind::aliases`]): the original client's `yes_no`, `yesno`,
+/// `scale` and `rating`.
+const EXTRA_KEYS: [(&str, QuestionKind); 4] = [
+    ("yes_no", QuestionKind::Boolean),
+    ("yesno", QuestionKind::Boolean),
+    ("scale", QuestionKind::Score),
+    ("rating", QuestionKind::Score),
+];
+
+/// The question type a temperature key names (any case), or `None`.
 fn kind_of_key(key: &str) -> Option<QuestionKind> {
-    match key.to_ascii_lowercase().as_str() {
-        "noul" | "bool" | "boolean" | "yes_no" | "yesno" => Some(QuestionKind::Boolean),
-        "choice" => Some(QuestionKind::Choice),
-        "score" | "scale" | "rating" => Some(QuestionKind::Score),
-        _ => None,
-    }
+    let key = key.to_ascii_lowercase();
+    QuestionKind::parse(&key).or_else(|| {
+        EXTRA_KEYS
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, kind)| *kind)
+    })
 }
 
-/// The keys a temperature object accepts, for error messages.
-pub const TEMPERATURE_KEYS: &str = "noul|bool|boolean|yes_no|yesno, choice, score|scale|rating";
+/// The keys a temperature object accepts, by type, for error messages
+/// (`noul|bool|boolean|yes_no|yesno, choice, score|scale|rating`).
+pub fn temperature_keys() -> String {
+    QuestionKind::ALL
+        .iter()
+        .map(|kind| {
+            let mut names: Vec<&str> = kind.aliases().to_vec();
+            names.extend(
+                EXTRA_KEYS
+                    .iter()
+                    .filter(|(_, k)| k == kind)
+                    .map(|(n, _)| *n),
+            );
+            names.join("|")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn one(field: &str, v: &Value) -> Result<Option<f64>, SchemaError> {
     let t = v.as_f64().filter(|t| (0.0..=MAX_TEMPERATURE).contains(t));
@@ -62,11 +85,19 @@ fn one(field: &str, v: &Value) -> Result<Option<f64>, SchemaError> {
 impl Temperature {
     /// The same temperature for every question type.
     pub fn uniform(t: f64) -> Self {
-        Self {
-            boolean: Some(t),
-            choice: Some(t),
-            score: Some(t),
-        }
+        Self(ByKind::from_fn(|_| Some(t)))
+    }
+
+    /// This temperature with `kind`'s set to `t`.
+    #[must_use]
+    pub fn with(mut self, kind: QuestionKind, t: Option<f64>) -> Self {
+        *self.0.get_mut(kind) = t;
+        self
+    }
+
+    /// The temperature set for `kind` (1 included), `None` when not set.
+    pub fn of(&self, kind: QuestionKind) -> Option<f64> {
+        *self.0.get(kind)
     }
 
     /// Read `v` (a number, an object by type, or null) given as `field`.
@@ -84,16 +115,12 @@ impl Temperature {
                         SchemaError::new(
                             field,
                             format!(
-                                "`{field}` keys are question types ({TEMPERATURE_KEYS}). Given: `{key}`"
+                                "`{field}` keys are question types ({}). Given: `{key}`",
+                                temperature_keys()
                             ),
                         )
                     })?;
-                    let value = one(&format!("{field}.{key}"), value)?;
-                    match kind {
-                        QuestionKind::Boolean => t.boolean = value,
-                        QuestionKind::Choice => t.choice = value,
-                        QuestionKind::Score => t.score = value,
-                    }
+                    *t.0.get_mut(kind) = one(&format!("{field}.{key}"), value)?;
                 }
                 Ok(t)
             }
@@ -103,32 +130,19 @@ impl Temperature {
 
     /// The temperature for `kind`, or `None` when it is not set or is 1.
     pub fn for_kind(&self, kind: QuestionKind) -> Option<f64> {
-        let t = match kind {
-            QuestionKind::Boolean => self.boolean,
-            QuestionKind::Choice => self.choice,
-            QuestionKind::Score => self.score,
-        };
-        t.filter(|t| *t != 1.0)
+        self.of(kind).filter(|t| *t != 1.0)
     }
 
     /// These values where set, else `base`'s (a request over its policy).
     pub fn over(self, base: Temperature) -> Temperature {
-        Temperature {
-            boolean: self.boolean.or(base.boolean),
-            choice: self.choice.or(base.choice),
-            score: self.score.or(base.score),
-        }
+        Self(ByKind::from_fn(|k| self.of(k).or(base.of(k))))
     }
 
     /// Whether no type has a temperature other than 1.
     pub fn is_identity(&self) -> bool {
-        [
-            QuestionKind::Boolean,
-            QuestionKind::Choice,
-            QuestionKind::Score,
-        ]
-        .iter()
-        .all(|k| self.for_kind(*k).is_none())
+        QuestionKind::ALL
+            .iter()
+            .all(|k| self.for_kind(*k).is_none())
     }
 }
 
@@ -177,9 +191,9 @@ mod tests {
         assert_eq!(t, Temperature::uniform(1.4));
         let t =
             Temperature::parse("temperature", &json!({"YesNo": 2, "rating": 0.5})).expect("object");
-        assert_eq!(t.boolean, Some(2.0));
-        assert_eq!(t.score, Some(0.5));
-        assert_eq!(t.choice, None);
+        assert_eq!(t.of(QuestionKind::Boolean), Some(2.0));
+        assert_eq!(t.of(QuestionKind::Score), Some(0.5));
+        assert_eq!(t.of(QuestionKind::Choice), None);
         assert_eq!(
             Temperature::parse("temperature", &json!(0)).expect("0"),
             Temperature::default()
@@ -231,14 +245,11 @@ mod tests {
     #[test]
     fn request_values_win_per_type() {
         let policy = Temperature::uniform(2.0);
-        let request = Temperature {
-            choice: Some(0.5),
-            ..Temperature::default()
-        };
+        let request = Temperature::default().with(QuestionKind::Choice, Some(0.5));
         let t = request.over(policy);
         assert_eq!(
-            (t.boolean, t.choice, t.score),
-            (Some(2.0), Some(0.5), Some(2.0))
+            QuestionKind::ALL.map(|k| t.of(k)),
+            [Some(2.0), Some(0.5), Some(2.0)]
         );
     }
 }

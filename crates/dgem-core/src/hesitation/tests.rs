@@ -36,8 +36,14 @@ fn the_policy_carries_its_post_read_settings() {
             {"id": "team", "type": "choice", "options": ["a", "b"]}
         ]
     }));
-    assert_eq!(s.after.temperature.choice, Some(2.0));
-    assert_eq!(s.after.temperature.boolean, None);
+    assert_eq!(
+        s.after.temperature.of(crate::schema::QuestionKind::Choice),
+        Some(2.0)
+    );
+    assert_eq!(
+        s.after.temperature.of(crate::schema::QuestionKind::Boolean),
+        None
+    );
     assert_eq!(s.after.abstain.rule_for("urgent").below, Some(0.7));
     assert_eq!(s.after.abstain.rule_for("urgent").above, Some(0.9));
     assert_eq!(s.after.abstain.rule_for("team").below, None);

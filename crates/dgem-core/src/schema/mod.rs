@@ -6,8 +6,11 @@
 //! its limits. Fields are public for reading; the `#[non_exhaustive]` attribute
 //! stops other crates from building one by hand.
 
+mod by_kind;
 mod validate;
 mod wire;
+
+pub use by_kind::ByKind;
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -81,6 +84,26 @@ impl QuestionKind {
             Self::Choice => &["choice"],
             Self::Score => &["score"],
         }
+    }
+
+    /// What an ad-hoc question of this kind answers, in a few words, for
+    /// schema and tool descriptions (`yes/no`, `one option of \`criteria\``, …).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Boolean => "yes/no",
+            Self::Choice => "one option of `criteria`, or of `options`",
+            Self::Score => "one of `levels`, lowest first",
+        }
+    }
+
+    /// Every kind as `wire name (summary)`, joined: the one description of
+    /// the question types the request schemas and tools give.
+    pub fn described() -> String {
+        let parts: Vec<String> = Self::ALL
+            .iter()
+            .map(|k| format!("{} ({})", k.wire_name(), k.summary()))
+            .collect();
+        parts.join(", ")
     }
 
     /// The kind a type name (or alias) names, exactly as spelled; `None` otherwise.
