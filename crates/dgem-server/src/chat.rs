@@ -519,16 +519,18 @@ async fn respond(
     let extra = if req.hesitation.is_empty() {
         None
     } else {
-        let finished = state
-            .after()
-            .finish(
-                &mut timed.decision,
-                &schema,
-                &decided_on,
-                &dgem_core::images::image_urls(&decided_on),
-                &req.hesitation,
-            )
-            .await;
+        // The decision service's one post-read call, on the request as read.
+        let prepared = dgem_service::Prepared {
+            label: crate::telemetry::policy_label(&schema),
+            request: DecideRequest {
+                schema,
+                state: decided_on,
+                seed: req.seed,
+            },
+            backend: None,
+            hesitation: req.hesitation,
+        };
+        let finished = dgem_service::finish(state.after(), &prepared, &mut timed.decision).await;
         finished.to_json()
     };
     let body = response_body(&req.model, &timed, extra, req.structured.as_ref())?;

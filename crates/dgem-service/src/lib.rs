@@ -34,7 +34,7 @@ pub use request::{
     shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL, DEFAULT_SEED,
     DEFAULT_TEMPLATE,
 };
-pub use service::{Decided, Service};
+pub use service::{finish, Decided, Service};
 
 /// How a surface names itself in the messages the service writes.
 #[derive(Debug, Clone, Copy)]

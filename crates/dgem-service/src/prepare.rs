@@ -127,26 +127,16 @@ pub fn prepare(
 /// The schema and state of ad-hoc questions (every form
 /// [`dgem_core::adhoc`] accepts: a list or a map by id, every type alias).
 fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
-    let state = match req.state.clone() {
-        None => {
-            return Err(field(
-                "state",
-                "`state` is required with `questions`: the text or JSON object the decision is about"
-                    .into(),
-            ))
-        }
-        // Blank text is nothing to decide on.
-        Some(Value::String(s)) if s.trim().is_empty() => {
-            return Err(field(
-                "state",
-                format!(
-                    "`state` must be the text or JSON object the decision is about, not blank. Given: {}",
-                    shown(&Value::String(s))
-                ),
-            ))
-        }
-        Some(state) => state,
+    let Some(state) = req.state.clone() else {
+        return Err(field(
+            "state",
+            "`state` is required with `questions`: the text or JSON object the decision is about"
+                .into(),
+        ));
     };
+    // A blank text or an object of empty values is nothing to decide on:
+    // refused here, before any read, with the check every read makes.
+    dgem_core::state::check_informative(&state).map_err(ServiceError::from_schema_error)?;
     let questions = req.questions.clone().unwrap_or(Value::Null);
     let list = dgem_core::adhoc::adhoc_questions(&questions)
         .map_err(|e| field(&e.field, format!("`{}`: {}", e.field, e.message)))?;

@@ -59,6 +59,26 @@ impl Decided {
     }
 }
 
+/// The post-read of `decision`, made from `prepared`, under a deployment's
+/// `after` setup: the cascade, temperature, abstention and expansion that
+/// `prepared.hesitation` asks for ([`AfterSetup::finish`]). The one post-read
+/// call of every surface: [`Service::finish`] and [`Service::decide`] use it,
+/// and so does the chat route, which prepares its request from its own
+/// OpenAI-shaped body.
+pub async fn finish(after: &AfterSetup, prepared: &Prepared, decision: &mut Decision) -> Finished {
+    let state = &prepared.request.state;
+    let images = dgem_core::images::image_urls(state);
+    after
+        .finish(
+            decision,
+            &prepared.request.schema,
+            state,
+            &images,
+            &prepared.hesitation,
+        )
+        .await
+}
+
 impl Service {
     /// A service over `catalogue` with the default schema defaults and no
     /// post-read setup.
@@ -116,17 +136,7 @@ impl Service {
     /// decision, by [`Service::decide`] or by a surface that routes the read
     /// itself (the Studio API's backend router).
     pub async fn finish(&self, prepared: &Prepared, decision: &mut Decision) -> Finished {
-        let state = &prepared.request.state;
-        let images = dgem_core::images::image_urls(state);
-        self.after
-            .finish(
-                decision,
-                &prepared.request.schema,
-                state,
-                &images,
-                &prepared.hesitation,
-            )
-            .await
+        finish(&self.after, prepared, decision).await
     }
 
     /// Read `prepared` on `decider`, then [`Service::finish`].

@@ -425,10 +425,10 @@ fn questions_without_state_or_of_the_wrong_shape_are_refused() {
 /// missing one is, naming `state`.
 #[test]
 fn an_empty_state_is_refused() {
-    for state in [json!(""), json!("   ")] {
+    for state in [json!(""), json!("   "), json!({}), json!({"ticket": ""})] {
         let (field, message) = refused(json!({"questions": three_questions(), "state": state}));
         assert_eq!(field, "state", "{state}");
-        assert!(message.contains("not blank"), "{message}");
+        assert!(message.contains("nothing to decide on"), "{message}");
     }
 }
 
