@@ -6,9 +6,9 @@
 //! still serves the shipped policies. A missing or unreadable folder is an
 //! empty one, not an error.
 //!
-//! Also here: name resolution confined to the folder, rendering into a
-//! payload, and "render → payload → [`ValidSchema`] under the deployment's
-//! [`SchemaDefaults`]" in one call ([`TemplateDir::render_schema`]).
+//! Also here: name resolution confined to the folder and rendering into a
+//! payload. The variable rules and validation of a decision are the
+//! decision service's (`dgem_service::Catalogue`).
 //!
 //! Messages here name no transport and no server path: a caller adds its own
 //! hint for listing the templates ([`TemplateError::with_list_hint`]), e.g. the
@@ -17,7 +17,6 @@
 use std::path::{Component, Path, PathBuf};
 
 use dgem_core::payload::{parse_named_payload, Payload};
-use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -203,63 +202,6 @@ impl TemplateDir {
         Ok(Some(real))
     }
 
-    /// Like [`TemplateDir::render_strict`], but first refuses variables the
-    /// template does not read (a misspelled name would otherwise render the
-    /// template's placeholder text), naming the closest variable it does
-    /// read, and, unless `allow_missing`, a request that gives none of the
-    /// template's state variables ([`dgem_core::vars::missing_state_variables`]).
-    ///
-    /// # Errors
-    /// [`TemplateError::Variables`] for an unknown variable or no state, and
-    /// everything [`TemplateDir::render_strict`] returns.
-    pub fn render_checked(
-        &self,
-        name: &str,
-        vars: &Map<String, Value>,
-        allow_missing: bool,
-    ) -> Result<Payload, TemplateError> {
-        let text = self.text(name)?;
-        let declared = template_variables(&text);
-        if let Some(detail) =
-            dgem_core::vars::unknown_variables(name, vars.keys().map(String::as_str), &declared)
-        {
-            return Err(TemplateError::Variables(detail));
-        }
-        if !allow_missing {
-            if let Some(detail) = dgem_core::vars::missing_state_variables(name, vars, &declared) {
-                return Err(TemplateError::Variables(detail));
-            }
-        }
-        self.render_strict(name, vars, allow_missing)
-    }
-
-    /// Render `name` with `vars` ([`TemplateDir::render_checked`]) and validate
-    /// the policy under `defaults`, the deployment's `DEFAULT_SAMPLES`,
-    /// `DEFAULT_LAYOUT`, … (a field the policy sets wins over its default).
-    /// `allow_missing` renders a placeholder for an unset variable instead of
-    /// refusing it.
-    ///
-    /// # Errors
-    /// Everything [`TemplateDir::render_checked`] returns, and
-    /// [`TemplateError::Schema`] when the rendered policy is not a valid schema.
-    pub fn render_schema(
-        &self,
-        name: &str,
-        vars: &Map<String, Value>,
-        defaults: &SchemaDefaults,
-        allow_missing: bool,
-    ) -> Result<(Payload, ValidSchema), TemplateError> {
-        let payload = self.render_checked(name, vars, allow_missing)?;
-        let policy = name.trim().trim_end_matches(TEMPLATE_SUFFIX).to_string();
-        let schema = ValidSchema::from_value(&payload.schema, defaults).map_err(|e| {
-            TemplateError::Schema {
-                name: policy.clone(),
-                detail: e.to_string(),
-            }
-        })?;
-        Ok((payload, schema.with_policy(policy)))
-    }
-
     /// The text of template `name`: the folder's file, else the built-in one.
     ///
     /// # Errors
@@ -281,7 +223,7 @@ impl TemplateDir {
     /// Render template `name` with `vars` into a payload, writing Go's
     /// `<no value>` for a variable it reads that is not given: the lenient
     /// render of the catalogue (questions listed with no variables). A
-    /// decision renders with [`TemplateDir::render_strict`].
+    /// decision renders with [`TemplateDir::render_text_strict`].
     ///
     /// # Errors
     /// Everything [`TemplateDir::text`] returns; [`TemplateError::Variables`]
@@ -292,29 +234,12 @@ impl TemplateDir {
         })
     }
 
-    /// Render template `name` with `vars` into a payload, refusing a variable
-    /// it reads with no `default` that `vars` does not give (or gives as
-    /// `null`), unless `allow_missing`
-    /// ([`dgem_core::template::render_strict`]).
-    ///
-    /// # Errors
-    /// Everything [`TemplateDir::text`] returns; [`TemplateError::Unset`]
-    /// naming the variables at fault; [`TemplateError::Variables`] when
-    /// rendering or parsing fails otherwise.
-    pub fn render_strict(
-        &self,
-        name: &str,
-        vars: &Map<String, Value>,
-        allow_missing: bool,
-    ) -> Result<Payload, TemplateError> {
-        self.render_with(name, vars, |label, text| {
-            dgem_core::template::render_strict(label, text, vars, allow_missing)
-        })
-    }
-
-    /// [`TemplateDir::render_strict`] of a policy whose text the caller
-    /// already has (a file given by path on the command line), named `name`
-    /// in messages.
+    /// Render policy `name` from its `text` (the folder's or built-in text,
+    /// or a file given by path on the command line) with `vars`, refusing a
+    /// variable it reads with no `default` that `vars` does not give (or gives
+    /// as `null`), unless `allow_missing`
+    /// ([`dgem_core::template::render_strict`]). The decision service's
+    /// catalogue renders every decision through this.
     ///
     /// # Errors
     /// [`TemplateError::Unset`] naming the variables at fault;
@@ -474,9 +399,6 @@ fn subfolders(dir: &Path) -> Vec<String> {
     subs
 }
 
-/// The label a template renders under: the file name of `name`
-/// (`support_triage.json.tmpl`, `intent_select.json.tmpl` for
-/// `bench/intent_select`), whether it comes from the folder or is built in.
 /// Render `text` (policy `name`) with `render(label, text)` in a traced span,
 /// then split the output into a payload.
 fn render_text_with(
@@ -500,6 +422,9 @@ fn render_text_with(
         .map_err(|e| TemplateError::Variables(e.to_string()))
 }
 
+/// The label a template renders under: the file name of `name`
+/// (`support_triage.json.tmpl`, `intent_select.json.tmpl` for
+/// `bench/intent_select`), whether it comes from the folder or is built in.
 fn display_name(name: &str) -> String {
     let trimmed = name.trim();
     let stem = trimmed.strip_suffix(TEMPLATE_SUFFIX).unwrap_or(trimmed);
@@ -588,28 +513,5 @@ mod hint_tests {
             e.with_list_hint("ignored"),
             "template: must be a plain template name inside the templates folder (no `..`). Given: `../x`"
         );
-    }
-
-    #[test]
-    fn render_schema_applies_deployment_defaults() {
-        let root = std::env::temp_dir().join(format!("dgem-tmpl-{}", std::process::id()));
-        std::fs::create_dir_all(&root).expect("temp folder");
-        let policy = r#"{"state": {{ .ticket | toJson }}, "questions": [{"id": "urgent", "type": "boolean", "question": "Is it urgent?"}]}"#;
-        std::fs::write(root.join("plain.json.tmpl"), policy).expect("write template");
-        let dir = TemplateDir::new(&root);
-        let mut vars = Map::new();
-        vars.insert("ticket".into(), Value::String("refund please".into()));
-        let defaults = SchemaDefaults {
-            samples: dgem_core::schema::SamplePolicy::Fixed { n: 3 },
-            ..SchemaDefaults::default()
-        };
-        let (_, schema) = dir
-            .render_schema("plain", &vars, &defaults, false)
-            .expect("renders");
-        assert_eq!(
-            schema.samples,
-            dgem_core::schema::SamplePolicy::Fixed { n: 3 }
-        );
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -189,4 +189,35 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// Moved from the engine's `TemplateDir::render_checked` (now gone):
+    /// with no folder, a built-in policy decides, and a request that gives
+    /// none of its state variables is refused naming them.
+    #[test]
+    fn a_built_in_policy_without_its_state_variable_is_refused_naming_it() {
+        let cat = Catalogue::new(TemplateDir::new("/nonexistent/dgem/templates"));
+        let req = DecisionRequest::default();
+        match prepare(&cat, None, req, &SchemaDefaults::default()) {
+            Err(ServiceError::NoState(detail)) => {
+                assert!(detail.contains("give at least one of [ticket]"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Moved from the engine's `TemplateDir::render_schema` (now gone): the
+    /// deployment's defaults apply where the policy sets nothing.
+    #[test]
+    fn the_deployment_defaults_apply_where_the_policy_sets_nothing() {
+        let cat = Catalogue::new(TemplateDir::new("/nonexistent/dgem/templates"));
+        let defaults = SchemaDefaults {
+            samples: dgem_core::schema::SamplePolicy::Fixed { n: 3 },
+            ..SchemaDefaults::default()
+        };
+        let p = prepare(&cat, None, request(json!("auto")), &defaults).expect("prepares");
+        assert_eq!(
+            p.request.schema.samples,
+            dgem_core::schema::SamplePolicy::Fixed { n: 3 }
+        );
+    }
 }
