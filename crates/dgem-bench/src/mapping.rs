@@ -8,18 +8,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-/// Longest JSON text of a received value quoted in a reason, in characters.
-pub const SHOWN_CHARS: usize = 80;
-
-/// A received value for a reason: compact JSON, cut at [`SHOWN_CHARS`].
-pub fn shown(v: &Value) -> String {
-    let text = v.to_string();
-    if text.chars().count() <= SHOWN_CHARS {
-        return text;
-    }
-    let cut: String = text.chars().take(SHOWN_CHARS).collect();
-    format!("{cut}…")
-}
+pub use dgem_core::json::{shown, SHOWN_CHARS};
 
 /// A row's state as the engine receives it: a string as is, a JSON object as
 /// the object. The engine accepts JSON states and writes an object into the

@@ -46,14 +46,7 @@ fn err(field: String, message: String) -> AdhocError {
     AdhocError { field, message }
 }
 
-fn shown(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 80 {
-        format!("{}…", s.chars().take(80).collect::<String>())
-    } else {
-        s
-    }
-}
+use crate::json::shown;
 
 /// Convert ad-hoc questions (see the module docs) into a schema's `questions`.
 ///

@@ -28,6 +28,20 @@ pub struct StrictJsonError {
     pub duplicate: Option<String>,
 }
 
+/// Longest JSON text of a received value quoted in a message, in characters.
+pub const SHOWN_CHARS: usize = 80;
+
+/// A received value for an error message: compact JSON, cut at
+/// [`SHOWN_CHARS`] characters with `…`.
+pub fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() <= SHOWN_CHARS {
+        return text;
+    }
+    let cut: String = text.chars().take(SHOWN_CHARS).collect();
+    format!("{cut}…")
+}
+
 /// Parse `text` as JSON, refusing any object that repeats a key.
 ///
 /// # Errors

@@ -55,6 +55,15 @@ pub struct TemplateFailure {
 }
 
 impl ServiceError {
+    /// A [`ServiceError::Field`] on request key `name`, with the whole
+    /// `message` (starting with the field in backticks).
+    pub fn field(name: &str, message: String) -> Self {
+        Self::Field {
+            field: name.to_string(),
+            message,
+        }
+    }
+
     /// A [`ServiceError::Field`] from a core schema error (its field and message).
     pub fn from_schema_error(e: dgem_core::SchemaError) -> Self {
         Self::Field {

@@ -27,13 +27,6 @@ pub struct Prepared {
     pub hesitation: Hesitation,
 }
 
-fn field(name: &str, message: String) -> ServiceError {
-    ServiceError::Field {
-        field: name.to_string(),
-        message,
-    }
-}
-
 /// Prepare `req` on `catalogue` under the deployment's `defaults`.
 /// `route_template` is the template a route names (`/api/decide/{template}`),
 /// used when the request names none.
@@ -51,7 +44,7 @@ pub fn prepare(
 ) -> Result<Prepared, ServiceError> {
     if req.is_custom() {
         if let Some(t) = &req.template {
-            return Err(field(
+            return Err(ServiceError::field(
                 "template",
                 format!(
                     "send either `template` (with `variables`) or ad-hoc `questions` (with `state`), not both. Given: `template` {} and `questions`",
@@ -128,7 +121,7 @@ pub fn prepare(
 /// [`dgem_core::adhoc`] accepts: a list or a map by id, every type alias).
 fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
     let Some(state) = req.state.clone() else {
-        return Err(field(
+        return Err(ServiceError::field(
             "state",
             "`state` is required with `questions`: the text or JSON object the decision is about"
                 .into(),
@@ -139,7 +132,7 @@ fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
     dgem_core::state::check_informative(&state).map_err(ServiceError::from_schema_error)?;
     let questions = req.questions.clone().unwrap_or(Value::Null);
     let list = dgem_core::adhoc::adhoc_questions(&questions)
-        .map_err(|e| field(&e.field, format!("`{}`: {}", e.field, e.message)))?;
+        .map_err(|e| ServiceError::field(&e.field, format!("`{}`: {}", e.field, e.message)))?;
     let mut schema = Map::new();
     if let Some(ins) = req.instructions.as_deref().filter(|s| !s.trim().is_empty()) {
         schema.insert("instructions".into(), Value::from(ins));

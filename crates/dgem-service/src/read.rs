@@ -6,7 +6,9 @@
 //! and [`ReadOptions::layout`], whichever surface they came from.
 
 use clap::Args;
-use dgem_core::schema::{Isolate, Layout, SamplePolicy, MAX_SAMPLES};
+use dgem_core::schema::{
+    Isolate, Layout, SamplePolicy, DEFAULT_AUTO_MAX, DEFAULT_AUTO_THRESHOLD, MAX_SAMPLES,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -15,14 +17,6 @@ use utoipa::ToSchema;
 use crate::error::ServiceError;
 use crate::options::json_or_string;
 use crate::request::shown;
-
-/// Reads of `samples: "auto"`: one read, then up to this many in all when the
-/// largest per-question entropy exceeds [`AUTO_THRESHOLD_NATS`] (the sample
-/// policy's own defaults, `dgem_core::schema::SamplePolicy::Auto`).
-pub const AUTO_MAX_READS: u32 = 4;
-
-/// Entropy in nats above which `samples: "auto"` reads again.
-pub const AUTO_THRESHOLD_NATS: f64 = 0.1;
 
 /// `layout` as advertised: `document_first` (the state, then the questions)
 /// or `schema_first` (the questions first, so that one policy's prompt prefix
@@ -99,13 +93,6 @@ fn samples_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-fn field(name: &str, message: String) -> ServiceError {
-    ServiceError::Field {
-        field: name.to_string(),
-        message,
-    }
-}
-
 impl ReadOptions {
     /// The read keys of `obj` (`null` is "not given"). The seed's type is
     /// checked here; `samples` and `layout` when the request is prepared
@@ -125,7 +112,7 @@ impl ReadOptions {
                 } else {
                     "an integer".to_string()
                 };
-                field(
+                ServiceError::field(
                     "seed",
                     format!("`seed` must be {what}. Given: {}", shown(v)),
                 )
@@ -152,8 +139,8 @@ impl ReadOptions {
             .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto"))
         {
             return Ok(Some(SamplePolicy::Auto {
-                max: AUTO_MAX_READS,
-                threshold: AUTO_THRESHOLD_NATS,
+                max: DEFAULT_AUTO_MAX,
+                threshold: DEFAULT_AUTO_THRESHOLD,
             }));
         }
         // A count written `3.0` is the count 3 (some clients write every
@@ -164,7 +151,7 @@ impl ReadOptions {
             .map(|x| x as u64);
         match v.as_u64().or(whole).and_then(|n| u32::try_from(n).ok()) {
             Some(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(Some(SamplePolicy::Fixed { n })),
-            _ => Err(field(
+            _ => Err(ServiceError::field(
                 "samples",
                 format!(
                     "`samples` must be a count from 1 to {MAX_SAMPLES} or `auto`. Given: {}",
@@ -194,7 +181,7 @@ impl ReadOptions {
             Some(v) => match v.as_str().map(|s| s.trim().to_ascii_lowercase()).as_deref() {
                 Some("document_first") => Ok(Some(Layout::DocumentFirst)),
                 Some("schema_first") => Ok(Some(Layout::SchemaFirst)),
-                _ => Err(field(
+                _ => Err(ServiceError::field(
                     "layout",
                     format!(
                         "`layout` must be one of [document_first, schema_first]. Given: {}",
@@ -222,7 +209,7 @@ impl ReadOptions {
             .and_then(|s| Isolate::parse(&s))
         {
             Some(rule) => Ok(Some(rule)),
-            None => Err(field(
+            None => Err(ServiceError::field(
                 "isolate",
                 format!(
                     "`isolate` must be one of [auto, noul, none, all]. Given: {}",

@@ -157,22 +157,7 @@ pub struct DecisionRequest {
     pub allow_missing_vars: Option<bool>,
 }
 
-/// `v` as a short JSON text for an error message (at most 80 bytes).
-pub fn shown(v: &Value) -> String {
-    let s = v.to_string();
-    if s.len() > 80 {
-        format!("{}…", &s[..s.floor_char_boundary(80)])
-    } else {
-        s
-    }
-}
-
-fn field(name: &str, message: String) -> ServiceError {
-    ServiceError::Field {
-        field: name.to_string(),
-        message,
-    }
-}
+pub use dgem_core::json::shown;
 
 /// The value of `key`, `None` when absent or `null`.
 fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
@@ -219,7 +204,7 @@ impl DecisionRequest {
             match given(obj, key) {
                 None => Ok(None),
                 Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(field(
+                Some(other) => Err(ServiceError::field(
                     key,
                     format!("`{key}` must be {what}. Given: {}", shown(other)),
                 )),
@@ -229,7 +214,7 @@ impl DecisionRequest {
             None => None,
             Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
             Some(other) => {
-                return Err(field(
+                return Err(ServiceError::field(
                     "template",
                     format!(
                         "`template` must be a template id from {}. Given: {}",
@@ -243,7 +228,7 @@ impl DecisionRequest {
             None => None,
             Some(Value::Object(m)) => Some(m.clone()),
             Some(other) => {
-                return Err(field(
+                return Err(ServiceError::field(
                     "variables",
                     format!(
                         "`variables` must be an object of template variables. Given: {}",
@@ -256,7 +241,7 @@ impl DecisionRequest {
             None => None,
             Some(Value::Bool(b)) => Some(*b),
             Some(other) => {
-                return Err(field(
+                return Err(ServiceError::field(
                     "allow_missing_vars",
                     format!(
                         "`allow_missing_vars` must be true or false. Given: {}",

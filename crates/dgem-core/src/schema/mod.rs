@@ -30,6 +30,12 @@ pub const MIN_ALTERNATIVES: usize = 2;
 pub const MAX_ALTERNATIVES: usize = 26;
 /// Most reads (noise draws) averaged for one decision (serving.md §3.6 `MAX_SAMPLES`).
 pub const MAX_SAMPLES: u32 = 32;
+/// Reads in all when `samples: "auto"` extends and the policy sets no
+/// `auto_max` (the original server's default).
+pub const DEFAULT_AUTO_MAX: u32 = 4;
+/// Entropy in nats above which `samples: "auto"` reads again when the policy
+/// sets no `auto_threshold` (the original server's default).
+pub const DEFAULT_AUTO_THRESHOLD: f64 = 0.1;
 /// Largest thought budget, in tokens (serving.md §3.6).
 pub const MAX_THINK: u32 = 4096;
 /// Questions at or below which the `lines` answer format is used (serving.md §3.1 rule 16).

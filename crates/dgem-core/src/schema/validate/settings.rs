@@ -9,13 +9,10 @@ use serde_json::{Map, Value};
 use super::text::{py_repr, shown};
 use crate::error::SchemaError;
 use crate::schema::{
-    ChunkPrompt, Isolate, Layout, Question, SamplePolicy, SchemaDefaults, MAX_SAMPLES, MAX_THINK,
+    ChunkPrompt, Isolate, Layout, Question, SamplePolicy, SchemaDefaults, DEFAULT_AUTO_MAX,
+    DEFAULT_AUTO_THRESHOLD, MAX_SAMPLES, MAX_THINK,
 };
 
-/// Default `auto_max` (total reads when `samples: "auto"` extends).
-const DEFAULT_AUTO_MAX: i64 = 4;
-/// Default `auto_threshold` in nats.
-const DEFAULT_AUTO_THRESHOLD: f64 = 0.1;
 /// Most denoise steps per read.
 const MAX_STEPS: i64 = 8;
 /// Fewest canvas rows per chunk.
@@ -101,7 +98,7 @@ pub(super) fn samples(
 /// `samples: "auto"`: read `auto_max` and `auto_threshold`.
 fn auto_policy(obj: &Map<String, Value>) -> Result<SamplePolicy, SchemaError> {
     let max = match obj.get("auto_max") {
-        None => DEFAULT_AUTO_MAX,
+        None => i64::from(DEFAULT_AUTO_MAX),
         Some(v) => python_int(v).ok_or_else(|| {
             SchemaError::new(
                 "auto_max",
