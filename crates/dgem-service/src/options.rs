@@ -70,6 +70,16 @@ pub fn json_or_string(s: &str) -> Result<Value, String> {
     })
 }
 
+/// A flag's value that is a word or a name (`--cascade entropy`,
+/// `--cascade-model gpt-4.1`): always the text given, never read as JSON, so
+/// a model named `1.5` or `null` stays that name.
+///
+/// # Errors
+/// Never; the `Result` is clap's value-parser shape.
+pub fn word_flag(s: &str) -> Result<Value, String> {
+    Ok(Value::String(s.to_string()))
+}
+
 /// A flag's value that must be a number: a finite number becomes a JSON
 /// number; anything else (`inf`, `NaN`, `abc`) is kept as the text given, so
 /// that the command refuses it naming the flag, with its own exit code, as
@@ -116,7 +126,7 @@ pub struct AfterOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<CascadeModeValue>")]
     #[schema(value_type = Option<CascadeModeValue>)]
-    #[arg(long = "cascade", value_name = "MODE", value_parser = json_or_string)]
+    #[arg(long = "cascade", value_name = "MODE", value_parser = word_flag)]
     pub cascade_mode: Option<Value>,
     /// Gate threshold: an entropy in nats (default 0.35) or, with
     /// cascade_threshold_mode "normalized", a hesitation in [0, 1] (default
@@ -131,20 +141,20 @@ pub struct AfterOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<ThresholdModeValue>")]
     #[schema(value_type = Option<ThresholdModeValue>)]
-    #[arg(long, value_name = "MODE", value_parser = json_or_string)]
+    #[arg(long, value_name = "MODE", value_parser = word_flag)]
     pub cascade_threshold_mode: Option<Value>,
     /// Stage-2 model name (default: the provider's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     #[schema(value_type = Option<String>)]
-    #[arg(long, value_name = "NAME", value_parser = json_or_string)]
+    #[arg(long, value_name = "NAME", value_parser = word_flag)]
     pub cascade_model: Option<Value>,
     /// How much of Stage 1 the Stage-2 prompt shows: "soft" (default),
     /// "none", "full".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Stage2PriorValue>")]
     #[schema(value_type = Option<Stage2PriorValue>)]
-    #[arg(long, value_name = "MODE", value_parser = json_or_string)]
+    #[arg(long, value_name = "MODE", value_parser = word_flag)]
     pub stage2_prior: Option<Value>,
     /// Expected answers for cascade_mode "on_miss", by question id, e.g.
     /// {"urgent": "yes"}. (On the command line: `--expect QUESTION=VALUE`,
@@ -265,6 +275,17 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["dgem", "--expansion-entropy", "0.5"]).expect("parses");
         assert_eq!(cli.after.expansion_entropy, Some(serde_json::json!(0.5)));
+    }
+
+    /// Regression: the word flags went through the JSON reader, so a
+    /// Stage-2 model named `1.5` became a number and was refused (the
+    /// command line had always sent it as a name).
+    #[test]
+    fn a_model_name_that_reads_as_json_stays_a_name() {
+        let cli = Cli::try_parse_from(["dgem", "--cascade-model", "1.5", "--cascade", "true"])
+            .expect("parses");
+        assert_eq!(cli.after.cascade_model, Some(Value::String("1.5".into())));
+        assert_eq!(cli.after.cascade_mode, Some(Value::String("true".into())));
     }
 
     #[test]

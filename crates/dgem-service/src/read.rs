@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ServiceError;
-use crate::options::json_or_string;
+use crate::options::{json_or_string, word_flag};
 use crate::request::shown;
 
 /// `layout` as advertised: `document_first` (the state, then the questions)
@@ -66,7 +66,7 @@ pub struct ReadOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<LayoutValue>")]
     #[schema(value_type = Option<LayoutValue>)]
-    #[arg(long, value_name = "LAYOUT", value_parser = json_or_string)]
+    #[arg(long, value_name = "LAYOUT", value_parser = word_flag)]
     pub layout: Option<Value>,
     /// Which questions are read alone, each on its own canvas: "auto"
     /// (default: the yes/no questions of a 2-to-8-question policy with at
@@ -76,7 +76,7 @@ pub struct ReadOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<IsolateValue>")]
     #[schema(value_type = Option<IsolateValue>)]
-    #[arg(long, value_name = "RULE", value_parser = json_or_string)]
+    #[arg(long, value_name = "RULE", value_parser = word_flag)]
     pub isolate: Option<Value>,
 }
 
