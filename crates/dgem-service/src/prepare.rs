@@ -42,42 +42,51 @@ pub fn prepare(
     req: DecisionRequest,
     defaults: &SchemaDefaults,
 ) -> Result<Prepared, ServiceError> {
-    if req.is_custom() {
-        if let Some(t) = &req.template {
-            return Err(ServiceError::field(
-                "template",
-                format!(
-                    "send either `template` (with `variables`) or ad-hoc `questions` (with `state`), not both. Given: `template` {} and `questions`",
-                    shown(&Value::String(t.clone()))
-                ),
-            ));
-        }
+    let custom = req.is_custom();
+    let DecisionRequest {
+        template,
+        variables,
+        questions,
+        state,
+        images,
+        instructions,
+        backend,
+        read,
+        after,
+        allow_missing_vars,
+    } = req;
+    if let (true, Some(t)) = (custom, &template) {
+        return Err(ServiceError::field(
+            "template",
+            format!(
+                "send either `template` (with `variables`) or ad-hoc `questions` (with `state`), not both. Given: `template` {} and `questions`",
+                shown(&Value::String(t.clone()))
+            ),
+        ));
     }
     // The read options first: a bad `samples` is reported before the policy
     // is rendered, as it always was.
-    let samples = req.read.samples()?;
-    let layout = req.read.layout()?;
-    let isolate = req.read.isolate()?;
-    let (label, mut schema, state) = if req.is_custom() {
-        let (schema, state) = custom(&req)?;
+    let samples = read.samples()?;
+    let layout = read.layout()?;
+    let isolate = read.isolate()?;
+    let (label, mut schema, state) = if custom {
+        let (schema, state) = custom_policy(questions, state, instructions.as_deref())?;
         (CUSTOM_LABEL.to_string(), schema, state)
     } else {
-        let name = req
-            .template
-            .clone()
+        let name = template
             .or_else(|| route_template.filter(|p| !p.is_empty()).map(str::to_string))
             .unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
         let payload = catalogue.render(
             &name,
-            req.variables.clone().unwrap_or_default(),
-            req.allow_missing_vars.unwrap_or(false),
-            req.read.count(),
+            variables.unwrap_or_default(),
+            allow_missing_vars.unwrap_or(false),
+            read.count(),
         )?;
         (name, payload.schema, payload.state)
     };
     // Images join the state as content parts ahead of its text; each is
     // checked (type, size, inline) before any read.
-    let images = dgem_core::images::parts_from_json(req.images.as_ref())
+    let images = dgem_core::images::parts_from_json(images.as_ref())
         .map_err(ServiceError::from_schema_error)?;
     let state =
         dgem_core::images::with_images(state, images).map_err(ServiceError::from_schema_error)?;
@@ -86,7 +95,7 @@ pub fn prepare(
     if let (Some(rule), Some(s)) = (isolate, schema.as_object_mut()) {
         s.insert("isolate".into(), Value::from(rule.as_str()));
     }
-    let after = req.after.to_object();
+    let after = after.to_object();
     let (schema, injected) =
         dgem_cascade::inject_if_asked(&after, &schema).map_err(ServiceError::from_schema_error)?;
     let mut schema = ValidSchema::from_value(&schema, defaults)
@@ -110,17 +119,21 @@ pub fn prepare(
         request: DecideRequest {
             schema,
             state,
-            seed: req.read.seed.unwrap_or(DEFAULT_SEED),
+            seed: read.seed.unwrap_or(DEFAULT_SEED),
         },
-        backend: req.backend.filter(|b| !b.is_empty()),
+        backend: backend.filter(|b| !b.is_empty()),
         hesitation,
     })
 }
 
-/// The schema and state of ad-hoc questions (every form
+/// The schema and state of ad-hoc `questions` about `state` (every form
 /// [`dgem_core::adhoc`] accepts: a list or a map by id, every type alias).
-fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
-    let Some(state) = req.state.clone() else {
+fn custom_policy(
+    questions: Option<Value>,
+    state: Option<Value>,
+    instructions: Option<&str>,
+) -> Result<(Value, Value), ServiceError> {
+    let Some(state) = state else {
         return Err(ServiceError::field(
             "state",
             "`state` is required with `questions`: the text or JSON object the decision is about"
@@ -130,11 +143,11 @@ fn custom(req: &DecisionRequest) -> Result<(Value, Value), ServiceError> {
     // A blank text or an object of empty values is nothing to decide on:
     // refused here, before any read, with the check every read makes.
     dgem_core::state::check_informative(&state).map_err(ServiceError::from_schema_error)?;
-    let questions = req.questions.clone().unwrap_or(Value::Null);
+    let questions = questions.unwrap_or(Value::Null);
     let list = dgem_core::adhoc::adhoc_questions(&questions)
         .map_err(|e| ServiceError::field(&e.field, format!("`{}`: {}", e.field, e.message)))?;
     let mut schema = Map::new();
-    if let Some(ins) = req.instructions.as_deref().filter(|s| !s.trim().is_empty()) {
+    if let Some(ins) = instructions.filter(|s| !s.trim().is_empty()) {
         schema.insert("instructions".into(), Value::from(ins));
     }
     schema.insert("questions".into(), Value::Array(list));

@@ -118,11 +118,8 @@ fn image_urls(files: &[PathBuf]) -> Result<Vec<Value>, Failure> {
             .map_err(user)?;
         let part = dgem_core::images::image_part(&bytes, &f.display().to_string())
             .map_err(|e| user(anyhow::anyhow!("`--image`: {}", e.message)))?;
-        urls.extend(
-            dgem_core::images::image_urls(&Value::Array(vec![part]))
-                .into_iter()
-                .map(Value::String),
-        );
+        // The checked part's data URL, which the request's `images` take.
+        urls.extend(part.pointer("/image_url/url").cloned());
     }
     Ok(urls)
 }

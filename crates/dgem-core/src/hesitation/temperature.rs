@@ -49,8 +49,9 @@ fn kind_of_key(key: &str) -> Option<QuestionKind> {
     })
 }
 
-/// The keys a temperature object accepts, by type, for error messages
-/// (`noul|bool|boolean|yes_no|yesno, choice, score|scale|rating`).
+/// The keys a temperature object accepts, by type, for error messages:
+/// each type's aliases then its extra spellings
+/// (`boolean|bool|noul|yes_no|yesno, choice, score|scale|rating`).
 pub fn temperature_keys() -> String {
     QuestionKind::ALL
         .iter()
