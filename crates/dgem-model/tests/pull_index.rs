@@ -192,6 +192,7 @@ fn toy(n: usize, throttle: Throttle) -> (ModelSpec, Vec<u8>, StubIndex) {
         size: data.len() as u64,
         sha256: hex::encode(Sha256::digest(&data)),
         parts,
+        ..ModelSpec::default()
     };
     (spec, data, StubIndex::start(wheels, throttle))
 }
@@ -281,6 +282,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != dgem_model::pull::PARTIAL_DIR)
                 .collect()
         })
         .unwrap_or_default();

@@ -10,16 +10,22 @@ use crate::progress::Bar;
 /// Model management subcommands.
 #[derive(Debug, Subcommand)]
 pub enum ModelCommand {
-    /// Download and verify a model: the default embedded model (through pip),
-    /// or a GGUF from a Hugging Face Hub (`hf:OWNER/REPO[/FILE.gguf]`; resumable,
-    /// checked against the hub's sha256; `HF_TOKEN` for gated repos,
-    /// `HF_ENDPOINT` for a mirror).
+    /// Download and verify a model: a catalogued model by name (from its
+    /// pinned part packages through pip; resumable; checked against its
+    /// pinned sha256), or a GGUF from a Hugging Face Hub
+    /// (`hf:OWNER/REPO[/FILE.gguf]`; resumable, checked against the hub's
+    /// sha256; `HF_TOKEN` for gated repos, `HF_ENDPOINT` for a mirror).
     #[command(
-        after_help = "Examples:\n  dgem model pull\n  dgem model pull hf:ggml-org/gemma-3-1b-it-GGUF\n  dgem model pull hf:ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf\n  HF_TOKEN=hf_... dgem model pull hf:google/gemma-3-1b-it-qat-q4_0-gguf"
+        after_help = "Examples:\n  dgem model pull\n  dgem model pull qwen2.5-coder-1.5b\n  dgem model pull qwen2.5-coder-1.5b --from-hub\n  dgem model pull hf:ggml-org/gemma-3-1b-it-GGUF\n  dgem model pull hf:ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf\n  HF_TOKEN=hf_... dgem model pull hf:google/gemma-3-1b-it-qat-q4_0-gguf"
     )]
     Pull {
-        /// What to pull: `hf:OWNER/REPO[/FILE.gguf]`; default: the embedded model.
+        /// What to pull: a catalogued model's name (`dgem model list`) or
+        /// `hf:OWNER/REPO[/FILE.gguf]`; default: the embedded model.
         reference: Option<String>,
+        /// Fetch a catalogued model from its upstream hub release instead of
+        /// the package index; the file must hash to the same pinned sha256.
+        #[arg(long = "from-hub")]
+        from_hub: bool,
         /// Download again even if the file is cached.
         #[arg(long)]
         force: bool,
@@ -48,29 +54,50 @@ pub enum ModelCommand {
         #[arg(long)]
         local: bool,
     },
-    /// Print where the default model is (or will be) cached.
-    Path,
-    /// Check a model file's size and sha256 (default: the cached default model).
+    /// Print where a catalogued model (default: the embedded one) is, or
+    /// will be, cached.
+    Path {
+        /// A catalogued model's name (`dgem model list`).
+        name: Option<String>,
+    },
+    /// Check a model file's size and sha256 (default: the cached default
+    /// model): a catalogued model's name, or a file (checked against the
+    /// catalogued model of its size).
     Verify {
-        /// File to check instead of the cached default model.
+        /// A catalogued model's name, or a file to check.
         path: Option<PathBuf>,
     },
 }
 
+/// The catalogued model `name` names (default: the embedded one).
+///
+/// # Errors
+/// A user [`Failure`] listing the catalogue's names.
+fn catalogued(name: Option<&str>) -> Result<dgem_model::ModelSpec, Failure> {
+    let Some(name) = name else {
+        return Ok(dgem_model::default_model());
+    };
+    dgem_model::find_model(name).ok_or_else(|| {
+        let names: Vec<String> = dgem_model::known_models()
+            .into_iter()
+            .map(|m| m.card.name)
+            .collect();
+        user(anyhow::anyhow!(
+            "`{name}` is not a catalogued model: it must be one of [{}], or `hf:OWNER/REPO[/FILE.gguf]` (see `dgem model list`)",
+            names.join(", ")
+        ))
+    })
+}
+
 /// Run a model subcommand.
 pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
-    let spec = dgem_model::default_model();
     match cmd {
         ModelCommand::Pull {
             reference: Some(r),
             force,
+            from_hub: false,
             ..
-        } => {
-            if !r.starts_with("hf:") {
-                return Err(user(anyhow::anyhow!(
-                    "`dgem model pull {r}`: a model to pull is `hf:OWNER/REPO[/FILE.gguf]` (see `dgem model list --available`), or nothing for the default embedded model"
-                )));
-            }
+        } if r.starts_with("hf:") => {
             let cfg = dgem_model::hub::HubConfig::from_env();
             let path = dgem_model::hub::pull(&r, &cfg, force, &Bar::new()).map_err(|e| {
                 if e.is_user_error() {
@@ -86,10 +113,43 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
             );
         }
         ModelCommand::Pull {
-            reference: None,
+            reference,
+            force,
+            from_hub: true,
+            ..
+        } => {
+            let spec = catalogued(reference.as_deref())?;
+            let Some(hub) = spec.card.hub.clone() else {
+                return Err(user(anyhow::anyhow!(
+                    "`--from-hub`: the model `{}` has no known upstream hub release with its sha256; pull it from the package index (without `--from-hub`)",
+                    spec.card.name
+                )));
+            };
+            let cfg = dgem_model::hub::HubConfig::from_env();
+            let path = dgem_model::hub::pull(&hub, &cfg, force, &Bar::new()).map_err(|e| {
+                if e.is_user_error() {
+                    user(e)
+                } else {
+                    internal(e)
+                }
+            })?;
+            // The hub's own sha256 was checked by the pull; the pinned one
+            // must be the same file.
+            dgem_model::verify(&path, &spec, &Bar::new()).map_err(internal)?;
+            println!(
+                "{} ready at {} (from {hub})",
+                spec.card.name,
+                path.display()
+            );
+            println!("use it with: --model {}", path.display());
+        }
+        ModelCommand::Pull {
+            reference,
             force,
             pull_timeout,
+            from_hub: false,
         } => {
+            let spec = catalogued(reference.as_deref())?;
             let mut cfg = crate::pull::config(pull_timeout);
             cfg.force = force;
             let fetched = crate::pull::fetch(&spec, cfg, crate::pull::Fetch::OneShot);
@@ -98,13 +158,18 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
                     if stderr.contains("No matching distribution") || stderr.contains("NewConnectionError") || stderr.contains("Network is unreachable") || stderr.contains("Temporary failure in name resolution"));
                 if offline {
                     internal(anyhow::anyhow!(
-                        "{e}\n\nThe embedded model is fetched from the Python package index with pip and the index could not be reached (or has no such package). Check the network or proxy (pip reads PIP_INDEX_URL for a mirror), or put a Gemma 3 GGUF file you already have in place with `--model PATH` / DGEM_MODEL_PATH"
+                        "{e}\n\nThe model is fetched from the Python package index with pip and the index could not be reached (or has no such package). Check the network or proxy (pip reads PIP_INDEX_URL for a mirror), or put a GGUF file you already have in place with `--model PATH` / DGEM_MODEL_PATH"
                     ))
                 } else {
                     internal(e)
                 }
             })?;
-            println!("{} ready at {}", spec.id, path.display());
+            println!(
+                "{} ({}) ready at {}",
+                spec.card.name,
+                spec.id,
+                path.display()
+            );
         }
         ModelCommand::List { local: true, .. } => local_list(),
         ModelCommand::List {
@@ -124,30 +189,39 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
         ModelCommand::List {
             available: false,
             local: false,
-        } => {
-            println!("cache: {}", dgem_model::model_dir().display());
-            for e in dgem_model::list() {
-                let state = if e.present { "present" } else { "not pulled" };
-                println!(
-                    "{:<28} {:>12} bytes  {:<10} {}",
-                    e.id,
-                    e.size,
-                    state,
-                    e.path.display()
-                );
-            }
-        }
-        ModelCommand::Path => {
+        } => catalogue_list(),
+        ModelCommand::Path { name } => {
+            let spec = catalogued(name.as_deref())?;
             println!("{}", dgem_model::cached_path(&spec).display());
         }
         ModelCommand::Verify { path } => {
-            let explicit = path.is_some();
-            let path = path.unwrap_or_else(|| dgem_model::cached_path(&spec));
+            let named = path
+                .as_deref()
+                .filter(|p| !p.is_file())
+                .and_then(|p| p.to_str())
+                .and_then(dgem_model::find_model);
+            let (spec, path, explicit) = match (named, path) {
+                (Some(spec), _) => {
+                    let p = dgem_model::cached_path(&spec);
+                    (spec, p, false)
+                }
+                (None, Some(p)) => {
+                    let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                    let spec =
+                        dgem_model::model_with_size(size).unwrap_or_else(dgem_model::default_model);
+                    (spec, p, true)
+                }
+                (None, None) => {
+                    let spec = dgem_model::default_model();
+                    let p = dgem_model::cached_path(&spec);
+                    (spec, p, false)
+                }
+            };
             if !path.is_file() {
                 let hint = if explicit {
-                    ""
+                    String::new()
                 } else {
-                    "; run `dgem model pull` first"
+                    format!("; run `dgem model pull {}` first", spec.card.name)
                 };
                 return Err(user(anyhow::anyhow!(
                     "no model file at {}{hint}",
@@ -159,6 +233,58 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `dgem model list`: the catalogue (name, size, licence, whether it is
+/// cached, its upstream hub release and measured figures), then other GGUF
+/// files in the cache.
+fn catalogue_list() {
+    println!("cache: {}", dgem_model::model_dir().display());
+    println!(
+        "{:<20} {:>9} {:<20} {:<11} title",
+        "--model NAME", "size", "licence", "state"
+    );
+    let known = dgem_model::known_models();
+    for spec in &known {
+        let present = dgem_model::cached_path(spec).is_file();
+        println!(
+            "{:<20} {:>9} {:<20} {:<11} {}",
+            spec.card.name,
+            human_size(spec.size),
+            spec.card.licence,
+            if present { "present" } else { "not pulled" },
+            spec.card.title
+        );
+        let parts = spec.parts.len();
+        let first = spec.parts.first().map(dgem_model::PartSpec::requirement);
+        println!(
+            "{:<20} sha256 {}; {parts} part package(s) from {}",
+            "",
+            spec.sha256,
+            first.unwrap_or_default()
+        );
+        if let Some(hub) = &spec.card.hub {
+            println!("{:<20} also at {hub} (`--from-hub`)", "");
+        }
+        for figure in &spec.card.figures {
+            println!("{:<20} measured: {figure}", "");
+        }
+    }
+    let others: Vec<_> = dgem_model::list()
+        .into_iter()
+        .filter(|e| !e.known)
+        .collect();
+    if !others.is_empty() {
+        println!("\nother files in the cache (use with --model PATH):");
+        for e in others {
+            println!(
+                "  {:<28} {:>9}  {}",
+                e.id,
+                human_size(e.size),
+                e.path.display()
+            );
+        }
+    }
 }
 
 /// `dgem model list --local`: one row per GGUF file in every store.

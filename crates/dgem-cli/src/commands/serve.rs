@@ -180,16 +180,24 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
                 crate::vllm::check_embedded(&args.vllm)?;
                 let id = setup::precheck(&args.model)?;
                 let loading = dgem_server::loading::LoadingDecider::new(id);
-                // A first start downloads the default model: `/health` says
-                // so from the first probe on.
-                let pulls = args.model.model.is_none()
-                    && crate::pull::config(args.model.pull_timeout)
-                        .cached(&dgem_model::default_model())
-                        .is_none();
-                if pulls {
+                // A first start downloads the default (or a catalogued)
+                // model: `/health` says so from the first probe on.
+                let pulled = match &args.model.model {
+                    None => Some(dgem_model::default_model()),
+                    Some(given) => setup::catalogued(given),
+                };
+                let pulls = pulled.as_ref().is_some_and(|spec| {
+                    crate::pull::config(args.model.pull_timeout)
+                        .cached(spec)
+                        .is_none()
+                });
+                if let (true, Some(spec)) = (pulls, &pulled) {
                     loading.report(
                         dgem_server::loading::PULLING_MODEL,
-                        Some("starting the download of the default model".into()),
+                        Some(format!(
+                            "starting the download of the model `{}`",
+                            spec.card.name
+                        )),
                     );
                 }
                 (
