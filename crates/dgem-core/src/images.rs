@@ -192,7 +192,9 @@ fn bad_entry(i: usize) -> SchemaError {
 /// (`/v1/systemone`, `/api/decide`, MCP, `dgem decide --image`), every part checked:
 /// - a `state` that is itself a list of content parts with images keeps its
 ///   parts, after the request's images;
-/// - any other `state` becomes one text part after the images;
+/// - any other `state` becomes one text part after the images, unless it is
+///   empty ([`crate::state::is_empty`]: an image that stands in for the state,
+///   `crate::image_state`), when the images are the whole state;
 /// - with no images anywhere, `state` is returned unchanged.
 ///
 /// # Errors
@@ -206,6 +208,7 @@ pub fn with_images(state: Value, images: Vec<Value>) -> Result<Value, SchemaErro
             parts
         }
         other if images.is_empty() => return Ok(other),
+        other if crate::state::is_empty(&other) => Vec::new(),
         other => vec![json!({"type": "text", "text": crate::prompt::state_text(&other)})],
     };
     if count > MAX_IMAGES {

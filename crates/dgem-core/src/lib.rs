@@ -34,6 +34,7 @@ pub mod brackets;
 pub mod envelope;
 pub mod error;
 pub mod hesitation;
+pub mod image_state;
 pub mod images;
 pub mod json;
 pub mod labels;

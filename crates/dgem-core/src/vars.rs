@@ -244,24 +244,29 @@ pub fn missing_state_variables(
     given: &serde_json::Map<String, serde_json::Value>,
     declared: &[String],
 ) -> Option<String> {
-    let state: Vec<&str> = declared
-        .iter()
-        .map(String::as_str)
-        .filter(|d| !KNOB_VARIABLES.contains(d))
-        .collect();
-    if state.is_empty() {
-        return None;
-    }
-    if given
-        .iter()
-        .any(|(k, v)| state.contains(&k.as_str()) && !crate::state::is_empty(v))
-    {
-        return None;
-    }
+    let state = unfilled_state_variables(given, declared)?;
     Some(format!(
         "template `{template}` needs its state: give at least one of [{}]; without one it would decide on its placeholder text",
         state.join(", ")
     ))
+}
+
+/// The state variables of [`missing_state_variables`] when none of them is
+/// given with content (every one of them, then, is unfilled); `None` when
+/// the template reads no state variable or one is given.
+pub fn unfilled_state_variables(
+    given: &serde_json::Map<String, serde_json::Value>,
+    declared: &[String],
+) -> Option<Vec<String>> {
+    let state: Vec<String> = declared
+        .iter()
+        .filter(|d| !KNOB_VARIABLES.contains(&d.as_str()))
+        .cloned()
+        .collect();
+    let filled = given
+        .iter()
+        .any(|(k, v)| state.contains(k) && !crate::state::is_empty(v));
+    (!state.is_empty() && !filled).then_some(state)
 }
 
 #[cfg(test)]

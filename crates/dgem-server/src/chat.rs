@@ -529,6 +529,7 @@ async fn respond(
             },
             backend: None,
             hesitation: req.hesitation,
+            warnings: Vec::new(),
         };
         let finished = dgem_service::finish(state.after(), &prepared, &mut timed.decision).await;
         finished.to_json()

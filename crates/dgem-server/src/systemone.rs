@@ -188,24 +188,26 @@ async fn respond(
     let raw = jev_schema(req)?;
     let schema = ValidSchema::from_value(&raw, &state.config().schema_defaults)
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;
-    let text = match req.get("state") {
-        None | Some(Value::Null) => {
-            return Err(unprocessable("state: required").with_param("state"))
-        }
-        Some(s) => state_text(s),
-    };
-    let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
     let mut images = parsed.images;
+    // The images are looked at first: an engine that cannot read them
+    // refuses them before anything else, and an image may stand in for the
+    // state (questions sent with only images are about them).
+    let given_state = req.get("state").filter(|s| !s.is_null());
+    if given_state.is_none() && images.is_empty() && !dgem_service::gives_images(req.get("images"))
+    {
+        return Err(unprocessable("state: required").with_param("state"));
+    }
+    let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
     json_images(req, &mut images)?;
     // A `state` that is a list of content parts with images is an image state,
     // as on chat, /api and MCP (the original server wrote it as JSON text).
-    let state_parts = req
-        .get("state")
+    let state_parts = given_state
         .filter(|s| dgem_core::images::has_images(s))
         .and_then(Value::as_array);
     decide::check_images(state, !images.is_empty() || state_parts.is_some())?;
     // Each part is checked and named as the caller sent it (`images[i]`, `state[i]`).
-    let base = state_parts.map_or(Value::String(text), |p| Value::Array(p.clone()));
+    let text = given_state.map_or(Value::Null, |s| Value::String(state_text(s)));
+    let base = state_parts.map_or(text, |p| Value::Array(p.clone()));
     let decide_state = dgem_core::images::with_images(base, images)
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;
     let timed = decide::run(

@@ -77,7 +77,28 @@ impl Catalogue {
         allow_missing: bool,
         samples: Option<u32>,
     ) -> Result<Payload, ServiceError> {
-        self.render_with(name, vars, allow_missing, !allow_missing, samples)
+        self.render_with(name, vars, allow_missing, !allow_missing, samples, false)
+            .map(|r| r.payload)
+    }
+
+    /// [`Catalogue::render`] for a request that gives `images` (at least one
+    /// image) or not. With an image, a policy that reads images
+    /// ([`dgem_core::image_state`]) needs none of its text state variables:
+    /// the image stands in for them, the ones left unset are dropped from
+    /// the state, and [`Rendered::warnings`] says which.
+    ///
+    /// # Errors
+    /// As [`Catalogue::render`]; [`ServiceError::NoState`] names the image
+    /// too when the policy reads images.
+    pub fn render_for(
+        &self,
+        name: &str,
+        vars: Map<String, Value>,
+        allow_missing: bool,
+        samples: Option<u32>,
+        images: bool,
+    ) -> Result<Rendered, ServiceError> {
+        self.render_with(name, vars, allow_missing, !allow_missing, samples, images)
     }
 
     /// [`Catalogue::render`] for showing what a policy renders to (`dgem
@@ -94,7 +115,8 @@ impl Catalogue {
         vars: Map<String, Value>,
         allow_missing: bool,
     ) -> Result<Payload, ServiceError> {
-        self.render_with(name, vars, allow_missing, false, None)
+        self.render_with(name, vars, allow_missing, false, None, false)
+            .map(|r| r.payload)
     }
 
     fn render_with(
@@ -104,7 +126,8 @@ impl Catalogue {
         allow_missing: bool,
         require_state: bool,
         samples: Option<u32>,
-    ) -> Result<Payload, ServiceError> {
+        images: bool,
+    ) -> Result<Rendered, ServiceError> {
         let text = self.text(name).map_err(|error| {
             ServiceError::Template(Box::new(TemplateFailure {
                 name: name.to_string(),
@@ -120,28 +143,104 @@ impl Catalogue {
         let given: Vec<String> = vars.keys().cloned().collect();
         alias_variables(&mut vars);
         vars.retain(|k, _| given.contains(k) || declared.contains(k));
-        if require_state {
-            if let Some(msg) = dgem_core::vars::missing_state_variables(name, &vars, &declared) {
-                return Err(ServiceError::NoState(msg));
-            }
-        }
         if let Some(n) = samples {
             vars.insert("samples".into(), Value::from(n));
         }
-        TemplateDir::render_text_strict(name, &text, &vars, allow_missing).map_err(|error| {
-            let missing = declared
-                .iter()
-                .filter(|v| *v != "samples" && !vars.contains_key(*v))
-                .cloned()
-                .collect();
-            ServiceError::Template(Box::new(TemplateFailure {
-                name: name.to_string(),
-                error,
-                missing,
-                declared,
-            }))
+        if require_state {
+            if let Some(unset) = dgem_core::vars::unfilled_state_variables(&vars, &declared) {
+                return image_state(name, &text, vars, &unset, allow_missing, images);
+            }
+        }
+        let payload = render_strict(name, &text, &vars, allow_missing, &declared)?;
+        Ok(Rendered {
+            payload,
+            warnings: Vec::new(),
         })
     }
+}
+
+/// A policy rendered for a decision, and what the caller must be told of it.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The schema and state.
+    pub payload: Payload,
+    /// Plain-words warnings for `diagnostics.warnings` (e.g. the text
+    /// variables an image stood in for).
+    pub warnings: Vec<String>,
+}
+
+/// [`TemplateDir::render_text_strict`] with its failure named for the caller.
+fn render_strict(
+    name: &str,
+    text: &str,
+    vars: &Map<String, Value>,
+    allow_missing: bool,
+    declared: &[String],
+) -> Result<Payload, ServiceError> {
+    TemplateDir::render_text_strict(name, text, vars, allow_missing).map_err(|error| {
+        let missing = declared
+            .iter()
+            .filter(|v| *v != "samples" && !vars.contains_key(*v))
+            .cloned()
+            .collect();
+        ServiceError::Template(Box::new(TemplateFailure {
+            name: name.to_string(),
+            error,
+            missing,
+            declared: declared.to_vec(),
+        }))
+    })
+}
+
+/// A request that gives none of the policy's text state variables `unset`:
+/// refused, unless the policy reads images and `images` says the request
+/// gives one; then the image stands in for the state (the rule of
+/// [`dgem_core::image_state`]): the policy is rendered with each unset
+/// variable as its marker, every state entry a marker reaches is dropped,
+/// and a warning names them.
+fn image_state(
+    name: &str,
+    text: &str,
+    vars: Map<String, Value>,
+    unset: &[String],
+    allow_missing: bool,
+    images: bool,
+) -> Result<Rendered, ServiceError> {
+    use dgem_core::image_state::{drop_marked, dropped_warning, has_marker, marker, reads_images};
+    let list = unset.join(", ");
+    let mut marked = vars;
+    for v in unset {
+        marked.insert(v.clone(), Value::String(marker(v)));
+    }
+    // A template that cannot render with its variables set (it compares
+    // them, say) is judged by the text-policy rule.
+    let payload = TemplateDir::render_text_strict(name, text, &marked, allow_missing).ok();
+    let multimodal = payload
+        .as_ref()
+        .is_some_and(|p| reads_images(&p.schema, &p.state));
+    let (Some(payload), true) = (payload, multimodal) else {
+        return Err(ServiceError::NoState(format!(
+            "template `{name}` needs its state: give at least one of [{list}]; without one it would decide on its placeholder text"
+        )));
+    };
+    if !images {
+        return Err(ServiceError::NoState(format!(
+            "template `{name}` reads images and needs its state: give an image (`images`; `--image FILE` on the command line) or at least one of [{list}]; without either it would decide on its placeholder text"
+        )));
+    }
+    if has_marker(&payload.schema, unset) {
+        return Err(ServiceError::NoState(format!(
+            "template `{name}`: its questions read [{list}], so an image cannot stand in for them; give at least one of [{list}]"
+        )));
+    }
+    let (state, dropped) = drop_marked(payload.state, unset);
+    Ok(Rendered {
+        payload: Payload {
+            schema: payload.schema,
+            state,
+        },
+        warnings: vec![dropped_warning(unset, &dropped)],
+    })
 }
 
 /// Names a request variable may be sent as besides its own: `context` fills

@@ -25,14 +25,14 @@ pub mod read;
 mod request;
 mod service;
 
-pub use catalogue::{alias_variables, check_unknown_variables, Catalogue};
+pub use catalogue::{alias_variables, check_unknown_variables, Catalogue, Rendered};
 pub use error::{ServiceError, TemplateFailure};
 pub use options::AfterOptions;
 pub use prepare::{prepare, Prepared};
 pub use read::ReadOptions;
 pub use request::{
-    shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL, DEFAULT_SEED,
-    DEFAULT_TEMPLATE,
+    gives_images, gives_valid_images, shown, tool_schema, CustomQuestion, DecisionRequest,
+    ToolKind, CUSTOM_LABEL, DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
 pub use service::{finish, Decided, Service};
 

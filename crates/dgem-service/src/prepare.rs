@@ -25,6 +25,9 @@ pub struct Prepared {
     pub backend: Option<String>,
     /// What to do after the read: cascade, temperature, abstention, expansion.
     pub hesitation: Hesitation,
+    /// Warnings for the decision's `diagnostics.warnings`, added by
+    /// [`crate::finish`] (e.g. the text variables an image stood in for).
+    pub warnings: Vec<String>,
 }
 
 /// Prepare `req` on `catalogue` under the deployment's `defaults`.
@@ -43,6 +46,9 @@ pub fn prepare(
     defaults: &SchemaDefaults,
 ) -> Result<Prepared, ServiceError> {
     let custom = req.is_custom();
+    // Whether the request gives an image, which may stand in for the state
+    // (`dgem_core::image_state`); each image is checked below, as before.
+    let gives_images = req.gives_images();
     let DecisionRequest {
         template,
         variables,
@@ -69,20 +75,23 @@ pub fn prepare(
     let samples = read.samples()?;
     let layout = read.layout()?;
     let isolate = read.isolate()?;
-    let (label, mut schema, state) = if custom {
-        let (schema, state) = custom_policy(questions, state, instructions.as_deref())?;
-        (CUSTOM_LABEL.to_string(), schema, state)
+    let (label, mut schema, state, warnings) = if custom {
+        let (schema, state) =
+            custom_policy(questions, state, instructions.as_deref(), gives_images)?;
+        (CUSTOM_LABEL.to_string(), schema, state, Vec::new())
     } else {
         let name = template
             .or_else(|| route_template.filter(|p| !p.is_empty()).map(str::to_string))
             .unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
-        let payload = catalogue.render(
+        let rendered = catalogue.render_for(
             &name,
             variables.unwrap_or_default(),
             allow_missing_vars.unwrap_or(false),
             read.count(),
+            gives_images,
         )?;
-        (name, payload.schema, payload.state)
+        let payload = rendered.payload;
+        (name, payload.schema, payload.state, rendered.warnings)
     };
     // Images join the state as content parts ahead of its text; each is
     // checked (type, size, inline) before any read.
@@ -123,26 +132,38 @@ pub fn prepare(
         },
         backend: backend.filter(|b| !b.is_empty()),
         hesitation,
+        warnings,
     })
 }
 
 /// The schema and state of ad-hoc `questions` about `state` (every form
 /// [`dgem_core::adhoc`] accepts: a list or a map by id, every type alias).
+/// With `images` (the request gives at least one image) and no `state`, the
+/// images are the state: ad-hoc questions sent with only images can be about
+/// nothing else.
 fn custom_policy(
     questions: Option<Value>,
     state: Option<Value>,
     instructions: Option<&str>,
+    images: bool,
 ) -> Result<(Value, Value), ServiceError> {
-    let Some(state) = state else {
-        return Err(ServiceError::field(
-            "state",
-            "`state` is required with `questions`: the text or JSON object the decision is about"
-                .into(),
-        ));
+    let state = match state {
+        Some(s) => {
+            // A blank text or an object of empty values is nothing to decide
+            // on: refused here, before any read, with the check every read
+            // makes.
+            dgem_core::state::check_informative(&s).map_err(ServiceError::from_schema_error)?;
+            s
+        }
+        None if images => Value::Null,
+        None => {
+            return Err(ServiceError::field(
+                "state",
+                "`state` is required with `questions`: the text or JSON object the decision is about (or give `images` when the questions are about an image)"
+                    .into(),
+            ))
+        }
     };
-    // A blank text or an object of empty values is nothing to decide on:
-    // refused here, before any read, with the check every read makes.
-    dgem_core::state::check_informative(&state).map_err(ServiceError::from_schema_error)?;
     let questions = questions.unwrap_or(Value::Null);
     let list = dgem_core::adhoc::adhoc_questions(&questions)
         .map_err(|e| ServiceError::field(&e.field, format!("`{}`: {}", e.field, e.message)))?;

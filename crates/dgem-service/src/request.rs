@@ -269,6 +269,30 @@ impl DecisionRequest {
     pub fn is_custom(&self) -> bool {
         self.questions.is_some()
     }
+
+    /// Whether the request gives at least one image (a non-empty `images`
+    /// list; each entry is checked in [`crate::prepare()`]). An image may stand
+    /// in for the state of a policy that reads images
+    /// (`dgem_core::image_state`).
+    pub fn gives_images(&self) -> bool {
+        gives_images(self.images.as_ref())
+    }
+}
+
+/// Whether a request's raw `images` value is a non-empty list.
+pub fn gives_images(images: Option<&Value>) -> bool {
+    matches!(images, Some(Value::Array(items)) if !items.is_empty())
+}
+
+/// Whether a request's raw `images` value is a non-empty list of images that
+/// pass every check (inline, type, size). A surface whose backend cannot
+/// read images refuses such a request first; a malformed list is left to
+/// [`crate::prepare()`], which names the entry at fault.
+pub fn gives_valid_images(images: Option<&Value>) -> bool {
+    gives_images(images)
+        && dgem_core::images::parts_from_json(images)
+            .and_then(|parts| dgem_core::images::with_images(Value::Null, parts))
+            .is_ok()
 }
 
 /// The two MCP decision tools, each a view of [`DecisionRequest`].

@@ -66,6 +66,11 @@ impl Decided {
 /// and so does the chat route, which prepares its request from its own
 /// OpenAI-shaped body.
 pub async fn finish(after: &AfterSetup, prepared: &Prepared, decision: &mut Decision) -> Finished {
+    for w in &prepared.warnings {
+        if !decision.diagnostics.warnings.contains(w) {
+            decision.diagnostics.warnings.push(w.clone());
+        }
+    }
     let state = &prepared.request.state;
     let images = dgem_core::images::image_urls(state);
     after
