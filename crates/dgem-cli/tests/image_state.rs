@@ -4,8 +4,8 @@
 //! `dgem decide --image`, `/api/decide`, MCP `decide_policy` (over `/mcp`),
 //! the chat route and `/v1/systemone` multipart, on the fake vLLM. The
 //! placeholder never reaches the model and `diagnostics.warnings` says so.
-//! Without an image the policy is refused naming both; on the embedded
-//! engine an image is refused first, as before.
+//! Without an image the policy is refused naming both; the embedded engine
+//! still refuses an image, as before.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -156,7 +156,7 @@ fn image_only(parts: &Value) {
 fn warned(diagnostics: &Value) {
     let w = diagnostics["warnings"].to_string();
     assert!(
-        w.contains("`scene_description`") && w.contains("image stands in"),
+        w.contains("`scene_description`") && w.contains("left out of the state"),
         "{diagnostics}"
     );
 }
@@ -241,7 +241,33 @@ async fn every_http_surface_decides_a_multimodal_policy_on_its_image_alone() {
     )
     .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body.to_string().contains("give an image"), "{body}");
+    let msg = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("give an image") && msg.contains("[scene_description]"),
+        "{body}"
+    );
+    // MCP: the same refusal without an image, and ad-hoc questions on an
+    // image alone (no `state`).
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "decide_policy", "arguments": {"template": "detect"}}});
+    let (_, reply) = post(&format!("{base}/mcp"), &call).await;
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    assert!(reply.to_string().contains("give an image"), "{reply}");
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "decide_custom_questions", "arguments": {
+            "questions": [{"id": "forklift", "type": "noul", "question": "A forklift in the photo?"}],
+            "images": [url]}}});
+    let (_, reply) = post(&format!("{base}/mcp"), &call).await;
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    image_only(&last_parts(&fake));
+    // /v1/systemone with JSON `images` and no state.
+    let (status, body) = post(
+        &format!("{base}/v1/systemone"),
+        &json!({"images": [url], "questions": {"forklift": {"type": "noul"}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(last_parts(&fake)[0]["type"], "image_url");
 
     // MCP decide_policy over /mcp.
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -251,7 +277,7 @@ async fn every_http_surface_decides_a_multimodal_policy_on_its_image_alone() {
     let result = &reply["result"];
     assert_eq!(result["isError"], false, "{reply}");
     assert!(
-        result.to_string().contains("image stands in"),
+        result.to_string().contains("left out of the state"),
         "the warning reaches the MCP client: {reply}"
     );
     image_only(&last_parts(&fake));
@@ -293,11 +319,11 @@ async fn every_http_surface_decides_a_multimodal_policy_on_its_image_alone() {
     assert!(prompt.contains("<user_text>\n\n</user_text>"), "{parts}");
 }
 
-/// On the embedded engine (a tiny model here) an image is refused first:
-/// the refusal is the engine's "no vision", not the state rule's, on
-/// `/api/decide` and MCP.
+/// On the embedded engine (a tiny model here) an image the policy stands on
+/// is still refused: the engine's "no vision", on `/api/decide` and MCP,
+/// never a decision on the text alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_embedded_engine_refuses_the_image_before_the_state_rule() {
+async fn the_embedded_engine_still_refuses_an_image_it_cannot_read() {
     let folder = Folder::new();
     let model = folder.path("tiny.gguf");
     std::fs::write(
@@ -307,11 +333,19 @@ async fn the_embedded_engine_refuses_the_image_before_the_state_rule() {
     .unwrap();
     let (_served, base) = serve(&folder, &["--model", model.to_str().unwrap()]).await;
     let url = format!("data:image/png;base64,{PNG_B64}");
-    let (status, body) = post(
-        &format!("{base}/api/decide"),
-        &json!({"template": "detect", "images": [url]}),
-    )
-    .await;
+    // The server binds before its model is loaded: 503 until it is.
+    let started = Instant::now();
+    let (status, body) = loop {
+        let (status, body) = post(
+            &format!("{base}/api/decide"),
+            &json!({"template": "detect", "images": [url]}),
+        )
+        .await;
+        if status != 503 || started.elapsed() > Duration::from_secs(60) {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["param"], "images", "{body}");
     assert!(body.to_string().contains("has no vision"), "{body}");

@@ -13,17 +13,23 @@
 //!    speak of one: a whole word of [`IMAGE_WORDS`] (any case) in a string of
 //!    the schema, or in a key or string of the state.
 //! 2. When it reads images and the request gives at least one image, the
-//!    image satisfies the state requirement. Text variables left unset are
-//!    **dropped from the state**, not sent as if they were facts: each unset
-//!    state variable is rendered as a unique marker ([`marker`]), every state
-//!    entry the marker reaches is removed ([`drop_marked`]), and
-//!    `diagnostics.warnings` names the variables and entries left out.
+//!    image satisfies the state requirement. Text variables left unset (all
+//!    of them, or those not given beside others) are **dropped from the
+//!    state**, not sent as if they were facts: each unset state variable is
+//!    rendered as a numbered marker ([`marker`]), every state entry a marker
+//!    reaches is removed ([`drop_marked`]), and `diagnostics.warnings` names
+//!    the variables and entries left out. A marker that a template's helper
+//!    changed past recognition ([`leftover`]) or that reaches the questions
+//!    is refused instead. A marker also takes a template's `{{ if .x }}`
+//!    branch, as any given value would.
 //! 3. A text-only policy keeps the refusal; a policy that reads images and
 //!    was given neither an image nor a state variable is refused naming both.
 
 use serde_json::Value;
 
 /// Words that, as whole words in any case, say a policy reads an image.
+/// "scan" and "frame" are left out: text policies speak of security scans,
+/// time frames and stack frames.
 pub const IMAGE_WORDS: &[&str] = &[
     "image",
     "images",
@@ -35,11 +41,6 @@ pub const IMAGE_WORDS: &[&str] = &[
     "pictures",
     "screenshot",
     "screenshots",
-    "scan",
-    "scans",
-    "scanned",
-    "frame",
-    "frames",
 ];
 
 /// Whether a policy whose rendered schema is `schema` and state is `state`
@@ -71,32 +72,47 @@ fn has_image_word(text: &str) -> bool {
         .any(|w| IMAGE_WORDS.iter().any(|i| w.eq_ignore_ascii_case(i)))
 }
 
-/// The marker an unset variable `name` is rendered as, to find where it lands
-/// in the rendered policy. No template text or request holds it by chance.
-pub fn marker(name: &str) -> String {
-    format!("\u{27e6}dgem-unset:{name}\u{27e7}")
+/// The marker the `index`-th unset variable is rendered as, to find where it
+/// lands in the rendered policy. Numbered, not named, so that a variable's
+/// name (`scan_output`) never reads as an image word. No template text or
+/// request holds it by chance.
+pub fn marker(index: usize) -> String {
+    format!("\u{27e6}dgem-unset:{index}\u{27e7}")
 }
 
-/// Whether `value` holds the [`marker`] of any of `names` (compared without
-/// regard to case, so a template's `upper`/`lower` does not hide it).
-pub fn has_marker(value: &Value, names: &[String]) -> bool {
+/// The indices below `count` whose [`marker`] `value` holds (compared
+/// without regard to case, so a template's `upper`/`lower` does not hide
+/// it).
+pub fn markers_in(value: &Value, count: usize) -> Vec<usize> {
     let text = value.to_string().to_lowercase();
-    names
-        .iter()
-        .any(|n| text.contains(&marker(n).to_lowercase()))
+    (0..count)
+        .filter(|i| text.contains(&marker(*i).to_lowercase()))
+        .collect()
 }
 
-/// `state` with every entry that holds the marker of one of `names`
-/// removed, and the names of the entries removed (object keys; `state` for a
-/// text state that was all placeholder; `state[i]` for a list item).
-pub fn drop_marked(state: Value, names: &[String]) -> (Value, Vec<String>) {
+/// Whether `value` holds any of the first `count` markers.
+pub fn has_marker(value: &Value, count: usize) -> bool {
+    !markers_in(value, count).is_empty()
+}
+
+/// Whether `value` (keys included) still holds a piece of a marker, as when
+/// a template's helper (`trunc`, `printf "%.5s"`) cut one so that it is no
+/// longer whole.
+pub fn leftover(value: &Value) -> bool {
+    value.to_string().to_lowercase().contains("dgem-unset")
+}
+
+/// `state` with every entry that holds one of the first `count` markers
+/// removed, and the names of the entries removed (object keys; `state` for
+/// a text state that was all placeholder; `state[i]` for a list item).
+pub fn drop_marked(state: Value, count: usize) -> (Value, Vec<String>) {
     match state {
         Value::Object(map) => {
             let mut dropped = Vec::new();
             let kept = map
                 .into_iter()
                 .filter(|(k, v)| {
-                    let marked = has_marker(v, names);
+                    let marked = has_marker(v, count);
                     if marked {
                         dropped.push(k.clone());
                     }
@@ -111,7 +127,7 @@ pub fn drop_marked(state: Value, names: &[String]) -> (Value, Vec<String>) {
                 .into_iter()
                 .enumerate()
                 .filter(|(i, v)| {
-                    let marked = has_marker(v, names);
+                    let marked = has_marker(v, count);
                     if marked {
                         dropped.push(format!("state[{i}]"));
                     }
@@ -121,7 +137,7 @@ pub fn drop_marked(state: Value, names: &[String]) -> (Value, Vec<String>) {
                 .collect();
             (Value::Array(kept), dropped)
         }
-        other if has_marker(&other, names) => (Value::Null, vec!["state".to_owned()]),
+        other if has_marker(&other, count) => (Value::Null, vec!["state".to_owned()]),
         other => (other, Vec::new()),
     }
 }
@@ -141,8 +157,8 @@ pub fn dropped_warning(names: &[String], dropped: &[String]) -> String {
         format!(" (state entries {} left out)", list(dropped))
     };
     format!(
-        "state: the image stands in for the state; {} not given, so the placeholder text \
-         the policy has for it was not sent{entries}",
+        "state: an image was given and {} was not, so the placeholder text the policy has \
+         for it was left out of the state instead of sent as fact{entries}",
         list(names)
     )
 }
@@ -178,21 +194,32 @@ mod tests {
 
     #[test]
     fn marked_entries_are_dropped_and_named() {
-        let names = vec!["scene_description".to_owned()];
-        let m = marker("scene_description");
+        let m = marker(0);
         let state = json!({"scene": m, "site": "Dock 4", "notes": {"deep": m.to_uppercase()}});
-        let (kept, dropped) = drop_marked(state, &names);
+        let (kept, dropped) = drop_marked(state, 1);
         assert_eq!(kept, json!({"site": "Dock 4"}));
         assert_eq!(dropped, ["scene", "notes"]);
-        let (kept, dropped) = drop_marked(json!(format!("Scene: {m}")), &names);
+        let (kept, dropped) = drop_marked(json!(format!("Scene: {m}")), 1);
         assert_eq!(kept, Value::Null);
         assert_eq!(dropped, ["state"]);
-        let (kept, dropped) = drop_marked(json!("a fact"), &names);
+        let (kept, dropped) = drop_marked(json!("a fact"), 1);
         assert_eq!((kept, dropped.len()), (json!("a fact"), 0));
+        // Marker 1 is not marker 10.
+        assert_eq!(markers_in(&json!(marker(10)), 2), Vec::<usize>::new());
+        assert!(leftover(&json!({"x": "\u{27e6}dgem-unset"})));
+        let names = vec!["scene_description".to_owned()];
         let w = dropped_warning(&names, &["scene".to_owned()]);
         assert!(
             w.contains("`scene_description`") && w.contains("`scene`"),
             "{w}"
         );
+    }
+
+    #[test]
+    fn a_variable_named_like_an_image_does_not_make_a_text_policy_read_images() {
+        // Markers are numbered: a state key `scan_output` is not an image word
+        // either, now that "scan" is not one.
+        let state = json!({"scan_output": marker(0)});
+        assert!(!reads_images(&json!({"questions": []}), &state));
     }
 }

@@ -258,15 +258,30 @@ pub fn unfilled_state_variables(
     given: &serde_json::Map<String, serde_json::Value>,
     declared: &[String],
 ) -> Option<Vec<String>> {
-    let state: Vec<String> = declared
+    let state = state_variables(declared);
+    let unset = unset_state_variables(given, declared);
+    (!state.is_empty() && unset.len() == state.len()).then_some(unset)
+}
+
+/// The template's state variables (every `declared` name outside
+/// [`KNOB_VARIABLES`]) that `given` has no content for (absent, or empty by
+/// [`crate::state::is_empty`]), in `declared` order.
+pub fn unset_state_variables(
+    given: &serde_json::Map<String, serde_json::Value>,
+    declared: &[String],
+) -> Vec<String> {
+    state_variables(declared)
+        .into_iter()
+        .filter(|v| given.get(v).is_none_or(crate::state::is_empty))
+        .collect()
+}
+
+fn state_variables(declared: &[String]) -> Vec<String> {
+    declared
         .iter()
         .filter(|d| !KNOB_VARIABLES.contains(&d.as_str()))
         .cloned()
-        .collect();
-    let filled = given
-        .iter()
-        .any(|(k, v)| state.contains(k) && !crate::state::is_empty(v));
-    (!state.is_empty() && !filled).then_some(state)
+        .collect()
 }
 
 #[cfg(test)]

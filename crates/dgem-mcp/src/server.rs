@@ -120,14 +120,6 @@ impl DecisionServer {
     ) -> Result<CallToolResult, ToolError> {
         let req = parse_request(tool, args)?;
         check_backend(tool, req.backend.as_deref().unwrap_or(""), &self.backends)?;
-        // An engine that cannot read images refuses well-formed ones first,
-        // before the state rule (where an image may stand in for the state)
-        // is applied; a malformed one is named by the service.
-        let info = self.engine.info();
-        if dgem_service::gives_valid_images(req.images.as_ref()) && !info.supports_images {
-            let refusal = dgem_core::images::no_vision(&info.engine, &info.model_id);
-            return Err(ToolError::Engine(refusal.into()));
-        }
         let prepared = self
             .service
             .prepare(None, req)

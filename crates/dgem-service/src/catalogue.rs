@@ -147,8 +147,16 @@ impl Catalogue {
             vars.insert("samples".into(), Value::from(n));
         }
         if require_state {
-            if let Some(unset) = dgem_core::vars::unfilled_state_variables(&vars, &declared) {
-                return image_state(name, &text, vars, &unset, allow_missing, images);
+            let unset = dgem_core::vars::unset_state_variables(&vars, &declared);
+            // With an image, a policy that reads images leaves its unset
+            // text variables out of the state (none need be given).
+            if images && !unset.is_empty() {
+                if let Some(rendered) = image_state(name, &text, &vars, &unset, allow_missing) {
+                    return rendered;
+                }
+            }
+            if let Some(all) = dgem_core::vars::unfilled_state_variables(&vars, &declared) {
+                return Err(no_state(name, &text, &vars, &all, allow_missing));
             }
         }
         let payload = render_strict(name, &text, &vars, allow_missing, &declared)?;
@@ -192,55 +200,96 @@ fn render_strict(
     })
 }
 
-/// A request that gives none of the policy's text state variables `unset`:
-/// refused, unless the policy reads images and `images` says the request
-/// gives one; then the image stands in for the state (the rule of
-/// [`dgem_core::image_state`]): the policy is rendered with each unset
-/// variable as its marker, every state entry a marker reaches is dropped,
-/// and a warning names them.
+/// The policy rendered with each of `unset` as its numbered marker
+/// ([`dgem_core::image_state::marker`]); `None` when the template does not
+/// render so (it compares a variable, say).
+fn marked(
+    name: &str,
+    text: &str,
+    vars: &Map<String, Value>,
+    unset: &[String],
+    allow_missing: bool,
+) -> Option<Payload> {
+    let mut marked = vars.clone();
+    for (i, v) in unset.iter().enumerate() {
+        marked.insert(v.clone(), Value::String(dgem_core::image_state::marker(i)));
+    }
+    TemplateDir::render_text_strict(name, text, &marked, allow_missing).ok()
+}
+
+/// The refusal of a request that gives none of the policy's text state
+/// variables (`unset`, all of them) and no image: it names the image too
+/// when the policy reads images.
+fn no_state(
+    name: &str,
+    text: &str,
+    vars: &Map<String, Value>,
+    unset: &[String],
+    allow_missing: bool,
+) -> ServiceError {
+    let list = unset.join(", ");
+    let multimodal = marked(name, text, vars, unset, allow_missing)
+        .is_some_and(|p| dgem_core::image_state::reads_images(&p.schema, &p.state));
+    ServiceError::NoState(if multimodal {
+        format!(
+            "template `{name}` reads images and needs its state: give an image (`images`; `--image FILE` on the command line) or at least one of [{list}]; without either it would decide on its placeholder text"
+        )
+    } else {
+        format!(
+            "template `{name}` needs its state: give at least one of [{list}]; without one it would decide on its placeholder text"
+        )
+    })
+}
+
+/// A request that gives an image and leaves the policy's text state
+/// variables `unset` (all or some of them): when the policy reads images,
+/// the rule of [`dgem_core::image_state`] applies: it is rendered with each
+/// unset variable as its marker, every state entry a marker reaches is
+/// dropped, and a warning names them. `None` when the policy does not read
+/// images (the text rules apply).
 fn image_state(
     name: &str,
     text: &str,
-    vars: Map<String, Value>,
+    vars: &Map<String, Value>,
     unset: &[String],
     allow_missing: bool,
-    images: bool,
-) -> Result<Rendered, ServiceError> {
-    use dgem_core::image_state::{drop_marked, dropped_warning, has_marker, marker, reads_images};
-    let list = unset.join(", ");
-    let mut marked = vars;
-    for v in unset {
-        marked.insert(v.clone(), Value::String(marker(v)));
-    }
-    // A template that cannot render with its variables set (it compares
-    // them, say) is judged by the text-policy rule.
-    let payload = TemplateDir::render_text_strict(name, text, &marked, allow_missing).ok();
-    let multimodal = payload
-        .as_ref()
-        .is_some_and(|p| reads_images(&p.schema, &p.state));
-    let (Some(payload), true) = (payload, multimodal) else {
-        return Err(ServiceError::NoState(format!(
-            "template `{name}` needs its state: give at least one of [{list}]; without one it would decide on its placeholder text"
-        )));
+) -> Option<Result<Rendered, ServiceError>> {
+    use dgem_core::image_state::{
+        drop_marked, dropped_warning, leftover, markers_in, reads_images,
     };
-    if !images {
-        return Err(ServiceError::NoState(format!(
-            "template `{name}` reads images and needs its state: give an image (`images`; `--image FILE` on the command line) or at least one of [{list}]; without either it would decide on its placeholder text"
-        )));
+    let payload = marked(name, text, vars, unset, allow_missing)?;
+    if !reads_images(&payload.schema, &payload.state) {
+        return None;
     }
-    if has_marker(&payload.schema, unset) {
-        return Err(ServiceError::NoState(format!(
-            "template `{name}`: its questions read [{list}], so an image cannot stand in for them; give at least one of [{list}]"
-        )));
+    let asked: Vec<&str> = markers_in(&payload.schema, unset.len())
+        .into_iter()
+        .map(|i| unset[i].as_str())
+        .collect();
+    if !asked.is_empty() || leftover(&payload.schema) {
+        let list = if asked.is_empty() {
+            unset.join(", ")
+        } else {
+            asked.join(", ")
+        };
+        return Some(Err(ServiceError::NoState(format!(
+            "template `{name}`: its questions read [{list}], so an image cannot stand in for them; give them"
+        ))));
     }
-    let (state, dropped) = drop_marked(payload.state, unset);
-    Ok(Rendered {
+    let (state, dropped) = drop_marked(payload.state, unset.len());
+    if leftover(&state) {
+        // A helper cut a marker: what is left of it must not reach the model.
+        return Some(Err(ServiceError::NoState(format!(
+            "template `{name}` needs its state: give at least one of [{}]; its template changes the placeholder of an unset variable, so an image cannot stand in for it",
+            unset.join(", ")
+        ))));
+    }
+    Some(Ok(Rendered {
         payload: Payload {
             schema: payload.schema,
             state,
         },
         warnings: vec![dropped_warning(unset, &dropped)],
-    })
+    }))
 }
 
 /// Names a request variable may be sent as besides its own: `context` fills

@@ -31,8 +31,8 @@ pub use options::AfterOptions;
 pub use prepare::{prepare, Prepared};
 pub use read::ReadOptions;
 pub use request::{
-    gives_images, gives_valid_images, shown, tool_schema, CustomQuestion, DecisionRequest,
-    ToolKind, CUSTOM_LABEL, DEFAULT_SEED, DEFAULT_TEMPLATE,
+    gives_images, shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL,
+    DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
 pub use service::{finish, Decided, Service};
 

@@ -284,17 +284,6 @@ pub fn gives_images(images: Option<&Value>) -> bool {
     matches!(images, Some(Value::Array(items)) if !items.is_empty())
 }
 
-/// Whether a request's raw `images` value is a non-empty list of images that
-/// pass every check (inline, type, size). A surface whose backend cannot
-/// read images refuses such a request first; a malformed list is left to
-/// [`crate::prepare()`], which names the entry at fault.
-pub fn gives_valid_images(images: Option<&Value>) -> bool {
-    gives_images(images)
-        && dgem_core::images::parts_from_json(images)
-            .and_then(|parts| dgem_core::images::with_images(Value::Null, parts))
-            .is_ok()
-}
-
 /// The two MCP decision tools, each a view of [`DecisionRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolKind {
@@ -313,11 +302,13 @@ impl ToolKind {
         }
     }
 
-    /// The request keys this tool requires.
+    /// The request keys this tool requires. `decide_custom_questions` needs
+    /// `questions`; `state` may be left out when `images` are given (they are
+    /// then the state), which the service checks.
     pub fn required(self) -> &'static [&'static str] {
         match self {
             Self::Policy => &[],
-            Self::Custom => &["state", "questions"],
+            Self::Custom => &["questions"],
         }
     }
 
@@ -414,7 +405,7 @@ mod tests {
         assert!(custom.contains(&"temperature".to_string()));
         assert!(!custom.contains(&"template".to_string()));
         let schema = tool_schema(ToolKind::Custom);
-        assert_eq!(schema["required"], json!(["state", "questions"]));
+        assert_eq!(schema["required"], json!(["questions"]));
         assert_eq!(schema["properties"]["seed"]["default"], json!(42));
         assert_eq!(schema["properties"]["state"]["type"], json!("string"));
     }

@@ -68,20 +68,48 @@ fn an_image_stands_in_for_the_state_of_a_policy_that_reads_images() {
     assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
     let w = &p.warnings[0];
     assert!(
-        w.contains("`scene_description`") && w.contains("`site`") && w.contains("not sent"),
+        w.contains("`scene_description`") && w.contains("`site`") && w.contains("left out"),
         "{w}"
     );
 }
 
 #[test]
 fn given_context_is_kept_and_only_the_unset_placeholders_are_dropped() {
-    // `site` given, `scene_description` not: the state requirement is met by
-    // `site` (a state variable), so nothing is dropped and nothing warned.
+    // `site` given, `scene_description` not: with an image, the unset one's
+    // placeholder is left out and the given context kept.
     let p = decide("detect", DETECTION, json!({"site": "Dock 4"}), true).expect("decides");
     let texts = text_parts(&p.request.state);
     assert_eq!(texts.len(), 1);
     assert!(texts[0].contains("Dock 4"), "{texts:?}");
+    assert!(!texts[0].contains("No description"), "{texts:?}");
+    assert_eq!(p.warnings.len(), 1);
+    assert!(
+        p.warnings[0].contains("`scene_description`"),
+        "{:?}",
+        p.warnings
+    );
+    assert!(!p.warnings[0].contains("`site`"), "{:?}", p.warnings);
+    // Without an image the same request is a text request: `site` is state
+    // enough, and the placeholder is what the policy says it is.
+    let p = decide("detect", DETECTION, json!({"site": "Dock 4"}), false).expect("decides");
     assert!(p.warnings.is_empty());
+    assert!(p.request.state.to_string().contains("No description"));
+}
+
+#[test]
+fn a_text_policy_whose_variable_sounds_like_an_image_keeps_its_refusal() {
+    let scan = r#"{"schema": {"questions": [{"id": "clean", "type": "boolean",
+      "instructions": "Did the security scan find nothing?"}]},
+      "state": {"scan_output": {{ default "No scan output." .scan_output | toJson }}}}"#;
+    for images in [false, true] {
+        match decide("scan", scan, json!({}), images) {
+            Err(ServiceError::NoState(d)) => assert_eq!(
+                d,
+                "template `scan` needs its state: give at least one of [scan_output]; without one it would decide on its placeholder text"
+            ),
+            other => panic!("images {images}: {other:?}"),
+        }
+    }
 }
 
 #[test]

@@ -45,15 +45,6 @@ pub trait Backends: Send + Sync + std::fmt::Debug {
     /// `bytes_staged_gb`, `detail`).
     async fn health(&self) -> Vec<Value>;
 
-    /// The refusal of images by `requested` (`None`: the default) when it
-    /// cannot read them ([`dgem_core::images::no_vision`]); `None` when it
-    /// can, or when a router cannot tell (the backend then refuses).
-    /// `/api/decide` asks before the policy is rendered, where an image may
-    /// stand in for the state.
-    fn refuses_images(&self, _requested: Option<&str>) -> Option<dgem_core::SchemaError> {
-        None
-    }
-
     /// Decide `request` on `requested` (case-insensitive; `None` = the
     /// default).
     ///
@@ -92,11 +83,6 @@ impl Backends for Local {
 
     fn available(&self) -> Vec<String> {
         vec![LOCAL_BACKEND.to_string()]
-    }
-
-    fn refuses_images(&self, _requested: Option<&str>) -> Option<dgem_core::SchemaError> {
-        let info = self.decider.info();
-        (!info.supports_images).then(|| dgem_core::images::no_vision(&info.engine, &info.model_id))
     }
 
     async fn health(&self) -> Vec<Value> {

@@ -27,7 +27,7 @@ pub use catalog::{catalog, CatalogEntry, CatalogQuestion, CORE_CATEGORY};
 pub use request::{ApiDecide, CUSTOM_LABEL, DEFAULT_TEMPLATE};
 pub use timing::{fill_timing, max_entropy};
 
-use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::error::{ApiError, ErrorKind};
 
 /// Request header that picks a backend (overrides the body's `backend`).
 pub const BACKEND_HEADER: &str = "x-dgem-backend";
@@ -160,20 +160,6 @@ async fn decide_inner(
             None => ApiError::new(ErrorKind::InvalidRequest, format!("body must be JSON: {e}")),
         })?
     };
-    // A backend that cannot read images refuses well-formed ones first,
-    // before the policy is rendered (where an image may stand in for the
-    // state); a malformed one is named by the service.
-    if dgem_service::gives_valid_images(value.get("images")) {
-        let named = value
-            .get("backend")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let requested = header_backend(headers).or(named);
-        if let Some(e) = s.backends.refuses_images(requested.as_deref()) {
-            // The same error the engine gives when it refuses them itself.
-            return Err(ApiError::from_engine(&e.into(), Flavor::Chat));
-        }
-    }
     let service = s.service.clone();
     let path = path_template.map(str::to_string);
     let parsed =
