@@ -77,6 +77,15 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
     for w in &decision.diagnostics.warnings {
         let _ = write!(text, "\nWarning: {w}");
     }
+    // What the model is, in plain words, as the CLI's table ends with it.
+    if let Some(note) = decision
+        .diagnostics
+        .note
+        .as_deref()
+        .filter(|n| !n.is_empty())
+    {
+        let _ = write!(text, "\nNote: {note}");
+    }
     let structured = json!({
         "template": template,
         "answers": answers,
@@ -114,4 +123,28 @@ fn answer_name(a: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 36: the MCP text summary carries the model's plain-words note,
+    /// as the CLI's table does (it was in the structured content only).
+    #[test]
+    fn the_text_summary_carries_the_model_note() {
+        let mut decision = Decision {
+            answers: Default::default(),
+            diagnostics: dgem_core::envelope::Diagnostics::default(),
+        };
+        assert!(!report("t", &decision, 1.0).text.contains("Note:"));
+        decision.diagnostics.note = Some("a small model: expect low confidence".into());
+        let r = report("t", &decision, 1.0);
+        assert!(
+            r.text
+                .ends_with("\nNote: a small model: expect low confidence"),
+            "{}",
+            r.text
+        );
+    }
 }
