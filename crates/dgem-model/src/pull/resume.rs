@@ -13,10 +13,12 @@
 //! file has the pinned size and sha256.
 //!
 //! Two pulls of the same model (a server and a CLI call, say) would write the
-//! same file, so each holds an exclusive lock on `<file>.lock` (an advisory
-//! `flock`, released by the kernel if the process dies) for the whole pull;
-//! the second waits, within its own deadline, and then finds the model
-//! cached.
+//! same file, so each holds an exclusive lock on the model directory itself
+//! (an advisory `flock` on the folder, released by the kernel if the process
+//! dies) for the whole pull; the second waits, within its own deadline, and
+//! then finds the model cached. Pulls of two models into one folder take
+//! turns too. Locking the folder, which is never removed, leaves no lock file
+//! behind, and `.partial/` goes once it is empty.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -78,6 +80,7 @@ impl Record {
 pub(crate) struct Resume {
     data: PathBuf,
     record: PathBuf,
+    /// The model directory: the lock is taken on it.
     lock: PathBuf,
 }
 
@@ -101,7 +104,7 @@ impl Resume {
         Self {
             data: dir.join(&spec.file_name),
             record: dir.join(format!("{}.json", spec.file_name)),
-            lock: dir.join(format!("{}.lock", spec.file_name)),
+            lock: model_dir.to_path_buf(),
         }
     }
 
@@ -110,9 +113,9 @@ impl Resume {
         &self.data
     }
 
-    /// Take the exclusive lock of this model's assembly, waiting for another
-    /// pull to release it within `budget`. The lock is held while the
-    /// returned file is open.
+    /// Take the exclusive lock of the model directory, waiting for another
+    /// pull to release it within `budget`, and make `.partial/`. The lock is
+    /// held while the returned handle is open.
     ///
     /// # Errors
     /// I/O errors, or the budget's stop while waiting.
@@ -121,21 +124,21 @@ impl Resume {
         budget: &Budget,
         progress: &dyn Progress,
     ) -> Result<File, ModelError> {
-        let dir = self.lock.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| ModelError::io("create directory", dir, e))?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock)
-            .map_err(|e| ModelError::io("open", &self.lock, e))?;
+        let file = File::open(&self.lock).map_err(|e| ModelError::io("open", &self.lock, e))?;
         let mut told = false;
         loop {
             match file.try_lock() {
-                Ok(()) => return Ok(file),
+                Ok(()) => {
+                    let dir = self.data.parent().unwrap_or(Path::new("."));
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| ModelError::io("create directory", dir, e))?;
+                    return Ok(file);
+                }
                 Err(std::fs::TryLockError::WouldBlock) => {
                     if !told {
-                        progress.note("another dgem process is pulling this model; waiting for it");
+                        progress.note(
+                            "another dgem process is pulling a model into this folder; waiting for it",
+                        );
                         told = true;
                     }
                     if let Err(stop) = budget.sleep(LOCK_POLL) {
@@ -223,13 +226,16 @@ impl Resume {
         Ok(())
     }
 
-    /// Forget the assembly: remove its file and record (the lock file stays;
-    /// removing a lock file another process may be waiting on would let two
-    /// pulls in).
+    /// Forget the assembly: remove its file and record, and `.partial/` when
+    /// nothing else is in it.
     pub(crate) fn discard(&self) {
-        // Best effort: a file that is already gone is what we want.
+        // Best effort: a file that is already gone is what we want, and a
+        // folder that still holds another model's assembly stays.
         let _ = std::fs::remove_file(&self.record);
         let _ = std::fs::remove_file(&self.data);
+        if let Some(dir) = self.data.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 
     /// How many parts of `spec` the record says are complete (0 without a
