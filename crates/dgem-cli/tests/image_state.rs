@@ -19,13 +19,7 @@ use serde_json::{json, Value};
 
 mod common;
 
-/// A WordLevel `tokenizer.json`: `yes` = 1, `no` = 2, everything else `[UNK]`.
-const TINY_TOKENIZER: &str = r#"{
-  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
-  "post_processor": null, "decoder": null,
-  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
-}"#;
+use common::TINY_TOKENIZER;
 
 /// A 1×1 PNG.
 const PNG_B64: &str =

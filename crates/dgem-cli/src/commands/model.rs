@@ -90,6 +90,20 @@ fn catalogued(name: Option<&str>) -> Result<dgem_model::ModelSpec, Failure> {
     })
 }
 
+/// `dgem_model::hub::pull` of `reference` with the environment's hub
+/// settings and a progress bar; the user's mistakes (a bad reference, a
+/// gated repository) exit 1, the rest 2.
+fn hub_pull(reference: &str, force: bool) -> Result<PathBuf, Failure> {
+    let cfg = dgem_model::hub::HubConfig::from_env();
+    dgem_model::hub::pull(reference, &cfg, force, &Bar::new()).map_err(|e| {
+        if e.is_user_error() {
+            user(e)
+        } else {
+            internal(e)
+        }
+    })
+}
+
 /// Run a model subcommand.
 pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
     match cmd {
@@ -99,14 +113,7 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
             from_hub: false,
             ..
         } if r.starts_with("hf:") => {
-            let cfg = dgem_model::hub::HubConfig::from_env();
-            let path = dgem_model::hub::pull(&r, &cfg, force, &Bar::new()).map_err(|e| {
-                if e.is_user_error() {
-                    user(e)
-                } else {
-                    internal(e)
-                }
-            })?;
+            let path = hub_pull(&r, force)?;
             println!("{r} ready at {}", path.display());
             println!(
                 "use it with: --model {}   (or DGEM_MODEL_PATH)",
@@ -126,14 +133,7 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
                     spec.card.name
                 )));
             };
-            let cfg = dgem_model::hub::HubConfig::from_env();
-            let path = dgem_model::hub::pull(&hub, &cfg, force, &Bar::new()).map_err(|e| {
-                if e.is_user_error() {
-                    user(e)
-                } else {
-                    internal(e)
-                }
-            })?;
+            let path = hub_pull(&hub, force)?;
             // The hub's own sha256 was checked by the pull; the pinned one
             // must be the same file.
             dgem_model::verify(&path, &spec, &Bar::new()).map_err(internal)?;

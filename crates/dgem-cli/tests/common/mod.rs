@@ -80,3 +80,12 @@ pub fn json_out(args: &[&str], m: &str) -> serde_json::Value {
     assert!(o.status.success(), "stderr: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).expect("json")
 }
+
+/// A WordLevel `tokenizer.json` for the fake vLLM backend: `yes` = 1,
+/// `no` = 2, everything else `[UNK]`.
+pub const TINY_TOKENIZER: &str = r#"{
+  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+  "post_processor": null, "decoder": null,
+  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
+}"#;
