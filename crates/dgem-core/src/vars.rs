@@ -254,7 +254,7 @@ pub fn missing_state_variables(
 /// The state variables of [`missing_state_variables`] when none of them is
 /// given with content (every one of them, then, is unfilled); `None` when
 /// the template reads no state variable or one is given.
-pub fn unfilled_state_variables(
+fn unfilled_state_variables(
     given: &serde_json::Map<String, serde_json::Value>,
     declared: &[String],
 ) -> Option<Vec<String>> {

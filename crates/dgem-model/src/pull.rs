@@ -6,7 +6,8 @@
 //! the deadline passes or the token is cancelled, pip is killed and the part
 //! in progress removed, and the error says what took long and how to raise
 //! the limit. The parts already complete are kept under `.partial/` and the
-//! next pull of the same model resumes after them (`pull/resume.rs`). A pip that runs long is reported every
+//! next pull of the same model resumes after them (`pull/resume.rs`). A pip
+//! that runs long is reported every
 //! [`PullConfig::heartbeat`] (`still downloading part 2 of 4 (60 s)`).
 //!
 //! Before each part a preflight (`pull/index.rs`) asks the index for the
@@ -204,7 +205,7 @@ fn assemble(
     let resume = Resume::of(&config.model_dir, spec);
     let _lock = resume.lock(budget, progress)?;
     // Another pull may have finished the model while this one waited.
-    if let Some(_done) = config.cached(spec) {
+    if config.cached(spec).is_some() {
         return Ok(());
     }
     progress.set_len(spec.size);

