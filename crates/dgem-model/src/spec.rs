@@ -207,8 +207,8 @@ pub fn qwen_coder_0_5b() -> ModelSpec {
             note: "embedded Qwen2.5-Coder 0.5B Instruct on CPU: at chance on dgem's decisions (it picks the first option of most choices), so treat its answers as untested; use qwen2.5-coder-1.5b for real decisions (docs/models.md)".to_owned(),
             contextual_calibration: true,
             figures: vec![
-                "eval set, 14 items (shard 0/2), read raw: slot accuracy 42.9 % (chance 38.4 %), Brier 0.746 (uniform 0.616); first option on most choices".to_owned(),
-                "JevBench-style slice, 20 rows, read raw: slot accuracy 35.0 % (chance 34.8 %), Brier 0.867 (uniform 0.652)".to_owned(),
+                "eval set, 14 items (shard 0/2), read raw: slot accuracy 42.9 % (chance 38.4 %), Brier 0.746 (uniform 0.616); first option on most choices (engine notes, 2026-12)".to_owned(),
+                "JevBench-style slice, 20 rows, read raw: accuracy 35.0 % (chance 34.8 %), Brier 0.867 (uniform 0.652) (engine notes, 2026-12)".to_owned(),
             ],
         },
     }
