@@ -111,6 +111,7 @@ impl LlamaBackend {
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let worker_cfg = WorkerConfig {
             n_threads: config.n_threads,
+            follow_load: config.follow_load,
             context_size: config.context_size,
             logits_all: config.logits_all,
             batch_reads: config.batch_reads,

@@ -147,6 +147,12 @@ pub(crate) struct Engine<'m> {
     head_readout: bool,
     /// Sequence 0's state saved at reuse points ([`snapshots`]).
     snapshots: Snapshots,
+    /// Most threads a call uses.
+    max_threads: usize,
+    /// Threads the context is set to now.
+    threads: usize,
+    /// Pick each call's threads from the load ([`crate::cpu`]).
+    follow_load: bool,
 }
 
 impl<'m> Engine<'m> {
@@ -200,7 +206,32 @@ impl<'m> Engine<'m> {
             outputs: Vec::new(),
             head_readout: false,
             snapshots: Snapshots::new(cfg.kv_snapshot_bytes),
+            max_threads: cfg.n_threads.max(1),
+            threads: cfg.n_threads.max(1),
+            follow_load: cfg.follow_load,
         })
+    }
+
+    /// Set this call's threads from the load on the machine now
+    /// ([`crate::cpu::threads_for`]); returns them. Thread counts change no
+    /// number (see [`crate::cpu`]).
+    fn pick_threads(&mut self) -> usize {
+        let want = if self.follow_load {
+            crate::cpu::threads_for(self.max_threads, crate::cpu::sample())
+        } else {
+            self.max_threads
+        };
+        if want != self.threads {
+            let n = i32::try_from(want).unwrap_or(1);
+            self.ctx.set_n_threads(n, n);
+            tracing::debug!(
+                threads = want,
+                ceiling = self.max_threads,
+                "model threads follow the load"
+            );
+            self.threads = want;
+        }
+        want
     }
 
     /// Forget the whole KV cache (after a failure its content is unknown).
@@ -234,6 +265,7 @@ impl<'m> Engine<'m> {
         let Some(read) = reads.first() else {
             return Ok((Vec::new(), 0));
         };
+        self.pick_threads();
         self.reset();
         self.batch.clear();
         let last = read.tokens.len().saturating_sub(1);
@@ -262,6 +294,7 @@ impl<'m> Engine<'m> {
         reads: &[SequenceRead],
         cancelled: &dyn Fn() -> bool,
     ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
+        self.pick_threads();
         // What an earlier call left is reusable only along its canonical chain.
         self.trusted = self.canonical_end();
         let mut out = Vec::with_capacity(reads.len());

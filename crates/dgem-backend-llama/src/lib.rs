@@ -34,6 +34,7 @@
 
 mod backend;
 mod config;
+pub mod cpu;
 mod engine;
 mod labels;
 mod lines;

@@ -46,7 +46,11 @@ pub(crate) struct Job {
 /// What the thread needs to build its context.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerConfig {
+    /// Most threads a call uses ([`crate::LlamaConfig::n_threads`]).
     pub n_threads: usize,
+    /// Lower the threads of a call while other processes keep cores busy
+    /// ([`crate::LlamaConfig::follow_load`], [`crate::cpu`]).
+    pub follow_load: bool,
     pub context_size: usize,
     pub logits_all: bool,
     pub batch_reads: bool,

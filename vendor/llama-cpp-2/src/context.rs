@@ -96,6 +96,19 @@ impl<'model> LlamaContext<'model> {
         unsafe { llama_cpp_sys_2::llama_n_ctx(self.context.as_ptr()) }
     }
 
+    /// Set the threads llama.cpp uses for single-token and batch decodes of
+    /// this context from the next decode on (`llama_set_n_threads`).
+    /// (dgem patch: the published crate sets them only at context creation.)
+    pub fn set_n_threads(&mut self, n_threads: i32, n_threads_batch: i32) {
+        unsafe {
+            llama_cpp_sys_2::llama_set_n_threads(
+                self.context.as_mut_ptr(),
+                n_threads,
+                n_threads_batch,
+            );
+        }
+    }
+
     /// Decodes the batch.
     ///
     /// # Errors

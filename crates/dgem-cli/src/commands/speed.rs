@@ -29,6 +29,13 @@
 //! 16 callers over 1 caller (serial / concurrent time per decision, per round).
 //! The embedded engine runs one model call at a time, so concurrent callers
 //! wait in its queue: this row measures what that costs or saves.
+//!
+//! Contention: `contended_1` is the cold decision while one other CPU-bound
+//! process runs (a shell busy loop the bench starts for the row and stops
+//! after it), `contended_all` the same with one busy loop per core; both are
+//! divided by the idle cold decision of the same round (goal for one busy
+//! process: ≤ 2.5×). The engine picks each call's threads from the load
+//! (`--follow-load`, on by default).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -235,7 +242,7 @@ fn model_failure(e: BackendError) -> Failure {
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-const SCENARIOS: [(&str, &str, &str); 16] = [
+const SCENARIOS: [(&str, &str, &str); 18] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -256,6 +263,16 @@ const SCENARIOS: [(&str, &str, &str); 16] = [
         "schema_first_first_of_policy",
         "schema_first, first decision of a new policy",
         "schema_first_cold",
+    ),
+    (
+        "contended_1",
+        "cold decision, 1 busy process beside it",
+        "cold",
+    ),
+    (
+        "contended_all",
+        "cold decision, a busy process per core",
+        "cold",
     ),
     ("serial_16", "16 new states, 1 caller: ms per decision", ""),
     (
@@ -361,6 +378,7 @@ async fn run_rounds(
     // the tokenizer's share of the overhead.
     let tok = b.backend.llama_tokenizer().clone();
     let prompt_text = tok.decode(prompt.get(1..).unwrap_or_default());
+    let cores = dgem_backend_llama::cpu::sample().map_or(2, |l| l.online);
     let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
     for round in 0..args.rounds {
@@ -408,6 +426,10 @@ async fn run_rounds(
             "schema_first_first_of_policy",
             b.cold(&fresh_sf, TICKET_B).await?.wall_ms,
         );
+        for (row, loops) in [("contended_1", 1), ("contended_all", cores)] {
+            let _busy = BusyLoops::start(loops)?;
+            push(row, b.cold(&main, TICKET_A).await?.wall_ms);
+        }
         // 16 callers at once on the warm decision: each one's wall time minus
         // the queue and model time of its own calls.
         let many = concurrent_overhead(&b, &main, 16).await?;
@@ -422,6 +444,37 @@ async fn run_rounds(
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
     report(&times, prompt.len(), q_tokens, threads, args)
+}
+
+/// CPU-bound processes running beside the bench (`sh -c 'while :; do :; done'`),
+/// stopped when dropped.
+struct BusyLoops(Vec<std::process::Child>);
+
+impl BusyLoops {
+    fn start(n: usize) -> Result<Self, Failure> {
+        let mut loops = Self(Vec::with_capacity(n));
+        for _ in 0..n {
+            let child = std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| user(anyhow::anyhow!("cannot start a busy loop (`sh`): {e}")))?;
+            loops.0.push(child);
+        }
+        // Let the scheduler put them on the cores before the decision starts.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Ok(loops)
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// Milliseconds per decision of `n` new states of `schema` decided one after
@@ -491,6 +544,10 @@ fn report(
             let r: Vec<f64> = v.iter().zip(base).map(|(a, b)| a / b).collect();
             stats(&r)
         });
+        if name == "contended_1" {
+            // The bar: a busy neighbour costs at most 2.5× idle.
+            row["goal"] = json!(2.5);
+        }
         let ratio_text = match ratio {
             Some((m, lo, hi)) => {
                 row["ratio_to"] = json!(to);

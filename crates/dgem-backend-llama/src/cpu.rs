@@ -1,0 +1,173 @@
+//! Threads for one model call: the CPUs this process may use, less those other
+//! processes keep busy at the moment the call starts.
+//!
+//! **Why.** llama.cpp splits every decode over its worker threads, and the
+//! workers meet at a barrier after each graph node. When another CPU-bound
+//! process holds a core, the scheduler runs it in place of one worker, and the
+//! other workers wait at the next barrier for a time slice that comes late.
+//! Measured on a 2-core machine with the Gemma 3 270M (`dgem decide` of the
+//! support-triage policy, model load included): 3.2 s idle; with two busy
+//! loops running, 24.1 s at 2 threads against 7.8 s at 1 thread.
+//!
+//! **The rule.** The ceiling is the configured thread count
+//! ([`crate::LlamaConfig::n_threads`]); its default,
+//! [`crate::default_threads`], is Rust's `available_parallelism`, which on
+//! Linux follows both the process's CPU affinity (`taskset`, cpusets) and a
+//! cgroup CPU quota (containers, Cloud Run). Before each call the engine
+//! samples the kernel's count of runnable tasks (`procs_running` in
+//! `/proc/stat`) and this process's own runnable threads (state `R` in
+//! `/proc/self/task/*/stat`); the others' count is the difference, and
+//! [`threads_for`] gives `clamp(online CPUs − others, 1, ceiling)`. On a large
+//! host where a container has a small quota, busy neighbours lower the count
+//! only once they leave fewer free CPUs than the quota.
+//!
+//! **Numbers do not move.** ggml's CPU kernels split each operation's rows
+//! among the threads and compute every row on one thread, so the thread count
+//! changes no result: a decision read at 1 and at 2 threads gave bit-identical
+//! probabilities (checked by `thread_count_keeps_numbers` in
+//! `tests/forward.rs`).
+//!
+//! Where `/proc` cannot be read (not Linux, a sandbox), no sample is taken and
+//! every call uses the ceiling.
+
+/// One sample of the machine's load, taken when a model call starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuLoad {
+    /// CPUs online on the host (`cpuN` lines of `/proc/stat`), ≥ 1.
+    pub online: usize,
+    /// Runnable tasks on the whole host (`procs_running`), this process's included.
+    pub running: usize,
+    /// This process's runnable threads among them (the sampling thread included).
+    pub own_running: usize,
+}
+
+/// Threads for a call under `load`, at most `ceiling` and at least 1 (see the
+/// module docs for the rule).
+pub fn threads_for(ceiling: usize, load: Option<CpuLoad>) -> usize {
+    let ceiling = ceiling.max(1);
+    let Some(load) = load else {
+        return ceiling;
+    };
+    let others = load.running.saturating_sub(load.own_running.max(1));
+    load.online.saturating_sub(others).clamp(1, ceiling)
+}
+
+/// Sample the load now; `None` where `/proc` cannot be read or parsed.
+pub fn sample() -> Option<CpuLoad> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let (online, running) = parse_stat(&stat)?;
+    let own_running = own_running().unwrap_or(1);
+    Some(CpuLoad {
+        online,
+        running,
+        own_running,
+    })
+}
+
+/// `(online CPUs, procs_running)` from the text of `/proc/stat`.
+fn parse_stat(stat: &str) -> Option<(usize, usize)> {
+    let mut online = 0;
+    let mut running = None;
+    for line in stat.lines() {
+        let mut words = line.split_ascii_whitespace();
+        match words.next() {
+            Some(w) if w.len() > 3 && w.starts_with("cpu") => {
+                if w[3..].bytes().all(|b| b.is_ascii_digit()) {
+                    online += 1;
+                }
+            }
+            Some("procs_running") => running = words.next().and_then(|n| n.parse().ok()),
+            _ => {}
+        }
+    }
+    (online > 0).then_some(())?;
+    Some((online, running?))
+}
+
+/// This process's threads in state `R` (running or runnable).
+fn own_running() -> Option<usize> {
+    let mut n = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            // The thread ended between the listing and the read.
+            continue;
+        };
+        if task_state(&stat) == Some('R') {
+            n += 1;
+        }
+    }
+    Some(n)
+}
+
+/// The state letter of a `/proc/<pid>/task/<tid>/stat` line: the first field
+/// after the command name, which is in parentheses and may hold spaces or `)`.
+fn task_state(stat: &str) -> Option<char> {
+    let after = stat.get(stat.rfind(')')? + 1..)?;
+    after.trim_start().chars().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(online: usize, running: usize, own_running: usize) -> Option<CpuLoad> {
+        Some(CpuLoad {
+            online,
+            running,
+            own_running,
+        })
+    }
+
+    #[test]
+    fn idle_machine_uses_the_ceiling() {
+        assert_eq!(threads_for(2, load(2, 1, 1)), 2);
+        // Our own spinning workers are not someone else's load.
+        assert_eq!(threads_for(2, load(2, 3, 3)), 2);
+    }
+
+    #[test]
+    fn one_busy_process_on_two_cores_leaves_one_thread() {
+        assert_eq!(threads_for(2, load(2, 2, 1)), 1);
+        assert_eq!(threads_for(2, load(2, 3, 1)), 1);
+        assert_eq!(threads_for(8, load(8, 4, 1)), 5);
+    }
+
+    #[test]
+    fn quota_on_a_large_host_drops_only_when_free_cpus_run_short() {
+        assert_eq!(threads_for(2, load(64, 30, 1)), 2);
+        assert_eq!(threads_for(4, load(64, 62, 1)), 3);
+    }
+
+    #[test]
+    fn no_sample_or_a_zero_ceiling_still_gives_a_thread() {
+        assert_eq!(threads_for(4, None), 4);
+        assert_eq!(threads_for(0, None), 1);
+        assert_eq!(threads_for(0, load(2, 9, 1)), 1);
+        assert_eq!(threads_for(3, load(2, 1, 0)), 2);
+    }
+
+    #[test]
+    fn parses_proc_stat() {
+        let text = "cpu  1 2 3 4\ncpu0 1 2 3 4\ncpu1 1 2 3 4\nintr 5\nctxt 9\nprocs_running 3\nprocs_blocked 0\n";
+        assert_eq!(parse_stat(text), Some((2, 3)));
+        assert_eq!(parse_stat("cpu 1 2\nprocs_running 3\n"), None);
+        assert_eq!(parse_stat("cpu0 1 2\n"), None);
+    }
+
+    #[test]
+    fn reads_the_state_after_a_command_with_parentheses() {
+        assert_eq!(task_state("41 (tokio (rt) x) R 1 41"), Some('R'));
+        assert_eq!(task_state("41 (dgem) S 1 41"), Some('S'));
+        assert_eq!(task_state("garbled"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn samples_this_machine() {
+        let load = sample().expect("/proc is readable on Linux");
+        assert!(load.online >= 1);
+        // The sampling thread itself is runnable.
+        assert!(load.own_running >= 1, "{load:?}");
+        assert!(load.running >= 1, "{load:?}");
+    }
+}
