@@ -325,6 +325,7 @@ impl VllmDecider {
             scoring: vec![Scoring::Canvas; n],
             uncalibrated: vec![None; n],
             order_reads: vec![Vec::new(); n],
+            order_prior: false,
             reads,
             policy,
             thought,

@@ -208,6 +208,7 @@ pub(crate) fn pool_listings(
         scoring,
         uncalibrated: vec![None; questions.len()],
         order_reads,
+        order_prior: false,
         policy,
         thought,
         queue_ms,

@@ -48,6 +48,7 @@ fn decision(s: &ValidSchema) -> Decision {
             scoring: vec![Scoring::FirstToken, Scoring::Sequence],
             uncalibrated: vec![None, None],
             order_reads: vec![Vec::new(), Vec::new()],
+            order_prior: false,
             policy: policy_json(SamplePolicy::Fixed { n: 2 }, false, &[]),
             thought: None,
             queue_ms: 1.0,

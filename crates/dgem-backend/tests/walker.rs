@@ -69,6 +69,7 @@ impl GroupReader for Recorder {
             scoring: vec![Scoring::Canvas; n],
             uncalibrated: vec![None; n],
             order_reads: vec![Vec::new(); n],
+            order_prior: false,
             policy: policy_json(SamplePolicy::Fixed { n: 1 }, false, &[]),
             thought: None,
             queue_ms: 0.0,

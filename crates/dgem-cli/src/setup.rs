@@ -112,8 +112,12 @@ pub struct ModelArgs {
     /// options in a canonical order and its cyclic rotations, one prompt per
     /// listing (at most 6), and pools the reads, so the answer does not depend
     /// on the order the policy lists its options in; a number 2..=26 caps the
-    /// listings; `off` reads the policy's own order once (faster, order-biased).
-    #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "cyclic", value_parser = dgem_core::order::OrderDebias::parse, value_name = "cyclic|off|N")]
+    /// listings; `prior` reads the canonical listing once and divides out a
+    /// position prior estimated once per policy from content-free reads of
+    /// the rotations (one prompt per decision; the prior is cached and kept
+    /// with the calibration priors); `off` reads the policy's own order once
+    /// (faster, order-biased).
+    #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "cyclic", value_parser = dgem_core::order::OrderDebias::parse, value_name = "cyclic|prior|off|N")]
     pub order_debias: dgem_core::order::OrderDebias,
     /// Seconds one model call may wait in the model's queue before it starts
     /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.

@@ -77,8 +77,19 @@ pub struct VllmArgs {
     /// requests) and pools them, so the answer does not depend on the order
     /// the policy lists its options in; a number 2..=26 caps the listings.
     /// The embedded model's setting is `--order-debias`.
-    #[arg(long = "vllm-order-debias", env = "DGEM_VLLM_ORDER_DEBIAS", default_value = "off", value_parser = dgem_core::order::OrderDebias::parse, value_name = "off|cyclic|N")]
+    #[arg(long = "vllm-order-debias", env = "DGEM_VLLM_ORDER_DEBIAS", default_value = "off", value_parser = parse_vllm_order_debias, value_name = "off|cyclic|N")]
     pub vllm_order_debias: dgem_core::order::OrderDebias,
+}
+
+/// `--vllm-order-debias`: [`dgem_core::order::OrderDebias::parse`] without
+/// `prior`, which needs the embedded reader's content-free cloze reads.
+fn parse_vllm_order_debias(s: &str) -> Result<dgem_core::order::OrderDebias, String> {
+    match dgem_core::order::OrderDebias::parse(s)? {
+        dgem_core::order::OrderDebias::Prior { .. } => Err(format!(
+            "`--vllm-order-debias` must be one of [off, cyclic] or a number of orders 1..=26 (`prior` is the embedded model's, `--order-debias prior`). Given: `{s}`"
+        )),
+        other => Ok(other),
+    }
 }
 
 /// The refusal of `--backend SPEC` in a build without the vLLM reader.

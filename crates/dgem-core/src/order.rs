@@ -24,6 +24,18 @@
 //!    normalisation, leaving `q`. With `m < K` (more options than
 //!    `max_orders`) the cancellation is partial.
 //!
+//! 3. **A position prior, for the price of one read** ([`OrderDebias::Prior`],
+//!    [`position_prior`]). Under the same multiplicative model, the position
+//!    prior alone is `π(i) ∝ exp(mean_t log p_t(i))` taken over the listings
+//!    in *position* space (each option visits every position once, so the
+//!    content term cancels), as PriDe estimates it. The cloze reader takes
+//!    the `p_t` from content-free states read once per policy in each cyclic
+//!    listing (cached with the calibration priors), then reads every real
+//!    state once, in the canonical listing, and divides the read by `π`.
+//!    The same reads in *option* space give the content-free label prior
+//!    ([`option_prior`]), which contextual calibration divides by when it is
+//!    on. Cost: one prompt per decision instead of `m`.
+//!
 //! [`OrderSensitivity`] reports, per answer, how many orders were read, the
 //! largest spread of the chosen option's probability across them, and whether
 //! their own top answers disagreed ("fragile").
@@ -49,6 +61,13 @@ pub enum OrderDebias {
         /// Most listings read per question (at least 1).
         max_orders: usize,
     },
+    /// One read in the canonical listing, divided by the position prior
+    /// estimated from content-free reads in the cyclic listings (at most
+    /// `max_orders`), which are read once per policy (module docs, item 3).
+    Prior {
+        /// Most listings the position prior is estimated from (at least 1).
+        max_orders: usize,
+    },
 }
 
 impl Default for OrderDebias {
@@ -65,8 +84,29 @@ impl OrderDebias {
     pub fn orders(self, k: usize) -> usize {
         match self {
             Self::Off => 1,
-            Self::Cyclic { max_orders } if k >= 2 => k.min(max_orders.max(1)),
-            Self::Cyclic { .. } => 1,
+            Self::Cyclic { max_orders } | Self::Prior { max_orders } if k >= 2 => {
+                k.min(max_orders.max(1))
+            }
+            Self::Cyclic { .. } | Self::Prior { .. } => 1,
+        }
+    }
+
+    /// Listings of `q` read per decision (each with the state):
+    /// [`Self::orders_for`] under `Cyclic`, 1 under `Off` and `Prior`.
+    pub fn reads_for(self, q: &Question, mode: LabelMode) -> usize {
+        match self {
+            Self::Cyclic { .. } => self.orders_for(q, mode),
+            Self::Off | Self::Prior { .. } => 1,
+        }
+    }
+
+    /// The wire name: `off`, `cyclic` or `prior` (a cap on the listings is
+    /// not part of it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Cyclic { .. } => "cyclic",
+            Self::Prior { .. } => "prior",
         }
     }
 
@@ -95,10 +135,13 @@ impl OrderDebias {
         match t.as_str() {
             "off" | "none" | "1" => Ok(Self::Off),
             "cyclic" | "on" | "auto" => Ok(Self::default()),
+            "prior" => Ok(Self::Prior {
+                max_orders: DEFAULT_MAX_ORDERS,
+            }),
             other => match other.parse::<usize>() {
                 Ok(n) if (2..=26).contains(&n) => Ok(Self::Cyclic { max_orders: n }),
                 _ => Err(format!(
-                    "`order_debias` must be one of [off, cyclic] or a number of orders 1..=26. Given: `{s}`"
+                    "`order_debias` must be one of [off, cyclic, prior] or a number of orders 1..=26. Given: `{s}`"
                 )),
             },
         }
@@ -143,7 +186,9 @@ pub fn canonical_order(q: &Question) -> Vec<usize> {
 pub fn listing_order(debias: OrderDebias, q: &Question, mode: LabelMode, t: usize) -> Vec<usize> {
     match debias {
         OrderDebias::Off => (0..q.alternatives.len()).collect(),
-        OrderDebias::Cyclic { .. } => rotation(debias, q, mode, t, canonical_order(q)),
+        OrderDebias::Cyclic { .. } | OrderDebias::Prior { .. } => {
+            rotation(debias, q, mode, t, canonical_order(q))
+        }
     }
 }
 
@@ -232,6 +277,41 @@ pub fn pool_orders(dists: &[Vec<f64>]) -> Vec<f64> {
     }
 }
 
+/// Geometric mean of `dists` position by position, renormalised: with each
+/// `dists[t]` read on a content-free state in cyclic listing `t` (in listed
+/// order), the position prior `π` of the module docs (item 3). The same
+/// computation as [`pool_orders`], kept apart so the two spaces are not
+/// confused at a call site.
+pub fn position_prior(listed: &[Vec<f64>]) -> Vec<f64> {
+    pool_orders(listed)
+}
+
+/// The content-free label prior in the question's own option order: each
+/// listed distribution mapped back through its listing (`orders[t]`, as
+/// [`unlist`] takes it), then pooled by geometric mean ([`pool_orders`]).
+pub fn option_prior(listed: &[Vec<f64>], orders: &[Vec<usize>]) -> Vec<f64> {
+    let own: Vec<Vec<f64>> = listed
+        .iter()
+        .zip(orders)
+        .map(|(d, o)| unlist(d, o))
+        .collect();
+    pool_orders(&own)
+}
+
+/// `p / prior`, renormalised (floors at [`PROB_FLOOR`] keep it finite): a read
+/// with a prior divided out, in whichever space both are given.
+pub fn divide_prior(p: &[f64], prior: &[f64]) -> Vec<f64> {
+    if prior.len() != p.len() {
+        return p.to_vec();
+    }
+    let logs: Vec<f64> = p
+        .iter()
+        .zip(prior)
+        .map(|(&x, &q)| x.max(PROB_FLOOR).ln() - q.max(PROB_FLOOR).ln())
+        .collect();
+    restricted_softmax(&logs)
+}
+
 /// How much an answer depended on the order its options were listed in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OrderSensitivity {
@@ -244,7 +324,9 @@ pub struct OrderSensitivity {
     /// fragile under reordering.
     pub fragile: bool,
     /// `cyclic`: the canonical listing and its rotations were read and pooled;
-    /// `single_order`: one listing, not estimated.
+    /// `position_prior`: one listing read, a per-policy position prior
+    /// divided out (nothing estimated per decision); `single_order`: one
+    /// listing, not estimated.
     pub method: &'static str,
 }
 
@@ -256,6 +338,15 @@ impl OrderSensitivity {
             spread: None,
             fragile: false,
             method: "single_order",
+        }
+    }
+
+    /// One listing read with the position prior divided out
+    /// ([`OrderDebias::Prior`]): order dependence is corrected, not measured.
+    pub fn prior() -> Self {
+        Self {
+            method: "position_prior",
+            ..Self::single()
         }
     }
 

@@ -72,24 +72,28 @@ fn execute(
 ) -> (Result<String, TemplateError>, NoValueSeen) {
     NO_VALUE_ARG.with(|f| f.set(false));
     let data = Value::Map(vars.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect());
-    let rendered = tmpl.render(&Context::from(data));
+    let mut out = Capped::default();
+    let rendered = tmpl.execute(&mut out, &Context::from(data));
     let seen = NoValueSeen(NO_VALUE_ARG.with(|f| f.replace(false)));
+    let render_err = |detail: String| TemplateError::Render {
+        name: name.to_string(),
+        detail,
+    };
+    if out.over {
+        // Checked while writing, so a template that would write gigabytes
+        // stops at the cap instead of allocating them first.
+        return (
+            Err(render_err(format!(
+                "the rendered policy is over {MAX_RENDER_BYTES} bytes, the most allowed (a policy is a schema and a state, not a document store)"
+            ))),
+            seen,
+        );
+    }
     let out = rendered
-        .map_err(|e| TemplateError::Render {
-            name: name.to_string(),
-            detail: e.to_string(),
-        })
-        .and_then(|out| {
-            if out.len() > MAX_RENDER_BYTES {
-                return Err(TemplateError::Render {
-                    name: name.to_string(),
-                    detail: format!(
-                        "the rendered policy is {} bytes; at most {MAX_RENDER_BYTES} are allowed (a policy is a schema and a state, not a document store)",
-                        out.len()
-                    ),
-                });
-            }
-            Ok(out)
+        .map_err(|e| render_err(e.to_string()))
+        .and_then(|()| {
+            String::from_utf8(out.bytes)
+                .map_err(|e| render_err(format!("the rendered policy is not UTF-8: {e}")))
         });
     (out, seen)
 }
@@ -116,6 +120,30 @@ fn note_no_value(args: &[Value]) {
 
 /// Largest rendered template, bytes (8 MiB: the server's default body limit).
 pub const MAX_RENDER_BYTES: usize = 8 * 1024 * 1024;
+
+/// The render's output, refusing to grow past [`MAX_RENDER_BYTES`]: the
+/// write that would cross it fails (gtmpl then stops with an I/O error) and
+/// `over` is set.
+#[derive(Debug, Default)]
+struct Capped {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > MAX_RENDER_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("rendered policy over the size limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// Most spaces `indent` may add per line, and the largest `printf` width or
 /// precision: bounds on what one helper call can make a render allocate.
@@ -402,6 +430,14 @@ fn indent(args: &[Value]) -> Result<Value, FuncError> {
     }
     let pad = " ".repeat(n as usize);
     let text = text_arg("indent", s)?;
+    let lines = text.split('\n').filter(|l| !l.is_empty()).count();
+    let grown = text.len().saturating_add(lines.saturating_mul(pad.len()));
+    if grown > MAX_RENDER_BYTES {
+        // Refused before allocating: nested `indent`s multiply.
+        return Err(FuncError::Generic(format!(
+            "indent: the result would be {grown} bytes; a rendered policy holds at most {MAX_RENDER_BYTES}"
+        )));
+    }
     let out: Vec<String> = text
         .split('\n')
         .map(|line| {

@@ -101,6 +101,10 @@ pub struct GroupReads {
     /// order ([`crate::order`]); empty when it does not measure it. Gives each
     /// answer's [`crate::order::OrderSensitivity`].
     pub order_reads: Vec<Vec<Vec<f64>>>,
+    /// Whether each read had a per-policy position prior divided out
+    /// ([`crate::order::OrderDebias::Prior`]) instead of listings pooled;
+    /// the answers then report [`OrderSensitivity::prior`].
+    pub order_prior: bool,
     /// The samples policy block of this group (see [`policy_json`]).
     pub policy: Value,
     /// The thought this group wrote, if any.
@@ -310,10 +314,13 @@ impl Walk {
                 );
             }
             let mut answer = AnswerOut::new(q.clone(), labels, aggregate(&dists));
-            answer.order =
+            answer.order = if out.order_prior {
+                Some(OrderSensitivity::prior())
+            } else {
                 out.order_reads.get(qi).filter(|o| !o.is_empty()).map(|o| {
                     OrderSensitivity::from_orders(o, answer.aggregate.top, per_read.len())
-                });
+                })
+            };
             chosen.push(answer.aggregate.top);
             self.names
                 .insert(q.id.clone(), Some(answer.answer_name().to_owned()));

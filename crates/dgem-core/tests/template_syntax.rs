@@ -80,3 +80,94 @@ fn every_malformed_template_returns_an_error_in_time() {
         ]
     );
 }
+
+/// Render `text` with `vars` on a thread with a 2 MiB stack (a tokio worker's
+/// default), so a template deep enough to overflow a server thread aborts
+/// this test instead of passing.
+fn render_on_small_stack(text: String, vars: serde_json::Value) -> Result<String, String> {
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            let vars = vars.as_object().cloned().unwrap_or_default();
+            render("t", &text, &vars).map_err(|e| e.to_string())
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+fn nested_ifs(n: usize) -> String {
+    format!("{}x{}", "{{ if true }}".repeat(n), "{{ end }}".repeat(n))
+}
+
+#[test]
+fn thousand_nested_ifs_are_refused_not_a_stack_overflow() {
+    let err = render_on_small_stack(nested_ifs(1000), serde_json::json!({})).unwrap_err();
+    assert!(err.contains("nested more than 100 levels deep"), "{err}");
+}
+
+#[test]
+fn thousand_nested_parentheses_are_refused_not_a_stack_overflow() {
+    let text = format!("{{{{ {}1{} }}}}", "(".repeat(1000), ")".repeat(1000));
+    let err = render_on_small_stack(text, serde_json::json!({})).unwrap_err();
+    assert!(err.contains("nested more than 100 levels deep"), "{err}");
+}
+
+#[test]
+fn deepest_template_the_limits_allow_renders_on_a_small_stack() {
+    // 16 templates calling each other, each 98 ifs deep (the root list and
+    // the define body take the other levels): the worst case the parser and
+    // executor accept.
+    let depth = 98;
+    let mut text = String::new();
+    for i in 0..15 {
+        text.push_str(&format!(
+            "{{{{ define \"t{i}\" }}}}{}{{{{ template \"t{}\" . }}}}{}{{{{ end }}}}",
+            "{{ if true }}".repeat(depth),
+            i + 1,
+            "{{ end }}".repeat(depth)
+        ));
+    }
+    text.push_str(&format!(
+        "{{{{ define \"t15\" }}}}{}ok{}{{{{ end }}}}{{{{ template \"t0\" . }}}}",
+        "{{ if true }}".repeat(depth),
+        "{{ end }}".repeat(depth)
+    ));
+    let out = render_on_small_stack(text, serde_json::json!({})).unwrap();
+    assert_eq!(out, "ok");
+}
+
+#[test]
+fn template_calls_past_the_depth_limit_are_refused() {
+    let mut text = String::new();
+    for i in 0..40 {
+        text.push_str(&format!(
+            "{{{{ define \"t{i}\" }}}}{{{{ template \"t{}\" . }}}}{{{{ end }}}}",
+            i + 1
+        ));
+    }
+    text.push_str("{{ define \"t40\" }}ok{{ end }}{{ template \"t0\" . }}");
+    let err = render_on_small_stack(text, serde_json::json!({})).unwrap_err();
+    assert!(err.contains("more than 16 deep"), "{err}");
+}
+
+#[test]
+fn rendered_size_cap_stops_the_render_before_it_allocates() {
+    // Issue 38: 100,000 items each indented by 10,000 spaces asked for ~1 GB
+    // (3.9 GB at peak) before the 8 MiB cap was checked.
+    let items: Vec<u32> = (0..100_000).collect();
+    let text = "{{ range .items }}{{ indent 10000 \"x\" }}{{ end }}".to_string();
+    let err = render_on_small_stack(text, serde_json::json!({ "items": items })).unwrap_err();
+    assert!(
+        err.contains("over 8388608 bytes, the most allowed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nested_indents_are_refused_before_they_multiply() {
+    let lines = "a\n".repeat(100_000);
+    let text = "{{ indent 10000 (indent 10000 .x) }}".to_string();
+    let err = render_on_small_stack(text, serde_json::json!({ "x": lines })).unwrap_err();
+    assert!(err.contains("indent: the result would be"), "{err}");
+}

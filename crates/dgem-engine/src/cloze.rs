@@ -309,20 +309,70 @@ impl Ctx<'_> {
         }
         let base = match self.order {
             OrderDebias::Off => (0..k).collect(),
-            OrderDebias::Cyclic { .. } => canonical_order(q),
+            OrderDebias::Cyclic { .. } | OrderDebias::Prior { .. } => canonical_order(q),
         };
         let seeded = permutation(k, self.seed, r, self.schema_index(q));
         let base: Vec<usize> = seeded.iter().map(|&i| base[i]).collect();
         rotation(self.order, q, mode, t, base)
     }
 
-    /// Listings read per read of `group`: the most any of its questions needs.
+    /// Listings read per read of `group`: the most any of its questions needs
+    /// ([`OrderDebias::reads_for`]: 1 under `off` and `prior`).
     pub(crate) fn group_orders(&self, group: &[&Question]) -> usize {
         group
             .iter()
-            .map(|q| self.order.orders_for(q, self.engine.label_mode()))
+            .map(|q| self.order.reads_for(q, self.engine.label_mode()))
             .max()
             .unwrap_or(1)
+    }
+
+    /// Under [`OrderDebias::Prior`], per question of `group`: its position
+    /// prior `π` (listed order; `None` for a question read in one listing,
+    /// e.g. a boolean-free digit scale or a single option) and, when
+    /// contextual calibration is on, its content-free label prior `ρ` (own
+    /// option order). Both come from the content-free reads of listing
+    /// `t = 0..m` of read 0 ([`Self::priors`], cached per policy and kept in
+    /// the calibration store), see [`dgem_core::order`] item 3.
+    async fn prior_corrections(
+        &self,
+        listed: &[&Question],
+        prefill: &str,
+        group: &[&Question],
+        counters: &mut Counters,
+    ) -> Result<Vec<Correction>, EngineError> {
+        let mode = self.engine.label_mode();
+        let most = group
+            .iter()
+            .map(|q| self.order.orders_for(q, mode))
+            .max()
+            .unwrap_or(1);
+        let mut per_listing = Vec::with_capacity(most);
+        for t in 0..most {
+            let qs = self.read_questions(0, t, group)?;
+            let priors = self.priors(0, t, listed, prefill, &qs, counters).await?;
+            per_listing.push((qs, priors));
+        }
+        Ok(group
+            .iter()
+            .enumerate()
+            .map(|(qi, q)| {
+                let own = self.order.orders_for(q, mode).min(per_listing.len());
+                let dists: Vec<Vec<f64>> = per_listing[..own]
+                    .iter()
+                    .filter_map(|(_, p)| p.get(qi).cloned())
+                    .collect();
+                let orders: Vec<Vec<usize>> = per_listing[..own]
+                    .iter()
+                    .filter_map(|(qs, _)| qs.get(qi).map(|r| r.perm.clone()))
+                    .collect();
+                Correction {
+                    position: (own >= 2).then(|| order::position_prior(&dists)),
+                    label: self
+                        .calibrate
+                        .then(|| order::option_prior(&dists, &orders)),
+                }
+            })
+            .collect())
     }
 
     /// Questions of listing `t` of read `r`, with permutation and cloze slot.
@@ -593,9 +643,16 @@ impl Ctx<'_> {
         let span = forward_span(&self.engine.backend.info().engine, batch.len());
         let out = self.engine.backend.forward(batch).instrument(span).await?;
         counters.absorb(&out);
+        let corrections = match self.order {
+            OrderDebias::Prior { .. } => Some(
+                self.prior_corrections(listed, prefill, group, counters)
+                    .await?,
+            ),
+            _ => None,
+        };
         let mut result: Vec<Vec<QRead>> = Vec::new();
         for (r, t, qs, ranges) in &plans {
-            let priors = if self.calibrate {
+            let priors = if self.calibrate && corrections.is_none() {
                 Some(self.priors(*r, *t, listed, prefill, qs, counters).await?)
             } else {
                 None
@@ -616,7 +673,15 @@ impl Ctx<'_> {
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
                 }
+                let correction = corrections.as_ref().and_then(|c| c.get(qi));
+                if let Some(pi) = correction.and_then(|c| c.position.as_ref()) {
+                    // Positions: the prior applies whatever the listing.
+                    read.probs = order::divide_prior(&read.probs, pi);
+                }
                 read.probs = order::unlist(&read.probs, &rq.perm);
+                if let Some(rho) = correction.and_then(|c| c.label.as_ref()) {
+                    read.probs = order::divide_prior(&read.probs, rho);
+                }
                 if *t == 0 {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
                     per_q.push(QRead {
@@ -681,6 +746,7 @@ impl Ctx<'_> {
                 .await?;
             reads.extend(more);
         }
+        let prior = matches!(self.order, OrderDebias::Prior { .. });
         let mode = self.engine.label_mode();
         Ok(GroupReads {
             questions: group.iter().map(|q| (*q).clone()).collect(),
@@ -698,11 +764,12 @@ impl Ctx<'_> {
                 .collect(),
             uncalibrated: (0..group.len())
                 .map(|qi| {
-                    self.calibrate.then(|| {
+                    (self.calibrate || prior).then(|| {
                         mean_distribution(&reads.iter().map(|r| r[qi].raw()).collect::<Vec<_>>())
                     })
                 })
                 .collect(),
+            order_prior: prior,
             order_reads: (0..group.len())
                 .map(|qi| {
                     reads
@@ -726,6 +793,14 @@ impl Ctx<'_> {
             rows: counters.rows,
         })
     }
+}
+
+/// What [`Ctx::prior_corrections`] divides one question's read by.
+struct Correction {
+    /// Position prior, listed order.
+    position: Option<Vec<f64>>,
+    /// Content-free label prior, own option order (calibration on).
+    label: Option<Vec<f64>>,
 }
 
 /// Earlier answers prefilled in the model's turn: each group's answer lines,

@@ -279,6 +279,7 @@ async fn read_group(
         scoring: vec![Scoring::Canvas; n],
         uncalibrated: vec![None; n],
         order_reads: vec![Vec::new(); n],
+        order_prior: false,
         policy: policy_json(samples, extended, &first_entropy),
         thought: None,
         queue_ms,

@@ -99,7 +99,7 @@ pub enum ExecError {
     PipelineMustYieldString,
     #[error("template {0} not defined")]
     TemplateNotDefined(String),
-    #[error("exceeded max template depth")]
+    #[error("templates call each other more than 16 deep")]
     MaxTemplateDepth,
     #[error("error evaluating pipe: {0}")]
     ErrorEvaluatingPipe(PipeNode),

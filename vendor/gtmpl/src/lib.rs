@@ -20,6 +20,10 @@ mod utils;
 
 #[doc(inline)]
 pub use crate::template::Template;
+/// Nesting and call-depth limits (dgem patch, see `PATCHES.md`).
+pub use crate::exec::MAX_TEMPLATE_DEPTH;
+/// Nesting and call-depth limits (dgem patch, see `PATCHES.md`).
+pub use crate::parse::MAX_DEPTH as MAX_NESTING;
 
 #[doc(inline)]
 pub use crate::exec::Context;

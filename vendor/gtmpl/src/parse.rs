@@ -17,7 +17,16 @@ pub struct Parser {
     tree: Option<Tree>,
     tree_stack: VecDeque<Tree>,
     max_tree_id: TreeId,
+    /// Item lists and pipelines open right now (dgem patch: see `MAX_DEPTH`).
+    depth: usize,
 }
+
+/// Deepest nesting of item lists (`if`, `range`, `with`, `block`, `define`
+/// bodies) and pipelines (parenthesized ones included) the parser accepts.
+/// (dgem patch: the parser, the executor and the tree's `Drop` all recurse
+/// once per level, so 1,000 nested `{{ if true }}` overflowed a server
+/// thread's stack and aborted the process.)
+pub const MAX_DEPTH: usize = 100;
 
 pub struct Tree {
     name: String,
@@ -40,6 +49,7 @@ impl Parser {
             tree: None,
             tree_stack: VecDeque::new(),
             max_tree_id: 0,
+            depth: 0,
         }
     }
 }
@@ -302,7 +312,26 @@ impl Parser {
         self.stop_parse()
     }
 
+    /// Enter one nesting level, refusing one past `MAX_DEPTH` (dgem patch).
+    fn enter(&mut self) -> Result<(), ParseError> {
+        if self.depth >= MAX_DEPTH {
+            return self.error(&format!(
+                "nested more than {} levels deep (actions inside if/range/with/define, or parenthesized pipelines)",
+                MAX_DEPTH
+            ));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
     fn item_list(&mut self) -> Result<(ListNode, Nodes), ParseError> {
+        self.enter()?;
+        let list = self.item_list_inner();
+        self.depth -= 1;
+        list
+    }
+
+    fn item_list_inner(&mut self) -> Result<(ListNode, Nodes), ParseError> {
         let pos = self.peek_non_space_must("item list")?.pos;
         let mut list = ListNode::new(self.tree_id, pos);
         while self.peek_non_space_must("item list")?.typ != ItemType::ItemEOF {
@@ -490,6 +519,13 @@ impl Parser {
     }
 
     fn pipeline(&mut self, context: &str) -> Result<PipeNode, ParseError> {
+        self.enter()?;
+        let pipe = self.pipeline_inner(context);
+        self.depth -= 1;
+        pipe
+    }
+
+    fn pipeline_inner(&mut self, context: &str) -> Result<PipeNode, ParseError> {
         let mut decl = vec![];
         let mut token = self.next_non_space_must("pipeline")?;
         let pos = token.pos;

@@ -202,3 +202,68 @@ fn order_sensitivity_counts_listings_not_listings_times_samples() {
     assert!(s.fragile);
     assert_eq!(OrderSensitivity::from_orders(&dists[..2], 0, 2).orders, 1);
 }
+
+/// `biased_read` in listed order (position `i` = the option listed there).
+fn biased_listed(prior: &[f64], q: &[f64], listed: &[usize]) -> Vec<f64> {
+    let own = biased_read(prior, q, listed);
+    listed.iter().map(|&o| own[o]).collect()
+}
+
+#[test]
+fn position_prior_from_content_free_listings_recovers_the_prior() {
+    // Content-free reads: a label preference `rho` as well as the positions.
+    let pi = [0.6, 0.25, 0.15];
+    let rho = [0.5, 0.3, 0.2];
+    let orders: Vec<Vec<usize>> = shifts(3, 3).into_iter().map(|s| rotate(&[0, 1, 2], s)).collect();
+    let listed: Vec<Vec<f64>> = orders.iter().map(|o| biased_listed(&pi, &rho, o)).collect();
+    let got_pi = position_prior(&listed);
+    let got_rho = option_prior(&listed, &orders);
+    for (g, w) in got_pi.iter().zip(pi) {
+        assert!((g - w).abs() < 1e-12, "{got_pi:?}");
+    }
+    for (g, w) in got_rho.iter().zip(rho) {
+        assert!((g - w).abs() < 1e-12, "{got_rho:?}");
+    }
+}
+
+#[test]
+fn one_read_with_the_position_prior_divided_matches_the_cyclic_pool() {
+    let pi = [0.7, 0.2, 0.1];
+    let q = [0.2, 0.5, 0.3];
+    // One read in the canonical listing 2, 0, 1.
+    let listing = [2, 0, 1];
+    let read = biased_listed(&pi, &q, &listing);
+    let own = unlist(&divide_prior(&read, &pi), &listing);
+    let pooled = pool_orders(&reads_of_all_shifts(&pi, &q, &listing));
+    for ((a, b), w) in own.iter().zip(&pooled).zip(q) {
+        assert!((a - w).abs() < 1e-12 && (b - w).abs() < 1e-12, "{own:?} {pooled:?}");
+    }
+}
+
+#[test]
+fn divide_prior_of_another_length_leaves_the_read() {
+    assert_eq!(divide_prior(&[0.3, 0.7], &[1.0]), vec![0.3, 0.7]);
+    let flat = divide_prior(&[0.3, 0.7], &[0.3, 0.7]);
+    assert!((flat[0] - 0.5).abs() < 1e-12);
+}
+
+#[test]
+fn prior_reads_once_and_estimates_from_every_listing() {
+    let debias = OrderDebias::parse("prior").expect("prior parses");
+    assert_eq!(debias.as_str(), "prior");
+    let q = question("choice", &["a", "b", "c", "d"]);
+    assert_eq!(debias.orders_for(&q, LabelMode::Words), 4);
+    assert_eq!(debias.reads_for(&q, LabelMode::Words), 1);
+    let cyclic = OrderDebias::default();
+    assert_eq!(cyclic.reads_for(&q, LabelMode::Words), 4);
+    // Its listings are the cyclic ones.
+    for t in 0..4 {
+        assert_eq!(
+            listing_order(debias, &q, LabelMode::Words, t),
+            listing_order(cyclic, &q, LabelMode::Words, t)
+        );
+    }
+    let err = OrderDebias::parse("sorted").expect_err("refused");
+    assert!(err.contains("[off, cyclic, prior]") && err.contains("`sorted`"), "{err}");
+    assert_eq!(OrderSensitivity::prior().method, "position_prior");
+}

@@ -40,6 +40,7 @@ fn group(questions: &[&Question], reads: Vec<Vec<SlotRead>>) -> GroupReads {
         scoring: vec![Scoring::FirstToken; questions.len()],
         uncalibrated: vec![None; questions.len()],
         order_reads: vec![Vec::new(); questions.len()],
+        order_prior: false,
         policy: policy_json(SamplePolicy::Fixed { n: 1 }, false, &[]),
         thought: None,
         queue_ms: 1.0,
