@@ -160,9 +160,10 @@ impl CascadeOptions {
     /// [`CascadeError::Invalid`] naming the key, its allowed values and the
     /// value received.
     pub fn from_object(obj: &Map<String, Value>) -> Result<Option<Self>, CascadeError> {
-        let Some(mode) = parse_mode(obj.get("cascade_mode"))? else {
-            return Ok(None);
-        };
+        // Every key is checked, cascade on or off: a wrong type is refused
+        // even where it would not be used (`cascade_threshold: "abc"` without
+        // `cascade_mode` was accepted; issue 38).
+        let mode = parse_mode(obj.get("cascade_mode"))?;
         let threshold_mode = parse_threshold_mode(obj.get("cascade_threshold_mode"))?;
         let threshold = match obj.get("cascade_threshold") {
             None | Some(Value::Null) => threshold_mode.default_threshold(),
@@ -189,13 +190,15 @@ impl CascadeOptions {
                 ))
             }
         };
-        Ok(Some(Self {
+        let prior = parse_prior(obj.get("stage2_prior"))?;
+        let expected = parse_expected(obj.get("expected_answers"))?;
+        Ok(mode.map(|mode| Self {
             mode,
             threshold,
             threshold_mode,
             model,
-            prior: parse_prior(obj.get("stage2_prior"))?,
-            expected: parse_expected(obj.get("expected_answers"))?,
+            prior,
+            expected,
             deadline: None,
         }))
     }

@@ -317,9 +317,10 @@ impl Walk {
             answer.order = if out.order_prior {
                 Some(OrderSensitivity::prior())
             } else {
-                out.order_reads.get(qi).filter(|o| !o.is_empty()).map(|o| {
-                    OrderSensitivity::from_orders(o, answer.aggregate.top, per_read.len())
-                })
+                out.order_reads
+                    .get(qi)
+                    .filter(|o| !o.is_empty())
+                    .map(|o| OrderSensitivity::from_orders(o, answer.aggregate.top, per_read.len()))
             };
             chosen.push(answer.aggregate.top);
             self.names

@@ -113,28 +113,48 @@ fn thousand_nested_parentheses_are_refused_not_a_stack_overflow() {
     assert!(err.contains("nested more than 100 levels deep"), "{err}");
 }
 
-#[test]
-fn deepest_template_the_limits_allow_renders_on_a_small_stack() {
-    // 16 templates calling each other, each 98 ifs deep (the root list and
-    // the define body take the other levels): the worst case the parser and
-    // executor accept.
-    let depth = 98;
+/// 16 templates calling each other in a chain, each `ifs` ifs deep around
+/// its call, the last one writing `ok`.
+fn chain_of_nested_templates(ifs: usize) -> String {
     let mut text = String::new();
-    for i in 0..15 {
+    for i in 0..16 {
+        let inner = if i == 15 {
+            "ok".to_string()
+        } else {
+            format!("{{{{ template \"t{}\" . }}}}", i + 1)
+        };
         text.push_str(&format!(
-            "{{{{ define \"t{i}\" }}}}{}{{{{ template \"t{}\" . }}}}{}{{{{ end }}}}",
-            "{{ if true }}".repeat(depth),
-            i + 1,
-            "{{ end }}".repeat(depth)
+            "{{{{ define \"t{i}\" }}}}{}{inner}{}{{{{ end }}}}",
+            "{{ if true }}".repeat(ifs),
+            "{{ end }}".repeat(ifs)
         ));
     }
-    text.push_str(&format!(
-        "{{{{ define \"t15\" }}}}{}ok{}{{{{ end }}}}{{{{ template \"t0\" . }}}}",
-        "{{ if true }}".repeat(depth),
-        "{{ end }}".repeat(depth)
-    ));
-    let out = render_on_small_stack(text, serde_json::json!({})).unwrap();
-    assert_eq!(out, "ok");
+    text.push_str("{{ template \"t0\" . }}");
+    text
+}
+
+#[test]
+fn deepest_template_the_limits_allow_renders_on_a_small_stack() {
+    // One template 98 ifs deep (its root list and the innermost action's
+    // pipeline take the other two levels), and a chain of 16 templates
+    // nested 99 lists deep in all: the worst cases the parser and the
+    // executor accept.
+    let one = render_on_small_stack(nested_ifs(98), serde_json::json!({})).unwrap();
+    assert_eq!(one, "x");
+    let chain = render_on_small_stack(chain_of_nested_templates(5), serde_json::json!({})).unwrap();
+    assert_eq!(chain, "ok");
+}
+
+#[test]
+fn templates_nested_past_the_limit_through_calls_are_refused_while_rendering() {
+    // 16 × (7 ifs + the body) = 129 lists: each template parses, the chain
+    // is refused when it runs.
+    let err =
+        render_on_small_stack(chain_of_nested_templates(7), serde_json::json!({})).unwrap_err();
+    assert!(
+        err.contains("nested more than 100 levels deep while rendering"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -367,9 +367,7 @@ impl Ctx<'_> {
                     .collect();
                 Correction {
                     position: (own >= 2).then(|| order::position_prior(&dists)),
-                    label: self
-                        .calibrate
-                        .then(|| order::option_prior(&dists, &orders)),
+                    label: self.calibrate.then(|| order::option_prior(&dists, &orders)),
                 }
             })
             .collect())

@@ -268,11 +268,13 @@ fn message_text(m: &Value) -> String {
     }
 }
 
-/// Parse the top-level seed (`int(req.get("seed", 42))`).
+/// Parse the top-level seed: an integer (a whole float such as `7.0` names
+/// one), default 42. A boolean or a string is refused, as `/api` refuses it:
+/// the original server's `int(req.get("seed", 42))` read `true` as 1 and
+/// `"7"` as 7, a silent reading a client never meant (issue 38).
 pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
     match v {
         None | Some(Value::Null) => Ok(DEFAULT_SEED),
-        Some(Value::Bool(b)) => Ok(i64::from(*b)),
         Some(Value::Number(n)) => n
             .as_i64()
             .or_else(|| {
@@ -283,10 +285,6 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
                     .map(|f| f as i64)
             })
             .ok_or_else(|| format!("`seed` must be an integer (got {n})")),
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map_err(|_| format!("`seed` must be an integer (got {s:?})")),
         Some(other) => Err(format!("`seed` must be an integer (got {other})")),
     }
 }
@@ -645,11 +643,22 @@ mod tests {
     fn fractional_seed_is_refused_not_truncated() {
         assert_eq!(seed_of(Some(&json!(7))), Ok(7));
         assert_eq!(seed_of(Some(&json!(7.0))), Ok(7));
-        assert_eq!(seed_of(Some(&json!("12"))), Ok(12));
         assert_eq!(
             seed_of(Some(&json!(1.5))),
             Err("`seed` must be an integer (got 1.5)".to_owned())
         );
         assert!(seed_of(Some(&json!(1e300))).is_err());
+    }
+
+    #[test]
+    fn seed_given_as_a_boolean_or_a_string_is_refused() {
+        assert_eq!(
+            seed_of(Some(&json!(true))),
+            Err("`seed` must be an integer (got true)".to_owned())
+        );
+        assert_eq!(
+            seed_of(Some(&json!("7"))),
+            Err("`seed` must be an integer (got \"7\")".to_owned())
+        );
     }
 }

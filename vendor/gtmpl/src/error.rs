@@ -101,6 +101,9 @@ pub enum ExecError {
     TemplateNotDefined(String),
     #[error("templates call each other more than 16 deep")]
     MaxTemplateDepth,
+    /// dgem patch: see `State::nest` in `exec.rs`.
+    #[error("nested more than {0} levels deep while rendering (if/range/with bodies, counting those of the templates called)")]
+    MaxNesting(usize),
     #[error("error evaluating pipe: {0}")]
     ErrorEvaluatingPipe(PipeNode),
     #[error("no arguments for command node: {0}")]

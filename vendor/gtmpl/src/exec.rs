@@ -24,6 +24,10 @@ struct State<'a, 'b, T: Write> {
     node: Option<&'a Nodes>,
     vars: VecDeque<VecDeque<Variable>>,
     depth: usize,
+    /// Lists being walked now, counting those of the templates called (dgem
+    /// patch: at most `parse::MAX_DEPTH`, so an execution recurses no deeper
+    /// than one template may nest).
+    nest: usize,
 }
 
 /// A Context for the template. Passed to the template exectution.
@@ -61,6 +65,7 @@ impl<'b> Template {
             node: None,
             vars,
             depth: 0,
+            nest: 0,
         };
 
         let root = self
@@ -105,10 +110,13 @@ impl<'a, 'b, T: Write> State<'a, 'b, T> {
     }
 
     fn walk_list(&mut self, ctx: &Context, node: &'a ListNode) -> Result<(), ExecError> {
-        for n in &node.nodes {
-            self.walk(ctx, n)?;
+        if self.nest >= crate::parse::MAX_DEPTH {
+            return Err(ExecError::MaxNesting(crate::parse::MAX_DEPTH));
         }
-        Ok(())
+        self.nest += 1;
+        let walked = node.nodes.iter().try_for_each(|n| self.walk(ctx, n));
+        self.nest -= 1;
+        walked
     }
 
     // Top level walk function. Steps through the major parts for the template strcuture and
@@ -167,6 +175,7 @@ impl<'a, 'b, T: Write> State<'a, 'b, T> {
                     node: None,
                     vars,
                     depth: self.depth + 1,
+                    nest: self.nest,
                 };
                 return new_state.walk(&Context::from(value), root);
             }

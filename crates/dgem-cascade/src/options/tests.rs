@@ -171,3 +171,15 @@ fn check_names_unknown_slots_and_the_question_ids() {
         "`expected_answers` must be keyed by question ids [urgent, team]; got unknown ids [teem, x]"
     );
 }
+
+#[test]
+fn cascade_threshold_of_the_wrong_type_is_refused_without_a_cascade_mode() {
+    let msg = err(json!({"cascade_threshold": "abc"}));
+    assert!(
+        msg.contains("cascade_threshold") && msg.contains("\"abc\""),
+        "{msg}"
+    );
+    // Well-typed keys without a mode still mean no cascade.
+    let none = read(json!({"cascade_threshold": 0.3, "cascade_model": "m"})).expect("ok");
+    assert_eq!(none, None);
+}

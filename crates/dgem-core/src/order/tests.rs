@@ -90,7 +90,7 @@ fn orders_follow_the_setting() {
     assert_eq!(OrderDebias::parse("OFF"), Ok(OrderDebias::Off));
     let err = OrderDebias::parse("sideways").expect_err("refused");
     assert!(
-        err.contains("[off, cyclic]") && err.contains("sideways"),
+        err.contains("[off, cyclic, prior]") && err.contains("sideways"),
         "{err}"
     );
 }
@@ -214,7 +214,10 @@ fn position_prior_from_content_free_listings_recovers_the_prior() {
     // Content-free reads: a label preference `rho` as well as the positions.
     let pi = [0.6, 0.25, 0.15];
     let rho = [0.5, 0.3, 0.2];
-    let orders: Vec<Vec<usize>> = shifts(3, 3).into_iter().map(|s| rotate(&[0, 1, 2], s)).collect();
+    let orders: Vec<Vec<usize>> = shifts(3, 3)
+        .into_iter()
+        .map(|s| rotate(&[0, 1, 2], s))
+        .collect();
     let listed: Vec<Vec<f64>> = orders.iter().map(|o| biased_listed(&pi, &rho, o)).collect();
     let got_pi = position_prior(&listed);
     let got_rho = option_prior(&listed, &orders);
@@ -236,7 +239,10 @@ fn one_read_with_the_position_prior_divided_matches_the_cyclic_pool() {
     let own = unlist(&divide_prior(&read, &pi), &listing);
     let pooled = pool_orders(&reads_of_all_shifts(&pi, &q, &listing));
     for ((a, b), w) in own.iter().zip(&pooled).zip(q) {
-        assert!((a - w).abs() < 1e-12 && (b - w).abs() < 1e-12, "{own:?} {pooled:?}");
+        assert!(
+            (a - w).abs() < 1e-12 && (b - w).abs() < 1e-12,
+            "{own:?} {pooled:?}"
+        );
     }
 }
 
@@ -264,6 +270,9 @@ fn prior_reads_once_and_estimates_from_every_listing() {
         );
     }
     let err = OrderDebias::parse("sorted").expect_err("refused");
-    assert!(err.contains("[off, cyclic, prior]") && err.contains("`sorted`"), "{err}");
+    assert!(
+        err.contains("[off, cyclic, prior]") && err.contains("`sorted`"),
+        "{err}"
+    );
     assert_eq!(OrderSensitivity::prior().method, "position_prior");
 }

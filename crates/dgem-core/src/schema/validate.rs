@@ -463,8 +463,13 @@ fn check_dependencies(questions: &[Question]) -> Result<(), SchemaError> {
 }
 
 /// Alternative names must be usable as answers: non-empty after trimming, one
-/// line, and unique within the question (a duplicate would overwrite the other's
-/// probability in the answer's `probabilities` map).
+/// line, free of invisible and control characters (zero-width spaces,
+/// bidirectional overrides, NUL, tabs…: two names that look the same must not
+/// be two options), and unique within the question once compared as
+/// [`name_key`] does: Unicode NFC, every run of whitespace (NBSP included) one
+/// space, ends trimmed. A duplicate would overwrite the other's probability
+/// in the answer's `probabilities` map, and a look-alike would be a second
+/// option no reader can tell apart.
 fn check_alternative_names(
     alternatives: &[Alternative],
     name: &str,
@@ -478,15 +483,47 @@ fn check_alternative_names(
             );
             return Err(SchemaError::new(format!("{field}[{j}]"), msg));
         }
-        if let Some(k) = alternatives[..j].iter().position(|b| b.name == a.name) {
+        if let Some(c) = a
+            .name
+            .chars()
+            .find(|&c| (invisible(c) && !c.is_whitespace()) || c.is_control())
+        {
             let msg = format!(
-                "question {name}: alternative names must be unique; {} appears at {k} and {j}",
-                py_repr(&a.name)
+                "question {name}: alternative {j} must have no invisible or control characters; {} holds U+{:04X}",
+                py_repr(&a.name),
+                u32::from(c)
             );
+            return Err(SchemaError::new(format!("{field}[{j}]"), msg));
+        }
+        let key = name_key(&a.name);
+        if let Some(k) = alternatives[..j]
+            .iter()
+            .position(|b| name_key(&b.name) == key)
+        {
+            let msg = if alternatives[k].name == a.name {
+                format!(
+                    "question {name}: alternative names must be unique; {} appears at {k} and {j}",
+                    py_repr(&a.name)
+                )
+            } else {
+                format!(
+                    "question {name}: alternative names must be unique; {} (at {k}) and {} (at {j}) are the same name once spaces are trimmed and Unicode is normalised (NFC)",
+                    py_repr(&alternatives[k].name),
+                    py_repr(&a.name)
+                )
+            };
             return Err(SchemaError::new(format!("{field}[{j}]"), msg));
         }
     }
     Ok(())
+}
+
+/// What two option names are compared by: NFC, whitespace runs (any Unicode
+/// whitespace) as one space, ends trimmed.
+fn name_key(name: &str) -> String {
+    use unicode_normalization::UnicodeNormalization as _;
+    let nfc: String = name.nfc().collect();
+    nfc.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Rule 6: every `ask_if` value is an answer name of its dependency.

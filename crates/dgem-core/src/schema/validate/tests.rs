@@ -639,3 +639,48 @@ fn missing_type_says_it_is_missing() {
         "question 'a': unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score)",
     );
 }
+
+#[test]
+fn option_names_that_look_alike_are_one_name() {
+    // Issue 38: names differing only by trailing spaces, NFC/NFD or a
+    // no-break space were accepted as distinct options.
+    let (field, msg) = err(
+        json!({"questions": [{"id": "t", "type": "choice", "options": ["billing", "billing "]}]}),
+    );
+    assert_eq!(field, "questions[0].options[1]");
+    assert!(
+        msg.contains("'billing' (at 0) and 'billing ' (at 1) are the same name once spaces are trimmed and Unicode is normalised (NFC)"),
+        "{msg}"
+    );
+    let composed = "caf\u{e9}";
+    let decomposed = "cafe\u{301}";
+    let (field, _) = err(
+        json!({"questions": [{"id": "t", "type": "choice", "options": [composed, decomposed]}]}),
+    );
+    assert_eq!(field, "questions[0].options[1]");
+    let (field, _) = err(
+        json!({"questions": [{"id": "t", "type": "choice", "options": ["new york", "new\u{a0}york"]}]}),
+    );
+    assert_eq!(field, "questions[0].options[1]");
+}
+
+#[test]
+fn option_names_with_invisible_or_control_characters_are_refused() {
+    for (bad, code) in [
+        ("bil\u{200b}ling", "U+200B"),
+        ("\u{202e}gnillib", "U+202E"),
+        ("a\u{0}b", "U+0000"),
+        ("a\tb", "U+0009"),
+        ("\u{200b}", "U+200B"),
+    ] {
+        let (field, msg) =
+            err(json!({"questions": [{"id": "t", "type": "choice", "options": ["support", bad]}]}));
+        assert_eq!(field, "questions[0].options[1]", "{bad:?}");
+        assert!(
+            msg.contains("must have no invisible or control characters") && msg.contains(code),
+            "{bad:?}: {msg}"
+        );
+    }
+    // An inner plain space stays allowed.
+    ok(json!({"questions": [{"id": "t", "type": "choice", "options": ["new york", "boston"]}]}));
+}
