@@ -118,6 +118,16 @@ fn note_no_value(args: &[Value]) {
     }
 }
 
+/// Deepest nesting of a template's actions (bodies of `if`, `range`, `with`,
+/// `define`; parenthesized pipelines), and of the bodies rendered at once
+/// counted across template calls: 100, so the deepest policy accepted renders
+/// on a server thread's 2 MiB stack (`tests/template_syntax.rs`). Set in the
+/// vendored gtmpl (`vendor/gtmpl/PATCHES.md`).
+pub use gtmpl::MAX_NESTING;
+/// Deepest chain of `{{ template }}` calls one render follows: 16 (vendored
+/// gtmpl, as [`MAX_NESTING`]).
+pub use gtmpl::MAX_TEMPLATE_DEPTH;
+
 /// Largest rendered template, bytes (8 MiB: the server's default body limit).
 pub const MAX_RENDER_BYTES: usize = 8 * 1024 * 1024;
 

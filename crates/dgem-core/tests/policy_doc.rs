@@ -500,6 +500,11 @@ fn the_limits_table_matches_the_constants() {
             "MAX_RENDER_BYTES",
             dgem_core::template::MAX_RENDER_BYTES as f64,
         ),
+        ("MAX_NESTING", dgem_core::template::MAX_NESTING as f64),
+        (
+            "MAX_TEMPLATE_DEPTH",
+            dgem_core::template::MAX_TEMPLATE_DEPTH as f64,
+        ),
     ];
     let mut missing = Vec::new();
     for (name, value) in &known {

@@ -37,7 +37,7 @@ pub fn rpc_error(status: StatusCode, code: i64, message: String, id: Value) -> R
 
 /// What is wrong with `bytes` as one JSON-RPC request: code, message and the
 /// request's id when it has one.
-fn check(bytes: &[u8]) -> Result<(), (i64, String, Value)> {
+pub(crate) fn check(bytes: &[u8]) -> Result<(), (i64, String, Value)> {
     let value = dgem_core::json::parse_strict_slice(bytes)
         .map_err(|e| (PARSE_ERROR, format!("parse error: {e}"), Value::Null))?;
     let Value::Object(obj) = &value else {

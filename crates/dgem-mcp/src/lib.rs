@@ -16,6 +16,7 @@ mod error;
 mod http;
 pub mod jsonrpc;
 mod server;
+pub mod stdio;
 mod tools;
 
 use std::sync::Arc;
@@ -58,14 +59,16 @@ where
     Ok(())
 }
 
-/// Serve decisions with `engine` over stdin/stdout until the client disconnects.
+/// Serve decisions with `engine` over stdin/stdout until the client
+/// disconnects, one message per line ([`stdio::LineTransport`]: every bad
+/// line answered, every request answered before the session ends).
 ///
 /// # Errors
 /// See [`serve_transport`].
 pub async fn serve_stdio(engine: Arc<dyn Decider>, templates: TemplateDir) -> Result<(), McpError> {
     serve_transport(
         DecisionServer::new(engine, templates),
-        rmcp::transport::stdio(),
+        stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout()),
     )
     .await
 }
