@@ -229,3 +229,60 @@ fn completions_into_a_closed_pipe_exit_quietly() {
     assert!(out.status.code() == Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn a_templates_folder_that_does_not_exist_is_refused_not_ignored() {
+    // Issue 38: `DGEM_TEMPLATES=/nope dgem templates list` listed the
+    // built-ins in silence.
+    let dir = tempfile::tempdir().unwrap();
+    let nope = dir.path().join("nope");
+    for args in [
+        &["templates", "list"][..],
+        &["render", "-t", "support_triage"][..],
+    ] {
+        let o = dgem_in(dir.path(), args, Some(&nope));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("`DGEM_TEMPLATES` must name a folder") && e.contains("which does not exist"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_absolute_template_path_is_called_missing() {
+    // Issue 38: it was refused as "not an absolute path".
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("gone.json.tmpl");
+    let missing = missing.to_str().unwrap();
+    let o = dgem_in(dir.path(), &["render", "-t", missing], None);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("a path that does not exist"), "{e}");
+    assert!(!e.contains("not an absolute path"), "{e}");
+}
+
+#[test]
+fn a_variables_file_with_a_duplicate_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let vars = dir.path().join("v.json");
+    std::fs::write(&vars, r#"{"ticket": "refund me", "ticket": "never mind"}"#).unwrap();
+    let o = dgem_in(
+        dir.path(),
+        &[
+            "render",
+            "-t",
+            "support_triage",
+            "-d",
+            vars.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("duplicate key `ticket`"),
+        "{}",
+        stderr(&o)
+    );
+}

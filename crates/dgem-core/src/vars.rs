@@ -57,7 +57,9 @@ fn parse_value(raw: &str) -> Value {
 
 /// Parse the text of a `-d vars.json` file named `source`; it must be a JSON object.
 pub fn load_vars_file(text: &str, source: &str) -> Result<Map<String, Value>, TemplateError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| TemplateError::Variable {
+    // Strict: a key written twice is refused, as on every HTTP route (the
+    // last one silently won before; issue 38).
+    let value: Value = crate::json::parse_strict(text).map_err(|e| TemplateError::Variable {
         detail: format!("file `{source}` is not valid JSON: {e}"),
     })?;
     match value {
@@ -328,6 +330,18 @@ mod unknown_tests {
         assert_eq!(
             missing_state_variables("plain", &serde_json::Map::new(), &["samples".to_string()]),
             None
+        );
+    }
+
+    #[test]
+    fn vars_file_with_a_duplicate_key_is_refused() {
+        let err = load_vars_file(r#"{"ticket": "a", "ticket": "b"}"#, "v.json")
+            .expect_err("duplicate key")
+            .to_string();
+        assert!(
+            err.contains("file `v.json` is not valid JSON")
+                && err.contains("duplicate key `ticket`"),
+            "{err}"
         );
     }
 }

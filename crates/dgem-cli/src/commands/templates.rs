@@ -36,6 +36,31 @@ pub fn folder() -> PathBuf {
         .map_or_else(|| PathBuf::from("templates"), PathBuf::from)
 }
 
+/// Refuse a `DGEM_TEMPLATES` that names no folder: listing or finding
+/// policies would otherwise fall back to the built-ins in silence, and a user
+/// would edit files nobody reads.
+///
+/// # Errors
+/// A user [`Failure`] naming the variable and the value given.
+pub fn check_folder() -> Result<(), Failure> {
+    let Some(given) = std::env::var_os("DGEM_TEMPLATES").filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let path = PathBuf::from(&given);
+    if path.is_dir() {
+        return Ok(());
+    }
+    let why = if path.exists() {
+        "is not a folder"
+    } else {
+        "does not exist"
+    };
+    Err(user(anyhow::anyhow!(
+        "`DGEM_TEMPLATES` must name a folder of .json.tmpl policies. Given: `{}`, which {why} (unset it to use `templates/` and the built-in policies)",
+        path.display()
+    )))
+}
+
 /// The policy catalogue of the CLI: [`folder`], then the built-ins.
 pub fn catalogue() -> TemplateDir {
     TemplateDir::new(folder())
@@ -62,6 +87,24 @@ pub fn find(t: &Path) -> Result<Found, Failure> {
         return read(t);
     }
     let name = t.to_string_lossy();
+    let trimmed = name.trim();
+    if t.is_absolute()
+        || trimmed.starts_with('/')
+        || trimmed.starts_with("./")
+        || trimmed.starts_with("../")
+    {
+        // Written as a path, so read as one: "not an absolute path" would
+        // blame the wrong thing (issue 38).
+        let why = if t.exists() {
+            "is not a file"
+        } else {
+            "does not exist"
+        };
+        return Err(user(anyhow::anyhow!(
+            "`--template` must be a .json.tmpl file or a template name. Given: `{name}`, a path that {why}"
+        )));
+    }
+    check_folder()?;
     let catalogue = catalogue();
     let stem = name.trim();
     let stem = stem.strip_suffix(".json.tmpl").unwrap_or(stem).to_string();
@@ -143,7 +186,10 @@ pub struct InitArgs {
 /// Run `dgem templates …`.
 pub fn run(cmd: TemplatesCommand) -> Result<(), Failure> {
     match cmd {
-        TemplatesCommand::List(a) => list(a.json),
+        TemplatesCommand::List(a) => {
+            check_folder()?;
+            list(a.json)
+        }
         TemplatesCommand::Show { name } => {
             let found = find(&name)?;
             eprintln!("# {} ({})", found.name, found.origin);
