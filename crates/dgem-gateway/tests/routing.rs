@@ -420,7 +420,9 @@ async fn attempts_are_capped_and_the_retry_budget_is_shared() {
     let err = decide(&g, None).await.unwrap_err();
     assert!(err.to_string().contains("after 3 attempt(s)"), "{err}");
     assert_eq!(reps.iter().map(|r| r.calls()).sum::<u32>(), 3);
-    // Budget of 1 retry: the first request may retry once, the next may not.
+    // Budget of 1 retry: each request's first failover is free, so the first
+    // request makes 3 attempts (free failover, then the budget's one retry)
+    // and the next 2 (its free failover only).
     let reps: Vec<Arc<Scripted>> = (0..3)
         .map(|_| {
             Scripted::new(
@@ -441,9 +443,37 @@ async fn attempts_are_capped_and_the_retry_budget_is_shared() {
         .await
         .unwrap_err()
         .to_string()
-        .contains("after 2 attempt(s)"));
+        .contains("after 3 attempt(s)"));
     let err = decide(&g, None).await.unwrap_err();
-    assert!(err.to_string().contains("after 1 attempt(s)"), "{err}");
+    assert!(err.to_string().contains("after 2 attempt(s)"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_replica_fails_no_request_when_the_budget_is_spent() {
+    // Issue 38: with the shared budget empty, a request whose replica died
+    // got 502 although the other replica was healthy.
+    let dead = Scripted::new("dead", (0..40).map(|_| Step::Err(MS, refused())).collect());
+    let alive = Scripted::new("alive", vec![]);
+    let g = gateway(
+        vec![spec(
+            "local",
+            Kind::Local,
+            vec![dead.clone(), alive.clone()],
+        )],
+        RouteConfig {
+            retry_reserve: 0.0,
+            retry_ratio: 0.0,
+            breaker: BreakerConfig {
+                failure_threshold: u32::MAX,
+                ..route().breaker
+            },
+            ..route()
+        },
+    );
+    for _ in 0..32 {
+        decide(&g, None).await.expect("the live replica answers");
+    }
+    assert_eq!(alive.calls(), 32);
 }
 
 #[tokio::test(start_paused = true)]
