@@ -58,7 +58,12 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
     let _permit = match state.acquire_slot().await {
         Ok(permit) => permit,
         Err(crate::gate::GateError::Closed) => {
-            return Err(ApiError::new(ErrorKind::Internal, "decision gate closed"))
+            telemetry::record_failed_decision(flavor.name(), &policy, "shutting_down");
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                "server shutting down: retry on another replica",
+            )
+            .with_retry_after(1));
         }
         Err(crate::gate::GateError::Busy) => {
             telemetry::record_failed_decision(flavor.name(), &policy, "overloaded");

@@ -238,6 +238,18 @@ pub async fn serve_with(
         }
     }));
     let limits = state.config().conn;
+    // At the shutdown signal the decision gate closes: requests waiting for a
+    // slot are answered 503 with `Retry-After` at once (they were dropped
+    // with no status when the drain deadline passed: 24 of 32 under load,
+    // issue 38), and decisions holding a slot finish during the drain.
+    let gate = state.gate().cloned();
+    let shutdown = async move {
+        shutdown.await;
+        if let Some(gate) = gate {
+            gate.close();
+            tracing::info!("decision gate closed: waiting requests get 503");
+        }
+    };
     let app = router_with(state, extra);
     let result = conn::serve_app(listener, app, limits, shutdown).await;
     for t in tasks {

@@ -141,3 +141,68 @@ async fn without_a_warm_up_ready_follows_the_backend_and_no_decision_runs() -> a
     server.await??;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_slot_get_503_at_shutdown() -> anyhow::Result<()> {
+    // Issue 38: at SIGTERM, requests queued for a decision slot were dropped
+    // with no status once the drain deadline passed.
+    let backend = common::backend();
+    let cfg = ServeConfig {
+        max_inflight: 1,
+        inflight_wait: Duration::from_secs(30),
+        ..config()
+    };
+    let st = state(backend.clone(), cfg);
+    let listener = dgem_server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(dgem_server::serve(listener, st, async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()?;
+    backend.set_delay(Duration::from_millis(800));
+    let send = |state: &'static str| {
+        let client = client.clone();
+        let url = format!("http://{addr}/v1/systemone");
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .json(&json!({"state": state, "questions": {"a": {"type": "noul"}}}))
+                .send()
+                .await
+        })
+    };
+    let holder = send("want_yes");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while backend.calls() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no decision started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiters: Vec<_> = (0..4).map(|_| send("want_no")).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let signalled = std::time::Instant::now();
+    let _ = stop.send(());
+    for w in waiters {
+        let r = w.await??;
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        let body: Value = r.json().await?;
+        assert!(body.to_string().contains("shutting down"), "{body}");
+    }
+    assert!(
+        signalled.elapsed() < Duration::from_millis(700),
+        "the waiting requests were answered at once, not after the decision in flight"
+    );
+    assert_eq!(
+        holder.await??.status(),
+        200,
+        "the decision in flight finished"
+    );
+    tokio::time::timeout(Duration::from_secs(10), server).await???;
+    Ok(())
+}
