@@ -37,8 +37,15 @@ pub fn strict_json(bytes: &[u8]) -> Result<Value, ApiError> {
     })
 }
 
-/// Turn the body extractor's rejection into our error shape (413 over the limit).
+/// Turn the body extractor's rejection into our error shape (413 over the
+/// limit, 408 past the whole-body deadline of [`crate::conn::deadline`]).
 pub fn rejection(r: &BytesRejection) -> ApiError {
+    if crate::conn::deadline::is_deadline(r) {
+        return ApiError::new(
+            ErrorKind::RequestTimeout,
+            format!("invalid body: {}", r.body_text()),
+        );
+    }
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             ErrorKind::PayloadTooLarge,

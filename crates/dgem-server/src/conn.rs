@@ -16,7 +16,9 @@
 //!   each piece of the body must arrive within this time (tower-http's
 //!   `RequestBodyTimeoutLayer`), so a client that promises 1000 bytes and
 //!   sends 10 holds its connection for this long, not for the whole request
-//!   timeout; the handler then answers 400.
+//!   timeout; the handler then answers 400. The whole body must also arrive
+//!   within this time of the head ([`deadline`]): a body trickled a byte at
+//!   a time is answered 408 then, not held until the request timeout.
 //! - **Connections** ([`ConnLimits::max_connections`]): at the cap, the accept
 //!   loop stops accepting; new clients wait in the kernel's backlog until a
 //!   connection closes.
@@ -25,6 +27,8 @@
 //!   request in flight and close; connections still open at the deadline are
 //!   dropped. Cloud Run sends SIGKILL 10 s after SIGTERM, hence the default of
 //!   8 s (the model thread may need one more read to stop).
+
+pub mod deadline;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,7 +113,14 @@ pub async fn serve_app(
         let service = TowerToHyperService::new(
             tower::ServiceBuilder::new()
                 .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
-                .map_request(|r: axum::http::Request<_>| r.map(axum::body::Body::new))
+                .map_request(move |r: axum::http::Request<_>| {
+                    r.map(|b| {
+                        axum::body::Body::new(deadline::DeadlineBody::new(
+                            b,
+                            limits.body_read_timeout,
+                        ))
+                    })
+                })
                 .service(app.clone()),
         );
         let conn = builder.serve_connection(TokioIo::new(stream), service);

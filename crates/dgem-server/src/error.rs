@@ -37,6 +37,9 @@ pub enum ErrorKind {
     RouteRemoved,
     /// Body over the size limit (413 `invalid_request_error`).
     PayloadTooLarge,
+    /// The body did not arrive in full within the body deadline (408
+    /// `timeout_error`).
+    RequestTimeout,
     /// No decision slot in time, or the backend queue is full (503 `overloaded`).
     Overloaded,
     /// Nothing can take the request now: every backend's breaker is open or
@@ -61,6 +64,7 @@ impl ErrorKind {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RouteRemoved => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream => StatusCode::BAD_GATEWAY,
@@ -81,7 +85,7 @@ impl ErrorKind {
             Self::RouteRemoved => "route_removed",
             Self::Overloaded => "overloaded",
             Self::Unavailable => "unavailable_error",
-            Self::Timeout => "timeout_error",
+            Self::Timeout | Self::RequestTimeout => "timeout_error",
             Self::Upstream | Self::Internal => "server_error",
         }
     }
@@ -292,6 +296,7 @@ mod tests {
             (ErrorKind::MethodNotAllowed, 405),
             (ErrorKind::RouteRemoved, 410),
             (ErrorKind::PayloadTooLarge, 413),
+            (ErrorKind::RequestTimeout, 408),
             (ErrorKind::Overloaded, 503),
             (ErrorKind::Unavailable, 503),
             (ErrorKind::UnknownBackend, 400),

@@ -206,3 +206,66 @@ async fn requests_waiting_for_a_slot_get_503_at_shutdown() -> anyhow::Result<()>
     tokio::time::timeout(Duration::from_secs(10), server).await???;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_gets_408_at_the_body_deadline_and_health_stays_up() -> anyhow::Result<()> {
+    // Issue 38: a body trickled one byte at a time held its connection until
+    // the 300 s request limit, then got 504.
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut cfg = config();
+    cfg.conn.body_read_timeout = Duration::from_millis(1500);
+    let st = state(common::backend(), cfg);
+    let listener = dgem_server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(dgem_server::serve(listener, st, async move {
+        let _ = stopped.await;
+    }));
+    let trickle = || async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
+            .await?;
+        let t0 = std::time::Instant::now();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            tokio::select! {
+                n = s.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        out.extend_from_slice(&buf[..n]);
+                        if out.windows(4).any(|w| w == b"\r\n\r\n") { break; }
+                    }
+                },
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if t0.elapsed() > Duration::from_secs(10) { break; }
+                    let _ = s.write_all(b" ").await;
+                }
+            }
+        }
+        anyhow::Ok((String::from_utf8_lossy(&out).to_string(), t0.elapsed()))
+    };
+    let slow: Vec<_> = (0..20).map(|_| tokio::spawn(trickle())).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = reqwest::Client::new();
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        let r = client.get(format!("http://{addr}/health")).send().await?;
+        assert_eq!(r.status(), 200);
+        worst = worst.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        worst < Duration::from_millis(500),
+        "/health took {worst:?} beside 20 slow bodies"
+    );
+    for s in slow {
+        let (head, took) = s.await??;
+        assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+        assert!(took < Duration::from_secs(4), "answered after {took:?}");
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), server).await???;
+    Ok(())
+}
