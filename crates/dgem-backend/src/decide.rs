@@ -39,6 +39,69 @@ pub struct Decision {
     pub diagnostics: Diagnostics,
 }
 
+/// Relative slack under which a stated answer still counts as the most
+/// probable one (ties, and rounding in the sender's JSON).
+const STATED_ANSWER_SLACK: f64 = 1e-6;
+
+/// A reply entry that names its answer (`label`, `choice` or `level`) must name
+/// the most probable alternative of its own `probabilities` (`dist`, in the
+/// question's order): a reply whose stated answer contradicts its numbers is
+/// malformed, not passed on (issue 38). A yes/no answer may be named `true` /
+/// `false`.
+fn check_stated_answer(
+    q: &dgem_core::schema::Question,
+    entry: &Value,
+    dist: &[f64],
+    path: &str,
+) -> Result<(), EngineError> {
+    // A Stage-2 answer (`resolved_by`) is the bigger model's choice over the
+    // Stage-1 distribution it keeps; an abstention is not read as an answer.
+    let resolved = entry.get("resolved_by").is_some_and(|v| !v.is_null());
+    let abstained = entry.get("abstained").and_then(Value::as_bool) == Some(true);
+    if resolved || abstained || entry.get("refusal").is_some_and(|v| !v.is_null()) {
+        return Ok(());
+    }
+    let top = dist.iter().copied().fold(0.0_f64, f64::max);
+    for key in ["label", "choice", "level"] {
+        let Some(stated) = entry.get(key).and_then(Value::as_str) else {
+            continue;
+        };
+        let boolean = q.kind == dgem_core::schema::QuestionKind::Boolean;
+        let index =
+            q.alternatives
+                .iter()
+                .position(|a| a.name == stated)
+                .or(match (boolean, stated) {
+                    (true, "true") => Some(0),
+                    (true, "false") => Some(1),
+                    _ => None,
+                });
+        let Some(i) = index else {
+            return Err(malformed(
+                &format!("{path}.{key}"),
+                format!(
+                    "names no alternative of the question (allowed: {}). Given: {stated}",
+                    q.alternatives
+                        .iter()
+                        .map(|a| a.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        if dist.get(i).copied().unwrap_or(0.0) < top * (1.0 - STATED_ANSWER_SLACK) {
+            return Err(malformed(
+                &format!("{path}.{key}"),
+                format!(
+                    "states `{stated}` (probability {:.4}) but its own probabilities make another alternative more probable ({top:.4})",
+                    dist.get(i).copied().unwrap_or(0.0)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Decision {
     /// The `{answers, diagnostics}` envelope JSON (serving.md §8.1–8.2).
     pub fn envelope(&self) -> Value {
@@ -267,6 +330,7 @@ impl Decision {
                 renormalized.insert(q.id.clone(), sum);
             }
             dist.iter_mut().for_each(|p| *p /= sum);
+            check_stated_answer(q, a, &dist, &path)?;
             let mut aggregate = dgem_core::readout::aggregate(&[dist]);
             aggregate.stderr = a.get("stderr").and_then(Value::as_f64);
             aggregate.agreement = a.get("agreement").and_then(Value::as_f64);

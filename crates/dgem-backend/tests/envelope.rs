@@ -152,6 +152,7 @@ fn a_reply_that_does_not_answer_the_request_is_refused() {
 fn yes_no_answers_keyed_true_false_are_read() {
     let mut env = decision(&schema()).envelope();
     env["answers"]["urgent"]["probabilities"] = json!({"true": 0.8, "false": 0.2});
+    env["answers"]["urgent"]["label"] = json!("true");
     let d = Decision::from_envelope(&schema(), &env).expect("reads");
     let u = d.answers["urgent"].as_ref().expect("answered");
     assert_eq!(u.answer_name(), "yes");
@@ -180,6 +181,10 @@ fn probabilities_rounded_to_two_decimals_are_renormalized_and_recorded() {
     let mut env = decision(&schema()).envelope();
     env["answers"]["urgent"]["probabilities"] = json!({"yes": 0.67, "no": 0.32});
     env["answers"]["team"]["probabilities"] = json!({"billing": 0.51, "support": 0.5});
+    // The stated answers follow the new numbers.
+    env["answers"]["urgent"]["label"] = json!("yes");
+    env["answers"]["team"]["label"] = json!("billing");
+    env["answers"]["team"]["choice"] = json!("billing");
     let d = Decision::from_envelope(&schema(), &env).expect("reads");
     let u = d.answers["urgent"].as_ref().expect("answered");
     assert!((u.aggregate.mean[0] - 0.67 / 0.99).abs() < 1e-12);
@@ -215,4 +220,30 @@ fn a_refusal_answer_is_an_abstention_with_its_reason() {
     );
     assert!((u.aggregate.mean[0] - 0.5).abs() < 1e-12);
     assert_eq!(d.envelope()["answers"]["urgent"]["abstained"], json!(true));
+}
+
+/// Issue 38: the gateway passed a reply whose stated answer contradicted its
+/// own probabilities.
+#[test]
+fn a_stated_answer_that_contradicts_the_probabilities_is_refused() {
+    let mut env = decision(&schema()).envelope();
+    env["answers"]["team"]["probabilities"] = json!({"billing": 0.9, "support": 0.1});
+    env["answers"]["team"]["label"] = json!("support");
+    let err = Decision::from_envelope(&schema(), &env)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("answers.team.label") && err.contains("states `support`"),
+        "{err}"
+    );
+    env["answers"]["team"]["label"] = json!("sales");
+    let err = Decision::from_envelope(&schema(), &env)
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("names no alternative"), "{err}");
+    // A Stage-2 answer keeps the Stage-1 numbers under another choice.
+    env["answers"]["team"]["label"] = json!("support");
+    env["answers"]["team"]["choice"] = json!("support");
+    env["answers"]["team"]["resolved_by"] = json!("gemini");
+    Decision::from_envelope(&schema(), &env).expect("a resolved answer reads");
 }

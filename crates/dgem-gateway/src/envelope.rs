@@ -20,7 +20,7 @@ pub struct EnvelopeError(pub String);
 /// # Errors
 /// [`EnvelopeError`] naming what was missing.
 pub fn parse_reply(body: &[u8]) -> Result<Value, EnvelopeError> {
-    let v: Value = serde_json::from_slice(body)
+    let v: Value = dgem_core::json::parse_strict_slice(body)
         .map_err(|e| EnvelopeError(format!("reply is not JSON: {e}")))?;
     parse_reply_value(v)
 }
@@ -61,11 +61,11 @@ fn has_answers(v: &Value) -> bool {
 }
 
 fn parse_text(s: &str) -> Result<Value, EnvelopeError> {
-    if let Ok(v) = serde_json::from_str::<Value>(s) {
+    if let Ok(v) = dgem_core::json::parse_strict(s) {
         return Ok(v);
     }
     let cleaned = cleaned(s);
-    serde_json::from_str(cleaned)
+    dgem_core::json::parse_strict(cleaned)
         .map_err(|e| EnvelopeError(format!("content is not JSON even after cleaning: {e}")))
 }
 

@@ -145,7 +145,9 @@ fn bad(path: &str, what: impl std::fmt::Display) -> BackendError {
 fn json_body(body: &[u8]) -> Result<Value, BackendError> {
     // The body itself stays out of the message: a caller is never shown an
     // upstream's page (the log has the hop's error).
-    serde_json::from_slice(body).map_err(|e| bad("$", format!("not JSON ({e})")))
+    // Strict: an `answers` that holds a key twice is refused, not read with
+    // the last one winning (issue 38).
+    dgem_core::json::parse_strict_slice(body).map_err(|e| bad("$", format!("not JSON ({e})")))
 }
 
 /// `Decision::from_envelope`, its failure as a [`BackendError`].
@@ -226,7 +228,7 @@ fn stream_envelope(body: &[u8]) -> Result<Value, BackendError> {
             continue;
         }
         let path = format!("data[{chunks}]");
-        let chunk: Value = serde_json::from_str(data)
+        let chunk: Value = dgem_core::json::parse_strict(data)
             .map_err(|e| bad(&path, format!("each chunk must be JSON ({e})")))?;
         chunks += 1;
         if let Some(e) = refused_by_upstream(&chunk) {
