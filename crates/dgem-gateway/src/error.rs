@@ -182,10 +182,17 @@ impl GatewayError {
     }
 }
 
+/// Most characters of an upstream's words quoted to a caller.
+const UPSTREAM_WORDS_CHARS: usize = 300;
+
 /// The message inside an upstream's error body: `error.message` of the
-/// `{"error": {"message", …}}` shape, `error` when it is a string, else the
-/// body's text (so a caller reads words, not escaped JSON).
-fn upstream_words(body: &str) -> String {
+/// `{"error": {"message", …}}` shape, or `error` when it is a string (so a
+/// caller reads words, not escaped JSON), at most [`UPSTREAM_WORDS_CHARS`]
+/// characters. A body without that shape (an HTML error page, a stack trace)
+/// is quoted only when `raw_ok` (a 4xx, whose text says what to fix), and
+/// never for a 5xx: its body goes to the log, the caller gets the status
+/// (issue 38: the gateway's `/api` 502s quoted upstream bodies).
+fn upstream_words(body: &str, raw_ok: bool) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let from_json = parsed.as_ref().and_then(|v| {
         let e = v.get("error")?;
@@ -194,7 +201,16 @@ fn upstream_words(body: &str) -> String {
             .or_else(|| e.as_str())
             .map(str::to_string)
     });
-    from_json.unwrap_or_else(|| body.trim().to_string())
+    let words = match from_json {
+        Some(w) => w,
+        None if raw_ok => body.trim().to_string(),
+        None => return "no error message in its reply (the reply is in the gateway's log)".into(),
+    };
+    let mut cut: String = words.chars().take(UPSTREAM_WORDS_CHARS).collect();
+    if cut.len() < words.len() {
+        cut.push('…');
+    }
+    cut
 }
 
 /// What a caller is told of a backend failure: its class and status, never the
@@ -239,14 +255,14 @@ impl GatewayError {
                 error: BackendError::Upstream { status, body },
             } if *status >= 500 => format!(
                 "backend `{backend}` failed (HTTP {status}, not retried elsewhere: an error of the backend itself): {}",
-                upstream_words(body)
+                upstream_words(body, false)
             ),
             Self::Rejected {
                 backend,
                 error: BackendError::Upstream { status, body },
             } => format!(
                 "backend `{backend}` rejected the request (HTTP {status}): {}",
-                upstream_words(body)
+                upstream_words(body, true)
             ),
             other => other.to_string(),
         }
@@ -387,5 +403,35 @@ mod tests {
             unknown.to_string(),
             "backend `gpu` is not available on this gateway; allowed: [local, cloudrun]"
         );
+    }
+
+    /// Issue 38: a 5xx the gateway did not retry quoted the upstream's body
+    /// (an HTML page, a trace) in the `/api` 502.
+    #[test]
+    fn an_unretried_5xx_quotes_no_upstream_body() {
+        let rejected = |status, body: &str| GatewayError::Rejected {
+            backend: "cloudrun".into(),
+            error: BackendError::Upstream {
+                status,
+                body: body.into(),
+            },
+        };
+        let page = "<html>Traceback at http://10.1.2.3:8080/internal</html>";
+        let msg = rejected(500, page).public_message();
+        assert!(
+            !msg.contains("10.1.2.3") && !msg.contains("<html>"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("HTTP 500") && msg.contains("no error message"),
+            "{msg}"
+        );
+        // A structured message is still the upstream's words, cut short.
+        let long = format!(r#"{{"error": {{"message": "{}"}}}}"#, "m".repeat(1000));
+        let msg = rejected(500, &long).public_message();
+        assert!(msg.ends_with('…') && msg.len() < 500, "{msg}");
+        // A 4xx keeps its text: it says what to fix.
+        let msg = rejected(422, "state: required").public_message();
+        assert!(msg.ends_with("state: required"), "{msg}");
     }
 }
