@@ -164,6 +164,16 @@ fn parse_question(
     };
     let id = match q.get("id") {
         None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) if s.trim() != s && !s.trim().is_empty() => {
+            // The original server strips the id, so `" x "` was answered
+            // under `x`, a key the client never sent (issue 38).
+            let msg = format!(
+                "question id {} must not begin or end with whitespace; use {}",
+                py_repr(s),
+                py_repr(s.trim())
+            );
+            return Err(SchemaError::new(at(".id"), msg));
+        }
         Some(Value::String(s)) => s.trim().to_string(),
         Some(Value::Number(n)) => n.to_string(),
         Some(other) => {

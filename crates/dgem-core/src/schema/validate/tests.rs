@@ -36,7 +36,7 @@ fn full_schema_reads_every_field() {
     let s = ok(json!({
         "instructions": "Triage.",
         "questions": [
-            {"id": " urgent ", "type": "bool", "instructions": "Same day?", "criteria": {"true": "now", "false": null}},
+            {"id": "urgent", "type": "bool", "instructions": "Same day?", "criteria": {"true": "now", "false": null}},
             {"id": "team", "type": "choice", "options": [{"name": "billing", "description": "Charges"}, "support", 7]},
             {"id": "tone", "type": "score", "levels": ["calm", "mad"], "alone": true,
              "depends_on": ["urgent"], "ask_if": {"team": ["support"], "urgent": ["yes"]}}
@@ -266,10 +266,12 @@ fn rule_3_ids() {
         "questions[0].id",
         "question id must be a string (got [\"x\"])",
     );
+    // `" a"` was trimmed to a duplicate of `a`; it is now refused for its
+    // space before any comparison (issue 38).
     assert_err(
         json!({"questions": [noul("a"), noul("b"), noul(" a")]}),
         "questions[2].id",
-        "duplicate question id 'a' (questions[0] and questions[2])",
+        "question id ' a' must not begin or end with whitespace; use 'a'",
     );
     assert_eq!(
         ok(json!({"questions": [{"id": 5, "type": "noul"}, noul("b")]})).questions[0].id,
@@ -683,4 +685,13 @@ fn option_names_with_invisible_or_control_characters_are_refused() {
     }
     // An inner plain space stays allowed.
     ok(json!({"questions": [{"id": "t", "type": "choice", "options": ["new york", "boston"]}]}));
+}
+
+#[test]
+fn a_question_id_with_surrounding_spaces_is_refused_not_trimmed() {
+    assert_err(
+        json!({"questions": [{"id": " x ", "type": "boolean"}]}),
+        "questions[0].id",
+        "question id ' x ' must not begin or end with whitespace; use 'x'",
+    );
 }
