@@ -64,7 +64,9 @@ pub fn adhoc_questions(questions: &Value) -> Result<Vec<Value>, AdhocError> {
             .iter()
             .enumerate()
             .map(|(i, q)| {
-                let id = q.get("id").and_then(Value::as_str).unwrap_or("").trim();
+                // Not trimmed: the schema validator refuses a padded id
+                // rather than answer it under a key the client never sent.
+                let id = q.get("id").and_then(Value::as_str).unwrap_or("");
                 (format!("questions[{i}]"), id.to_owned(), q)
             })
             .collect(),

@@ -289,12 +289,37 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
     }
 }
 
+/// OpenAI's sampling keys a decision ignores (it reads, it does not sample)
+/// must still be what OpenAI accepts, a number ≥ 0: `temperature: "x"` was
+/// accepted in silence (issue 38). `null` is absent.
+fn sampling_keys(req: &Value) -> Result<(), ApiError> {
+    for key in [
+        "temperature",
+        "top_p",
+        "frequency_penalty",
+        "presence_penalty",
+    ] {
+        match req.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && (f >= 0.0 || key.ends_with("penalty"))) => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "`{key}` must be a number{} (dgem reads a decision and does not sample, so it is ignored). Given: {other}",
+                    if key.ends_with("penalty") { "" } else { " ≥ 0" }
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Validate a chat body (serving.md §3.2).
 ///
 /// # Errors
 /// 400 `invalid_request_error` with the serving.md wording.
 pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiError> {
     let ignored = check_fields(req)?;
+    sampling_keys(req)?;
     let (stream, stream_usage) = stream_of(req)?;
     let (schema, state, structured) = if structured::wants_schema(req.get("response_format"))? {
         let s = structured::parse(req, defaults)?;

@@ -42,6 +42,13 @@ pub struct CatalogEntry {
     pub sample_vars: Map<String, Value>,
     /// Questions of the policy rendered with no variables.
     pub questions: Vec<CatalogQuestion>,
+    /// Why the policy could not be read, rendered or validated with no
+    /// variables (a syntax error, a template nested past the limits, a
+    /// rendering that is not a policy); absent when it could. A bad policy
+    /// file is listed with its error, never fatal to the listing (issue 38:
+    /// it was listed with no questions and no word of why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Wire name of a question kind in the catalog (its canonical policy name).
@@ -105,14 +112,21 @@ pub fn catalog(dir: &TemplateDir) -> Vec<CatalogEntry> {
 }
 
 fn entry(dir: &TemplateDir, id: String) -> CatalogEntry {
-    let text = dir.text(&id).unwrap_or_default();
+    let (text, read_error) = match dir.text(&id) {
+        Ok(t) => (t, None),
+        Err(e) => (String::new(), Some(e.to_string())),
+    };
     let variables = template_variables(&text);
     let sample_vars = sample_vars(&variables);
-    let questions = dir
+    let schema = dir
         .render(&id, &Map::new())
-        .ok()
-        .and_then(|p| ValidSchema::from_value(&p.schema, &SchemaDefaults::default()).ok())
-        .map(|s| {
+        .map_err(|e| e.to_string())
+        .and_then(|p| {
+            ValidSchema::from_value(&p.schema, &SchemaDefaults::default())
+                .map_err(|e| format!("`{}`: {}", e.field, e.message))
+        });
+    let (questions, error) = match schema {
+        Ok(s) => (
             s.questions
                 .iter()
                 .map(|q| CatalogQuestion {
@@ -120,9 +134,11 @@ fn entry(dir: &TemplateDir, id: String) -> CatalogEntry {
                     kind: kind_name(q.kind),
                     options: q.alternatives.iter().map(|a| a.name.clone()).collect(),
                 })
-                .collect()
-        })
-        .unwrap_or_default();
+                .collect(),
+            read_error,
+        ),
+        Err(e) => (Vec::new(), read_error.or(Some(e))),
+    };
     let category = id
         .split_once('/')
         .map_or(CORE_CATEGORY, |(sub, _)| sub)
@@ -135,6 +151,7 @@ fn entry(dir: &TemplateDir, id: String) -> CatalogEntry {
         variables,
         sample_vars,
         questions,
+        error,
     }
 }
 
