@@ -71,10 +71,12 @@ fn parse_stat(stat: &str) -> Option<(usize, usize)> {
     for line in stat.lines() {
         let mut words = line.split_ascii_whitespace();
         match words.next() {
-            Some(w) if w.len() > 3 && w.starts_with("cpu") => {
-                if w[3..].bytes().all(|b| b.is_ascii_digit()) {
-                    online += 1;
-                }
+            Some(w)
+                if w.len() > 3
+                    && w.starts_with("cpu")
+                    && w[3..].bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                online += 1;
             }
             Some("procs_running") => running = words.next().and_then(|n| n.parse().ok()),
             _ => {}

@@ -84,11 +84,11 @@ pub struct VllmArgs {
 /// `--vllm-order-debias`: [`dgem_core::order::OrderDebias::parse`] without
 /// `prior`, which needs the embedded reader's content-free cloze reads.
 fn parse_vllm_order_debias(s: &str) -> Result<dgem_core::order::OrderDebias, String> {
-    match dgem_core::order::OrderDebias::parse(s)? {
-        dgem_core::order::OrderDebias::Prior { .. } => Err(format!(
-            "`--vllm-order-debias` must be one of [off, cyclic] or a number of orders 1..=26 (`prior` is the embedded model's, `--order-debias prior`). Given: `{s}`"
+    match dgem_core::order::OrderDebias::parse(s) {
+        Ok(dgem_core::order::OrderDebias::Prior { .. }) | Err(_) => Err(format!(
+            "`order_debias` must be one of [off, cyclic] or a number of orders 1..=26 (`prior` is the embedded model's: `--order-debias prior`). Given: `{s}`"
         )),
-        other => Ok(other),
+        Ok(other) => Ok(other),
     }
 }
 

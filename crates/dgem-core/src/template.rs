@@ -556,6 +556,17 @@ mod tests {
         );
     }
 
+    /// Issue 38: the documented limit is a width of 10 000, but a zero-padded
+    /// `%010000d` was refused (its digits were counted with the `0` flag).
+    #[test]
+    fn zero_padded_width_at_the_limit_is_allowed() {
+        let out = r(r#"{{ printf "%010000d" 7 }}"#, json!({}));
+        assert_eq!(out.len(), 10_000);
+        assert!(out.ends_with('7'), "{}", &out[out.len() - 5..]);
+        let e = fails(r#"{{ printf "%010001d" 7 }}"#);
+        assert!(e.contains("at most 10000"), "{e}");
+    }
+
     #[test]
     fn to_json_quotes_and_encodes() {
         assert_eq!(

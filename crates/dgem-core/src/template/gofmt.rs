@@ -151,6 +151,9 @@ pub(crate) fn printf(args: &[Value]) -> Result<Value, FuncError> {
         // anything checks it: refuse it with the limit.
         let too_big = flags
             .split(|c: char| !c.is_ascii_digit())
+            // The `0` flag is written before the width (`%010000d`): leading
+            // zeros are not part of the number.
+            .map(|d| d.trim_start_matches('0'))
             .filter(|d| !d.is_empty())
             .any(|d| d.len() > 5 || d.parse::<usize>().is_ok_and(|n| n > super::MAX_PAD));
         if too_big {
