@@ -180,7 +180,8 @@ async fn requests_waiting_for_a_slot_get_503_at_shutdown() -> anyhow::Result<()>
         assert!(std::time::Instant::now() < deadline, "no decision started");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let waiters: Vec<_> = (0..4).map(|_| send("want_no")).collect();
+    // 31 clients wait for the one slot (32 in all).
+    let waiters: Vec<_> = (0..31).map(|_| send("want_no")).collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let signalled = std::time::Instant::now();
     let _ = stop.send(());
@@ -246,20 +247,31 @@ async fn a_trickled_body_gets_408_at_the_body_deadline_and_health_stays_up() -> 
         anyhow::Ok((String::from_utf8_lossy(&out).to_string(), t0.elapsed()))
     };
     let slow: Vec<_> = (0..20).map(|_| tokio::spawn(trickle())).collect();
+    // And 100 slow-loris connections: half a request head each, then nothing.
+    let mut loris = Vec::new();
+    for _ in 0..100 {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"POST /v1/systemone HTTP/1.1\r\nhost: t\r\n")
+            .await?;
+        loris.push(s);
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let client = reqwest::Client::new();
-    let mut worst = Duration::ZERO;
-    for _ in 0..5 {
+    let mut took = Vec::new();
+    for _ in 0..9 {
         let t = std::time::Instant::now();
         let r = client.get(format!("http://{addr}/health")).send().await?;
         assert_eq!(r.status(), 200);
-        worst = worst.max(t.elapsed());
+        took.push(t.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    took.sort();
+    // The bar is 100 ms; the worst of 9 gets room for a busy CI box.
     assert!(
-        worst < Duration::from_millis(500),
-        "/health took {worst:?} beside 20 slow bodies"
+        took[4] <= Duration::from_millis(100) && took[8] < Duration::from_millis(500),
+        "/health beside 20 slow bodies and 100 slow-loris connections: {took:?}"
     );
+    drop(loris);
     for s in slow {
         let (head, took) = s.await??;
         assert!(head.starts_with("HTTP/1.1 408"), "{head}");

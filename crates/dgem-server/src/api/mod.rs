@@ -13,6 +13,7 @@ mod timing;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -112,17 +113,28 @@ async fn templates(State(s): State<ApiState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({"count": list.len(), "templates": list})))
 }
 
-async fn decide_default(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
-    decide(s, None, headers, body).await
+async fn decide_default(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match body {
+        Ok(body) => decide(s, None, headers, body).await,
+        // 413 over the limit, 408 past the body deadline, 400 otherwise.
+        Err(r) => crate::body::rejection(&r).into_response(),
+    }
 }
 
 async fn decide_named(
     State(s): State<ApiState>,
     Path(template): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    decide(s, Some(template), headers, body).await
+    match body {
+        Ok(body) => decide(s, Some(template), headers, body).await,
+        Err(r) => crate::body::rejection(&r).into_response(),
+    }
 }
 
 #[tracing::instrument(skip_all, fields(template, backend))]
