@@ -213,9 +213,9 @@ impl<'m> Engine<'m> {
     }
 
     /// Set this call's threads from the load on the machine now
-    /// ([`crate::cpu::threads_for`]); returns them. Thread counts change no
-    /// number (see [`crate::cpu`]).
-    fn pick_threads(&mut self) -> usize {
+    /// ([`crate::cpu::threads_for`]). Thread counts change no number (see
+    /// [`crate::cpu`]).
+    fn pick_threads(&mut self) {
         let want = if self.follow_load {
             crate::cpu::threads_for(self.max_threads, crate::cpu::sample())
         } else {
@@ -231,7 +231,6 @@ impl<'m> Engine<'m> {
             );
             self.threads = want;
         }
-        want
     }
 
     /// Forget the whole KV cache (after a failure its content is unknown).

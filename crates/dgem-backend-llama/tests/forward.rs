@@ -712,3 +712,31 @@ async fn a_prefix_evicted_by_another_policy_is_restored_from_its_snapshot_with_t
         "same bits without snapshots"
     );
 }
+
+/// The thread count of a call follows the load ([`dgem_backend_llama::cpu`]),
+/// which is safe only if it changes no number: the same read at 1 and at 3
+/// threads (an odd split of every operation's rows) gives the same bits.
+#[tokio::test]
+async fn thread_count_keeps_numbers() {
+    let Some(path) = model_path("thread_count_keeps_numbers") else {
+        return;
+    };
+    let at = |threads: usize| {
+        let mut cfg = LlamaConfig::new(&path, "test-model");
+        cfg.context_size = 1024;
+        cfg.n_threads = threads;
+        cfg.follow_load = false;
+        LlamaBackend::load(cfg).expect("model loads")
+    };
+    let (one, three) = (at(1), at(3));
+    let read = question(
+        one.tokenizer().as_ref(),
+        "Which team should handle this message?",
+    );
+    let a = one.forward(vec![read.clone()]).await.expect("1 thread");
+    let b = three.forward(vec![read]).await.expect("3 threads");
+    assert_eq!(
+        a.sequences, b.sequences,
+        "bit-identical across thread counts"
+    );
+}

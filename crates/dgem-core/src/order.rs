@@ -100,16 +100,6 @@ impl OrderDebias {
         }
     }
 
-    /// The wire name: `off`, `cyclic` or `prior` (a cap on the listings is
-    /// not part of it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::Cyclic { .. } => "cyclic",
-            Self::Prior { .. } => "prior",
-        }
-    }
-
     /// Listings to read for question `q` under label mode `mode`:
     /// [`Self::orders`] of its alternatives, except 1 for a score labelled by
     /// digits (letter mode, at most 9 levels: `1` is the first level of the

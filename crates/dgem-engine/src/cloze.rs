@@ -328,7 +328,7 @@ impl Ctx<'_> {
 
     /// Under [`OrderDebias::Prior`], per question of `group`: its position
     /// prior `π` (listed order; `None` for a question read in one listing,
-    /// e.g. a boolean-free digit scale or a single option) and, when
+    /// e.g. a score labelled by digits, or a question of one option) and, when
     /// contextual calibration is on, its content-free label prior `ρ` (own
     /// option order). Both come from the content-free reads of listing
     /// `t = 0..m` of read 0 ([`Self::priors`], cached per policy and kept in
