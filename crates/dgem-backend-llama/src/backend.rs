@@ -117,6 +117,10 @@ impl LlamaBackend {
             batch_reads: config.batch_reads,
             kv_chunk: config.kv_chunk,
             kv_snapshot_bytes: config.kv_snapshot_bytes,
+            kv_store: config
+                .kv_store
+                .clone()
+                .map(|dir| (dir, model_identity(&config))),
         };
         let model = tokenizer.model();
         let rows = OutputRows::open(
@@ -240,17 +244,28 @@ impl LlamaBackend {
     /// The benchmark baseline, on the model thread and its context:
     /// llama.cpp's own prompt evaluation of `tokens` (an empty KV cache, the
     /// whole prompt in one `llama_decode`, logits at the last row only), with
-    /// the cache emptied again afterwards. Returns the decode's wall time in
-    /// ms and the last row read over `labels` (empty `labels`: no slot).
+    /// the cache emptied again afterwards. With `cached` > 0, the first
+    /// `cached` tokens are decoded first, untimed, and only the rest is timed:
+    /// the evaluation of the tokens new to a prompt whose prefix is cached.
+    /// Returns the timed decode's wall time in ms and the last row read over
+    /// `labels` (empty `labels`: no slot).
     ///
     /// # Errors
-    /// [`BackendError::InvalidRequest`] for an empty or too long prompt or an
-    /// id outside the vocabulary; otherwise as [`Backend::forward`].
+    /// [`BackendError::InvalidRequest`] for an empty or too long prompt,
+    /// `cached` not below its length, or an id outside the vocabulary;
+    /// otherwise as [`Backend::forward`].
     pub async fn prompt_eval(
         &self,
         tokens: Vec<TokenId>,
+        cached: usize,
         labels: Vec<Vec<TokenId>>,
     ) -> Result<(f64, Option<SlotLogits>), BackendError> {
+        if cached > 0 && cached >= tokens.len() {
+            return Err(BackendError::InvalidRequest(format!(
+                "cached prefix of {cached} tokens is not shorter than the {}-token prompt",
+                tokens.len()
+            )));
+        }
         let pos = tokens.len();
         let read = SequenceRead {
             tokens,
@@ -259,7 +274,8 @@ impl LlamaBackend {
                 labels,
                 vocab: true,
             }],
-            reuse_points: Vec::new(),
+            // The engine's prompt evaluation reads its cached prefix here.
+            reuse_points: if cached > 0 { vec![cached] } else { Vec::new() },
         };
         validate(
             std::slice::from_ref(&read),
@@ -282,6 +298,22 @@ impl LlamaBackend {
     pub async fn clear_cache(&self) -> Result<(), BackendError> {
         self.submit(JobKind::Reset, Vec::new()).await.map(|_| ())
     }
+}
+
+/// What identifies the model file for [`crate::LlamaConfig::kv_store`]: its
+/// sha256 when known, else its id, size and modification time (a changed
+/// file is another model).
+fn model_identity(config: &crate::LlamaConfig) -> String {
+    if let Some(sha) = &config.sha256 {
+        return format!("sha256 {sha}");
+    }
+    let meta = std::fs::metadata(&config.model_path).ok();
+    let size = meta.as_ref().map_or(0, std::fs::Metadata::len);
+    let mtime = meta
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("{} {size} {mtime}", config.model_id)
 }
 
 /// Check every read against the vocabulary and the context size.

@@ -90,6 +90,13 @@ pub struct LlamaConfig {
     /// listing and the KV cache keeps one chain. 0 turns it off. Default
     /// [`DEFAULT_KV_SNAPSHOT_BYTES`].
     pub kv_snapshot_bytes: usize,
+    /// Folder where a policy's prefix KV state is kept between processes
+    /// (where a `schema_first` policy's shared prefix ends), so a new
+    /// process's first decision of a known policy decodes only its new
+    /// tokens; answers are the same bits either way. One folder per model
+    /// (the key holds the model, the context size and the build too). `None`
+    /// (default) keeps nothing on disk.
+    pub kv_store: Option<PathBuf>,
 }
 
 impl LlamaConfig {
@@ -111,6 +118,7 @@ impl LlamaConfig {
             batch_reads: true,
             kv_chunk: DEFAULT_KV_CHUNK,
             kv_snapshot_bytes: DEFAULT_KV_SNAPSHOT_BYTES,
+            kv_store: None,
         }
     }
 }

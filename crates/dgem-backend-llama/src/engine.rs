@@ -40,6 +40,7 @@
 //! whose head it does not reproduce is read from the head instead
 //! ([`crate::Readout::FullHead`]: the graph always runs to the head).
 
+mod kv_store;
 mod probe;
 mod snapshots;
 
@@ -58,6 +59,7 @@ use crate::readout::{pooled_label_logits, read_slot, read_vocab, restricted_logp
 use crate::runtime::runtime;
 use crate::worker::WorkerConfig;
 use crate::LlamaError;
+use kv_store::KvStore;
 use snapshots::Snapshots;
 
 /// Largest physical batch llama.cpp computes at once (its default).
@@ -106,6 +108,16 @@ fn continuation_run(reads: &[SequenceRead]) -> usize {
     n
 }
 
+/// A read's policy point: the first of its reuse points when it has two or
+/// more (where a `schema_first` policy's shared prefix ends, before the
+/// model's turn; [`SequenceRead::reuse_points`]).
+fn policy_point(points: &[usize]) -> Option<usize> {
+    match points {
+        [first, _, ..] => Some(*first),
+        _ => None,
+    }
+}
+
 /// Positions `[first_row, end)` a read needs: rows `pos - 1` of its slots.
 fn span(read: &SequenceRead) -> Option<(usize, usize)> {
     let end = read.slots.iter().map(|s| s.pos).max()?;
@@ -147,6 +159,11 @@ pub(crate) struct Engine<'m> {
     head_readout: bool,
     /// Sequence 0's state saved at reuse points ([`snapshots`]).
     snapshots: Snapshots,
+    /// Policy prefixes kept on disk ([`kv_store`]).
+    kv_store: Option<KvStore>,
+    /// The current read's policy point: the first of its reuse points when
+    /// it has two or more ([`kv_store`]).
+    policy_point: Option<usize>,
     /// Most threads a call uses.
     max_threads: usize,
     /// Threads the context is set to now.
@@ -206,6 +223,10 @@ impl<'m> Engine<'m> {
             outputs: Vec::new(),
             head_readout: false,
             snapshots: Snapshots::new(cfg.kv_snapshot_bytes),
+            kv_store: cfg
+                .kv_store
+                .map(|(dir, model)| KvStore::new(dir, &model, cfg.context_size)),
+            policy_point: None,
             max_threads: cfg.n_threads.max(1),
             threads: cfg.n_threads.max(1),
             follow_load: cfg.follow_load,
@@ -255,8 +276,11 @@ impl<'m> Engine<'m> {
     /// The benchmark baseline: llama.cpp's own prompt evaluation of
     /// `reads[0].tokens` on an empty cache — the whole prompt in one batch
     /// (llama.cpp splits it in ubatches of 512), logits at the last row only —
-    /// then an empty cache again. Returns the last row read over the first
-    /// slot's labels; [`Self::last_decode_ms`] holds the decode time.
+    /// then an empty cache again. With a reuse point `p` on the read, the
+    /// tokens before `p` are decoded first in a batch of their own and only
+    /// the rest is the timed batch (a cached prefix). Returns the last row
+    /// read over the first slot's labels; [`Self::last_decode_ms`] holds the
+    /// time of the last decode.
     pub(crate) fn prompt_eval(
         &mut self,
         reads: &[SequenceRead],
@@ -266,9 +290,27 @@ impl<'m> Engine<'m> {
         };
         self.pick_threads();
         self.reset();
-        self.batch.clear();
         let last = read.tokens.len().saturating_sub(1);
-        for (p, &t) in read.tokens.iter().enumerate() {
+        let cached = read
+            .reuse_points
+            .first()
+            .copied()
+            .filter(|&p| p > 0 && p <= last)
+            .unwrap_or(0);
+        if cached > 0 {
+            self.batch.clear();
+            for (p, &t) in read.tokens.iter().enumerate().take(cached) {
+                self.batch
+                    .add(token(t)?, pos_i32(p)?, &[0], false)
+                    .map_err(|e| model_err("batch", e))?;
+            }
+            if let Err(e) = self.decode(false) {
+                self.reset();
+                return Err(e);
+            }
+        }
+        self.batch.clear();
+        for (p, &t) in read.tokens.iter().enumerate().skip(cached) {
             self.batch
                 .add(token(t)?, pos_i32(p)?, &[0], p == last)
                 .map_err(|e| model_err("batch", e))?;
@@ -277,8 +319,9 @@ impl<'m> Engine<'m> {
         let result = self.decode(true);
         let slots = match (&result, read.slots.first()) {
             (Ok(()), Some(slot)) => {
-                let idx = i32::try_from(last)
-                    .map_err(|_| BackendError::Model(format!("batch index {last}")))?;
+                let at = last - cached;
+                let idx = i32::try_from(at)
+                    .map_err(|_| BackendError::Model(format!("batch index {at}")))?;
                 vec![read_slot(self.ctx.get_logits_ith(idx), &slot.labels)]
             }
             _ => Vec::new(),
@@ -388,6 +431,25 @@ impl<'m> Engine<'m> {
             // Refused: the cache is empty, decode from the start.
             return Ok(0);
         }
+        if let Some(point) = self.policy_point.filter(|&p| p > start && p <= want) {
+            let found = self
+                .kv_store
+                .as_ref()
+                .and_then(|s| s.find(tokens, point, plan));
+            if let Some((path, bounds)) = found {
+                self.reset();
+                if KvStore::load(&mut self.ctx, &path, &tokens[..point]) {
+                    self.cached = tokens[..point].to_vec();
+                    self.bounds = bounds;
+                    self.trusted = point;
+                    // Later reads of this process find it in memory.
+                    self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
+                    return Ok(point);
+                }
+                self.reset();
+                return Ok(0);
+            }
+        }
         let removed = self
             .ctx
             .clear_kv_cache_seq(Some(0), u32::try_from(start).ok(), None)
@@ -458,6 +520,11 @@ impl<'m> Engine<'m> {
                 if save_at.contains(&to) {
                     self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
                 }
+                if self.policy_point == Some(to) {
+                    if let Some(store) = &self.kv_store {
+                        store.save(&self.ctx, &self.cached, &self.bounds);
+                    }
+                }
             }
             on_rows(self, at, to)?;
             at = to;
@@ -475,6 +542,7 @@ impl<'m> Engine<'m> {
         })?;
         // Logits exist only for rows decoded now: re-decode from the first slot row.
         let plan = self.plan(end, &read.reuse_points);
+        self.policy_point = policy_point(&read.reuse_points);
         let start = self.keep_prefix(tokens, first, &plan)?;
         let rows_of = |vocab_only: bool| {
             let mut rows: Vec<usize> = read
@@ -545,6 +613,7 @@ impl<'m> Engine<'m> {
             return Ok(None);
         }
         let plan = self.plan(shared, &base.reuse_points);
+        self.policy_point = policy_point(&base.reuse_points);
         let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
         self.decode_prompt(
             &base.tokens[..shared],

@@ -44,7 +44,7 @@ pub(crate) struct Job {
 }
 
 /// What the thread needs to build its context.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct WorkerConfig {
     /// Most threads a call uses ([`crate::LlamaConfig::n_threads`]).
     pub n_threads: usize,
@@ -58,6 +58,9 @@ pub(crate) struct WorkerConfig {
     pub kv_chunk: usize,
     /// Bytes of saved KV prefixes ([`crate::LlamaConfig::kv_snapshot_bytes`]).
     pub kv_snapshot_bytes: usize,
+    /// Policy prefixes kept on disk ([`crate::LlamaConfig::kv_store`]): the
+    /// folder and the model's identity (sha256, else id, size and mtime).
+    pub kv_store: Option<(std::path::PathBuf, String)>,
 }
 
 /// Start the model thread; returns once its context exists and its readout

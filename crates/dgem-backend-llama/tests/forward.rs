@@ -740,3 +740,81 @@ async fn thread_count_keeps_numbers() {
         "bit-identical across thread counts"
     );
 }
+
+/// Policy prefixes kept on disk (`LlamaConfig::kv_store`): a second process
+/// (here a second backend) reading a known policy loads the prefix a first
+/// one wrote — exactly the policy point's tokens — and gets the bits of its
+/// own cold read; a file it cannot load is removed and the prefix decoded.
+#[tokio::test]
+async fn a_policy_prefix_kept_on_disk_is_loaded_by_the_next_process_with_the_cold_bits() {
+    let Some(path) =
+        model_path("a_policy_prefix_kept_on_disk_is_loaded_by_the_next_process_with_the_cold_bits")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let load = |store: bool| {
+        let mut cfg = LlamaConfig::new(&path, "test-model");
+        cfg.context_size = 1024;
+        cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        cfg.kv_store = store.then(|| dir.path().to_path_buf());
+        LlamaBackend::load(cfg).expect("model loads")
+    };
+    let first = load(true);
+    let tok = first.tokenizer();
+    let policy = "Policy: send each message to the team that owns the product it names.";
+    let read_for = |state: &str| {
+        let head = prompt(tok.as_ref(), &format!("{LONG_PROMPT}{policy}\nMessage:"));
+        let turn = prompt(
+            tok.as_ref(),
+            &format!("{LONG_PROMPT}{policy}\nMessage: {state}\n"),
+        );
+        let text = format!("{LONG_PROMPT}{policy}\nMessage: {state}\nTeam:");
+        let mut read = read_at_end(prompt(tok.as_ref(), &text), labels(tok.as_ref(), &ROUTES));
+        assert_eq!(read.tokens.get(..head.len()), Some(&head[..]));
+        // Two points: the first is the policy point, kept on disk.
+        read.reuse_points = vec![head.len(), turn.len()];
+        (read, head.len())
+    };
+    let (a, point) = read_for("My invoice shows a charge I do not recognise.");
+    let (b, _) = read_for("The app crashes when I open settings.");
+    first.forward(vec![a]).await.expect("first process, cold");
+    let kept = std::fs::read_dir(dir.path()).expect("store").count();
+    assert_eq!(kept, 1, "one policy prefix file");
+    drop(first);
+    let plain = load(false);
+    let cold = plain
+        .forward(vec![b.clone()])
+        .await
+        .expect("cold, no store");
+    assert_eq!(cold.stats.cached_tokens, 0);
+    drop(plain);
+    let second = load(true);
+    let warm = second
+        .forward(vec![b.clone()])
+        .await
+        .expect("second process");
+    assert_eq!(warm.stats.cached_tokens, point, "{:?}", warm.stats);
+    assert_eq!(warm.sequences, cold.sequences, "same bits as cold");
+    drop(second);
+    // A damaged file is removed and the prefix decoded, with the same bits.
+    for e in std::fs::read_dir(dir.path()).expect("store") {
+        std::fs::write(e.expect("entry").path(), b"not a state").expect("damage");
+    }
+    let third = load(true);
+    let again = third.forward(vec![b]).await.expect("damaged store");
+    assert_eq!(again.sequences, cold.sequences);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("store")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "the damaged file replaced by a good one: {names:?}"
+    );
+    let len = std::fs::metadata(dir.path().join(&names[0]))
+        .expect("meta")
+        .len();
+    assert!(len > 1000, "{len} bytes");
+}

@@ -76,16 +76,35 @@ pub struct VersionInfo {
     pub version: String,
     /// `git rev-parse HEAD` in the working directory at run time, else `unknown`.
     pub git_revision: String,
+    /// Whether tracked files differed from that revision at run time
+    /// (`git status --porcelain --untracked-files=no` printed anything):
+    /// the receipt then measured a build of changes not in `git_revision`.
+    /// `None` when git could not tell (and in receipts written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_dirty: Option<bool>,
 }
 
 impl VersionInfo {
-    /// This build, with the git revision of the current directory.
+    /// This build, with the git revision of the current directory and
+    /// whether its tracked files were changed.
     pub fn current() -> Self {
         Self {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             git_revision: git_revision(),
+            git_dirty: git_dirty(),
         }
     }
+}
+
+/// Whether the current directory's tracked files differ from `HEAD`; `None`
+/// when git or the repository is missing.
+pub fn git_dirty() -> Option<bool> {
+    std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| !o.stdout.trim_ascii().is_empty())
 }
 
 /// `git rev-parse HEAD`, or `unknown` when git or the repository is missing.

@@ -96,6 +96,7 @@ async fn run(ds: &Dataset<BenchRow>, rows: &[(usize, BenchRow)], shard: Option<S
         dgem: VersionInfo {
             version: "test".into(),
             git_revision: "unknown".into(),
+            git_dirty: None,
         },
         seed: 42,
         settings,

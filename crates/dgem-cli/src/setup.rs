@@ -78,6 +78,13 @@ pub struct ModelArgs {
     /// the cache keeps one. Answers are bit-identical either way; 0 turns it off.
     #[arg(long = "kv-snapshot-mb", env = "DGEM_KV_SNAPSHOT_MB", default_value_t = 256, value_name = "MIB", value_parser = clap::value_parser!(u32).range(0..=65_536))]
     pub kv_snapshot_mb: u32,
+    /// Keep each `schema_first` policy's prefix KV state on disk
+    /// (`<model dir>/kv/<model>/`, at most 64 files, least recently used
+    /// removed first), so that the next process's first decision of that
+    /// policy decodes only its new tokens (`on`, default) or not (`off`).
+    /// Answers are bit-identical either way.
+    #[arg(long = "kv-store", env = "DGEM_KV_STORE", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set, value_name = "on|off")]
+    pub kv_store: bool,
     /// Read a decision's questions that share a prompt in one decode of their
     /// continuations (`on`) or one after another through the KV cache (`off`).
     /// Both give the same numbers on every run; they differ from each other
@@ -108,17 +115,19 @@ pub struct ModelArgs {
     /// them (what `dgem calibrate` reads with, so a fit is not fitted twice).
     #[arg(long = "model-calibration", env = "DGEM_MODEL_CALIBRATION", default_value = "auto", value_parser = parse_auto_off, action = clap::ArgAction::Set, value_name = "auto|off")]
     pub model_calibration: bool,
-    /// Option-order debiasing: `cyclic` (default) lists each question's
-    /// options in a canonical order and its cyclic rotations, one prompt per
-    /// listing (at most 6), and pools the reads, so the answer does not depend
-    /// on the order the policy lists its options in; a number 2..=26 caps the
-    /// listings; `prior` reads the canonical listing once and divides out a
-    /// position prior estimated once per policy from content-free reads of
-    /// the rotations (one prompt per decision; the prior is cached and kept
-    /// with the calibration priors); `off` reads the policy's own order once
-    /// (faster, order-biased).
-    #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "cyclic", value_parser = dgem_core::order::OrderDebias::parse, value_name = "cyclic|prior|off|N")]
-    pub order_debias: dgem_core::order::OrderDebias,
+    /// Option-order debiasing: `auto` (default) is what was measured best
+    /// for the model (`prior` for `qwen2.5-coder-1.5b`, else `cyclic`);
+    /// `cyclic` lists each question's options in a canonical order and its
+    /// cyclic rotations, one prompt per listing (at most 6), and pools the
+    /// reads, so the answer does not depend on the order the policy lists its
+    /// options in; a number 2..=26 caps the listings; `prior` reads the
+    /// canonical listing once and divides out a prior learned from the
+    /// policy's first three decisions, which are read as `cyclic` reads them
+    /// (one prompt per decision after those; the prior is kept with the
+    /// calibration priors); `off` reads the policy's own order once (faster,
+    /// order-biased).
+    #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "auto", value_parser = parse_order_debias, value_name = "auto|cyclic|prior|off|N")]
+    pub order_debias: OrderDebiasArg,
     /// Seconds one model call may wait in the model's queue before it starts
     /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.
     /// Queue time is not model time: see `--model-timeout`.
@@ -404,6 +413,11 @@ fn load_file(
 ) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
     let is_default = spec.sha256 == dgem_model::default_model().sha256;
     let calibration = calibration_for(args.calibration, &spec.card);
+    let order_debias = order_debias_for(args.order_debias, &spec.card);
+    let model_layout = spec
+        .card
+        .schema_first
+        .then_some(dgem_core::schema::Layout::SchemaFirst);
     let id = spec.id;
     let note = (!spec.card.note.is_empty()).then_some(spec.card.note);
     let sha = (!spec.sha256.is_empty()).then_some(spec.sha256);
@@ -437,6 +451,9 @@ fn load_file(
     cfg.sha256 = sha;
     cfg.context_size = args.context;
     cfg.kv_chunk = args.kv_chunk;
+    cfg.kv_store = args
+        .kv_store
+        .then(|| dgem_model::model_dir().join("kv").join(&key));
     cfg.kv_snapshot_bytes = usize::try_from(args.kv_snapshot_mb)
         .unwrap_or(0)
         .saturating_mul(1 << 20);
@@ -458,11 +475,50 @@ fn load_file(
             note,
             calibration_store: Some(store),
             vocab_diagnostics: args.vocab_diagnostics,
-            order_debias: args.order_debias,
+            order_debias,
             model_temperature: shipped,
+            model_layout,
             ..EngineConfig::default()
         },
     ))
+}
+
+/// `--order-debias` as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderDebiasArg {
+    /// What was measured best for the model ([`order_debias_for`]).
+    Auto,
+    /// The user's setting.
+    Set(dgem_core::order::OrderDebias),
+}
+
+/// `--order-debias`: `auto`, or anything
+/// [`dgem_core::order::OrderDebias::parse`] reads.
+fn parse_order_debias(s: &str) -> Result<OrderDebiasArg, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(OrderDebiasArg::Auto);
+    }
+    dgem_core::order::OrderDebias::parse(s)
+        .map(OrderDebiasArg::Set)
+        .map_err(|e| e.replace("[off, cyclic, prior]", "[auto, off, cyclic, prior]"))
+}
+
+/// The order debiasing a model reads with: `--order-debias auto` follows
+/// what was measured best for a catalogued model
+/// ([`dgem_model::ModelCard::one_read_prior`]), else `cyclic`.
+#[cfg(feature = "embedded")]
+fn order_debias_for(
+    given: OrderDebiasArg,
+    card: &dgem_model::ModelCard,
+) -> dgem_core::order::OrderDebias {
+    use dgem_core::order::{OrderDebias, DEFAULT_MAX_ORDERS};
+    match given {
+        OrderDebiasArg::Set(o) => o,
+        OrderDebiasArg::Auto if card.one_read_prior => OrderDebias::Prior {
+            max_orders: DEFAULT_MAX_ORDERS,
+        },
+        OrderDebiasArg::Auto => OrderDebias::default(),
+    }
 }
 
 /// The contextual calibration a model reads with: `--calibration auto`
@@ -516,6 +572,53 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 #[cfg(all(test, feature = "embedded"))]
 mod calibration_tests {
     use super::*;
+
+    #[test]
+    fn auto_order_debias_follows_the_catalogued_model_and_the_user_overrides_it() {
+        use dgem_core::order::{OrderDebias, DEFAULT_MAX_ORDERS};
+        let qwen = dgem_model::qwen_coder_1_5b().card;
+        let gemma = dgem_model::default_model().card;
+        let prior = OrderDebias::Prior {
+            max_orders: DEFAULT_MAX_ORDERS,
+        };
+        assert_eq!(parse_order_debias("auto"), Ok(OrderDebiasArg::Auto));
+        assert_eq!(order_debias_for(OrderDebiasArg::Auto, &qwen), prior);
+        assert_eq!(
+            order_debias_for(OrderDebiasArg::Auto, &gemma),
+            OrderDebias::default()
+        );
+        assert_eq!(
+            order_debias_for(OrderDebiasArg::Set(OrderDebias::Off), &qwen),
+            OrderDebias::Off
+        );
+        assert_eq!(parse_order_debias("prior"), Ok(OrderDebiasArg::Set(prior)));
+        let err = parse_order_debias("sorted").expect_err("refused");
+        assert!(
+            err.contains("[auto, off, cyclic, prior]") && err.contains("`sorted`"),
+            "{err}"
+        );
+        assert!(qwen.schema_first && !gemma.schema_first);
+    }
+
+    /// Regression: the flag's parser and its field disagreed on the type
+    /// (clap panicked when reading `--order-debias` back).
+    #[test]
+    fn order_debias_flag_reads_back_from_the_command_line() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let auto = Cli::try_parse_from(["dgem"]).expect("defaults parse");
+        assert_eq!(auto.model.order_debias, OrderDebiasArg::Auto);
+        let off = Cli::try_parse_from(["dgem", "--order-debias", "off"]).expect("parses");
+        assert_eq!(
+            off.model.order_debias,
+            OrderDebiasArg::Set(dgem_core::order::OrderDebias::Off)
+        );
+        assert!(Cli::try_parse_from(["dgem", "--order-debias", "sorted"]).is_err());
+    }
 
     #[test]
     fn auto_calibration_follows_the_catalogued_model_and_the_user_overrides_it() {

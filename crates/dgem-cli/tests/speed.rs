@@ -42,6 +42,7 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
         ("q8", "q1"),
         ("schema_first_cached", "schema_first_cold"),
         ("schema_first_first_of_policy", "schema_first_cold"),
+        ("prior_schema_first_cached", "new_tokens"),
     ] {
         assert_eq!(s[name]["ratio_to"], to, "{name}: {v}");
         let ratio = s[name]["ratio"]["median"].as_f64().unwrap();
@@ -67,6 +68,46 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
             .is_some_and(|r| !r.is_empty()),
         "{v}"
     );
+    assert!(v["dgem"]["git_dirty"].is_boolean(), "{v}");
+    // Without `--one-read` the disk store is off: the cold rows stay cold.
+    assert!(s["prior_schema_first_from_disk"].is_null(), "{v}");
+}
+
+#[test]
+fn one_read_measures_the_known_policy_rows_only() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("speed.json");
+    let o = dgem(
+        &[
+            "bench-speed",
+            "--one-read",
+            "--rounds",
+            "1",
+            "--threads",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        Some(&m),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let s = &v["scenarios"];
+    for (name, to) in [
+        ("prior_cold", "baseline"),
+        ("prior_first_of_policy", "prior_cold"),
+        ("prior_schema_first_cached", "new_tokens"),
+        ("prior_schema_first_from_disk", "new_tokens"),
+        ("concurrent_16", "serial_16"),
+    ] {
+        assert_eq!(s[name]["ratio_to"], to, "{name}: {v}");
+        assert!(s[name]["median_ms"].as_f64().unwrap() > 0.0, "{name}: {v}");
+    }
+    assert_eq!(s["prior_schema_first_cached"]["goal"], 1.2, "{v}");
+    for cyclic in ["cold", "warm", "q8", "contended_1", "tokenize"] {
+        assert!(s[cyclic].is_null(), "{cyclic} is not a one-read row: {v}");
+    }
 }
 
 #[test]

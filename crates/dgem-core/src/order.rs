@@ -24,17 +24,22 @@
 //!    normalisation, leaving `q`. With `m < K` (more options than
 //!    `max_orders`) the cancellation is partial.
 //!
-//! 3. **A position prior, for the price of one read** ([`OrderDebias::Prior`],
-//!    [`position_prior`]). Under the same multiplicative model, the position
-//!    prior alone is `π(i) ∝ exp(mean_t log p_t(i))` taken over the listings
-//!    in *position* space (each option visits every position once, so the
-//!    content term cancels), as PriDe estimates it. The cloze reader takes
-//!    the `p_t` from content-free states read once per policy in each cyclic
-//!    listing (cached with the calibration priors), then reads every real
-//!    state once, in the canonical listing, and divides the read by `π`.
-//!    The same reads in *option* space give the content-free label prior
-//!    ([`option_prior`]), which contextual calibration divides by when it is
-//!    on. Cost: one prompt per decision instead of `m`.
+//! 3. **A policy's prior, for the price of one read** ([`OrderDebias::Prior`]).
+//!    Read in one fixed listing, the model's bias is a fixed vector over the
+//!    options: its position prior for that listing times its preference for
+//!    some label words. The cloze reader learns that vector per question from
+//!    the policy's own first decisions (`dgem_engine::policy_prior`: the
+//!    first three distinct states are read in every cyclic listing and
+//!    answered as `cyclic` answers them; the mean of their canonical-listing
+//!    reads is the prior, kept on disk), then reads every later state once,
+//!    in the canonical listing, and divides the read by it (batch
+//!    calibration, Zhou et al., ICLR 2024, done online). Cost: one prompt per
+//!    decision instead of `m`, once learned. It also divides out the policy's
+//!    base rates (what the mean answer is because the states are so), which
+//!    is its price. Chosen by measurement: a prior from content-free states,
+//!    or a position prior estimated in position space from real states
+//!    ([`position_prior`], PriDe's estimate), both scored under the cyclic
+//!    reads on Qwen2.5-Coder 1.5B.
 //!
 //! [`OrderSensitivity`] reports, per answer, how many orders were read, the
 //! largest spread of the chosen option's probability across them, and whether
@@ -61,11 +66,12 @@ pub enum OrderDebias {
         /// Most listings read per question (at least 1).
         max_orders: usize,
     },
-    /// One read in the canonical listing, divided by the position prior
-    /// estimated from content-free reads in the cyclic listings (at most
-    /// `max_orders`), which are read once per policy (module docs, item 3).
+    /// One read in the canonical listing, divided by the prior learned from
+    /// the question's first decisions, which are read in the cyclic
+    /// listings (at most `max_orders`) until it is learned (module docs,
+    /// item 3).
     Prior {
-        /// Most listings the position prior is estimated from (at least 1).
+        /// Most listings a decision that learns the prior reads (at least 1).
         max_orders: usize,
     },
 }
@@ -268,24 +274,12 @@ pub fn pool_orders(dists: &[Vec<f64>]) -> Vec<f64> {
 }
 
 /// Geometric mean of `dists` position by position, renormalised: with each
-/// `dists[t]` read on a content-free state in cyclic listing `t` (in listed
-/// order), the position prior `π` of the module docs (item 3). The same
+/// `dists[t]` one state read in cyclic listing `t` (in listed order), that
+/// state's estimate of the position prior `π` of the module docs (item 3). The same
 /// computation as [`pool_orders`], kept apart so the two spaces are not
 /// confused at a call site.
 pub fn position_prior(listed: &[Vec<f64>]) -> Vec<f64> {
     pool_orders(listed)
-}
-
-/// The content-free label prior in the question's own option order: each
-/// listed distribution mapped back through its listing (`orders[t]`, as
-/// [`unlist`] takes it), then pooled by geometric mean ([`pool_orders`]).
-pub fn option_prior(listed: &[Vec<f64>], orders: &[Vec<usize>]) -> Vec<f64> {
-    let own: Vec<Vec<f64>> = listed
-        .iter()
-        .zip(orders)
-        .map(|(d, o)| unlist(d, o))
-        .collect();
-    pool_orders(&own)
 }
 
 /// `p / prior`, renormalised (floors at [`PROB_FLOOR`] keep it finite): a read
@@ -314,9 +308,9 @@ pub struct OrderSensitivity {
     /// fragile under reordering.
     pub fragile: bool,
     /// `cyclic`: the canonical listing and its rotations were read and pooled;
-    /// `position_prior`: one listing read, a per-policy position prior
-    /// divided out (nothing estimated per decision); `single_order`: one
-    /// listing, not estimated.
+    /// `policy_prior`: one listing read, the prior learned from the
+    /// policy's first decisions divided out (nothing estimated per
+    /// decision); `single_order`: one listing, not estimated.
     pub method: &'static str,
 }
 
@@ -331,11 +325,11 @@ impl OrderSensitivity {
         }
     }
 
-    /// One listing read with the position prior divided out
+    /// One listing read with the policy's learned prior divided out
     /// ([`OrderDebias::Prior`]): order dependence is corrected, not measured.
     pub fn prior() -> Self {
         Self {
-            method: "position_prior",
+            method: "policy_prior",
             ..Self::single()
         }
     }

@@ -169,18 +169,27 @@ impl PriorCache {
     /// Write the stored priors atomically (temp file + rename). Failures are
     /// logged and ignored: the store is only a cache.
     pub(crate) fn save(&self) {
-        let Some(file) = &self.file else { return };
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = file.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-            std::fs::write(&tmp, serde_json::to_vec(&self.stored).unwrap_or_default())?;
-            std::fs::rename(&tmp, file)
-        };
-        if let Err(e) = write() {
-            tracing::warn!(error = %e, path = %file.display(), "could not save calibration priors");
+        if let Some(file) = &self.file {
+            save_json(file, &self.stored, "calibration priors");
         }
+    }
+}
+
+/// Write `value` as JSON to `file` atomically: a temp file beside it (named
+/// after this process), then a rename, so a reader never sees half a file
+/// and concurrent writers leave one whole version. Failures are logged
+/// (naming `what`) and ignored: the stores that use it are caches.
+pub(crate) fn save_json(file: &std::path::Path, value: &impl serde::Serialize, what: &str) {
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, serde_json::to_vec(value).unwrap_or_default())?;
+        std::fs::rename(&tmp, file)
+    };
+    if let Err(e) = write() {
+        tracing::warn!(error = %e, path = %file.display(), "could not save {what}");
     }
 }
 

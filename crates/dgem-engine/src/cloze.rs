@@ -34,6 +34,7 @@ use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::SchemaError;
 
 use crate::calibration::{text_key, PriorKey, CONTENT_FREE_STATES};
+use crate::policy_prior;
 use crate::{DecideRequest, Decision, Engine, EngineError};
 
 /// One question as listed in one read: alternatives possibly permuted.
@@ -326,51 +327,48 @@ impl Ctx<'_> {
             .unwrap_or(1)
     }
 
-    /// Under [`OrderDebias::Prior`], per question of `group`: its position
-    /// prior `π` (listed order; `None` for a question read in one listing,
-    /// e.g. a score labelled by digits, or a question of one option) and, when
-    /// contextual calibration is on, its content-free label prior `ρ` (own
-    /// option order). Both come from the content-free reads of listing
-    /// `t = 0..m` of read 0 ([`Self::priors`], cached per policy and kept in
-    /// the calibration store), see [`dgem_core::order`] item 3.
-    async fn prior_corrections(
+    /// Under [`OrderDebias::Prior`], per question of `group` (listing 0 of
+    /// read 0 in `qs`): the key of its learned prior ([`crate::policy_prior`])
+    /// and the prior itself once it is learned.
+    fn learned_priors(
         &self,
         listed: &[&Question],
         prefill: &str,
-        group: &[&Question],
-        counters: &mut Counters,
-    ) -> Result<Vec<Correction>, EngineError> {
-        let mode = self.engine.label_mode();
-        let most = group
-            .iter()
-            .map(|q| self.order.orders_for(q, mode))
-            .max()
-            .unwrap_or(1);
-        let mut per_listing = Vec::with_capacity(most);
-        for t in 0..most {
-            let qs = self.read_questions(0, t, group)?;
-            let priors = self.priors(0, t, listed, prefill, &qs, counters).await?;
-            per_listing.push((qs, priors));
+        qs: &[ReadQuestion],
+    ) -> Result<Learned, EngineError> {
+        // The prompt with the state left out: what the read may depend on
+        // besides the state.
+        let hole = self.prompt_text(0, 0, listed, "\u{0}state\u{0}").text;
+        let store = self.engine.policy_priors.lock().map_err(|_| {
+            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
+        })?;
+        let ids = |ts: &[TokenId]| -> Vec<u8> { ts.iter().flat_map(|t| t.to_le_bytes()).collect() };
+        let mut keys = Vec::with_capacity(qs.len());
+        let mut priors = Vec::with_capacity(qs.len());
+        for rq in qs {
+            let labels: Vec<u8> = rq
+                .slot
+                .labels
+                .iter()
+                .flat_map(|l| ids(l).into_iter().chain([b'|']))
+                .collect();
+            let key = policy_prior::prior_key(&[
+                hole.as_bytes(),
+                prefill.as_bytes(),
+                &ids(&rq.slot.cue),
+                &labels,
+                format!("{:?}", rq.slot.scoring).as_bytes(),
+                &[u8::from(self.calibrate)],
+            ]);
+            priors.push(store.get(&key).map(|(p, _)| p));
+            keys.push(key);
         }
-        Ok(group
-            .iter()
-            .enumerate()
-            .map(|(qi, q)| {
-                let own = self.order.orders_for(q, mode).min(per_listing.len());
-                let dists: Vec<Vec<f64>> = per_listing[..own]
-                    .iter()
-                    .filter_map(|(_, p)| p.get(qi).cloned())
-                    .collect();
-                let orders: Vec<Vec<usize>> = per_listing[..own]
-                    .iter()
-                    .filter_map(|(qs, _)| qs.get(qi).map(|r| r.perm.clone()))
-                    .collect();
-                Correction {
-                    position: (own >= 2).then(|| order::position_prior(&dists)),
-                    label: self.calibrate.then(|| order::option_prior(&dists, &orders)),
-                }
-            })
-            .collect())
+        let ready = priors.iter().all(Option::is_some);
+        Ok(Learned {
+            keys,
+            priors,
+            ready,
+        })
     }
 
     /// Questions of listing `t` of read `r`, with permutation and cloze slot.
@@ -605,6 +603,7 @@ impl Ctx<'_> {
     /// listings. Returns per read, per question, the read in original
     /// alternative order: the listings' (calibrated) distributions pooled by
     /// [`pool_orders`].
+    #[allow(clippy::too_many_arguments)]
     async fn run_reads(
         &self,
         reads: std::ops::Range<u32>,
@@ -612,9 +611,21 @@ impl Ctx<'_> {
         listed: &[&Question],
         state: &str,
         prefill: &str,
+        learned: Option<&Learned>,
         counters: &mut Counters,
     ) -> Result<Vec<Vec<QRead>>, EngineError> {
-        let listings = self.group_orders(group);
+        let mode = self.engine.label_mode();
+        // Learning a policy's prior: read every cyclic listing.
+        let learning = learned.is_some_and(|l| !l.ready);
+        let listings = if learning {
+            group
+                .iter()
+                .map(|q| self.order.orders_for(q, mode))
+                .max()
+                .unwrap_or(1)
+        } else {
+            self.group_orders(group)
+        };
         let mut plans = Vec::new();
         let mut batch = Vec::new();
         for r in reads {
@@ -641,16 +652,12 @@ impl Ctx<'_> {
         let span = forward_span(&self.engine.backend.info().engine, batch.len());
         let out = self.engine.backend.forward(batch).instrument(span).await?;
         counters.absorb(&out);
-        let corrections = match self.order {
-            OrderDebias::Prior { .. } => Some(
-                self.prior_corrections(listed, prefill, group, counters)
-                    .await?,
-            ),
-            _ => None,
-        };
+        let one_read_prior = learned.filter(|l| l.ready);
+        // Learning: per question, its canonical read (listing 0 of read 0).
+        let mut canonical: Vec<Option<Vec<f64>>> = vec![None; group.len()];
         let mut result: Vec<Vec<QRead>> = Vec::new();
         for (r, t, qs, ranges) in &plans {
-            let priors = if self.calibrate && corrections.is_none() {
+            let priors = if self.calibrate {
                 Some(self.priors(*r, *t, listed, prefill, qs, counters).await?)
             } else {
                 None
@@ -671,14 +678,17 @@ impl Ctx<'_> {
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
                 }
-                let correction = corrections.as_ref().and_then(|c| c.get(qi));
-                if let Some(pi) = correction.and_then(|c| c.position.as_ref()) {
-                    // Positions: the prior applies whatever the listing.
-                    read.probs = order::divide_prior(&read.probs, pi);
-                }
                 read.probs = order::unlist(&read.probs, &rq.perm);
-                if let Some(rho) = correction.and_then(|c| c.label.as_ref()) {
-                    read.probs = order::divide_prior(&read.probs, rho);
+                if learning && *r == 0 && *t == 0 {
+                    if let Some(c) = canonical.get_mut(qi) {
+                        *c = Some(read.probs.clone());
+                    }
+                }
+                if let Some(prior) = one_read_prior
+                    .and_then(|l| l.priors.get(qi))
+                    .and_then(Option::as_ref)
+                {
+                    read.probs = order::divide_prior(&read.probs, prior);
                 }
                 if *t == 0 {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
@@ -707,7 +717,35 @@ impl Ctx<'_> {
                 q.pool();
             }
         }
+        if let Some(l) = learned.filter(|_| learning) {
+            self.learn(l, state, &canonical)?;
+        }
         Ok(result)
+    }
+
+    /// Add this decision's canonical reads (own option order) to the
+    /// learning of each question still learning its prior
+    /// ([`crate::policy_prior`]).
+    fn learn(
+        &self,
+        learned: &Learned,
+        state: &str,
+        canonical: &[Option<Vec<f64>>],
+    ) -> Result<(), EngineError> {
+        let mut store = self.engine.policy_priors.lock().map_err(|_| {
+            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
+        })?;
+        let digest = policy_prior::state_digest(state);
+        let mut added = false;
+        for (key, read) in learned.keys.iter().zip(canonical) {
+            if let Some(read) = read {
+                added |= store.add(key, digest.clone(), read);
+            }
+        }
+        if added {
+            store.save();
+        }
+        Ok(())
     }
 
     /// Read one group: first reads, `auto` extension, and the group's result.
@@ -721,8 +759,25 @@ impl Ctx<'_> {
         let samples = self.schema.samples;
         let (first, extra) = sample_plan(samples);
         let mut counters = Counters::default();
+        // Under `prior`, the learned position priors, looked up once per group
+        // so that an `auto` extension reads the way the first reads did.
+        let learned = match self.order {
+            OrderDebias::Prior { .. } => {
+                let qs = self.read_questions(0, 0, group)?;
+                Some(self.learned_priors(listed, prefill, &qs)?)
+            }
+            _ => None,
+        };
         let mut reads = self
-            .run_reads(0..first, group, listed, state, prefill, &mut counters)
+            .run_reads(
+                0..first,
+                group,
+                listed,
+                state,
+                prefill,
+                learned.as_ref(),
+                &mut counters,
+            )
             .await?;
         let first_entropy: Vec<(String, f64)> = group
             .iter()
@@ -739,12 +794,14 @@ impl Ctx<'_> {
                     listed,
                     state,
                     prefill,
+                    learned.as_ref(),
                     &mut counters,
                 )
                 .await?;
             reads.extend(more);
         }
         let prior = matches!(self.order, OrderDebias::Prior { .. });
+        let one_read_prior = learned.as_ref().is_some_and(|l| l.ready);
         let mode = self.engine.label_mode();
         Ok(GroupReads {
             questions: group.iter().map(|q| (*q).clone()).collect(),
@@ -767,7 +824,7 @@ impl Ctx<'_> {
                     })
                 })
                 .collect(),
-            order_prior: prior,
+            order_prior: one_read_prior,
             order_reads: (0..group.len())
                 .map(|qi| {
                     reads
@@ -793,12 +850,14 @@ impl Ctx<'_> {
     }
 }
 
-/// What [`Ctx::prior_corrections`] divides one question's read by.
-struct Correction {
-    /// Position prior, listed order.
-    position: Option<Vec<f64>>,
-    /// Content-free label prior, own option order (calibration on).
-    label: Option<Vec<f64>>,
+/// The learned priors of one group's questions ([`Ctx::learned_priors`]).
+struct Learned {
+    /// Per question, the key of its prior.
+    keys: Vec<String>,
+    /// Per question, its learned prior (own option order), once learned.
+    priors: Vec<Option<Vec<f64>>>,
+    /// Every question has one: read once.
+    ready: bool,
 }
 
 /// Earlier answers prefilled in the model's turn: each group's answer lines,

@@ -34,6 +34,7 @@ mod cloze;
 mod decider;
 mod joint;
 mod plan;
+pub mod policy_prior;
 mod temperature;
 pub mod templates;
 
@@ -89,6 +90,11 @@ pub struct EngineConfig {
     /// Temperatures shipped for this model, applied to every decision after
     /// the read ([`ModelTemperature`]); `None` applies none.
     pub model_temperature: Option<ModelTemperature>,
+    /// The layout this model reads best, used for a policy whose layout no
+    /// one stated ([`dgem_core::schema::ValidSchema::layout_stated`]: not
+    /// the policy, the request or the deployment); `None` keeps the built-in
+    /// default. From the model's catalogue entry (docs/models.md).
+    pub model_layout: Option<dgem_core::schema::Layout>,
 }
 
 impl Default for EngineConfig {
@@ -103,6 +109,7 @@ impl Default for EngineConfig {
             vocab_diagnostics: false,
             order_debias: dgem_core::order::OrderDebias::default(),
             model_temperature: None,
+            model_layout: None,
         }
     }
 }
@@ -113,6 +120,10 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     config: EngineConfig,
     priors: Mutex<calibration::PriorCache>,
+    /// Priors learned from the first decisions of each question under
+    /// `--order-debias prior` ([`policy_prior`]); stored beside the
+    /// calibration priors (`<store>.policy.json`).
+    policy_priors: Mutex<policy_prior::PolicyPriors>,
     /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix_len`]),
     /// so a decision of a cached policy does not tokenize its prefix twice.
     prefixes: Mutex<lru::LruCache<String, Arc<Vec<TokenId>>>>,
@@ -129,12 +140,19 @@ impl Engine {
             config.calibration_cache_entries,
             config.calibration_store.clone(),
         ));
+        let policy_priors = Mutex::new(policy_prior::PolicyPriors::new(
+            config
+                .calibration_store
+                .as_ref()
+                .map(|p| p.with_extension("policy.json")),
+        ));
         let entries = std::num::NonZeroUsize::new(PREFIX_CACHE_ENTRIES)
             .unwrap_or(std::num::NonZeroUsize::MIN);
         Self {
             backend,
             config,
             priors,
+            policy_priors,
             prefixes: Mutex::new(lru::LruCache::new(entries)),
         }
     }
@@ -198,6 +216,7 @@ impl Engine {
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
     #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+        let req = self.with_model_layout(req);
         let info = self.backend.info();
         if !info.supports_images && dgem_core::images::has_images(&req.state) {
             // Reading the parts' JSON as text would be a silently wrong answer.
@@ -230,6 +249,19 @@ impl Engine {
             "decision done"
         );
         Ok(decision)
+    }
+}
+
+impl Engine {
+    /// `req` with [`EngineConfig::model_layout`] applied when no one stated
+    /// its layout.
+    pub(crate) fn with_model_layout(&self, mut req: DecideRequest) -> DecideRequest {
+        if let Some(layout) = self.config.model_layout {
+            if !req.schema.layout_stated {
+                req.schema.layout = layout;
+            }
+        }
+        req
     }
 }
 

@@ -122,6 +122,8 @@ impl Engine {
     /// state (a prompt longer than the context, labels that tokenize alike).
     pub fn plan(&self, req: &DecideRequest) -> Result<Plan, EngineError> {
         let started = Instant::now();
+        let owned = self.with_model_layout(req.clone());
+        let req = &owned;
         if dgem_backend::brackets::routes(&req.schema) {
             return self.plan_routed(req, started);
         }

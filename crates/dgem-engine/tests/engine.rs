@@ -363,3 +363,48 @@ async fn a_policy_that_requires_an_image_refuses_a_state_without_one() {
     );
     assert_eq!(backend.calls(), 0);
 }
+
+/// A model's own layout (`EngineConfig::model_layout`, from its catalogue
+/// entry) applies to a policy that states none, and never over a stated one.
+#[tokio::test]
+async fn the_model_layout_applies_only_where_no_one_stated_one() {
+    use dgem_core::schema::Layout;
+    let b = ScriptedBackend::new(scripts::favour("billing", 0.7));
+    let e = Engine::new(
+        b,
+        EngineConfig {
+            calibration: CalibrationMode::Off,
+            model_layout: Some(Layout::SchemaFirst),
+            ..EngineConfig::default()
+        },
+    );
+    let decide = |v: serde_json::Value| {
+        let s = schema(v);
+        let e = &e;
+        async move {
+            e.decide(DecideRequest {
+                schema: s,
+                state: json!("my invoice is wrong"),
+                seed: 42,
+            })
+            .await
+            .expect("decision")
+            .diagnostics
+            .layout
+        }
+    };
+    assert_eq!(decide(triage()).await, Layout::SchemaFirst);
+    let mut stated = triage();
+    stated["layout"] = json!("document_first");
+    assert_eq!(decide(stated).await, Layout::DocumentFirst);
+    let overridden = schema(triage()).with_layout(Layout::DocumentFirst);
+    let d = e
+        .decide(DecideRequest {
+            schema: overridden,
+            state: json!("my invoice is wrong"),
+            seed: 42,
+        })
+        .await
+        .expect("decision");
+    assert_eq!(d.diagnostics.layout, Layout::DocumentFirst);
+}

@@ -141,3 +141,116 @@ async fn one_listing_says_the_sensitivity_was_not_estimated() {
     assert_eq!(json["order_sensitivity"]["method"], "single_order");
     assert!(json["order_sensitivity"]["spread"].is_null());
 }
+
+/// Position bias 0.6 / 0.3 / 0.1 times a content term: the option the state
+/// names (`favour NAME`) three times the others.
+fn biased_by_position_and_state(ctx: &SlotContext) -> Vec<f64> {
+    let bias = [0.6, 0.3, 0.1];
+    ctx.labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let named = ctx.prefix.contains(&format!("favour {l}"));
+            bias[i.min(2)] * if named { 0.6 } else { 0.2 }
+        })
+        .collect()
+}
+
+fn on_state(state: &str) -> DecideRequest {
+    DecideRequest {
+        state: json!(state),
+        ..req(&["low", "medium", "high"])
+    }
+}
+
+/// `(probabilities by name, order_sensitivity)` of one decision.
+async fn read_state(engine: &Engine, state: &str) -> (Vec<f64>, serde_json::Value) {
+    let d = engine.decide(on_state(state)).await.expect("decision");
+    let a = d.answers["pick"].as_ref().expect("answered");
+    let json = a.to_chat_json();
+    (a.aggregate.mean.clone(), json["order_sensitivity"].clone())
+}
+
+#[tokio::test]
+async fn prior_learns_the_policy_prior_from_the_first_decisions_then_reads_once() {
+    let b = ScriptedBackend::new(biased_by_position_and_state);
+    let prior = debiasing(b.clone(), OrderDebias::parse("prior").expect("parses"));
+    let cyclic = debiasing(b.clone(), OrderDebias::default());
+    let learn = [
+        "favour low, one",
+        "favour high, two",
+        "favour medium, three",
+    ];
+    // A repeated state teaches nothing new: still learning after it.
+    for state in [learn[0], learn[0], learn[1], learn[2]] {
+        let (p, order) = read_state(&prior, state).await;
+        assert_eq!(order["method"], "cyclic", "{state}: {order}");
+        assert_eq!(order["orders"], 3);
+        let (want, _) = read_state(&cyclic, state).await;
+        assert_eq!(p, want, "a learning decision is the cyclic one");
+    }
+    // Learned from three distinct states: one read of the canonical listing
+    // (high, low, medium: position bias 0.6, 0.3, 0.1), divided by the mean
+    // of the learning states' canonical reads.
+    let canonical = |named: usize| -> Vec<f64> {
+        // Own order low, medium, high.
+        let bias = [0.3, 0.1, 0.6];
+        let raw: Vec<f64> = (0..3)
+            .map(|i| bias[i] * if i == named { 0.6 } else { 0.2 })
+            .collect();
+        let total: f64 = raw.iter().sum();
+        raw.iter().map(|x| x / total).collect()
+    };
+    let mean: Vec<f64> = (0..3)
+        .map(|i| (0..3).map(|o| canonical(o)[i]).sum::<f64>() / 3.0)
+        .collect();
+    let high = canonical(2);
+    let divided: Vec<f64> = high.iter().zip(&mean).map(|(p, m)| p / m).collect();
+    let total: f64 = divided.iter().sum();
+    let calls = b.calls();
+    let (p, order) = read_state(&prior, "favour high, four").await;
+    assert_eq!(b.calls() - calls, 1, "one model call");
+    assert_eq!(order["method"], "policy_prior");
+    assert_eq!(order["orders"], 1);
+    for (a, w) in p.iter().zip(&divided) {
+        assert!((a - w / total).abs() < 1e-9, "{p:?} vs {divided:?}");
+    }
+    assert!(p[2] > 0.5, "high, the named option, wins: {p:?}");
+    // The bias alone would have picked it too; a state naming the option
+    // listed last (medium, bias 0.1) is still read as medium.
+    let (p, _) = read_state(&prior, "favour medium, five").await;
+    assert!(p[1] > p[0] && p[1] > p[2], "{p:?}");
+}
+
+#[tokio::test]
+async fn a_learned_policy_prior_is_kept_for_the_next_process() {
+    let dir = std::env::temp_dir().join(format!("dgem-learned-prior-{}", std::process::id()));
+    let engine = |b: Arc<ScriptedBackend>| {
+        Engine::new(
+            b,
+            EngineConfig {
+                calibration: CalibrationMode::Off,
+                order_debias: OrderDebias::parse("prior").expect("parses"),
+                calibration_store: Some(dir.join("priors.json")),
+                ..EngineConfig::default()
+            },
+        )
+    };
+    let first = engine(ScriptedBackend::new(biased_by_position_and_state));
+    for state in ["favour low, a", "favour medium, b", "favour high, c"] {
+        read_state(&first, state).await;
+    }
+    assert!(dir.join("priors.policy.json").exists());
+    let again = engine(ScriptedBackend::new(biased_by_position_and_state));
+    let (_, order) = read_state(&again, "favour low, d").await;
+    assert_eq!(order["method"], "policy_prior", "{order}");
+    // Another policy wording learns afresh.
+    let other = DecideRequest {
+        state: json!("favour low, e"),
+        ..req(&["low", "medium", "high", "none"])
+    };
+    let d = again.decide(other).await.expect("decision");
+    let a = d.answers["pick"].as_ref().expect("answered");
+    assert_eq!(a.to_chat_json()["order_sensitivity"]["method"], "cyclic");
+    let _ = std::fs::remove_dir_all(dir);
+}

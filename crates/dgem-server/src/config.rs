@@ -221,6 +221,7 @@ impl ServeConfig {
                     ))
                 }
             };
+            c.schema_defaults.layout_stated = true;
         }
         if let Some(v) = get(env::DEFAULT_ISOLATE) {
             c.schema_defaults.isolate = Isolate::parse(&v)

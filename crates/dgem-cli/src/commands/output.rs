@@ -55,10 +55,13 @@ pub fn table(d: &Decision) -> String {
                 };
                 let answer = format!("{}{mark}", a.answer_name());
                 // `fragile`: the listings read in other option orders chose
-                // another answer; `stable`: they agreed; `-`: one order read.
+                // another answer; `stable`: they agreed; `prior`: one order
+                // read, the policy's learned prior divided out; `-`: one
+                // order read, nothing corrected.
                 let order = match &a.order {
                     Some(o) if o.orders > 1 && o.fragile => "fragile",
                     Some(o) if o.orders > 1 => "stable",
+                    Some(o) if o.method == "policy_prior" => "prior",
                     _ => "-",
                 };
                 let _ = writeln!(

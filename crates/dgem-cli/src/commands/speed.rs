@@ -31,9 +31,23 @@
 //! wait in its queue: this row measures what that costs or saves.
 //!
 //! One read: `prior_cold` is the cold decision under `--order-debias prior`
-//! (the canonical listing read once, a per-policy position prior divided
-//! out; priors cached), `prior_first_of_policy` its first decision of a new
-//! policy, position prior included, divided by `prior_cold` (goal ≤ 2×).
+//! once the policy's position prior is learned (the canonical listing read
+//! once, the prior divided out), `prior_first_of_policy` the first decision
+//! of a new policy under it (one of the decisions the prior is learned from:
+//! every cyclic listing read), divided by `prior_cold` (goal ≤ 2×).
+//! `prior_schema_first_cached` is a new state of a known `schema_first`
+//! policy (prior learned, its prefix cached by the decision just before),
+//! divided by `new_tokens`: llama.cpp's own evaluation of the tokens of that
+//! decision's prompt that the one before did not share, with the shared
+//! prefix in the cache (goal ≤ 1.2×: a known policy costs its new tokens).
+//!
+//! `--one-read` measures only the one-read rows, for a model too slow for
+//! the whole table: `baseline` (then the one-read prompt), `prior_*`,
+//! `new_tokens`, `prior_schema_first_from_disk` (the cached row after the
+//! in-memory cache was emptied, so the policy prefix comes from the disk
+//! store as a new process would find it) and the throughput rows, read once
+//! on the known `schema_first` policy. Without it the disk store is off, so
+//! the cold rows stay cold.
 //!
 //! Contention: `contended_1` is the cold decision while one other CPU-bound
 //! process runs (a shell busy loop the bench starts for the row and stops
@@ -69,6 +83,11 @@ pub struct SpeedArgs {
     /// Also write the per-round times and the summary as JSON to this file.
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
+    /// Measure the one-read rows only (`--order-debias prior`: `baseline`,
+    /// `prior_*`, `new_tokens` and the throughput rows read once), for a model
+    /// too slow for the whole table, e.g. `--model qwen2.5-coder-1.5b`.
+    #[arg(long)]
+    pub one_read: bool,
 }
 
 /// One backend call as the recorder saw it.
@@ -172,10 +191,10 @@ fn questions(n: usize) -> Result<ValidSchema, Failure> {
 }
 
 fn schema(raw: Value, layout: Layout) -> Result<ValidSchema, Failure> {
-    let mut s = ValidSchema::from_value(&raw, &SchemaDefaults::default())
-        .map_err(|e| internal(anyhow::anyhow!("bench policy: {e}")))?;
-    s.layout = layout;
-    Ok(s)
+    // Stated: each row measures the layout it names, whatever the model's own.
+    Ok(ValidSchema::from_value(&raw, &SchemaDefaults::default())
+        .map_err(|e| internal(anyhow::anyhow!("bench policy: {e}")))?
+        .with_layout(layout))
 }
 
 const TICKET_A: &str = "I was charged twice for my renewal this morning, please refund the duplicate charge before the weekend.";
@@ -241,6 +260,24 @@ impl Bench {
         Ok(wall_ms)
     }
 
+    /// A decision through the `prior` engine with the KV cache as the last
+    /// one left it: wall ms and the longest prompt it evaluated.
+    async fn warm_prior(
+        &self,
+        schema: &ValidSchema,
+        ticket: &str,
+    ) -> Result<(f64, Vec<TokenId>), Failure> {
+        self.recorder.take();
+        let (wall_ms, _) = timed(&self.prior, schema, ticket).await?;
+        let prompt = self
+            .recorder
+            .take()
+            .first()
+            .and_then(|c| c.prompts.iter().max_by_key(|p| p.len()).cloned())
+            .unwrap_or_default();
+        Ok((wall_ms, prompt))
+    }
+
     /// The longest prompt one decision of `schema` evaluates (its first call).
     async fn prompt_of(&self, schema: &ValidSchema, ticket: &str) -> Result<Vec<TokenId>, Failure> {
         let calls = self.cold(schema, ticket).await?.calls;
@@ -257,7 +294,7 @@ fn model_failure(e: BackendError) -> Failure {
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-const SCENARIOS: [(&str, &str, &str); 20] = [
+const SCENARIOS: [(&str, &str, &str); 23] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -275,6 +312,21 @@ const SCENARIOS: [(&str, &str, &str); 20] = [
         "prior_first_of_policy",
         "first decision of a new policy, prior",
         "prior_cold",
+    ),
+    (
+        "new_tokens",
+        "llama.cpp eval of the next row's new tokens",
+        "",
+    ),
+    (
+        "prior_schema_first_cached",
+        "prior, schema_first, policy cached: new state",
+        "new_tokens",
+    ),
+    (
+        "prior_schema_first_from_disk",
+        "the same, its prefix only on disk (new process)",
+        "new_tokens",
     ),
     ("q1", "1 question, cold", "baseline"),
     ("q8", "8 questions, cold", "q1"),
@@ -352,7 +404,11 @@ fn derived_row(
 ///
 /// # Errors
 /// A user [`Failure`] for bad model flags; internal when the model fails.
-pub fn run(args: SpeedArgs) -> Result<(), Failure> {
+pub fn run(mut args: SpeedArgs) -> Result<(), Failure> {
+    // The cold rows of the full table must not find a policy prefix on disk;
+    // the one-read rows have none that are cold under `schema_first`, and
+    // `prior_schema_first_from_disk` reads the prefix a round before kept.
+    args.model.kv_store = args.one_read;
     let (backend, config) = setup::load_llama(&args.model)?;
     let rt = setup::runtime()?;
     rt.block_on(run_rounds(backend, config, &args))
@@ -396,21 +452,39 @@ async fn run_rounds(
     let sf = triage("", Layout::SchemaFirst)?;
     let (q1, q8) = (questions(1)?, questions(8)?);
     // Warm-up: priors of every cached-prior scenario, and the cold prompt.
-    for s in [&main, &sf, &q1, &q8] {
-        b.cold(s, TICKET_A).await?;
-        b.cold(s, TICKET_B).await?;
+    if !args.one_read {
+        for s in [&main, &sf, &q1, &q8] {
+            b.cold(s, TICKET_A).await?;
+            b.cold(s, TICKET_B).await?;
+        }
     }
-    b.cold_prior(&main, TICKET_B).await?;
-    let prompt = b.prompt_of(&main, TICKET_A).await?;
+    // The `prior` engine learns each policy's prior from its first distinct
+    // states (read in every cyclic listing); later ones read once.
+    for s in [&main, &sf] {
+        for i in 0..dgem_engine::policy_prior::PRIOR_DECISIONS {
+            b.cold_prior(s, &format!("{TICKET_B} (Earlier ticket {i}.)"))
+                .await?;
+        }
+    }
+    let prompt = if args.one_read {
+        b.backend.clear_cache().await.map_err(model_failure)?;
+        b.warm_prior(&main, TICKET_A).await?.1
+    } else {
+        b.prompt_of(&main, TICKET_A).await?
+    };
     if prompt.is_empty() {
         return Err(user(anyhow::anyhow!("the bench policy read no prompt")));
     }
     // The 8-question prompt is longer than the 1-question one (each question
     // adds its text): print both so the q8/q1 ratio can be read against it.
-    let q_tokens = (
-        b.prompt_of(&q1, TICKET_A).await?.len(),
-        b.prompt_of(&q8, TICKET_A).await?.len(),
-    );
+    let q_tokens = if args.one_read {
+        (0, 0)
+    } else {
+        (
+            b.prompt_of(&q1, TICKET_A).await?.len(),
+            b.prompt_of(&q8, TICKET_A).await?.len(),
+        )
+    };
     // The cold prompt as text (BOS left out, chat markup written out), for
     // the tokenizer's share of the overhead.
     let tok = b.backend.llama_tokenizer().clone();
@@ -419,50 +493,18 @@ async fn run_rounds(
     let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
     for round in 0..args.rounds {
-        let t = Instant::now();
-        tok.encode(&prompt_text)
-            .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
-        push("tokenize", t.elapsed().as_secs_f64() * 1e3);
-        // A state no earlier round tokenized: its lines miss the line cache.
-        let novel = format!("{TICKET_B} My order reference is {}.", 7_301 + round);
-        push(
-            "overhead_new_state",
-            b.cold(&main, &novel).await?.overhead_ms,
-        );
-        let t = Instant::now();
-        tok.encode_reference(&prompt_text)
-            .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
-        push("tokenize_llama", t.elapsed().as_secs_f64() * 1e3);
+        if !args.one_read {
+            tokenizer_rows(&b, &main, &tok, &prompt_text, round, &mut push).await?;
+        }
         let (base_ms, _) = b
             .backend
-            .prompt_eval(prompt.clone(), Vec::new())
+            .prompt_eval(prompt.clone(), 0, Vec::new())
             .await
             .map_err(model_failure)?;
         push("baseline", base_ms);
-        let cold = b.cold(&main, TICKET_A).await?;
-        push("cold", cold.wall_ms);
-        push("overhead_1", cold.overhead_ms);
-        let warm = b.decide(&main, TICKET_A).await?;
-        push("warm", warm.wall_ms);
-        push("overhead_1", warm.overhead_ms);
-        let fresh = triage(
-            &format!(" (Policy revision {round}.)"),
-            Layout::DocumentFirst,
-        )?;
-        push("first_of_policy", b.cold(&fresh, TICKET_A).await?.wall_ms);
-        push("q1", b.cold(&q1, TICKET_A).await?.wall_ms);
-        push("q8", b.cold(&q8, TICKET_A).await?.wall_ms);
-        push("schema_first_cold", b.cold(&sf, TICKET_B).await?.wall_ms);
-        b.decide(&sf, TICKET_A).await?;
-        push(
-            "schema_first_cached",
-            b.decide(&sf, TICKET_B).await?.wall_ms,
-        );
-        let fresh_sf = triage(&format!(" (Policy revision {round}.)"), Layout::SchemaFirst)?;
-        push(
-            "schema_first_first_of_policy",
-            b.cold(&fresh_sf, TICKET_B).await?.wall_ms,
-        );
+        if !args.one_read {
+            cyclic_rows(&b, [&main, &sf, &q1, &q8], round, &mut push).await?;
+        }
         push("prior_cold", b.cold_prior(&main, TICKET_A).await?);
         let fresh_prior = triage(
             &format!(" (Policy revision {round}, read once.)"),
@@ -472,24 +514,115 @@ async fn run_rounds(
             "prior_first_of_policy",
             b.cold_prior(&fresh_prior, TICKET_A).await?,
         );
-        for (row, loops) in [("contended_1", 1), ("contended_all", cores)] {
-            let _busy = BusyLoops::start(loops)?;
-            push(row, b.cold(&main, TICKET_A).await?.wall_ms);
+        // A known policy: its prior learned, its prefix cached by the
+        // decision just before, and a state no earlier decision read.
+        let (_, before) = b
+            .warm_prior(&sf, &format!("{TICKET_A} (Reference {}.)", 9_000 + round))
+            .await?;
+        let (ms, now) = b
+            .warm_prior(&sf, &format!("{TICKET_B} (Reference {}.)", 9_500 + round))
+            .await?;
+        push("prior_schema_first_cached", ms);
+        let shared = now.iter().zip(&before).take_while(|(x, y)| x == y).count();
+        let (new_ms, _) = b
+            .backend
+            .prompt_eval(now, shared, Vec::new())
+            .await
+            .map_err(model_failure)?;
+        push("new_tokens", new_ms);
+        if args.one_read {
+            // As a new process finds it: nothing in memory (the model loaded,
+            // the policy's prior learned), its prefix in the disk store.
+            b.backend.clear_cache().await.map_err(model_failure)?;
+            let (ms, _) = b
+                .warm_prior(&sf, &format!("{TICKET_B} (Reference {}.)", 9_700 + round))
+                .await?;
+            push("prior_schema_first_from_disk", ms);
+            // Throughput of one-read decisions of the known policy.
+            let (serial, concurrent) = throughput(&b.prior, &b, &sf, round, 16).await?;
+            push("serial_16", serial);
+            push("concurrent_16", concurrent);
+        } else {
+            for (row, loops) in [("contended_1", 1), ("contended_all", cores)] {
+                let _busy = BusyLoops::start(loops)?;
+                push(row, b.cold(&main, TICKET_A).await?.wall_ms);
+            }
+            // 16 callers at once on the warm decision: each one's wall time minus
+            // the queue and model time of its own calls.
+            let many = concurrent_overhead(&b, &main, 16).await?;
+            for o in many {
+                push("overhead_16", o);
+            }
+            // Throughput: 16 states no earlier decision read, one caller after
+            // another, then 16 other new states from 16 callers at once.
+            let (serial, concurrent) = throughput(&b.engine, &b, &main, round, 16).await?;
+            push("serial_16", serial);
+            push("concurrent_16", concurrent);
         }
-        // 16 callers at once on the warm decision: each one's wall time minus
-        // the queue and model time of its own calls.
-        let many = concurrent_overhead(&b, &main, 16).await?;
-        for o in many {
-            push("overhead_16", o);
-        }
-        // Throughput: 16 states no earlier decision read, one caller after
-        // another, then 16 other new states from 16 callers at once.
-        let (serial, concurrent) = throughput(&b, &main, round, 16).await?;
-        push("serial_16", serial);
-        push("concurrent_16", concurrent);
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
     report(&times, prompt.len(), q_tokens, threads, args)
+}
+
+/// One row of per-round times: `(scenario, ms)`.
+type Push<'a> = &'a mut dyn FnMut(&'static str, f64);
+
+/// The tokenizer rows and the overhead of a state no earlier round tokenized.
+async fn tokenizer_rows(
+    b: &Bench,
+    main: &ValidSchema,
+    tok: &dgem_backend_llama::LlamaTokenizer,
+    prompt_text: &str,
+    round: u32,
+    push: Push<'_>,
+) -> Result<(), Failure> {
+    let t = Instant::now();
+    tok.encode(prompt_text)
+        .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
+    push("tokenize", t.elapsed().as_secs_f64() * 1e3);
+    // A state no earlier round tokenized: its lines miss the line cache.
+    let novel = format!("{TICKET_B} My order reference is {}.", 7_301 + round);
+    push(
+        "overhead_new_state",
+        b.cold(main, &novel).await?.overhead_ms,
+    );
+    let t = Instant::now();
+    tok.encode_reference(prompt_text)
+        .map_err(|e| internal(anyhow::anyhow!("tokenize: {e}")))?;
+    push("tokenize_llama", t.elapsed().as_secs_f64() * 1e3);
+    Ok(())
+}
+
+/// The rows of the default (cyclic) engine: cold, warm, first of policy,
+/// 1 and 8 questions, and `schema_first`.
+async fn cyclic_rows(
+    b: &Bench,
+    [main, sf, q1, q8]: [&ValidSchema; 4],
+    round: u32,
+    push: Push<'_>,
+) -> Result<(), Failure> {
+    let cold = b.cold(main, TICKET_A).await?;
+    push("cold", cold.wall_ms);
+    push("overhead_1", cold.overhead_ms);
+    let warm = b.decide(main, TICKET_A).await?;
+    push("warm", warm.wall_ms);
+    push("overhead_1", warm.overhead_ms);
+    let fresh = triage(
+        &format!(" (Policy revision {round}.)"),
+        Layout::DocumentFirst,
+    )?;
+    push("first_of_policy", b.cold(&fresh, TICKET_A).await?.wall_ms);
+    push("q1", b.cold(q1, TICKET_A).await?.wall_ms);
+    push("q8", b.cold(q8, TICKET_A).await?.wall_ms);
+    push("schema_first_cold", b.cold(sf, TICKET_B).await?.wall_ms);
+    b.decide(sf, TICKET_A).await?;
+    push("schema_first_cached", b.decide(sf, TICKET_B).await?.wall_ms);
+    let fresh_sf = triage(&format!(" (Policy revision {round}.)"), Layout::SchemaFirst)?;
+    push(
+        "schema_first_first_of_policy",
+        b.cold(&fresh_sf, TICKET_B).await?.wall_ms,
+    );
+    Ok(())
 }
 
 /// CPU-bound processes running beside the bench (`sh -c 'while :; do :; done'`),
@@ -526,6 +659,7 @@ impl Drop for BusyLoops {
 /// Milliseconds per decision of `n` new states of `schema` decided one after
 /// another, and of `n` other new states decided by `n` callers at once.
 async fn throughput(
+    engine: &Engine,
     b: &Bench,
     schema: &ValidSchema,
     round: u32,
@@ -537,13 +671,13 @@ async fn throughput(
     };
     let t = Instant::now();
     for i in 0..n {
-        timed(&b.engine, schema, &state(0, i)).await?;
+        timed(engine, schema, &state(0, i)).await?;
     }
     let serial = t.elapsed().as_secs_f64() * 1e3 / n as f64;
     let states: Vec<String> = (0..n).map(|i| state(1, i)).collect();
     let t = Instant::now();
     let done =
-        futures_util::future::join_all(states.iter().map(|s| timed(&b.engine, schema, s))).await;
+        futures_util::future::join_all(states.iter().map(|s| timed(engine, schema, s))).await;
     let concurrent = t.elapsed().as_secs_f64() * 1e3 / n as f64;
     b.recorder.take();
     for d in done {
@@ -597,6 +731,8 @@ fn report(
             "prior_cold" => Some(1.0),
             // A new policy, priors included, at most 2 cold decisions.
             "prior_first_of_policy" => Some(2.0),
+            // A known policy costs its new tokens.
+            "prior_schema_first_cached" | "prior_schema_first_from_disk" => Some(1.2),
             _ => None,
         };
         if let Some(g) = goal {

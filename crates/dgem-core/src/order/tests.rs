@@ -210,8 +210,8 @@ fn biased_listed(prior: &[f64], q: &[f64], listed: &[usize]) -> Vec<f64> {
 }
 
 #[test]
-fn position_prior_from_content_free_listings_recovers_the_prior() {
-    // Content-free reads: a label preference `rho` as well as the positions.
+fn position_prior_of_one_state_recovers_the_prior() {
+    // One state's reads: its content `rho` as well as the positions.
     let pi = [0.6, 0.25, 0.15];
     let rho = [0.5, 0.3, 0.2];
     let orders: Vec<Vec<usize>> = shifts(3, 3)
@@ -220,7 +220,13 @@ fn position_prior_from_content_free_listings_recovers_the_prior() {
         .collect();
     let listed: Vec<Vec<f64>> = orders.iter().map(|o| biased_listed(&pi, &rho, o)).collect();
     let got_pi = position_prior(&listed);
-    let got_rho = option_prior(&listed, &orders);
+    // In option space the same reads pool to the content.
+    let own: Vec<Vec<f64>> = listed
+        .iter()
+        .zip(&orders)
+        .map(|(d, o)| unlist(d, o))
+        .collect();
+    let got_rho = pool_orders(&own);
     for (g, w) in got_pi.iter().zip(pi) {
         assert!((g - w).abs() < 1e-12, "{got_pi:?}");
     }
@@ -279,5 +285,5 @@ fn prior_reads_once_and_estimates_from_every_listing() {
         err.contains("[off, cyclic, prior]") && err.contains("`sorted`"),
         "{err}"
     );
-    assert_eq!(OrderSensitivity::prior().method, "position_prior");
+    assert_eq!(OrderSensitivity::prior().method, "policy_prior");
 }

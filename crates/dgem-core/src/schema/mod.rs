@@ -317,6 +317,10 @@ pub struct SchemaDefaults {
     pub samples: SamplePolicy,
     /// Layout when the schema has no `layout`.
     pub layout: Layout,
+    /// Whether the deployment chose `layout` (an operator's setting): then a
+    /// schema validated under these defaults counts its layout as stated
+    /// ([`ValidSchema::layout_stated`]). `false` for the built-in default.
+    pub layout_stated: bool,
     /// Isolation rule when the schema has no `isolate` (the original's
     /// `DEFAULT_ISOLATE`, `auto`).
     pub isolate: Isolate,
@@ -327,6 +331,7 @@ impl Default for SchemaDefaults {
         Self {
             samples: SamplePolicy::Fixed { n: 1 },
             layout: Layout::DocumentFirst,
+            layout_stated: false,
             isolate: Isolate::Auto,
         }
     }
@@ -364,6 +369,14 @@ pub struct ValidSchema {
     pub sequential: bool,
     /// Prompt layout.
     pub layout: Layout,
+    /// Whether `layout` was stated — by the policy, a request override
+    /// ([`Self::with_layout`]) or the deployment
+    /// ([`SchemaDefaults::layout_stated`]) — rather than left at the built-in
+    /// default. A reader may then use the layout its model reads best (the
+    /// embedded engine's `EngineConfig::model_layout`). Not sent upstream;
+    /// the wire form ([`Self::to_wire`]) always states the layout.
+    #[serde(skip)]
+    pub layout_stated: bool,
     /// Answer template format, from the total question count.
     pub format: AnswerFormat,
     /// The isolation rule as requested (before `auto` was resolved).
@@ -400,6 +413,7 @@ impl ValidSchema {
     /// Override the layout (request > template > deployment, reference.md §1.6).
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
+        self.layout_stated = true;
         self
     }
 

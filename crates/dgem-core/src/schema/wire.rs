@@ -111,10 +111,14 @@ mod tests {
         let other = SchemaDefaults {
             samples: SamplePolicy::Fixed { n: 7 },
             layout: Layout::SchemaFirst,
+            layout_stated: true,
             isolate: Isolate::All,
         };
         let back = ValidSchema::from_value(&s.to_wire(), &other).expect("wire form is valid");
-        assert_eq!(back, s, "wire form: {}", s.to_wire());
+        assert!(back.layout_stated, "the wire form states its layout");
+        let mut stated = s.clone();
+        stated.layout_stated = true;
+        assert_eq!(back, stated, "wire form: {}", s.to_wire());
         s
     }
 

@@ -100,6 +100,7 @@ fn defaults() {
             threshold: 0.1,
         },
         layout: Layout::SchemaFirst,
+        layout_stated: false,
         isolate: crate::schema::Isolate::None,
     };
     let s =
@@ -108,6 +109,21 @@ fn defaults() {
         (s.samples, s.layout, s.steps, s.think),
         (d.samples, Layout::SchemaFirst, 1, 0)
     );
+    // Left to the reader unless the policy, a request or the deployment says.
+    assert!(!s.layout_stated);
+    let stated =
+        ValidSchema::from_value(&with(json!({"layout": "document_first"})), &d).expect("valid");
+    assert!(stated.layout_stated);
+    let by_deployment = SchemaDefaults {
+        layout_stated: true,
+        ..d
+    };
+    assert!(
+        ValidSchema::from_value(&with(json!({})), &by_deployment)
+            .expect("valid")
+            .layout_stated
+    );
+    assert!(s.clone().with_layout(Layout::DocumentFirst).layout_stated);
     assert_eq!(
         (s.ask.clone(), s.chunk_rows, s.chunk_prompt, s.sequential),
         (None, None, ChunkPrompt::Own, false)
