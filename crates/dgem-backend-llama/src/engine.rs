@@ -40,6 +40,8 @@
 //! whose head it does not reproduce is read from the head instead
 //! ([`crate::Readout::FullHead`]: the graph always runs to the head).
 
+mod baseline;
+mod group;
 mod kv_store;
 mod probe;
 mod snapshots;
@@ -55,7 +57,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
 use crate::labels::{CaptureHandle, OutputRows};
-use crate::readout::{pooled_label_logits, read_slot, read_vocab, restricted_logprobs};
+use crate::readout::{pooled_label_logits, read_vocab, restricted_logprobs};
 use crate::runtime::runtime;
 use crate::worker::WorkerConfig;
 use crate::LlamaError;
@@ -271,63 +273,6 @@ impl<'m> Engine<'m> {
     /// Wall time of the last `llama_decode` call, ms.
     pub(crate) fn last_decode_ms(&self) -> f64 {
         self.last_decode_ms
-    }
-
-    /// The benchmark baseline: llama.cpp's own prompt evaluation of
-    /// `reads[0].tokens` on an empty cache — the whole prompt in one batch
-    /// (llama.cpp splits it in ubatches of 512), logits at the last row only —
-    /// then an empty cache again. With a reuse point `p` on the read, the
-    /// tokens before `p` are decoded first in a batch of their own and only
-    /// the rest is the timed batch (a cached prefix). Returns the last row
-    /// read over the first slot's labels; [`Self::last_decode_ms`] holds the
-    /// time of the last decode.
-    pub(crate) fn prompt_eval(
-        &mut self,
-        reads: &[SequenceRead],
-    ) -> Result<(Vec<Vec<SlotLogits>>, usize), BackendError> {
-        let Some(read) = reads.first() else {
-            return Ok((Vec::new(), 0));
-        };
-        self.pick_threads();
-        self.reset();
-        let last = read.tokens.len().saturating_sub(1);
-        let cached = read
-            .reuse_points
-            .first()
-            .copied()
-            .filter(|&p| p > 0 && p <= last)
-            .unwrap_or(0);
-        if cached > 0 {
-            self.batch.clear();
-            for (p, &t) in read.tokens.iter().enumerate().take(cached) {
-                self.batch
-                    .add(token(t)?, pos_i32(p)?, &[0], false)
-                    .map_err(|e| model_err("batch", e))?;
-            }
-            if let Err(e) = self.decode(false) {
-                self.reset();
-                return Err(e);
-            }
-        }
-        self.batch.clear();
-        for (p, &t) in read.tokens.iter().enumerate().skip(cached) {
-            self.batch
-                .add(token(t)?, pos_i32(p)?, &[0], p == last)
-                .map_err(|e| model_err("batch", e))?;
-        }
-        // llama.cpp's own prompt evaluation runs the output head.
-        let result = self.decode(true);
-        let slots = match (&result, read.slots.first()) {
-            (Ok(()), Some(slot)) => {
-                let at = last - cached;
-                let idx = i32::try_from(at)
-                    .map_err(|_| BackendError::Model(format!("batch index {at}")))?;
-                vec![read_slot(self.ctx.get_logits_ith(idx), &slot.labels)]
-            }
-            _ => Vec::new(),
-        };
-        self.reset();
-        result.map(|()| (vec![slots], 0))
     }
 
     /// Read every slot of validated reads; returns them and the reused positions.
@@ -585,113 +530,6 @@ impl<'m> Engine<'m> {
         Ok((slots, start))
     }
 
-    /// Several reads sharing a prefix: the prefix on sequence 0 (canonical
-    /// chunks, through the cache), then every read's continuation in one
-    /// decode under its own sequence id. `None` when they do not fit (the
-    /// caller then reads them one by one).
-    #[allow(clippy::type_complexity)]
-    fn read_group(
-        &mut self,
-        group: &[SequenceRead],
-    ) -> Result<Option<(Vec<Vec<SlotLogits>>, usize)>, BackendError> {
-        let Some(spans) = group.iter().map(span).collect::<Option<Vec<_>>>() else {
-            return Ok(None);
-        };
-        let Some(base) = group.first() else {
-            return Ok(None);
-        };
-        let first_row = spans.iter().map(|s| s.0).min().unwrap_or(0);
-        let shared = group
-            .iter()
-            .zip(&spans)
-            .map(|(r, &(_, end))| common_prefix(&base.tokens[..spans[0].1], &r.tokens[..end]))
-            .min()
-            .unwrap_or(0)
-            .min(first_row);
-        let continuation: usize = spans.iter().map(|&(_, end)| end - shared).sum();
-        if shared + continuation > self.batch_capacity || shared == 0 {
-            return Ok(None);
-        }
-        let plan = self.plan(shared, &base.reuse_points);
-        self.policy_point = policy_point(&base.reuse_points);
-        let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
-        self.decode_prompt(
-            &base.tokens[..shared],
-            start,
-            &[],
-            &[],
-            &plan,
-            &base.reuse_points,
-            &mut |_, _, _| Ok(()),
-        )?;
-        let result = self.decode_continuations(group, &spans, shared);
-        // Sequences 1.. are scratch: drop them whatever happened.
-        for seq in 1..=group.len() {
-            let _ = self
-                .ctx
-                .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
-        }
-        match result {
-            Ok(slots) => {
-                let reused = start + (group.len() - 1) * shared;
-                Ok(Some((slots, reused)))
-            }
-            Err(e) => {
-                self.reset();
-                Err(e)
-            }
-        }
-    }
-
-    /// Copy the prefix `[0, shared)` of sequence 0 to sequences `1..=n` and
-    /// decode every read's tokens `[shared, end)` in one batch, as a prefix
-    /// tree: a token the reads share (the same tokens since `shared`) goes in
-    /// once, under all their sequence ids, and a row they share is read once.
-    fn decode_continuations(
-        &mut self,
-        group: &[SequenceRead],
-        spans: &[(usize, usize)],
-        shared: usize,
-    ) -> Result<Vec<Vec<SlotLogits>>, BackendError> {
-        let seqs: Vec<i32> = (1..=group.len()).map(|s| s as i32).collect();
-        for &seq in &seqs {
-            self.ctx
-                .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(shared).ok())
-                .map_err(|e| model_err("kv seq_cp", e))?;
-        }
-        let tree = ContinuationTree::new(group, spans, shared);
-        self.batch.clear();
-        self.outputs.clear();
-        for (i, node) in tree.nodes.iter().enumerate() {
-            let ids: Vec<i32> = node.reads.iter().map(|&r| seqs[r]).collect();
-            let want = node.output || self.logits_all;
-            if want {
-                self.outputs.push(i);
-            }
-            self.batch
-                .add(token(node.token)?, pos_i32(node.pos)?, &ids, want)
-                .map_err(|e| model_err("batch", e))?;
-        }
-        let full_head = self.logits_all || tree.nodes.iter().any(|n| n.vocab);
-        self.decode(full_head)?;
-        let mut out = Vec::with_capacity(group.len());
-        for (r, read) in group.iter().enumerate() {
-            let mut slots = Vec::with_capacity(read.slots.len());
-            for slot in &read.slots {
-                let idx = slot
-                    .pos
-                    .checked_sub(1 + shared)
-                    .and_then(|depth| tree.paths[r].get(depth))
-                    .ok_or_else(|| {
-                        BackendError::Model("slot row missing from batch — this is a bug".into())
-                    })?;
-                slots.push(self.read_row(*idx, slot)?);
-            }
-            out.push(slots);
-        }
-        Ok(out)
-    }
-
     /// One `llama_decode` of the batch; `full_head` lets the graph run on to
     /// the output head (else it stops at the final hidden states).
     fn decode(&mut self, full_head: bool) -> Result<(), BackendError> {
@@ -744,67 +582,5 @@ impl<'m> Engine<'m> {
             label_logprobs: restricted_logprobs(&label_logits),
             vocab,
         })
-    }
-}
-
-/// One token of a [`ContinuationTree`].
-struct TreeNode {
-    token: TokenId,
-    pos: usize,
-    /// Indices of the reads (in the group) whose continuation holds this node.
-    reads: Vec<usize>,
-    /// Some read needs the logits of this row.
-    output: bool,
-    /// Some read needs the full-vocabulary logits of this row.
-    vocab: bool,
-}
-
-/// The continuations `[shared, end)` of a group of reads as a prefix tree,
-/// nodes in the order they go into the batch (each read's path in position
-/// order, a branch after the nodes it branches from, as llama.cpp requires of
-/// a batch whose tokens belong to several sequences).
-struct ContinuationTree {
-    nodes: Vec<TreeNode>,
-    /// Per read, the node (= batch index) at each position from `shared`.
-    paths: Vec<Vec<usize>>,
-}
-
-impl ContinuationTree {
-    fn new(group: &[SequenceRead], spans: &[(usize, usize)], shared: usize) -> Self {
-        let mut nodes: Vec<TreeNode> = Vec::new();
-        let mut children: std::collections::HashMap<(Option<usize>, TokenId), usize> =
-            std::collections::HashMap::new();
-        let mut paths = Vec::with_capacity(group.len());
-        for (r, (read, &(_, end))) in group.iter().zip(spans).enumerate() {
-            let rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
-            let vocab_rows: Vec<usize> = read
-                .slots
-                .iter()
-                .filter(|s| s.vocab)
-                .map(|s| s.pos.saturating_sub(1))
-                .collect();
-            let mut parent = None;
-            let mut path = Vec::with_capacity(end.saturating_sub(shared));
-            for (p, &t) in read.tokens.iter().enumerate().take(end).skip(shared) {
-                let at = *children.entry((parent, t)).or_insert_with(|| {
-                    nodes.push(TreeNode {
-                        token: t,
-                        pos: p,
-                        reads: Vec::new(),
-                        output: false,
-                        vocab: false,
-                    });
-                    nodes.len() - 1
-                });
-                let node = &mut nodes[at];
-                node.reads.push(r);
-                node.output |= rows.contains(&p);
-                node.vocab |= vocab_rows.contains(&p);
-                path.push(at);
-                parent = Some(at);
-            }
-            paths.push(path);
-        }
-        Self { nodes, paths }
     }
 }

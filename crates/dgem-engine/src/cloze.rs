@@ -11,17 +11,14 @@
 //! tokenization (one sequence per option, all sharing the prompt prefix, so the
 //! backend decodes the prefix once and batches the continuations).
 
-use std::time::Instant;
-
 use tracing::Instrument as _;
 
 use dgem_backend::walker::{self, GroupCall, GroupReader};
-use dgem_backend::{ForwardOutput, SequenceRead, SlotLogits, SlotQuery};
+use dgem_backend::{ForwardOutput, SequenceRead};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
 use dgem_core::prompt::{chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec};
-use dgem_core::readout::log_sum_exp;
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
@@ -31,11 +28,17 @@ use dgem_core::slots::{
 };
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
-use dgem_core::SchemaError;
 
-use crate::calibration::{text_key, PriorKey, CONTENT_FREE_STATES};
-use crate::policy_prior;
+use crate::calibration::CONTENT_FREE_STATES;
 use crate::{DecideRequest, Decision, Engine, EngineError};
+
+mod priors;
+mod sequences;
+
+use priors::Learned;
+pub(crate) use sequences::{
+    combine, label_read, question_sequences, short_model, Prompt, PromptText,
+};
 
 /// One question as listed in one read: alternatives possibly permuted.
 pub(crate) struct ReadQuestion {
@@ -103,175 +106,6 @@ pub(crate) fn permutation(k: usize, seed: i64, r: u32, qi: usize) -> Vec<usize> 
     perm
 }
 
-fn short_model(what: &str) -> EngineError {
-    EngineError::Backend(dgem_backend::BackendError::Model(format!(
-        "backend returned fewer {what} than requested"
-    )))
-}
-
-/// A read's prompt as tokens, with the prefix lengths later reads of the same
-/// policy or request share with it ([`SequenceRead::reuse_points`]).
-pub(crate) struct Prompt {
-    /// BOS, the chat turn, the prefill.
-    pub(crate) tokens: Vec<TokenId>,
-    /// Sorted prefix lengths: where the policy's shared prefix ends
-    /// (`schema_first`), and where the model's turn starts (before the prefill).
-    pub(crate) reuse_points: Vec<usize>,
-}
-
-/// A prompt's text before tokenizing.
-pub(crate) struct PromptText {
-    /// The chat turn.
-    pub(crate) text: String,
-    /// Bytes of `text` every decision of the policy shares
-    /// ([`policy_prefix_len`]), if any.
-    pub(crate) prefix_len: Option<usize>,
-}
-
-/// The sequences that read one question after `prompt`: one for first-token
-/// scoring, one per option for sequence scoring.
-///
-/// `vocab` asks the backend for the full-vocabulary reading of each slot
-/// ([`SlotQuery::vocab`]); sequence scoring always asks (it sums normalized
-/// log-probabilities over an option's tokens).
-pub(crate) fn question_sequences(
-    prompt: &Prompt,
-    rq: &ReadQuestion,
-    max_tokens: usize,
-    vocab: bool,
-) -> Result<Vec<SequenceRead>, EngineError> {
-    let reuse_points = &prompt.reuse_points;
-    let mut base = prompt.tokens.clone();
-    base.extend(&rq.slot.cue);
-    let fit = |len: usize| -> Result<(), EngineError> {
-        if len > max_tokens {
-            return Err(EngineError::Schema(SchemaError::new(
-                "state",
-                format!(
-                    "the prompt is {len} tokens; the context holds {max_tokens} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)"
-                ),
-            )));
-        }
-        Ok(())
-    };
-    match rq.slot.scoring {
-        Scoring::Sequence => spellings(&rq.slot)
-            .map(|(_, cont)| {
-                let mut tokens = base.clone();
-                tokens.extend(cont);
-                fit(tokens.len())?;
-                let slots = cont
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &t)| SlotQuery {
-                        pos: base.len() + i,
-                        labels: vec![vec![t]],
-                        vocab: true,
-                    })
-                    .collect();
-                Ok(SequenceRead {
-                    tokens,
-                    slots,
-                    reuse_points: reuse_points.clone(),
-                })
-            })
-            .collect(),
-        Scoring::FirstToken | Scoring::Canvas => {
-            fit(base.len() + 1)?;
-            let pos = base.len();
-            Ok(vec![SequenceRead {
-                tokens: base,
-                slots: vec![SlotQuery {
-                    pos,
-                    labels: rq.slot.labels.clone(),
-                    vocab,
-                }],
-                reuse_points: reuse_points.clone(),
-            }])
-        }
-    }
-}
-
-/// Every continuation of a sequence-scored slot with the index of its label:
-/// each label's main continuation, then its other spellings.
-pub(crate) fn spellings(slot: &ClozeSlot) -> impl Iterator<Item = (usize, &Vec<TokenId>)> {
-    slot.labels.iter().enumerate().flat_map(move |(i, main)| {
-        std::iter::once((i, main)).chain(
-            slot.variants
-                .get(i)
-                .into_iter()
-                .flatten()
-                .map(move |v| (i, v)),
-        )
-    })
-}
-
-/// A slot read from one slot's logits: the restricted softmax of its label
-/// log-probabilities, plus the full-vocabulary reading when the backend
-/// returned one (`is_label` says whether its argmax token is a label).
-pub(crate) fn label_read(s: &SlotLogits, is_label: impl Fn(TokenId) -> bool) -> SlotRead {
-    let read = SlotRead::from_label_logits(&s.label_logprobs);
-    match &s.vocab {
-        Some(v) => read.with_vocab(&v.label_logprobs, v.entropy, is_label(v.argmax_token)),
-        None => read,
-    }
-}
-
-/// Turn the backend's readings of one question's sequences into a slot read over
-/// its labels (listed order). Sequence scoring sums each option's token
-/// log-probabilities over the full vocabulary; entropy and `argmax_is_label`
-/// come from the row after the cue. First-token scoring takes the restricted
-/// softmax of the label log-probabilities, and adds the vocabulary reading
-/// when the backend returned one.
-pub(crate) fn combine(
-    rq: &ReadQuestion,
-    outs: &[Vec<SlotLogits>],
-) -> Result<SlotRead, EngineError> {
-    let first = outs
-        .first()
-        .and_then(|s| s.first())
-        .ok_or_else(|| short_model("slot readings"))?;
-    match rq.slot.scoring {
-        Scoring::Sequence => {
-            // Per spelling, the sum of its token log-probabilities; per label,
-            // the log-sum-exp over its spellings.
-            let owners: Vec<usize> = spellings(&rq.slot).map(|(i, _)| i).collect();
-            if outs.len() != owners.len() {
-                return Err(short_model("option sequences"));
-            }
-            let mut per_label: Vec<Vec<f64>> = vec![Vec::new(); rq.slot.labels.len()];
-            for (seq, &owner) in outs.iter().zip(&owners) {
-                let mut sum = 0.0;
-                for s in seq {
-                    let v = s
-                        .vocab
-                        .as_ref()
-                        .ok_or_else(|| short_model("full-vocabulary readings"))?;
-                    sum += v.label_logprobs.first().copied().unwrap_or(-1.0e4);
-                }
-                if let Some(l) = per_label.get_mut(owner) {
-                    l.push(sum);
-                }
-            }
-            // A label with no spelling scored gets the floor of a missing token.
-            let ll: Vec<f64> = per_label
-                .iter()
-                .map(|l| log_sum_exp(l).max(-1.0e4))
-                .collect();
-            let v = first
-                .vocab
-                .as_ref()
-                .ok_or_else(|| short_model("full-vocabulary readings"))?;
-            let is_label =
-                spellings(&rq.slot).any(|(_, cont)| cont.first() == Some(&v.argmax_token));
-            Ok(SlotRead::from_label_logprobs(&ll, v.entropy, is_label))
-        }
-        Scoring::FirstToken | Scoring::Canvas => Ok(label_read(first, |t| {
-            rq.slot.labels.iter().any(|l| l.contains(&t))
-        })),
-    }
-}
-
 pub(crate) struct Ctx<'a> {
     pub(crate) engine: &'a Engine,
     pub(crate) tok: &'a dyn Tokenizer,
@@ -325,50 +159,6 @@ impl Ctx<'_> {
             .map(|q| self.order.reads_for(q, self.engine.label_mode()))
             .max()
             .unwrap_or(1)
-    }
-
-    /// Under [`OrderDebias::Prior`], per question of `group` (listing 0 of
-    /// read 0 in `qs`): the key of its learned prior ([`crate::policy_prior`])
-    /// and the prior itself once it is learned.
-    fn learned_priors(
-        &self,
-        listed: &[&Question],
-        prefill: &str,
-        qs: &[ReadQuestion],
-    ) -> Result<Learned, EngineError> {
-        // The prompt with the state left out: what the read may depend on
-        // besides the state.
-        let hole = self.prompt_text(0, 0, listed, "\u{0}state\u{0}").text;
-        let store = self.engine.policy_priors.lock().map_err(|_| {
-            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
-        })?;
-        let ids = |ts: &[TokenId]| -> Vec<u8> { ts.iter().flat_map(|t| t.to_le_bytes()).collect() };
-        let mut keys = Vec::with_capacity(qs.len());
-        let mut priors = Vec::with_capacity(qs.len());
-        for rq in qs {
-            let labels: Vec<u8> = rq
-                .slot
-                .labels
-                .iter()
-                .flat_map(|l| ids(l).into_iter().chain([b'|']))
-                .collect();
-            let key = policy_prior::prior_key(&[
-                hole.as_bytes(),
-                prefill.as_bytes(),
-                &ids(&rq.slot.cue),
-                &labels,
-                format!("{:?}", rq.slot.scoring).as_bytes(),
-                &[u8::from(self.calibrate)],
-            ]);
-            priors.push(store.get(&key).map(|(p, _)| p));
-            keys.push(key);
-        }
-        let ready = priors.iter().all(Option::is_some);
-        Ok(Learned {
-            keys,
-            priors,
-            ready,
-        })
     }
 
     /// Questions of listing `t` of read `r`, with permutation and cloze slot.
@@ -475,128 +265,6 @@ impl Ctx<'_> {
             all.extend(seqs);
         }
         Ok((all, ranges))
-    }
-
-    /// Priors for each question of one read (content-free states), from cache or model.
-    async fn priors(
-        &self,
-        r: u32,
-        t: usize,
-        listed: &[&Question],
-        prefill: &str,
-        qs: &[ReadQuestion],
-        counters: &mut Counters,
-    ) -> Result<Vec<Vec<f64>>, EngineError> {
-        // Fast path: every question's priors found by the prompt texts alone.
-        let texts: Vec<PromptText> = CONTENT_FREE_STATES
-            .iter()
-            .map(|cf| self.prompt_text(r, t, listed, cf))
-            .collect();
-        let plain: Vec<&str> = texts.iter().map(|t| t.text.as_str()).collect();
-        let text_keys: Vec<[u8; 32]> = qs
-            .iter()
-            .map(|q| {
-                text_key(
-                    &plain,
-                    prefill,
-                    &q.slot.cue,
-                    &q.slot.labels,
-                    &format!("{:?}", q.slot.scoring),
-                )
-            })
-            .collect();
-        {
-            let mut cache = self.engine.priors.lock().map_err(|_| {
-                EngineError::Unsupported("calibration cache poisoned — this is a bug".into())
-            })?;
-            let found: Option<Vec<Vec<f64>>> =
-                text_keys.iter().map(|k| cache.get_by_text(k)).collect();
-            if let Some(found) = found {
-                return Ok(found);
-            }
-        }
-        let priors = self.priors_by_tokens(&texts, prefill, qs, counters).await?;
-        if let Ok(mut cache) = self.engine.priors.lock() {
-            for (k, p) in text_keys.into_iter().zip(&priors) {
-                cache.put_by_text(k, p.clone());
-            }
-        }
-        Ok(priors)
-    }
-
-    /// [`Self::priors`] through the token-keyed cache (and the store), reading
-    /// the content-free prompts (`texts`, one per content-free state) on the
-    /// model for what is missing.
-    async fn priors_by_tokens(
-        &self,
-        texts: &[PromptText],
-        prefill: &str,
-        qs: &[ReadQuestion],
-        counters: &mut Counters,
-    ) -> Result<Vec<Vec<f64>>, EngineError> {
-        let mut per_state = Vec::new();
-        for text in texts {
-            let prompt = self.tokens_of(text, prefill)?;
-            // Priors use the label distribution only.
-            per_state.push(self.sequences(&prompt, qs, false)?);
-        }
-        let key = |qi: usize| -> PriorKey {
-            let toks = per_state
-                .iter()
-                .flat_map(|(seqs, ranges)| {
-                    seqs[ranges[qi].clone()]
-                        .iter()
-                        .flat_map(|s| s.tokens.iter().copied())
-                })
-                .collect();
-            (toks, qs[qi].slot.labels.clone())
-        };
-        let mut priors: Vec<Option<Vec<f64>>> = {
-            let mut cache = self.engine.priors.lock().map_err(|_| {
-                EngineError::Unsupported("calibration cache poisoned — this is a bug".into())
-            })?;
-            (0..qs.len()).map(|qi| cache.get(&key(qi))).collect()
-        };
-        let missing: Vec<usize> = (0..qs.len()).filter(|&i| priors[i].is_none()).collect();
-        if missing.is_empty() {
-            return Ok(priors.into_iter().map(Option::unwrap_or_default).collect());
-        }
-        let started = Instant::now();
-        let mut reads = Vec::new();
-        // index[state][mi] = range of question missing[mi]'s sequences in `reads`.
-        let mut index = Vec::with_capacity(per_state.len());
-        for (seqs, ranges) in &per_state {
-            let mut at = Vec::with_capacity(missing.len());
-            for &qi in &missing {
-                let from = reads.len();
-                reads.extend(seqs[ranges[qi].clone()].iter().cloned());
-                at.push(from..reads.len());
-            }
-            index.push(at);
-        }
-        let span = forward_span(&self.engine.backend.info().engine, reads.len());
-        let out = self.engine.backend.forward(reads).instrument(span).await?;
-        counters.absorb(&out);
-        counters.calibration_ms += started.elapsed().as_secs_f64() * 1e3;
-        for (mi, &qi) in missing.iter().enumerate() {
-            let mut dists = Vec::with_capacity(index.len());
-            for at in &index {
-                let outs = out
-                    .sequences
-                    .get(at[mi].clone())
-                    .ok_or_else(|| short_model("calibration readings"))?;
-                dists.push(combine(&qs[qi], outs)?.probs);
-            }
-            let prior = mean_distribution(&dists);
-            if let Ok(mut cache) = self.engine.priors.lock() {
-                cache.put(key(qi), prior.clone());
-            }
-            priors[qi] = Some(prior);
-        }
-        if let Ok(cache) = self.engine.priors.lock() {
-            cache.save();
-        }
-        Ok(priors.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     /// Run reads `from..to` of a group, each in [`Self::group_orders`]
@@ -723,31 +391,6 @@ impl Ctx<'_> {
         Ok(result)
     }
 
-    /// Add this decision's canonical reads (own option order) to the
-    /// learning of each question still learning its prior
-    /// ([`crate::policy_prior`]).
-    fn learn(
-        &self,
-        learned: &Learned,
-        state: &str,
-        canonical: &[Option<Vec<f64>>],
-    ) -> Result<(), EngineError> {
-        let mut store = self.engine.policy_priors.lock().map_err(|_| {
-            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
-        })?;
-        let digest = policy_prior::state_digest(state);
-        let mut added = false;
-        for (key, read) in learned.keys.iter().zip(canonical) {
-            if let Some(read) = read {
-                added |= store.add(key, digest.clone(), read);
-            }
-        }
-        if added {
-            store.save();
-        }
-        Ok(())
-    }
-
     /// Read one group: first reads, `auto` extension, and the group's result.
     async fn read_group(
         &self,
@@ -848,16 +491,6 @@ impl Ctx<'_> {
             rows: counters.rows,
         })
     }
-}
-
-/// The learned priors of one group's questions ([`Ctx::learned_priors`]).
-struct Learned {
-    /// Per question, the key of its prior.
-    keys: Vec<String>,
-    /// Per question, its learned prior (own option order), once learned.
-    priors: Vec<Option<Vec<f64>>>,
-    /// Every question has one: read once.
-    ready: bool,
 }
 
 /// Earlier answers prefilled in the model's turn: each group's answer lines,

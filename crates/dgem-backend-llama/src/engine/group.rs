@@ -1,0 +1,180 @@
+//! Several reads sharing a prompt, read in one decode of their continuations
+//! (`batch_reads`): the shared prefix on sequence 0, then every read's suffix
+//! as a prefix tree under its own sequence id (moved from `engine.rs`
+//! unchanged; the module docs of [`super`] explain the layout).
+
+use dgem_backend::{BackendError, SequenceRead, SlotLogits};
+use dgem_core::tokenizer::TokenId;
+
+use super::{common_prefix, model_err, policy_point, pos_i32, span, token, Engine};
+
+impl Engine<'_> {
+    /// Several reads sharing a prefix: the prefix on sequence 0 (canonical
+    /// chunks, through the cache), then every read's continuation in one
+    /// decode under its own sequence id. `None` when they do not fit (the
+    /// caller then reads them one by one).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn read_group(
+        &mut self,
+        group: &[SequenceRead],
+    ) -> Result<Option<(Vec<Vec<SlotLogits>>, usize)>, BackendError> {
+        let Some(spans) = group.iter().map(span).collect::<Option<Vec<_>>>() else {
+            return Ok(None);
+        };
+        let Some(base) = group.first() else {
+            return Ok(None);
+        };
+        let first_row = spans.iter().map(|s| s.0).min().unwrap_or(0);
+        let shared = group
+            .iter()
+            .zip(&spans)
+            .map(|(r, &(_, end))| common_prefix(&base.tokens[..spans[0].1], &r.tokens[..end]))
+            .min()
+            .unwrap_or(0)
+            .min(first_row);
+        let continuation: usize = spans.iter().map(|&(_, end)| end - shared).sum();
+        if shared + continuation > self.batch_capacity || shared == 0 {
+            return Ok(None);
+        }
+        let plan = self.plan(shared, &base.reuse_points);
+        self.policy_point = policy_point(&base.reuse_points);
+        let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
+        self.decode_prompt(
+            &base.tokens[..shared],
+            start,
+            &[],
+            &[],
+            &plan,
+            &base.reuse_points,
+            &mut |_, _, _| Ok(()),
+        )?;
+        let result = self.decode_continuations(group, &spans, shared);
+        // Sequences 1.. are scratch: drop them whatever happened.
+        for seq in 1..=group.len() {
+            let _ = self
+                .ctx
+                .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+        }
+        match result {
+            Ok(slots) => {
+                let reused = start + (group.len() - 1) * shared;
+                Ok(Some((slots, reused)))
+            }
+            Err(e) => {
+                self.reset();
+                Err(e)
+            }
+        }
+    }
+
+    /// Copy the prefix `[0, shared)` of sequence 0 to sequences `1..=n` and
+    /// decode every read's tokens `[shared, end)` in one batch, as a prefix
+    /// tree: a token the reads share (the same tokens since `shared`) goes in
+    /// once, under all their sequence ids, and a row they share is read once.
+    fn decode_continuations(
+        &mut self,
+        group: &[SequenceRead],
+        spans: &[(usize, usize)],
+        shared: usize,
+    ) -> Result<Vec<Vec<SlotLogits>>, BackendError> {
+        let seqs: Vec<i32> = (1..=group.len()).map(|s| s as i32).collect();
+        for &seq in &seqs {
+            self.ctx
+                .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(shared).ok())
+                .map_err(|e| model_err("kv seq_cp", e))?;
+        }
+        let tree = ContinuationTree::new(group, spans, shared);
+        self.batch.clear();
+        self.outputs.clear();
+        for (i, node) in tree.nodes.iter().enumerate() {
+            let ids: Vec<i32> = node.reads.iter().map(|&r| seqs[r]).collect();
+            let want = node.output || self.logits_all;
+            if want {
+                self.outputs.push(i);
+            }
+            self.batch
+                .add(token(node.token)?, pos_i32(node.pos)?, &ids, want)
+                .map_err(|e| model_err("batch", e))?;
+        }
+        let full_head = self.logits_all || tree.nodes.iter().any(|n| n.vocab);
+        self.decode(full_head)?;
+        let mut out = Vec::with_capacity(group.len());
+        for (r, read) in group.iter().enumerate() {
+            let mut slots = Vec::with_capacity(read.slots.len());
+            for slot in &read.slots {
+                let idx = slot
+                    .pos
+                    .checked_sub(1 + shared)
+                    .and_then(|depth| tree.paths[r].get(depth))
+                    .ok_or_else(|| {
+                        BackendError::Model("slot row missing from batch — this is a bug".into())
+                    })?;
+                slots.push(self.read_row(*idx, slot)?);
+            }
+            out.push(slots);
+        }
+        Ok(out)
+    }
+}
+
+/// One token of a [`ContinuationTree`].
+struct TreeNode {
+    token: TokenId,
+    pos: usize,
+    /// Indices of the reads (in the group) whose continuation holds this node.
+    reads: Vec<usize>,
+    /// Some read needs the logits of this row.
+    output: bool,
+    /// Some read needs the full-vocabulary logits of this row.
+    vocab: bool,
+}
+
+/// The continuations `[shared, end)` of a group of reads as a prefix tree,
+/// nodes in the order they go into the batch (each read's path in position
+/// order, a branch after the nodes it branches from, as llama.cpp requires of
+/// a batch whose tokens belong to several sequences).
+struct ContinuationTree {
+    nodes: Vec<TreeNode>,
+    /// Per read, the node (= batch index) at each position from `shared`.
+    paths: Vec<Vec<usize>>,
+}
+
+impl ContinuationTree {
+    fn new(group: &[SequenceRead], spans: &[(usize, usize)], shared: usize) -> Self {
+        let mut nodes: Vec<TreeNode> = Vec::new();
+        let mut children: std::collections::HashMap<(Option<usize>, TokenId), usize> =
+            std::collections::HashMap::new();
+        let mut paths = Vec::with_capacity(group.len());
+        for (r, (read, &(_, end))) in group.iter().zip(spans).enumerate() {
+            let rows: Vec<usize> = read.slots.iter().map(|s| s.pos.saturating_sub(1)).collect();
+            let vocab_rows: Vec<usize> = read
+                .slots
+                .iter()
+                .filter(|s| s.vocab)
+                .map(|s| s.pos.saturating_sub(1))
+                .collect();
+            let mut parent = None;
+            let mut path = Vec::with_capacity(end.saturating_sub(shared));
+            for (p, &t) in read.tokens.iter().enumerate().take(end).skip(shared) {
+                let at = *children.entry((parent, t)).or_insert_with(|| {
+                    nodes.push(TreeNode {
+                        token: t,
+                        pos: p,
+                        reads: Vec::new(),
+                        output: false,
+                        vocab: false,
+                    });
+                    nodes.len() - 1
+                });
+                let node = &mut nodes[at];
+                node.reads.push(r);
+                node.output |= rows.contains(&p);
+                node.vocab |= vocab_rows.contains(&p);
+                path.push(at);
+                parent = Some(at);
+            }
+            paths.push(path);
+        }
+        Self { nodes, paths }
+    }
+}
