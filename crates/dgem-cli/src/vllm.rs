@@ -82,7 +82,7 @@ pub struct VllmArgs {
 }
 
 /// `--vllm-order-debias`: [`dgem_core::order::OrderDebias::parse`] without
-/// `prior`, which needs the embedded reader's content-free cloze reads.
+/// `prior`, which needs the embedded reader's learned per-question priors.
 fn parse_vllm_order_debias(s: &str) -> Result<dgem_core::order::OrderDebias, String> {
     match dgem_core::order::OrderDebias::parse(s) {
         Ok(dgem_core::order::OrderDebias::Prior { .. }) | Err(_) => Err(format!(

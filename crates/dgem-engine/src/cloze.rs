@@ -346,17 +346,19 @@ impl Ctx<'_> {
                 if let Some(p) = priors.as_ref().and_then(|p| p.get(qi)) {
                     read.probs = calibrate(&read.probs, p);
                 }
+                if let Some(at) = one_read_prior.and_then(|l| l.by_position(qi)) {
+                    // Learned on the canonical listing, the prior holds that
+                    // listing's position bias: divided position by position,
+                    // so a sample read in a shuffled listing is corrected
+                    // where its options were listed (for the canonical
+                    // listing, the same as option by option).
+                    read.probs = order::divide_prior(&read.probs, &at);
+                }
                 read.probs = order::unlist(&read.probs, &rq.perm);
                 if learning && *r == 0 && *t == 0 {
                     if let Some(c) = canonical.get_mut(qi) {
                         *c = Some(read.probs.clone());
                     }
-                }
-                if let Some(prior) = one_read_prior
-                    .and_then(|l| l.priors.get(qi))
-                    .and_then(Option::as_ref)
-                {
-                    read.probs = order::divide_prior(&read.probs, prior);
                 }
                 if *t == 0 {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
@@ -402,7 +404,7 @@ impl Ctx<'_> {
         let samples = self.schema.samples;
         let (first, extra) = sample_plan(samples);
         let mut counters = Counters::default();
-        // Under `prior`, the learned position priors, looked up once per group
+        // Under `prior`, the learned policy priors, looked up once per group
         // so that an `auto` extension reads the way the first reads did.
         let learned = match self.order {
             OrderDebias::Prior { .. } => {

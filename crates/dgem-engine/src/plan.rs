@@ -59,7 +59,9 @@ pub struct PlannedGroup {
     /// Further reads when an `auto` policy extends.
     pub extra_reads_if_extended: u32,
     /// Option listings per read ([`dgem_core::order`]): the canonical order
-    /// and its cyclic rotations, one prompt each (1 with order debiasing off).
+    /// and its cyclic rotations, one prompt each (1 with order debiasing off,
+    /// and under `prior` once the policy's prior is learned: its first three
+    /// decisions read every rotation).
     pub listings: usize,
     /// Sequences per read over all questions of the group and all listings.
     pub sequences_per_read: usize,

@@ -190,8 +190,8 @@ async fn prior_learns_the_policy_prior_from_the_first_decisions_then_reads_once(
         assert_eq!(p, want, "a learning decision is the cyclic one");
     }
     // Learned from three distinct states: one read of the canonical listing
-    // (high, low, medium: position bias 0.6, 0.3, 0.1), divided by the mean
-    // of the learning states' canonical reads.
+    // (high, low, medium: position bias 0.6, 0.3, 0.1), divided by the
+    // learned prior.
     let canonical = |named: usize| -> Vec<f64> {
         // Own order low, medium, high.
         let bias = [0.3, 0.1, 0.6];
@@ -201,8 +201,10 @@ async fn prior_learns_the_policy_prior_from_the_first_decisions_then_reads_once(
         let total: f64 = raw.iter().sum();
         raw.iter().map(|x| x / total).collect()
     };
+    // The mean of the three reads with one uniform pseudo-decision mixed in
+    // (`policy_prior::PSEUDO_DECISIONS`).
     let mean: Vec<f64> = (0..3)
-        .map(|i| (0..3).map(|o| canonical(o)[i]).sum::<f64>() / 3.0)
+        .map(|i| ((0..3).map(|o| canonical(o)[i]).sum::<f64>() + 1.0 / 3.0) / 4.0)
         .collect();
     let high = canonical(2);
     let divided: Vec<f64> = high.iter().zip(&mean).map(|(p, m)| p / m).collect();
@@ -253,4 +255,78 @@ async fn a_learned_policy_prior_is_kept_for_the_next_process() {
     let a = d.answers["pick"].as_ref().expect("answered");
     assert_eq!(a.to_chat_json()["order_sensitivity"]["method"], "cyclic");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Regression (review): a sample read in a shuffled listing was divided by
+/// the prior option by option, so the canonical listing's position bias was
+/// removed from the wrong options. Divided position by position, every
+/// sample of a pure position bias gives the same numbers to whatever it
+/// listed first, second and third.
+#[tokio::test]
+async fn samples_in_shuffled_listings_are_corrected_where_their_options_were_listed() {
+    use dgem_core::slots::{python_random, python_randrange, READ_SEED_STRIDE};
+    let b = ScriptedBackend::new(first_listed);
+    let prior = debiasing(b, OrderDebias::parse("prior").expect("parses"));
+    for state in ["one", "two", "three"] {
+        read_state(&prior, state).await;
+    }
+    let (samples, seed) = (4u32, 42i64);
+    let v = json!({"samples": samples, "questions": [
+        {"id": "pick", "type": "choice", "options": ["low", "medium", "high"]}
+    ]});
+    let d = prior
+        .decide(DecideRequest {
+            schema: ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid"),
+            state: json!("four"),
+            seed,
+        })
+        .await
+        .expect("decision");
+    let a = d.answers["pick"].as_ref().expect("answered");
+    assert_eq!(
+        a.to_chat_json()["order_sensitivity"]["method"],
+        "policy_prior"
+    );
+    // The canonical listing is high, low, medium (own indices 2, 0, 1); each
+    // sample shuffles it with the engine's seeded permutation.
+    let canonical = [2usize, 0, 1];
+    let listings: Vec<Vec<usize>> = (0..samples)
+        .map(|r| {
+            let mut perm: Vec<usize> = (0..3).collect();
+            if r > 0 {
+                let mut rng = python_random(seed + READ_SEED_STRIDE * i64::from(r));
+                for i in (1..3).rev() {
+                    let j = python_randrange(&mut rng, (i + 1) as u32) as usize;
+                    perm.swap(i, j);
+                }
+            }
+            perm.iter().map(|&i| canonical[i]).collect()
+        })
+        .collect();
+    assert!(
+        listings.iter().any(|l| l[0] != 2),
+        "a sample lists another option first: {listings:?}"
+    );
+    // Learned prior: (3 reads of 0.8 / 0.1 / 0.1 + one uniform) / 4, by
+    // canonical position; each sample's read divided by it position by position.
+    let by_position = [
+        (2.4 + 1.0 / 3.0) / 4.0,
+        (0.3 + 1.0 / 3.0) / 4.0,
+        (0.3 + 1.0 / 3.0) / 4.0,
+    ];
+    let divided: Vec<f64> = [0.8, 0.1, 0.1]
+        .iter()
+        .zip(by_position)
+        .map(|(p, q)| p / q)
+        .collect();
+    let total: f64 = divided.iter().sum();
+    let mut want = [0.0; 3];
+    for l in &listings {
+        for (pos, &o) in l.iter().enumerate() {
+            want[o] += divided[pos] / total / f64::from(samples);
+        }
+    }
+    for (got, w) in a.aggregate.mean.iter().zip(want) {
+        assert!((got - w).abs() < 1e-9, "{:?} vs {want:?}", a.aggregate.mean);
+    }
 }

@@ -303,7 +303,7 @@ impl Decider for RemoteDgem {
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
         let body = chat_body(
             &self.config.model,
-            &req.schema.to_wire(),
+            &forwarded_schema(&req.schema),
             &req.state,
             req.seed,
         );
@@ -385,6 +385,19 @@ pub fn health_from_body(body: &Value) -> Health {
     }
 }
 
+/// The schema a replica is sent: its wire form, less `layout` when no one
+/// stated one ([`dgem_core::schema::ValidSchema::layout_stated`]), so the
+/// replica reads with its own model's layout as a direct request would.
+fn forwarded_schema(schema: &dgem_core::schema::ValidSchema) -> serde_json::Value {
+    let mut wire = schema.to_wire();
+    if !schema.layout_stated {
+        if let Some(obj) = wire.as_object_mut() {
+            obj.remove("layout");
+        }
+    }
+    wire
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +453,18 @@ mod tests {
             let h = health_from_body(&json!({"phase": p, "ready": false}));
             assert!(h.is_warming(), "{p}: {h:?}");
         }
+    }
+
+    #[test]
+    fn a_replica_reads_an_unstated_layout_with_its_own_model() {
+        let raw = json!({"questions": [{"id": "q", "type": "boolean"}]});
+        let d = dgem_core::schema::SchemaDefaults::default();
+        let open = dgem_core::schema::ValidSchema::from_value(&raw, &d).expect("valid");
+        assert!(forwarded_schema(&open).get("layout").is_none());
+        let mut stated = raw.clone();
+        stated["layout"] = json!("document_first");
+        let stated = dgem_core::schema::ValidSchema::from_value(&stated, &d).expect("valid");
+        assert_eq!(forwarded_schema(&stated)["layout"], "document_first");
     }
 
     #[test]

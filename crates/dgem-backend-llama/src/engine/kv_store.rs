@@ -17,13 +17,17 @@
 //! the read's own chunk plan, so the answer has a cold read's bits. The key
 //! therefore holds everything those bytes depend on: the model file (its
 //! sha256, or its id, size and modification time), the context size, the
-//! CPU features ggml's kernels were chosen by, this crate's version and
+//! CPU features ggml's kernels were chosen by, the llama.cpp bindings'
+//! version ([`LLAMA_CPP_SYS`]), the build profile, this crate's version and
 //! [`FORMAT`], the tokens and the chunk chain. Thread counts change no bits
 //! (`tests/forward.rs`), so they are not in it.
 //!
-//! **Bounded and safe.** At most [`MAX_FILES`] files, least recently used
-//! removed first (a load touches its file). Files are written to a temp
-//! name and renamed, so a reader never sees half a file; a file llama.cpp
+//! **Bounded and safe.** At most [`MAX_FILES`] files and [`MAX_BYTES`],
+//! least recently used removed first (a load touches its file; a prefix a
+//! process keeps finding in memory is not touched, so it may go first).
+//! Files are written to a temp name of their own (process and a counter)
+//! and renamed, so a reader never sees half a file, and a temp file a dead
+//! writer left is removed after an hour; a file llama.cpp
 //! refuses (truncated, another format version) or whose tokens differ is
 //! removed and the prefix decoded. Every failure here only costs time.
 
@@ -42,6 +46,21 @@ pub(crate) const FORMAT: &str = "dgem-kv-v1";
 /// Most prefix files kept in one store.
 pub(crate) const MAX_FILES: usize = 64;
 
+/// Most bytes of prefix files kept in one store (512 MiB: about 18 policies
+/// of 1,000 tokens on a 1.5B model at 28 KB a token).
+pub(crate) const MAX_BYTES: u64 = 512 << 20;
+
+/// The llama.cpp bindings this build's numbers come from (the
+/// `llama-cpp-sys-2` version in `Cargo.lock`; a test keeps them equal): a
+/// new llama.cpp may write other bytes for the same prefix.
+pub(crate) const LLAMA_CPP_SYS: &str = "0.1.161";
+
+/// A temp file left this long (a writer that died) is removed by a prune.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Distinct temp names for writers of one process.
+static TEMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The files of one model and context.
 pub(crate) struct KvStore {
     dir: PathBuf,
@@ -59,8 +78,13 @@ impl KvStore {
             .iter()
             .map(|f| format!("{f:?}"))
             .collect();
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
         let identity = format!(
-            "{FORMAT}|{}|{model}|ctx {context_size}|{}",
+            "{FORMAT}|{}|llama-cpp-sys-2 {LLAMA_CPP_SYS}|{profile}|{model}|ctx {context_size}|{}",
             env!("CARGO_PKG_VERSION"),
             features.join(",")
         )
@@ -113,7 +137,8 @@ impl KvStore {
             .iter()
             .filter_map(|&t| i32::try_from(t).ok().map(LlamaToken))
             .collect();
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let seq = TEMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
         let written = std::fs::create_dir_all(&self.dir)
             .map_err(|e| e.to_string())
             .and_then(|()| {
@@ -164,22 +189,41 @@ impl KvStore {
         ok
     }
 
-    /// Remove the least recently used files past [`MAX_FILES`].
+    /// Remove the least recently used files past [`MAX_FILES`] or
+    /// [`MAX_BYTES`], and temp files older than an hour.
     fn prune(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "kv"))
-            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-            .collect();
-        if files.len() <= MAX_FILES {
-            return;
+        let now = std::time::SystemTime::now();
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
+        for e in entries.filter_map(Result::ok) {
+            let (path, Ok(meta)) = (e.path(), e.metadata()) else {
+                continue;
+            };
+            let Ok(modified) = meta.modified() else {
+                continue;
+            };
+            if path.extension().is_some_and(|x| x == "kv") {
+                files.push((modified, meta.len(), path));
+            } else if now
+                .duration_since(modified)
+                .is_ok_and(|age| age > STALE_TEMP)
+            {
+                let _ = std::fs::remove_file(&path);
+            }
         }
         files.sort();
-        for (_, p) in files.iter().take(files.len() - MAX_FILES) {
-            let _ = std::fs::remove_file(p);
+        let mut bytes: u64 = files.iter().map(|f| f.1).sum();
+        let mut count = files.len();
+        for (_, len, path) in &files {
+            if count <= MAX_FILES && bytes <= MAX_BYTES {
+                break;
+            }
+            if std::fs::remove_file(path).is_ok() {
+                count -= 1;
+                bytes = bytes.saturating_sub(*len);
+            }
         }
     }
 }
@@ -204,6 +248,22 @@ mod tests {
             base,
             KvStore::new(dir, "sha-a", 2048).path(&[1, 2, 3], &[3])
         );
+    }
+
+    /// The bindings' version in the key is the one this build links.
+    #[test]
+    fn the_llama_cpp_version_in_the_key_is_the_locked_one() {
+        let lock =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"))
+                .expect("Cargo.lock");
+        let at = lock.find("name = \"llama-cpp-sys-2\"").expect("locked");
+        let version = lock[at..]
+            .lines()
+            .nth(1)
+            .and_then(|l| l.strip_prefix("version = \""))
+            .and_then(|l| l.strip_suffix('"'))
+            .expect("version line");
+        assert_eq!(version, LLAMA_CPP_SYS);
     }
 
     #[test]

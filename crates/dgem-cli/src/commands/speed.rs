@@ -336,6 +336,9 @@ async fn run_rounds(
         EngineConfig {
             // Priors in memory only: "first of policy" stays first every round.
             calibration_store: None,
+            // The default reader's rows, whatever the model reads with under
+            // `--order-debias auto`.
+            order_debias: dgem_core::order::OrderDebias::default(),
             ..config
         },
     );

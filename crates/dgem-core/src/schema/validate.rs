@@ -75,7 +75,8 @@ impl ValidSchema {
             chunk_prompt: settings::chunk_prompt(obj)?,
             sequential: settings::sequential(obj)?,
             layout: settings::layout(obj, defaults)?,
-            layout_stated: obj.contains_key("layout") || defaults.layout_stated,
+            layout_stated: obj.get("layout").is_some_and(|v| !v.is_null())
+                || defaults.layout_stated,
             think: settings::think(obj)?,
             steps: settings::steps(obj)?,
             think_optional: settings::think_optional(obj)?,

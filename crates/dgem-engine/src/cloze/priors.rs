@@ -28,10 +28,11 @@ impl Ctx<'_> {
         // The prompt with the state left out: what the read may depend on
         // besides the state.
         let hole = self.prompt_text(0, 0, listed, "\u{0}state\u{0}").text;
-        let store = self.engine.policy_priors.lock().map_err(|_| {
+        let mut store = self.engine.policy_priors.lock().map_err(|_| {
             EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
         })?;
         let ids = |ts: &[TokenId]| -> Vec<u8> { ts.iter().flat_map(|t| t.to_le_bytes()).collect() };
+        let canonical = qs.iter().map(|rq| rq.perm.clone()).collect();
         let mut keys = Vec::with_capacity(qs.len());
         let mut priors = Vec::with_capacity(qs.len());
         for rq in qs {
@@ -56,6 +57,7 @@ impl Ctx<'_> {
         Ok(Learned {
             keys,
             priors,
+            canonical,
             ready,
         })
     }
@@ -214,6 +216,25 @@ pub(super) struct Learned {
     pub(super) keys: Vec<String>,
     /// Per question, its learned prior (own option order), once learned.
     pub(super) priors: Vec<Option<Vec<f64>>>,
+    /// Per question, its canonical listing (`canonical[i]` = the option
+    /// listed at position `i`), the listing its prior was learned on.
+    pub(super) canonical: Vec<Vec<usize>>,
     /// Every question has one: read once.
     pub(super) ready: bool,
+}
+
+impl Learned {
+    /// Question `qi`'s prior by position of its canonical listing
+    /// (`at[i]` = the prior of the option listed at position `i`), once
+    /// learned.
+    pub(super) fn by_position(&self, qi: usize) -> Option<Vec<f64>> {
+        let prior = self.priors.get(qi)?.as_ref()?;
+        let canonical = self.canonical.get(qi)?;
+        Some(
+            canonical
+                .iter()
+                .map(|&o| prior.get(o).copied().unwrap_or(0.0))
+                .collect(),
+        )
+    }
 }
