@@ -79,8 +79,8 @@ pub struct ModelArgs {
     #[arg(long = "kv-snapshot-mb", env = "DGEM_KV_SNAPSHOT_MB", default_value_t = 256, value_name = "MIB", value_parser = clap::value_parser!(u32).range(0..=65_536))]
     pub kv_snapshot_mb: u32,
     /// Keep each `schema_first` policy's prefix KV state on disk
-    /// (`<model dir>/kv/<model>/`, at most 64 files, least recently used
-    /// removed first), so that the next process's first decision of that
+    /// (`<model dir>/kv/<model>/`, at most 64 files and 512 MiB, least
+    /// recently used removed first), so that the next process's first decision of that
     /// policy decodes only its new tokens (`on`, default) or not (`off`).
     /// Answers are bit-identical either way.
     #[arg(long = "kv-store", env = "DGEM_KV_STORE", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set, value_name = "on|off")]

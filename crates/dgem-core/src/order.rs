@@ -31,7 +31,8 @@
 //!    the policy's own first decisions (`dgem_engine::policy_prior`: the
 //!    first three distinct states are read in every cyclic listing and
 //!    answered as `cyclic` answers them; the mean of their canonical-listing
-//!    reads is the prior, kept on disk), then reads every later state once,
+//!    reads, with one uniform pseudo-decision mixed in, is the prior, kept on
+//!    disk), then reads every later state once,
 //!    in the canonical listing, and divides the read by it (batch
 //!    calibration, Zhou et al., ICLR 2024, done online). Cost: one prompt per
 //!    decision instead of `m`, once learned. It also divides out the policy's
