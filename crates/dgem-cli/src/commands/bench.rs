@@ -17,20 +17,25 @@ use clap::Args;
 use dgem_bench::dataset::{self, Dataset, Refused, Row};
 use dgem_bench::receipt::{self, DatasetInfo, ModelInfo, Receipt, RunInfo, ShardPlan, VersionInfo};
 use dgem_bench::report::{self, Format, Gate, GateResult};
-use dgem_bench::runner::{self, Progress, RunConfig, RunOutcome};
+use dgem_bench::runner::{self, RunConfig, RunOutcome};
 use dgem_bench::shard::Shard;
 use dgem_bench::suites::{self, bench::BenchRow, Decider, Summary};
 use dgem_bench::BenchError;
 use dgem_core::labels::LabelMode;
-use dgem_core::schema::{Layout, SamplePolicy};
-use dgem_service::ReadOptions;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
+
+mod flags;
+mod progress;
+
+pub use flags::{parse_layout, parse_samples};
+use progress::Bar;
+#[cfg(test)]
+use progress::{eta_from_window, ETA_WINDOW};
 
 /// How a bench command ended when it did not fail outright.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,85 +167,6 @@ pub struct CalibrationArgs {
     pub svg: Option<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-/// Items the ETA's rate is measured over: the last this many finished.
-pub const ETA_WINDOW: usize = 20;
-
-/// Time left from the finish times of the last [`ETA_WINDOW`] items: their
-/// rate, not the whole run's average (which a slow first item, model load or
-/// a resumed run would skew), so the estimate does not jump. `None` until two
-/// items have finished in this session.
-pub fn eta_from_window(
-    window: &std::collections::VecDeque<std::time::Instant>,
-    remaining: u64,
-) -> Option<std::time::Duration> {
-    let (first, last) = (window.front()?, window.back()?);
-    let spans = window.len().checked_sub(1).filter(|n| *n > 0)?;
-    let per_item = last.duration_since(*first).as_secs_f64() / spans as f64;
-    Some(std::time::Duration::from_secs_f64(
-        per_item * remaining as f64,
-    ))
-}
-
-/// A progress bar on stderr (indicatif hides it when stderr is not a
-/// terminal), with the ETA of [`eta_from_window`].
-struct Bar {
-    bar: ProgressBar,
-    window: std::sync::Mutex<std::collections::VecDeque<std::time::Instant>>,
-}
-
-impl Bar {
-    fn new(name: &str) -> Self {
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        let style =
-            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> ");
-        bar.set_style(style);
-        bar.set_prefix(name.to_owned());
-        Self {
-            bar,
-            window: std::sync::Mutex::new(std::collections::VecDeque::with_capacity(ETA_WINDOW)),
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn begin(&self, total: usize, done: usize) {
-        self.bar.set_length(total as u64);
-        self.bar.set_position(done as u64);
-        if done > 0 {
-            self.bar
-                .println(format!("resuming: {done} of {total} rows already done"));
-        }
-    }
-    fn advance(&self, id: &str) {
-        self.bar.inc(1);
-        let remaining = self
-            .bar
-            .length()
-            .unwrap_or(0)
-            .saturating_sub(self.bar.position());
-        let eta = match self.window.lock() {
-            Ok(mut w) => {
-                w.push_back(std::time::Instant::now());
-                while w.len() > ETA_WINDOW {
-                    w.pop_front();
-                }
-                eta_from_window(&w, remaining)
-            }
-            Err(_) => None,
-        };
-        let eta = eta.map_or_else(
-            || "eta …".to_string(),
-            |d| format!("eta {}", indicatif::HumanDuration(d)),
-        );
-        self.bar.set_message(format!("{eta} · {id}"));
-    }
-    fn end(&self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 /// Everything a harness needs to run, resolved from [`RunArgs`].
@@ -656,42 +582,6 @@ pub fn bench_template(name: &str) -> Result<String, Failure> {
             )
         })
         .map_err(user)
-}
-
-/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`,
-/// by the decision service's parser.
-///
-/// # Errors
-/// Exit code 1 naming `--samples`, the allowed values and the value given.
-pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
-    let read = ReadOptions {
-        samples: dgem_service::options::json_or_string(s).ok(),
-        ..ReadOptions::default()
-    };
-    match read.samples() {
-        Ok(Some(p)) => Ok(p),
-        _ => Err(user(anyhow::anyhow!(
-            "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
-        ))),
-    }
-}
-
-/// Parse a `--layout` flag (`dgem bench`), by the decision service's parser.
-///
-/// # Errors
-/// Exit code 1 naming `--layout`, the allowed values and the value given.
-pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
-    let read = ReadOptions {
-        layout: Some(Value::String(s.to_string())),
-        ..ReadOptions::default()
-    };
-    match read.layout() {
-        Ok(Some(l)) => Ok(l),
-        _ => Err(user(anyhow::anyhow!(
-            "`--layout` must be one of [document_first, schema_first]. Given: `{}`",
-            s.trim()
-        ))),
-    }
 }
 
 #[cfg(test)]
