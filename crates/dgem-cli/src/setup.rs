@@ -28,6 +28,12 @@ const DEFAULT_KV_CHUNK: usize = dgem_backend_llama::DEFAULT_KV_CHUNK;
 #[cfg(not(feature = "embedded"))]
 const DEFAULT_KV_CHUNK: usize = 1;
 
+mod flags;
+
+pub(crate) use flags::parse_seconds;
+pub use flags::OrderDebiasArg;
+use flags::{parse_auto_off, parse_label_mode, parse_on_off, parse_order_debias};
+
 /// The refusal of a build without llama.cpp (Cargo feature `embedded`) when
 /// a command needs the model in process.
 pub fn no_embedded_engine() -> Failure {
@@ -146,36 +152,10 @@ pub struct ModelArgs {
     pub pull_timeout: f64,
 }
 
-/// A number of seconds from 0 (no limit) to a day.
-pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "must be a number of seconds from 0 (no limit) to 86400. Given: `{s}`"
-        )),
-    }
-}
-
 /// `Some(limit)` for a positive number of seconds, `None` (no limit) for 0.
 #[cfg(feature = "embedded")]
 fn limit(seconds: f64) -> Option<std::time::Duration> {
     (seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
-}
-
-fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        other => Err(format!("must be one of [on, off]. Given: `{other}`")),
-    }
-}
-
-fn parse_auto_off(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "auto" | "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("must be one of [auto, off]. Given: `{other}`")),
-    }
 }
 
 /// The temperatures shipped for the default model, when `sha256` is its
@@ -199,16 +179,6 @@ fn shipped_temperature(sha256: Option<&str>) -> Option<dgem_engine::ModelTempera
             eprintln!("warning: {reason} (`--model-calibration off` silences this)");
             None
         }
-    }
-}
-
-fn parse_label_mode(s: &str) -> Result<LabelMode, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "words" => Ok(LabelMode::Words),
-        "letters" => Ok(LabelMode::Letters),
-        other => Err(format!(
-            "`labels` must be one of [words, letters]. Given: `{other}`"
-        )),
     }
 }
 
@@ -481,26 +451,6 @@ fn load_file(
             ..EngineConfig::default()
         },
     ))
-}
-
-/// `--order-debias` as given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OrderDebiasArg {
-    /// What was measured best for the model ([`order_debias_for`]).
-    Auto,
-    /// The user's setting.
-    Set(dgem_core::order::OrderDebias),
-}
-
-/// `--order-debias`: `auto`, or anything
-/// [`dgem_core::order::OrderDebias::parse`] reads.
-fn parse_order_debias(s: &str) -> Result<OrderDebiasArg, String> {
-    if s.trim().eq_ignore_ascii_case("auto") {
-        return Ok(OrderDebiasArg::Auto);
-    }
-    dgem_core::order::OrderDebias::parse(s)
-        .map(OrderDebiasArg::Set)
-        .map_err(|e| e.replace("[off, cyclic, prior]", "[auto, off, cyclic, prior]"))
 }
 
 /// The order debiasing a model reads with: `--order-debias auto` follows
