@@ -32,14 +32,16 @@ use std::time::Duration;
 
 use dgem_backend::BackendError;
 use futures_util::future::BoxFuture;
-use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::breaker::{Breaker, BreakerConfig, BreakerState};
+use crate::breaker::{Breaker, BreakerConfig};
 use crate::error::GatewayError;
 use crate::replica::{status_fails_over, Kind, Replica};
 use dgem_backend::Health;
 
+mod status;
+
+pub use status::BackendStatus;
 /// The mode that tries Vertex first and fails over to the other backends.
 pub const VERTEX_FIRST: &str = "vertex_first";
 
@@ -129,48 +131,6 @@ pub struct Routed<T> {
     pub forward_ms: f64,
     /// Wall time of the whole routed call (ms).
     pub total_ms: f64,
-}
-
-/// One row of `/api/health`: `name`, `kind`, `url`, `phase`, `ready`,
-/// `bytes_staged_gb` (GB, when reported), `detail` (why a probe failed) and
-/// `breaker`.
-#[derive(Debug, Clone)]
-pub struct BackendStatus {
-    /// Backend name.
-    pub name: String,
-    /// Its kind.
-    pub kind: Kind,
-    /// Replica URL.
-    pub url: String,
-    /// Health probe result.
-    pub health: Health,
-    /// Breaker state.
-    pub breaker: BreakerState,
-}
-
-impl Serialize for BackendStatus {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap as _;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("name", &self.name)?;
-        m.serialize_entry("kind", &self.kind)?;
-        m.serialize_entry("url", &self.url)?;
-        m.serialize_entry("phase", self.health.phase())?;
-        m.serialize_entry("ready", &self.health.is_ready())?;
-        match &self.health {
-            Health::Ready => {}
-            Health::Starting {
-                bytes_staged_gb, ..
-            } => {
-                if let Some(gb) = bytes_staged_gb {
-                    m.serialize_entry("bytes_staged_gb", gb)?;
-                }
-            }
-            Health::Failed { reason, .. } => m.serialize_entry("detail", reason)?,
-        }
-        m.serialize_entry("breaker", &self.breaker)?;
-        m.end()
-    }
 }
 
 /// The router over configured backends. Cheap to share behind an `Arc`.
