@@ -8,30 +8,29 @@ mod common;
 use common::{dgem, model, stderr};
 use serde_json::Value;
 
+/// One round of `dgem bench-speed` at 2 threads with `extra` flags on the
+/// test model: its table (stdout) and its receipt.
+fn one_round(m: &str, extra: &[&str]) -> (String, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("speed.json");
+    let mut args = vec!["bench-speed", "--rounds", "1", "--threads", "2"];
+    args.extend_from_slice(extra);
+    args.extend(["-o", out.to_str().unwrap()]);
+    let o = dgem(&args, Some(m));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    (table, v)
+}
+
 #[test]
 fn bench_speed_measures_every_scenario_against_its_baseline() {
     let Some(m) = model() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("speed.json");
-    let o = dgem(
-        &[
-            "bench-speed",
-            "--rounds",
-            "1",
-            "--threads",
-            "2",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        Some(&m),
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let table = String::from_utf8_lossy(&o.stdout);
+    let (table, v) = one_round(&m, &[]);
     assert!(
         table.contains("of baseline") && table.contains("of q1"),
         "{table}"
     );
-    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(v["rounds"], 1);
     assert!(v["prompt_tokens"].as_u64().unwrap() > 100, "{v}");
     let s = &v["scenarios"];
@@ -76,23 +75,7 @@ fn bench_speed_measures_every_scenario_against_its_baseline() {
 #[test]
 fn one_read_measures_the_known_policy_rows_only() {
     let Some(m) = model() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("speed.json");
-    let o = dgem(
-        &[
-            "bench-speed",
-            "--one-read",
-            "--rounds",
-            "1",
-            "--threads",
-            "2",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        Some(&m),
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let (_, v) = one_round(&m, &["--one-read"]);
     let s = &v["scenarios"];
     for (name, to) in [
         ("prior_cold", "baseline"),
