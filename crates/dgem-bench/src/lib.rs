@@ -7,8 +7,8 @@
 //! run ([`runner`]), metric functions with their sources ([`metrics`]), JSON
 //! receipts ([`receipt`]), report formats and `--fail-under` gates ([`report`]),
 //! the reliability diagram ([`svg`]), one module per harness ([`suites`]),
-//! and scale-out: a run split by item id ([`shard`]) and the shards' receipts
-//! joined again ([`merge`]).
+//! scale-out: a run split by item id ([`shard`]) and the shards' receipts
+//! joined again ([`merge`]), and the files of `dgem batch` ([`batch`]).
 //!
 //! Sits above `dgem-engine` and `dgem-core`; the CLI (`dgem-cli`) adds argument
 //! parsing and the progress bar. No clap here.
@@ -20,6 +20,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod calibrate;
 pub mod dataset;
 mod error;

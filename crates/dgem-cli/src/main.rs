@@ -137,6 +137,18 @@ enum Command {
     #[cfg(feature = "bench")]
     /// Join the receipts of a run's shards (`--shard I/N`) into one receipt.
     BenchMerge(commands::bench_suites::MergeArgs),
+    #[cfg(feature = "bench")]
+    /// Decide every row of a JSON Lines, CSV or OpenAI Batch file; resumable and shardable.
+    #[command(
+        after_help = "Examples:\n  dgem batch -t support_triage -i tickets.jsonl -o decisions.jsonl\n  dgem batch -t support_triage -i tickets.csv --map ticket=body -o decisions.jsonl\n  dgem batch -i openai_requests.jsonl -o openai_responses.jsonl\n  dgem batch -t support_triage -i tickets.jsonl -o part-0.jsonl --shard 0/4"
+    )]
+    Batch(Box<commands::batch::BatchArgs>),
+    #[cfg(feature = "bench")]
+    /// Join the outputs of `dgem batch --shard I/N` runs into one file in input order.
+    #[command(
+        after_help = "Examples:\n  dgem batch-merge -o decisions.jsonl part-0.jsonl part-1.jsonl"
+    )]
+    BatchMerge(commands::batch::MergeArgs),
     /// Render a policy template and print the JSON (no model involved).
     #[command(
         after_help = "Examples:\n  dgem render -t support_triage -v ticket=\"refund please\""
@@ -273,6 +285,12 @@ fn main() -> ExitCode {
         Command::BenchSpeed(args) => commands::speed::run(args),
         #[cfg(feature = "bench")]
         Command::BenchProxy(args) => commands::proxy::run(args),
+        #[cfg(feature = "bench")]
+        Command::Batch(args) => {
+            return commands::batch::run(*args).unwrap_or_else(failure::Failure::report)
+        }
+        #[cfg(feature = "bench")]
+        Command::BatchMerge(args) => commands::batch::merge(args),
         #[cfg(feature = "bench")]
         Command::BenchMerge(args) => {
             return commands::bench::exit(commands::bench_suites::run_merge(args))

@@ -3,6 +3,8 @@
 
 pub mod after;
 #[cfg(feature = "bench")]
+pub mod batch;
+#[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "bench")]
 pub mod bench_suites;

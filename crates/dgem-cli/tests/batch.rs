@@ -1,0 +1,465 @@
+//! `dgem batch` end to end: the real binary, on the in-process fake vLLM
+//! (fast, scripted probabilities) and on the embedded model.
+#![allow(clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm};
+use serde_json::{json, Value};
+
+mod common;
+
+/// A WordLevel `tokenizer.json`: `yes` = 1, `no` = 2, everything else `[UNK]`.
+const TINY_TOKENIZER: &str = r#"{
+  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+  "post_processor": null, "decoder": null,
+  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
+}"#;
+
+/// A one-question policy over `{{.ticket}}`.
+const POLICY: &str = r#"{"schema": {"questions": [{"id": "u", "type": "noul", "instructions": "Urgent?"}]}, "state": {"ticket": "{{.ticket}}"}}"#;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    fake: FakeVllm,
+}
+
+impl Setup {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), TINY_TOKENIZER).unwrap();
+        std::fs::write(dir.path().join("p.json.tmpl"), POLICY).unwrap();
+        let script = scripts::weights(|_, _, id| if id == 1 { 3.0 } else { 1.0 });
+        let fake = FakeVllm::start(FakeConfig {
+            script: Arc::new(script),
+            ..FakeConfig::default()
+        })
+        .await
+        .unwrap();
+        Self { dir, fake }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `dgem batch` on the fake, with `extra` arguments.
+    fn args(&self, input: &Path, output: &Path, extra: &[&str]) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "batch".into(),
+            "-t".into(),
+            self.path("p.json.tmpl").display().to_string(),
+            "-i".into(),
+            input.display().to_string(),
+            "-o".into(),
+            output.display().to_string(),
+            "--backend".into(),
+            format!("vllm={}", self.fake.url()),
+            "--tokenizer".into(),
+            self.path("tokenizer.json").display().to_string(),
+        ];
+        a.extend(extra.iter().map(|s| (*s).to_string()));
+        a
+    }
+}
+
+fn command(args: &[String]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
+    cmd.current_dir(common::root())
+        .args(args)
+        .env_remove("DGEM_MODEL_PATH")
+        .env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Run the binary off the async runtime (the fake vLLM lives on it).
+async fn run(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || command(&args).output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn lines(p: &Path) -> Vec<Value> {
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The line without what differs from run to run: timings and the chat
+/// route's response id and creation time.
+fn timeless(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "timing" | "created") && !k.ends_with("_ms"))
+                .map(|(k, x)| (k.clone(), timeless(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(timeless).collect()),
+        other => other.clone(),
+    }
+}
+
+fn tickets(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{}\n", json!({"id": format!("t{i}"), "ticket": format!("ticket number {i} about an invoice")})))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_are_written_in_input_order_with_errors_and_duplicates() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"a\", \"ticket\": \"refund\"}\nnot json\n{\"id\": \"c\", \"tickt\": \"typo\"}\n{\"ticket\": \"refund\", \"id\": \"d\"}\n\n{\"ticket\": \"crash\"}\n",
+    )
+    .unwrap();
+    let out = s.path("out.jsonl");
+    let o = run(s.args(&input, &out, &[])).await;
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "two rows failed: {err}");
+    assert!(
+        err.contains("5 rows") && err.contains("2 decided, 1 duplicates, 2 failed"),
+        "{err}"
+    );
+    let got = lines(&out);
+    let ids: Vec<&str> = got.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "line-2", "c", "d", "line-6"]);
+    let rows: Vec<u64> = got.iter().map(|l| l["row"].as_u64().unwrap()).collect();
+    assert_eq!(rows, [0, 1, 2, 3, 4]);
+    // The scripted read: `yes` weighs 3, `no` 1.
+    let p = got[0]["decision"]["answers"]["u"]["noul"].as_f64().unwrap();
+    assert!((p - 0.75).abs() < 1e-9, "{p}");
+    assert_eq!(got[1]["error"]["field"], "line");
+    assert_eq!(got[2]["error"]["field"], "variables");
+    assert!(got[2]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("did you mean `ticket`"));
+    // `d` has `a`'s content (in another key order): decided once.
+    assert_eq!(got[3]["duplicate_of"], "a");
+    assert_eq!(got[3]["decision"], got[0]["decision"]);
+    assert_eq!(s.fake.requests().len(), 2, "a and line-6 only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_at_random_points_resumes_without_losing_or_repeating_rows() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(100)).unwrap();
+    let whole = s.path("whole.jsonl");
+    let o = run(s.args(&input, &whole, &["-w", "4"])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out = s.path("out.jsonl");
+    let args = s.args(&input, &out, &["-w", "4"]);
+    // Kill points from a fixed LCG: 30–120 ms into each try (a whole run
+    // takes a few hundred ms on the fake, so most tries are killed).
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut kills = 0;
+    for _ in 0..40 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let after = Duration::from_millis(30 + (x >> 33) % 90);
+        let args = args.clone();
+        let finished = tokio::task::spawn_blocking(move || {
+            let mut child = command(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(after);
+            match child.try_wait().unwrap() {
+                Some(status) => status.code() == Some(0),
+                None => {
+                    child.kill().unwrap(); // SIGKILL
+                    child.wait().unwrap();
+                    false
+                }
+            }
+        })
+        .await
+        .unwrap();
+        if finished {
+            break;
+        }
+        kills += 1;
+        let written = std::fs::read(&out).map_or(0, |b| b.iter().filter(|c| **c == b'\n').count());
+        eprintln!("killed after {after:?}: {written} lines written");
+    }
+    // Whatever the kills left, one more run completes it.
+    let o = run(args).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(
+        kills >= 2,
+        "{kills} runs were killed: the test proves little"
+    );
+    let (a, b) = (lines(&whole), lines(&out));
+    assert_eq!(a.len(), 100);
+    assert_eq!(b.len(), 100);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(timeless(x), timeless(y));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_merge_back_into_the_unsharded_output() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(30)).unwrap();
+    let whole = s.path("whole.jsonl");
+    assert_eq!(
+        run(s.args(&input, &whole, &[])).await.status.code(),
+        Some(0)
+    );
+    let mut parts = Vec::new();
+    for i in 0..3 {
+        let part = s.path(&format!("part-{i}.jsonl"));
+        let shard = format!("{i}/3");
+        let o = run(s.args(&input, &part, &["--shard", &shard])).await;
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+        let n = lines(&part).len();
+        assert!(n > 0 && n < 30, "shard {i} has {n} rows");
+        parts.push(part.display().to_string());
+    }
+    let merged = s.path("merged.jsonl");
+    let mut args = vec![
+        "batch-merge".to_string(),
+        "-o".into(),
+        merged.display().to_string(),
+    ];
+    args.extend(parts.iter().cloned());
+    let o = run(args).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let (a, b) = (lines(&whole), lines(&merged));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(timeless(x), timeless(y));
+    }
+    // One part missing: refused, naming the gap.
+    let mut args = vec![
+        "batch-merge".to_string(),
+        "-o".into(),
+        merged.display().to_string(),
+    ];
+    args.extend(parts[1..].iter().cloned());
+    let o = run(args).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("rows are missing"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csv_input_with_a_column_map() {
+    let s = Setup::new().await;
+    let input = s.path("in.csv");
+    std::fs::write(
+        &input,
+        "ref,body,team\nr1,\"charged twice, please refund\",x\nr2,the app crashes,y\n",
+    )
+    .unwrap();
+    let out = s.path("out.jsonl");
+    let o = run(s.args(&input, &out, &["--id-field", "ref", "--map", "ticket=body"])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let got = lines(&out);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1]["id"], "r2");
+    assert!(got[0]["decision"]["answers"]["u"]["noul"].is_number());
+    // A map naming a column the file lacks fails before any row is read.
+    let o = run(s.args(&input, &s.path("o2.jsonl"), &["--map", "ticket=text"])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("no column `text`"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_batch_lines_get_openai_response_lines() {
+    let s = Setup::new().await;
+    let input = s.path("requests.jsonl");
+    let schema = json!({"questions": [{"id": "u", "type": "noul", "instructions": "Urgent?"}]});
+    let body = json!({"model": "dgem", "messages": [
+        {"role": "system", "content": schema.to_string()},
+        {"role": "user", "content": "\"the site is down\""}]});
+    let rows = [
+        json!({"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions", "body": body}),
+        json!({"custom_id": "q2", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": []}}),
+        json!({"custom_id": "q3", "method": "POST", "url": "/v1/embeddings", "body": {}}),
+    ];
+    std::fs::write(
+        &input,
+        rows.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let out = s.path("responses.jsonl");
+    let mut args = s.args(&input, &out, &[]);
+    args.drain(1..3); // no `-t`: each body carries its questions
+    let o = run(args).await;
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    let got = lines(&out);
+    assert_eq!(got[0]["id"], "batch_req_0");
+    assert_eq!(got[0]["custom_id"], "q1");
+    assert_eq!(got[0]["response"]["status_code"], 200);
+    let content: Value = serde_json::from_str(
+        got[0]["response"]["body"]["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!((content["answers"]["u"]["noul"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+    assert_eq!(got[0]["error"], Value::Null);
+    // A body the chat route refuses: its 400, as serve would answer it.
+    assert_eq!(got[1]["response"]["status_code"], 400);
+    assert_eq!(
+        got[1]["response"]["body"]["error"]["type"],
+        "invalid_request_error"
+    );
+    // A line that is not a chat request: an error object naming the field.
+    assert_eq!(got[2]["response"], Value::Null);
+    assert_eq!(got[2]["error"]["param"], "url");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_rows_finish_and_rerunning_does_nothing() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    // 10,000 rows, 2,500 distinct: three of every four are repeats.
+    let text: String = (0..10_000)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"id": format!("r{i}"), "ticket": format!("ticket {}", i % 2_500)})
+            )
+        })
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let out = s.path("out.jsonl");
+    let o = run(s.args(&input, &out, &["-w", "16"])).await;
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("2500 decided, 7500 duplicates, 0 failed"),
+        "{err}"
+    );
+    let got = lines(&out);
+    assert_eq!(got.len(), 10_000);
+    assert!(got.iter().enumerate().all(|(i, l)| l["row"] == json!(i)));
+    // Row 9,999 holds ticket 2,499, first seen in row 2,499.
+    assert_eq!(got[9_999]["duplicate_of"], "r2499");
+    let before = s.fake.requests().len();
+    let o = run(s.args(&input, &out, &[])).await;
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        common::stderr(&o).contains("nothing to do"),
+        "{}",
+        common::stderr(&o)
+    );
+    assert_eq!(
+        s.fake.requests().len(),
+        before,
+        "a finished run reads nothing again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_files_exit_1_naming_them_and_lose_nothing() {
+    let s = Setup::new().await;
+    let out = s.path("out.jsonl");
+    // An input that does not exist.
+    let o = run(s.args(&s.path("missing.jsonl"), &out, &[])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("missing.jsonl"),
+        "{}",
+        common::stderr(&o)
+    );
+    // An output that cannot be created (its folder is a file).
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(2)).unwrap();
+    let blocked = s.path("in.jsonl").join("out.jsonl");
+    let o = run(s.args(&input, &blocked, &[])).await;
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("in.jsonl/out.jsonl"),
+        "{}",
+        common::stderr(&o)
+    );
+    // A file `dgem batch` did not write is not resumed over.
+    std::fs::write(&out, "my own notes\n").unwrap();
+    let o = run(s.args(&input, &out, &[])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("--overwrite"),
+        "{}",
+        common::stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "my own notes\n");
+    // Other arguments over a finished output: refused, not mixed.
+    let o = run(s.args(&input, &s.path("o2.jsonl"), &[])).await;
+    assert_eq!(o.status.code(), Some(0));
+    let o = run(s.args(&input, &s.path("o2.jsonl"), &["--seed", "7"])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("under other arguments"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+/// The embedded model decides a small file; its lines are the envelopes
+/// `dgem decide --json` prints.
+#[test]
+fn the_embedded_model_decides_a_file_as_decide_does() {
+    let Some(model) = common::model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\": \"a\", \"ticket\": \"I was charged twice this month\"}\n{\"id\": \"b\", \"ticket\": \"The app crashes on start\"}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.jsonl");
+    let o = common::dgem(
+        &[
+            "batch",
+            "-t",
+            "support_triage",
+            "-i",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        Some(&model),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let got = lines(&out);
+    let single = common::dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=The app crashes on start",
+            "--json",
+        ],
+        Some(&model),
+    );
+    let single: Value = serde_json::from_slice(&single.stdout).unwrap();
+    assert_eq!(got[1]["id"], "b");
+    assert_eq!(
+        timeless(&got[1]["decision"]["answers"]),
+        timeless(&single["answers"]),
+        "a row is decided as `dgem decide` decides it"
+    );
+}
