@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run one bench harness as a sharded batch job on the CPU image and merge the
-# shards' receipts into one.
+# shards' receipts into one; with SUITE=batch, decide every row of INPUT (a
+# JSON Lines, CSV or OpenAI Batch file in the results bucket or claim) under
+# POLICY with `dgem batch` and merge the shards' outputs with `dgem batch-merge`.
 #
 #   PROJECT=my-proj [SUITE=bench] [TASKS=4] deploy/scripts/bench_job.sh [--dry-run] [--render] [--k8s]
+#   PROJECT=my-proj SUITE=batch INPUT=inputs/tickets.jsonl [POLICY=support_triage] deploy/scripts/bench_job.sh
 #
 # Cloud Run (default): renders deploy/jobs/cloudrun-bench-job.yaml, creates the
 # results bucket and the job's service account if missing, runs
@@ -14,7 +17,7 @@
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}"; }
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}"; }
 
 RENDER=0
 TARGET=cloudrun
@@ -59,8 +62,9 @@ case "$SUITE" in
   bench-intents) default_dataset=data/intents/banking77_eval.jsonl ;;
   bench-rerank) default_dataset=data/rerank_suite.jsonl ;;
   bench-permutation) default_dataset=data/permutation_suite.jsonl ;;
+  batch) default_dataset=unused ;;
   *)
-    echo "error: \`SUITE\` must be one of [bench, bench-calibration, bench-intents, bench-rerank, bench-permutation]. Given: \`$SUITE\`" >&2
+    echo "error: \`SUITE\` must be one of [bench, bench-calibration, bench-intents, bench-rerank, bench-permutation, batch]. Given: \`$SUITE\`" >&2
     exit 1
     ;;
 esac
@@ -87,6 +91,25 @@ check MEMORY '^[1-9][0-9]*(Mi|Gi)$' 'a size such as 512Mi or 4Gi'
 check DATASET '^[A-Za-z0-9_./-]+$' 'a dataset path made of letters, digits and _./-'
 check RUN_ID '^[A-Za-z0-9][A-Za-z0-9_.-]*$' 'letters, digits and _.- (a folder name)'
 check JOB '^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$' 'a job name: lower-case letters, digits and -, starting with a letter'
+# `dgem batch`: the rows (a path inside the bucket or claim, mounted at
+# /results) and the policy they are decided under; shard outputs are JSON
+# Lines, merged in input order.
+KIND="bench"
+EXT=json
+MERGE=bench-merge
+if [[ "$SUITE" == batch ]]; then
+  KIND="batch"
+  EXT=jsonl
+  MERGE=batch-merge
+  require INPUT
+  POLICY="${POLICY:-support_triage}"
+  check INPUT '^[A-Za-z0-9_][A-Za-z0-9_./-]*$' 'a path inside the bucket made of letters, digits and _./- (no leading / or ..)'
+  if [[ "$INPUT" == *..* ]]; then
+    echo "error: \`INPUT\` must be a path inside the bucket without \`..\`. Given: \`$INPUT\`" >&2
+    exit 1
+  fi
+  check POLICY '^[A-Za-z0-9_][A-Za-z0-9_./-]*$' 'a built-in policy name or a path in the image made of letters, digits and _./-'
+fi
 
 if [[ "$TARGET" == cloudrun ]]; then
   require PROJECT
@@ -124,7 +147,7 @@ IMAGE="$PINNED_IMAGE"
 receipts() {
   local prefix="$1" i
   for ((i = 0; i < TASKS; i++)); do
-    echo "$prefix/$SUITE-shard-$i.json"
+    echo "$prefix/$SUITE-shard-$i.$EXT"
   done
 }
 
@@ -135,7 +158,7 @@ render() {
   local text name left
   text="$(<"$DEPLOY_DIR/jobs/$1")"
   for name in JOB REGION TASKS PARALLELISM SERVICE_ACCOUNT MAX_RETRIES TASK_TIMEOUT \
-    IMAGE SUITE DATASET RUN_ID CPU MEMORY BUCKET PVC STORAGE_CLASS RESULTS_SIZE; do
+    IMAGE SUITE DATASET RUN_ID CPU MEMORY BUCKET PVC STORAGE_CLASS RESULTS_SIZE POLICY INPUT; do
     [[ -n "${!name:-}" ]] || continue
     text="${text//"\${$name}"/${!name}}"
   done
@@ -147,8 +170,8 @@ render() {
   printf '%s\n' "$text"
 }
 
-render_cloudrun() { render cloudrun-bench-job.yaml; }
-render_k8s() { render k8s-bench-indexed-job.yaml; }
+render_cloudrun() { render "cloudrun-$KIND-job.yaml"; }
+render_k8s() { render "k8s-$KIND-indexed-job.yaml"; }
 
 if [[ "$RENDER" == 1 ]]; then
   if [[ "$TARGET" == k8s ]]; then render_k8s; else render_cloudrun; fi
@@ -169,11 +192,11 @@ if [[ "$TARGET" == k8s ]]; then
   run kubectl wait --for=condition=complete "job/$JOB" "--timeout=$((TASK_TIMEOUT * (MAX_RETRIES + 1) * rounds))s"
   # Merge on the claim itself, in a pod that mounts it and is deleted when done:
   # the merged receipt stays on the claim, the report is printed here.
-  args_json="\"bench-merge\""
+  args_json="\"$MERGE\""
   while IFS= read -r f; do
     args_json+=",\"$f\""
   done < <(receipts "/results/$RUN_ID")
-  args_json+=",\"-o\",\"/results/$RUN_ID/$SUITE-merged.json\""
+  args_json+=",\"-o\",\"/results/$RUN_ID/$SUITE-merged.$EXT\""
   overrides="{\"spec\":{\"securityContext\":{\"runAsNonRoot\":true,\"runAsUser\":10001,\"runAsGroup\":10001},\"containers\":[{\"name\":\"$JOB-merge\",\"image\":\"$PINNED_IMAGE\",\"command\":[\"/usr/local/bin/dgem\"],\"args\":[$args_json],\"volumeMounts\":[{\"name\":\"results\",\"mountPath\":\"/results\"}]}],\"volumes\":[{\"name\":\"results\",\"persistentVolumeClaim\":{\"claimName\":\"$PVC\"}}]}}"
   run kubectl run "$JOB-merge" "--image=$PINNED_IMAGE" --restart=Never --attach --rm --quiet \
     --pod-running-timeout=10m "--overrides=$overrides"
@@ -209,4 +232,4 @@ mapfile -t remote < <(receipts "gs://$BUCKET/$RUN_ID")
 mapfile -t local_files < <(receipts "$local_dir")
 run mkdir -p "$local_dir"
 run gcloud storage cp "${remote[@]}" "$local_dir/" --project "$PROJECT"
-run "${DGEM:-dgem}" bench-merge "${local_files[@]}" -o "$local_dir/$SUITE-merged.json"
+run "${DGEM:-dgem}" "$MERGE" "${local_files[@]}" -o "$local_dir/$SUITE-merged.$EXT"

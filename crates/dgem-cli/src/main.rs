@@ -143,6 +143,12 @@ enum Command {
         after_help = "Examples:\n  dgem batch -t support_triage -i tickets.jsonl -o decisions.jsonl\n  dgem batch -t support_triage -i tickets.csv --map ticket=body -o decisions.jsonl\n  dgem batch -i openai_requests.jsonl -o openai_responses.jsonl\n  dgem batch -t support_triage -i tickets.jsonl -o part-0.jsonl --shard 0/4"
     )]
     Batch(Box<commands::batch::BatchArgs>),
+    #[cfg(all(feature = "bench", feature = "embedded"))]
+    /// Decisions/s of `dgem batch` against `dgem serve` driven by 16 HTTP clients, on one engine.
+    #[command(
+        after_help = "Examples:\n  dgem bench-batch\n  dgem bench-batch --rounds 5 --rows 32 -o benchmarks/results/batch_throughput.json"
+    )]
+    BenchBatch(commands::batch::bench::BenchBatchArgs),
     #[cfg(feature = "bench")]
     /// Join the outputs of `dgem batch --shard I/N` runs into one file in input order.
     #[command(
@@ -291,6 +297,8 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "bench")]
         Command::BatchMerge(args) => commands::batch::merge(args),
+        #[cfg(all(feature = "bench", feature = "embedded"))]
+        Command::BenchBatch(args) => commands::batch::bench::run(args),
         #[cfg(feature = "bench")]
         Command::BenchMerge(args) => {
             return commands::bench::exit(commands::bench_suites::run_merge(args))

@@ -566,7 +566,7 @@ fn bad_settings_exit_1_before_anything_runs() {
         (
             &["--dry-run"],
             &[("SUITE", "bench-compare")],
-            "error: `SUITE` must be one of [bench, bench-calibration, bench-intents, bench-rerank, bench-permutation]. Given: `bench-compare`",
+            "error: `SUITE` must be one of [bench, bench-calibration, bench-intents, bench-rerank, bench-permutation, batch]. Given: `bench-compare`",
         ),
         (
             &["--dry-run"],
@@ -595,4 +595,104 @@ fn bad_settings_exit_1_before_anything_runs() {
         assert!(run.stderr.contains(want), "{extra:?}: {}", run.stderr);
         assert!(run.stdout.is_empty(), "{extra:?} ran on: {}", run.stdout);
     }
+}
+
+/// `SUITE=batch`: the settings of a `dgem batch` job.
+const BATCH: [(&str, &str); 2] = [("SUITE", "batch"), ("INPUT", "inputs/tickets.jsonl")];
+
+#[test]
+fn batch_cloud_run_job_decides_one_shard_of_the_input_per_task() {
+    let docs = render(&[], &BATCH);
+    let y = &docs[0];
+    assert_eq!(y["metadata"]["name"].as_str(), Some("dgem-batch"));
+    let exec = &y["spec"]["template"]["spec"];
+    assert_eq!(exec["taskCount"].as_i64(), Some(4));
+    let c = &exec["template"]["spec"]["containers"][0];
+    let line = s(&c["args"][1], "args[1]");
+    assert_eq!(
+        line,
+        "mkdir -p /results/batch-test && exec dgem batch \
+         --shard \"$CLOUD_RUN_TASK_INDEX/$CLOUD_RUN_TASK_COUNT\" \
+         -t support_triage -i \"/results/inputs/tickets.jsonl\" \
+         -o \"/results/batch-test/batch-shard-$CLOUD_RUN_TASK_INDEX.jsonl\""
+    );
+    // The input and the outputs share the bucket, writable.
+    let v = &exec["template"]["spec"]["volumes"][0];
+    assert_eq!(v["csi"]["readOnly"].as_bool(), Some(false));
+    let (argv, results) = run_task_line(
+        line,
+        "cloudrun-batch-task",
+        &[("CLOUD_RUN_TASK_INDEX", "1"), ("CLOUD_RUN_TASK_COUNT", "4")],
+    );
+    let input = results.join("inputs/tickets.jsonl");
+    let output = results.join("batch-test/batch-shard-1.jsonl");
+    assert_eq!(
+        argv,
+        [
+            "batch",
+            "--shard",
+            "1/4",
+            "-t",
+            "support_triage",
+            "-i",
+            input.to_str().expect("utf-8 path"),
+            "-o",
+            output.to_str().expect("utf-8 path"),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(results.parent().expect("temp dir"));
+}
+
+#[test]
+fn batch_k8s_job_names_each_pod_its_shard() {
+    let docs = render(&["--k8s"], &[("POLICY", "code_review"), BATCH[0], BATCH[1]]);
+    let job = &docs[1];
+    assert_eq!(job["metadata"]["name"].as_str(), Some("dgem-batch"));
+    assert_eq!(job["spec"]["completionMode"].as_str(), Some("Indexed"));
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    let line = s(&c["args"][0], "args[0]");
+    let mut expanded = line.to_string();
+    for e in c["env"].as_vec().expect("env") {
+        let name = s(&e["name"], "env name");
+        let value = match name {
+            "JOB_COMPLETION_INDEX" => "3",
+            _ => s(&e["value"], "env value"),
+        };
+        expanded = expanded.replace(&format!("$({name})"), value);
+    }
+    assert!(!expanded.contains("$("), "undeclared reference in `{expanded}`");
+    let (argv, results) = run_task_line(&expanded, "k8s-batch-pod", &[]);
+    assert_eq!(&argv[..5], ["batch", "--shard", "3/4", "-t", "code_review"]);
+    let output = results.join("batch-test/batch-shard-3.jsonl");
+    assert_eq!(argv[8], output.to_str().expect("utf-8 path"));
+    let _ = std::fs::remove_dir_all(results.parent().expect("temp dir"));
+}
+
+#[test]
+fn batch_dry_run_merges_the_shard_outputs_with_batch_merge() {
+    let out_dir = absent_dir("batch-dry");
+    let o = out_dir.display().to_string();
+    let mut env = BATCH.to_vec();
+    env.push(("OUT_DIR", o.as_str()));
+    let out = script(&["--dry-run"], &env).stdout;
+    let local = format!("{o}/bench/batch-test");
+    let parts: Vec<String> = (0..4)
+        .map(|i| format!("{local}/batch-shard-{i}.jsonl"))
+        .collect();
+    let last = out.lines().last().expect("a merge line");
+    assert_eq!(
+        last,
+        format!("dgem batch-merge {} -o {local}/batch-merged.jsonl", parts.join(" "))
+    );
+    // Without INPUT there is nothing to decide: refused before anything runs.
+    let run = run_script(SCRIPT, &["--render"], &env_for(&[("SUITE", "batch")])).expect("bash runs");
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("`INPUT` must be set"), "{}", run.stderr);
+    let run = run_script(
+        SCRIPT,
+        &["--render"],
+        &env_for(&[("SUITE", "batch"), ("INPUT", "../etc/passwd")]),
+    )
+    .expect("bash runs");
+    assert_eq!(run.code, 1, "{}", run.stdout);
 }

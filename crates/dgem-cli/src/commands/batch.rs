@@ -33,6 +33,8 @@ use crate::commands::after::{HesitationArgs, SetupArgs};
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
+#[cfg(feature = "embedded")]
+pub mod bench;
 mod progress;
 pub mod rows;
 
@@ -213,28 +215,139 @@ fn base_request(args: &BatchArgs) -> Result<(DecisionRequest, Catalogue, Value),
     Ok((req, catalogue, policy))
 }
 
-/// Hex sha256 of everything a row's answer depends on besides the row.
-fn fingerprint(
-    args: &BatchArgs,
-    base: &DecisionRequest,
-    policy: &Value,
-    format: InputFormat,
-    spec: &RowSpec,
-    shard: Option<Shard>,
-) -> String {
-    let v = json!({
-        "policy": policy,
-        "request": base,
-        "format": format,
-        "spec": spec,
-        "shard": shard,
-        "dedupe": !args.no_dedupe,
-        "model": args.model.model,
-        "labels": args.model.labels.map(|l| format!("{l:?}")),
-        "backend": args.vllm.backend,
-        "dgem": env!("CARGO_PKG_VERSION"),
-    });
-    hex::encode(Sha256::digest(v.to_string().as_bytes()))
+/// One file to decide: where its rows are, where its lines go, and how.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The input file.
+    pub input: PathBuf,
+    /// The output file (also the journal).
+    pub output: PathBuf,
+    /// The input's form; `None` detects it.
+    pub format: Option<InputFormat>,
+    /// How rows become variables.
+    pub spec: RowSpec,
+    /// The shard to decide, if any.
+    pub shard: Option<Shard>,
+    /// Rows decided at once (at least 1).
+    pub workers: usize,
+    /// Decide identical rows once.
+    pub dedupe: bool,
+    /// Start over instead of resuming.
+    pub overwrite: bool,
+    /// What besides the rows the answers depend on (policy, request,
+    /// model, backend): hashed with the job's own settings into the
+    /// output's fingerprint.
+    pub depends_on: Value,
+}
+
+/// A job whose output is open: the rows still to decide.
+pub struct Opened {
+    rows: Box<dyn Iterator<Item = Result<InputRow, dgem_bench::BenchError>> + Send>,
+    journal: Journal,
+    state: Written,
+    /// The counts so far (kept lines included).
+    pub summary: Summary,
+}
+
+impl Job {
+    /// Open the input and the output: count the shard's rows, resume the
+    /// output when it was written under the same arguments, and check that
+    /// each kept line answers its input row.
+    ///
+    /// # Errors
+    /// A user [`Failure`] for an unreadable input or output, an output of
+    /// other arguments, or an input that changed under a kept output.
+    pub fn open(&self) -> Result<Opened, Failure> {
+        let open = || {
+            input::open(&self.input, self.format, self.spec.clone())
+                .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", self.input.display())))
+        };
+        let rows = open()?;
+        let format = rows.format();
+        let shard = self.shard;
+        let in_shard = move |r: &Result<InputRow, dgem_bench::BenchError>| match (shard, r) {
+            (Some(s), Ok(row)) => s.contains(&row.id),
+            _ => true,
+        };
+        // One pass to count the shard's rows (for the progress bar and ETA).
+        let total = open()?.filter(in_shard).count();
+        let print = json!({
+            "depends_on": self.depends_on,
+            "format": format,
+            "spec": self.spec,
+            "shard": self.shard,
+            "dedupe": self.dedupe,
+            "dgem": env!("CARGO_PKG_VERSION"),
+        });
+        let print = hex::encode(Sha256::digest(print.to_string().as_bytes()));
+        // An output that cannot be opened is the path the user gave: exit 1.
+        let opened = Journal::open(&self.output, &print, self.overwrite).map_err(user)?;
+        if opened.dropped_bytes > 0 {
+            tracing::info!(
+                bytes = opened.dropped_bytes,
+                "dropped a line cut short by a kill"
+            );
+        }
+        let mut summary = Summary {
+            rows: total,
+            resumed: opened.kept.len(),
+            ..Summary::default()
+        };
+        let mut rows = rows.filter(in_shard);
+        let mut state = Written::default();
+        for (i, kept) in opened.kept.iter().enumerate() {
+            let row = match rows.next() {
+                Some(r) => r.map_err(bench_err)?,
+                None => {
+                    return Err(user(anyhow::anyhow!(
+                        "`--output` {} holds {} lines but the input has only {i} rows: the input changed; pass `--overwrite` to start again",
+                        self.output.display(),
+                        opened.kept.len()
+                    )))
+                }
+            };
+            state.restore(&row, kept, i + 1, self, &mut summary)?;
+        }
+        Ok(Opened {
+            rows: Box::new(rows),
+            journal: opened.journal,
+            state,
+            summary,
+        })
+    }
+}
+
+impl Opened {
+    /// Whether every row already has its line.
+    pub fn complete(&self) -> bool {
+        self.summary.resumed == self.summary.rows
+    }
+
+    /// Decide the remaining rows on `ctx`, writing their lines in input
+    /// order, then sync the output.
+    ///
+    /// # Errors
+    /// An internal [`Failure`] when the model or backend keeps failing or
+    /// the output cannot be written; the lines written so far stay.
+    pub async fn run(
+        mut self,
+        ctx: &Arc<Ctx>,
+        job: &Job,
+        bar: &progress::Bar,
+    ) -> Result<Summary, Failure> {
+        let result = drive(
+            ctx,
+            self.rows,
+            &mut self.journal,
+            &mut self.state,
+            &mut self.summary,
+            job,
+            bar,
+        )
+        .await;
+        self.journal.finish().map_err(bench_err)?;
+        result.map(|()| self.summary)
+    }
 }
 
 /// Run `dgem batch`.
@@ -247,77 +360,50 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
     let shard =
         Shard::resolve(args.shard.as_deref(), |k| std::env::var(k).ok()).map_err(bench_err)?;
     let (base, catalogue, policy) = base_request(&args)?;
-    let open = || {
-        input::open(&args.input, format, spec.clone())
-            .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", args.input.display())))
+    let job = Job {
+        input: args.input.clone(),
+        output: args.output.clone(),
+        format,
+        spec,
+        shard,
+        workers: usize::from(args.workers),
+        dedupe: !args.no_dedupe,
+        overwrite: args.overwrite,
+        depends_on: json!({
+            "policy": policy,
+            "request": base,
+            "model": args.model.model,
+            "labels": args.model.labels.map(|l| format!("{l:?}")),
+            "backend": args.vllm.backend,
+        }),
     };
-    let rows = open()?;
-    let format = rows.format();
+    // The input's form decides whether a policy is needed; it is checked
+    // before the output is touched.
+    let format = input::open(&job.input, job.format, job.spec.clone())
+        .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", job.input.display())))?
+        .format();
     if format != InputFormat::Openai && base.template.is_none() && base.questions.is_none() {
         return Err(user(anyhow::anyhow!(
             "`--template` or `--questions` is needed for {} input (only OpenAI Batch rows carry their own questions)",
             if format == InputFormat::Csv { "CSV" } else { "JSON Lines" }
         )));
     }
-    let in_shard = move |r: &Result<InputRow, dgem_bench::BenchError>| match (shard, r) {
-        (Some(s), Ok(row)) => s.contains(&row.id),
-        _ => true,
-    };
-    // One pass to count the shard's rows (for the progress bar and ETA).
-    let total = open()?.filter(in_shard).count();
-    let print = fingerprint(&args, &base, &policy, format, &spec, shard);
-    // An output that cannot be opened is the path the user gave: exit 1.
-    let opened = Journal::open(&args.output, &print, args.overwrite).map_err(user)?;
-    if opened.dropped_bytes > 0 {
-        tracing::info!(
-            bytes = opened.dropped_bytes,
-            "dropped a line cut short by a kill"
-        );
-    }
-    let mut summary = Summary {
-        rows: total,
-        resumed: opened.kept.len(),
-        ..Summary::default()
-    };
-    let mut rows = rows.filter(in_shard);
-    let mut state = Written::default();
-    for (i, kept) in opened.kept.iter().enumerate() {
-        let row = match rows.next() {
-            Some(r) => r.map_err(bench_err)?,
-            None => {
-                return Err(user(anyhow::anyhow!(
-                    "`--output` {} holds {} lines but the input has only {i} rows: the input changed; pass `--overwrite` to start again",
-                    args.output.display(),
-                    opened.kept.len()
-                )))
-            }
-        };
-        state.restore(&row, kept, i + 1, &args, &mut summary)?;
-    }
-    let mut journal = opened.journal;
-    if summary.resumed == total {
+    let opened = job.open()?;
+    if opened.complete() {
         eprintln!(
-            "batch: all {total} rows are already in {}; nothing to do (`--overwrite` starts over)",
+            "batch: all {} rows are already in {}; nothing to do (`--overwrite` starts over)",
+            opened.summary.rows,
             args.output.display()
         );
-        journal.finish().map_err(bench_err)?;
-        return Ok(exit_code(&summary));
+        return Ok(exit_code(&opened.summary));
     }
     let ctx = Arc::new(build_ctx(&args, base, catalogue, format)?);
     let rt = setup::runtime()?;
     let started = Instant::now();
-    let bar = progress::Bar::new(total, summary.resumed);
-    let result = rt.block_on(drive(
-        &ctx,
-        rows,
-        &mut journal,
-        &mut state,
-        &mut summary,
-        &args,
-        &bar,
-    ));
+    let bar = progress::Bar::new(opened.summary.rows, opened.summary.resumed);
+    let summary = rt.block_on(opened.run(&ctx, &job, &bar));
     bar.finish();
-    journal.finish().map_err(bench_err)?;
+    let summary = summary?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "batch: {} rows in {}: {} decided, {} duplicates, {} failed, {} resumed from an earlier run; {:.1} s, {:.2} rows/s",
@@ -330,7 +416,6 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         secs,
         (summary.decided + summary.duplicates) as f64 / secs.max(1e-9),
     );
-    result?;
     Ok(exit_code(&summary))
 }
 
@@ -356,7 +441,6 @@ fn build_ctx(
     // A batch runs like `serve`: the Stage-2 provider, when one is named, is
     // built up front (a policy of the file may ask for the cascade).
     let after = args.setup.setup()?;
-    let service = Service::new(catalogue).with_after(after.clone());
     let decider: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => crate::vllm::shared_decider(
             &url,
@@ -369,23 +453,32 @@ fn build_ctx(
             Arc::new(setup::engine(&args.model)?)
         }
     };
-    let chat = (format == InputFormat::Openai).then(|| {
-        let config = dgem_server::ServeConfig {
-            max_inflight: usize::from(args.workers),
-            ..dgem_server::ServeConfig::default()
-        };
-        dgem_server::router(dgem_server::AppState::with_after(
-            decider.clone(),
-            config,
-            after,
-        ))
-    });
+    let chat = (format == InputFormat::Openai)
+        .then(|| chat_route(&decider, usize::from(args.workers), after.clone()));
     Ok(Ctx {
-        service,
+        service: Service::new(catalogue).with_after(after),
         decider,
         base,
         chat,
     })
+}
+
+/// `dgem serve`'s routes over `decider`, run in process for OpenAI Batch
+/// rows, admitting `workers` decisions at once (serve's `MAX_INFLIGHT`).
+pub fn chat_route(
+    decider: &Arc<dyn dgem_engine::Decider>,
+    workers: usize,
+    after: Arc<dgem_cascade::AfterSetup>,
+) -> axum::Router {
+    let config = dgem_server::ServeConfig {
+        max_inflight: workers,
+        ..dgem_server::ServeConfig::default()
+    };
+    dgem_server::router(dgem_server::AppState::with_after(
+        decider.clone(),
+        config,
+        after,
+    ))
 }
 
 /// What the run has written, for answering duplicates.
@@ -407,7 +500,7 @@ impl Written {
         row: &InputRow,
         kept: &str,
         line_no: usize,
-        args: &BatchArgs,
+        job: &Job,
         summary: &mut Summary,
     ) -> Result<(), Failure> {
         let value: Value = serde_json::from_str(kept).map_err(internal)?;
@@ -417,7 +510,7 @@ impl Written {
         if !matches {
             return Err(user(anyhow::anyhow!(
                 "`--output` {}: line {} does not answer input row {} (`{}`): the input changed since it was written; pass `--overwrite` to start again",
-                args.output.display(),
+                job.output.display(),
                 line_no,
                 row.index,
                 row.id
@@ -430,7 +523,7 @@ impl Written {
         if result.as_ref().map_or(true, Answer::failed) {
             summary.failed += 1;
         }
-        if let (Ok(item), false) = (&row.item, args.no_dedupe) {
+        if let (Ok(item), true) = (&row.item, job.dedupe) {
             let hash = content_hash(item);
             if !self.seen.contains_key(&hash) && self.seen.len() < DEDUPE_CAP {
                 self.seen.insert(hash.clone(), row.id.clone());
@@ -455,12 +548,12 @@ async fn drive(
     journal: &mut Journal,
     state: &mut Written,
     summary: &mut Summary,
-    args: &BatchArgs,
+    job: &Job,
     bar: &progress::Bar,
 ) -> Result<(), Failure> {
     let openai = ctx.chat.is_some();
     state.openai = openai;
-    let dedupe = !args.no_dedupe;
+    let dedupe = job.dedupe;
     let seen = &mut state.seen;
     let stream = futures_util::stream::iter(rows).map(|r| {
         let ctx = ctx.clone();
@@ -506,7 +599,7 @@ async fn drive(
             Ok::<_, Failure>((row, done))
         }
     });
-    let mut stream = stream.buffered(usize::from(args.workers));
+    let mut stream = stream.buffered(job.workers.max(1));
     while let Some(next) = stream.next().await {
         let (row, done) = next?;
         let (result, duplicate_of) = match done {

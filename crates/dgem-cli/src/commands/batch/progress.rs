@@ -18,6 +18,8 @@ pub struct Bar {
     plain: Mutex<(Instant, u64)>,
     started: Instant,
     resumed: u64,
+    /// Plain lines when the bar is not drawn (off for [`Bar::hidden`]).
+    plain_lines: bool,
 }
 
 impl Bar {
@@ -45,6 +47,18 @@ impl Bar {
             plain: Mutex::new((Instant::now(), done as u64)),
             started: Instant::now(),
             resumed: done as u64,
+            plain_lines: true,
+        }
+    }
+
+    /// A bar that reports nothing (a benchmark's rounds).
+    pub fn hidden() -> Self {
+        Self {
+            bar: ProgressBar::hidden(),
+            plain: Mutex::new((Instant::now(), 0)),
+            started: Instant::now(),
+            resumed: 0,
+            plain_lines: false,
         }
     }
 
@@ -54,7 +68,7 @@ impl Bar {
         if failed > 0 {
             self.bar.set_message(format!("{failed} failed"));
         }
-        if !self.bar.is_hidden() {
+        if !self.bar.is_hidden() || !self.plain_lines {
             return;
         }
         let Ok(mut last) = self.plain.lock() else {
