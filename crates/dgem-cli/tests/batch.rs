@@ -11,6 +11,8 @@ use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm};
 use serde_json::{json, Value};
 
 mod common;
+#[path = "common/server.rs"]
+mod server;
 
 /// A WordLevel `tokenizer.json`: `yes` = 1, `no` = 2, everything else `[UNK]`.
 const TINY_TOKENIZER: &str = r#"{
@@ -462,4 +464,50 @@ fn the_embedded_model_decides_a_file_as_decide_does() {
         timeless(&single["answers"]),
         "a row is decided as `dgem decide` decides it"
     );
+}
+
+/// docs/batch.md's Ray recipe posts the JSON block under `<!-- ray-request -->`
+/// to `dgem serve` and reads `choices[0].message.content` as the envelope,
+/// keeping `answers.<id>.label` and `.probabilities`: the block is posted
+/// verbatim to the real binary on the real model, and those fields checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ray_recipe_request_gets_the_response_it_reads() {
+    let Some(model) = common::model() else { return };
+    let doc = std::fs::read_to_string(common::root().join("docs/batch.md")).unwrap();
+    let after = doc
+        .split("<!-- ray-request -->")
+        .nth(1)
+        .expect("the marked block");
+    let block = after
+        .split("```json")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a json block after the marker");
+    let body: Value = serde_json::from_str(block).expect("the documented request is JSON");
+    let served = server::serve(&model, &["--no-warmup"], Duration::from_secs(120)).await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", served.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: Value = r.json().await.unwrap();
+    let content = reply["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content text");
+    let env: Value = serde_json::from_str(content).expect("the content is the envelope");
+    for (q, allowed) in [
+        ("urgent", vec!["yes", "no"]),
+        ("team", vec!["billing", "support", "engineering"]),
+    ] {
+        let a = &env["answers"][q];
+        let label = a["label"].as_str().expect("a label");
+        assert!(allowed.contains(&label), "{q}: {label}");
+        let p = a["probabilities"].as_object().expect("probabilities");
+        let keys: Vec<&str> = p.keys().map(String::as_str).collect();
+        assert_eq!(keys, allowed, "{q}");
+        let total: f64 = p.values().map(|v| v.as_f64().unwrap()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{q}: {total}");
+    }
 }

@@ -660,7 +660,10 @@ fn batch_k8s_job_names_each_pod_its_shard() {
         };
         expanded = expanded.replace(&format!("$({name})"), value);
     }
-    assert!(!expanded.contains("$("), "undeclared reference in `{expanded}`");
+    assert!(
+        !expanded.contains("$("),
+        "undeclared reference in `{expanded}`"
+    );
     let (argv, results) = run_task_line(&expanded, "k8s-batch-pod", &[]);
     assert_eq!(&argv[..5], ["batch", "--shard", "3/4", "-t", "code_review"]);
     let output = results.join("batch-test/batch-shard-3.jsonl");
@@ -682,10 +685,14 @@ fn batch_dry_run_merges_the_shard_outputs_with_batch_merge() {
     let last = out.lines().last().expect("a merge line");
     assert_eq!(
         last,
-        format!("dgem batch-merge {} -o {local}/batch-merged.jsonl", parts.join(" "))
+        format!(
+            "dgem batch-merge {} -o {local}/batch-merged.jsonl",
+            parts.join(" ")
+        )
     );
     // Without INPUT there is nothing to decide: refused before anything runs.
-    let run = run_script(SCRIPT, &["--render"], &env_for(&[("SUITE", "batch")])).expect("bash runs");
+    let run =
+        run_script(SCRIPT, &["--render"], &env_for(&[("SUITE", "batch")])).expect("bash runs");
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("`INPUT` must be set"), "{}", run.stderr);
     let run = run_script(

@@ -85,7 +85,10 @@ pub fn run(args: BenchBatchArgs) -> Result<(), Failure> {
     rt.block_on(rounds(decider, &args))
 }
 
-async fn rounds(decider: Arc<dyn dgem_engine::Decider>, args: &BenchBatchArgs) -> Result<(), Failure> {
+async fn rounds(
+    decider: Arc<dyn dgem_engine::Decider>,
+    args: &BenchBatchArgs,
+) -> Result<(), Failure> {
     let catalogue = Catalogue::new(crate::commands::templates::catalogue());
     let service = Service::new(catalogue.clone());
     let ctx = Arc::new(Ctx {
@@ -106,9 +109,8 @@ async fn rounds(decider: Arc<dyn dgem_engine::Decider>, args: &BenchBatchArgs) -
         listener.local_addr().map_err(internal)?
     );
     let state = dgem_server::AppState::new(decider.clone(), dgem_server::ServeConfig::default());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, dgem_server::router(state)).await
-    });
+    let server =
+        tokio::spawn(async move { axum::serve(listener, dgem_server::router(state)).await });
     let client = reqwest::Client::new();
     let body = |n: u32| -> Result<Value, Failure> {
         let mut vars = Map::new();
@@ -129,7 +131,13 @@ async fn rounds(decider: Arc<dyn dgem_engine::Decider>, args: &BenchBatchArgs) -
         start..start + k
     };
     // Priors and caches of the policy, read once by each path.
-    serve_round(&client, &url, take(1).map(&body).collect::<Result<_, _>>()?, 1).await?;
+    serve_round(
+        &client,
+        &url,
+        take(1).map(&body).collect::<Result<_, _>>()?,
+        1,
+    )
+    .await?;
     batch_round(&ctx, &dir, 0, take(1), args.workers).await?;
     let mut serve_dps = Vec::new();
     let mut batch_dps = Vec::new();
@@ -138,10 +146,16 @@ async fn rounds(decider: Arc<dyn dgem_engine::Decider>, args: &BenchBatchArgs) -
         let batch_tickets = take(args.rows);
         let (s, b) = if round % 2 == 0 {
             let s = serve_round(&client, &url, serve_bodies, args.clients).await?;
-            (s, batch_round(&ctx, &dir, round + 1, batch_tickets, args.workers).await?)
+            (
+                s,
+                batch_round(&ctx, &dir, round + 1, batch_tickets, args.workers).await?,
+            )
         } else {
             let b = batch_round(&ctx, &dir, round + 1, batch_tickets, args.workers).await?;
-            (serve_round(&client, &url, serve_bodies, args.clients).await?, b)
+            (
+                serve_round(&client, &url, serve_bodies, args.clients).await?,
+                b,
+            )
         };
         eprintln!(
             "round {}: serve {s:.3} decisions/s, batch {b:.3} decisions/s, ratio {:.3}",
@@ -153,7 +167,11 @@ async fn rounds(decider: Arc<dyn dgem_engine::Decider>, args: &BenchBatchArgs) -
     }
     server.abort();
     let _ = std::fs::remove_dir_all(&dir);
-    let ratios: Vec<f64> = batch_dps.iter().zip(&serve_dps).map(|(b, s)| b / s).collect();
+    let ratios: Vec<f64> = batch_dps
+        .iter()
+        .zip(&serve_dps)
+        .map(|(b, s)| b / s)
+        .collect();
     let info = decider.info();
     let receipt = json!({
         "dgem": dgem_bench::receipt::VersionInfo::current(),
@@ -215,7 +233,12 @@ async fn serve_round(
                 let Some(body) = queue.lock().ok().and_then(|mut q| q.pop_front()) else {
                     return Ok::<(), Failure>(());
                 };
-                let r = client.post(&url).json(&body).send().await.map_err(internal)?;
+                let r = client
+                    .post(&url)
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(internal)?;
                 let status = r.status();
                 let text = r.text().await.map_err(internal)?;
                 if !status.is_success() {
