@@ -146,7 +146,7 @@ enum Command {
     #[cfg(all(feature = "bench", feature = "embedded"))]
     /// Decisions/s of `dgem batch` against `dgem serve` driven by 16 HTTP clients, on one engine.
     #[command(
-        after_help = "Examples:\n  dgem bench-batch\n  dgem bench-batch --rounds 5 --rows 32 -o benchmarks/results/batch_throughput.json"
+        after_help = "Examples:\n  dgem bench-batch\n  dgem bench-batch --rounds 6 --rows 16 -o benchmarks/results/batch_throughput.json"
     )]
     BenchBatch(commands::batch::bench::BenchBatchArgs),
     #[cfg(feature = "bench")]

@@ -363,7 +363,7 @@ async fn ten_thousand_rows_finish_and_rerunning_does_nothing() {
     let o = run(s.args(&input, &out, &[])).await;
     assert_eq!(o.status.code(), Some(0));
     assert!(
-        common::stderr(&o).contains("nothing to do"),
+        common::stderr(&o).contains("nothing to decide"),
         "{}",
         common::stderr(&o)
     );
@@ -510,4 +510,95 @@ async fn ray_recipe_request_gets_the_response_it_reads() {
         let total: f64 = p.values().map(|v| v.as_f64().unwrap()).sum();
         assert!((total - 1.0).abs() < 1e-6, "{q}: {total}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_batch_removes_the_runs_lean_and_keeps_the_reads() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(10)).unwrap();
+    let out = s.path("out.jsonl");
+    let o = run(s.args(&input, &out, &["--calibrate", "batch"])).await;
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("`u` corrected over 10 rows"), "{err}");
+    // The fake reads every row 0.75 `yes`: that lean is all the run shows,
+    // so once it is removed every row is even, and the read is kept.
+    let got = lines(&out);
+    assert_eq!(got.len(), 10);
+    for l in &got {
+        let a = &l["decision"]["answers"]["u"];
+        assert!(
+            (a["probabilities"]["yes"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{a}"
+        );
+        assert!(
+            (a["uncalibrated"]["yes"].as_f64().unwrap() - 0.75).abs() < 1e-9,
+            "{a}"
+        );
+        assert_eq!(
+            l["decision"]["diagnostics"]["batch_calibration"]["u"]["rows"],
+            10
+        );
+    }
+    let raw = lines(&s.path("out.jsonl.uncalibrated"));
+    assert!((raw[0]["decision"]["answers"]["u"]["noul"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+    // Too few rows for an estimate: left as read, and said so.
+    std::fs::write(&input, tickets(3)).unwrap();
+    let small = s.path("small.jsonl");
+    let o = run(s.args(&input, &small, &["--calibrate", "batch"])).await;
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        common::stderr(&o).contains("left as read: 3 rows"),
+        "{}",
+        common::stderr(&o)
+    );
+    let a = &lines(&small)[0]["decision"]["answers"]["u"];
+    assert!((a["probabilities"]["yes"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_batch_is_refused_where_it_would_mislead_and_spares_other_files() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(10)).unwrap();
+    let out = s.path("out.jsonl");
+    for (extra, why) in [
+        (
+            &["--shard", "0/2"][..],
+            "each shard would be corrected by its own rows",
+        ),
+        (&["--abstain-below", "0.6"][..], "post-read options"),
+    ] {
+        let mut a = vec!["--calibrate", "batch"];
+        a.extend_from_slice(extra);
+        let o = run(s.args(&input, &out, &a)).await;
+        assert_eq!(o.status.code(), Some(1), "{extra:?}");
+        assert!(common::stderr(&o).contains(why), "{}", common::stderr(&o));
+    }
+    // A file of the user's at `-o` is neither read nor replaced.
+    std::fs::write(&out, "my notes\n").unwrap();
+    let o = run(s.args(&input, &out, &["--calibrate", "batch"])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("--overwrite"),
+        "{}",
+        common::stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "my notes\n");
+    assert_eq!(
+        s.fake.requests().len(),
+        0,
+        "refused before any row was read"
+    );
+    // An uncalibrated run may not take over a calibrated output either.
+    let o = run(s.args(&input, &out, &["--calibrate", "batch", "--overwrite"])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let o = run(s.args(&input, &out, &[])).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("under other arguments"),
+        "{}",
+        common::stderr(&o)
+    );
 }

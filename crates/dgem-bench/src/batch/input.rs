@@ -246,6 +246,17 @@ fn check_headers(path: &Path, headers: &[String], spec: &RowSpec) -> Result<(), 
             )));
         }
     }
+    // The default id column may be absent (rows are then named by line);
+    // one named with `--id-field` must be there.
+    if spec.id_field != "id" && !headers.contains(&spec.id_field) {
+        return Err(BenchError::Invalid(format!(
+            "`--id-field {}`: the CSV header of {} has no column `{}`; its columns: {}",
+            spec.id_field,
+            path.display(),
+            spec.id_field,
+            headers.join(", ")
+        )));
+    }
     for (var, field) in &spec.map {
         if !headers.contains(field) {
             return Err(BenchError::Invalid(format!(

@@ -2,19 +2,29 @@
 //!
 //! Each finished row is one line, appended in input order and flushed before
 //! the next, so after a kill the file holds every finished row's line and at
-//! most one line cut short. [`Journal::open`] on the same path keeps the
-//! complete lines, cuts the short one off and hands back what was kept: the
-//! caller checks that line `i` belongs to input row `i` and goes on from the
-//! first row without a line. Nothing is lost and nothing is written twice.
+//! most one line cut short. [`Journal::open`] on the same path counts the
+//! complete lines, cuts the short one off, and [`Journal::kept`] reads the
+//! kept lines back one at a time (an output of 200,000 rows is never held in
+//! memory): the caller checks that line `i` belongs to input row `i` and goes
+//! on from the first row without a line. Nothing is lost and nothing is
+//! written twice.
 //!
 //! Beside the output sits `<output>.batch.json`, the sidecar, with the
-//! fingerprint of the arguments the output was written under (policy text,
-//! questions, variables, mapping, read options, backend, shard). An output
-//! whose sidecar is missing or holds another fingerprint is refused: resuming
-//! it would mix two runs' answers in one file. `--overwrite` starts over.
+//! fingerprint of the arguments the output was written under and, once the
+//! run is complete, its row counts ([`Complete`], which `batch-merge`
+//! checks). An output whose sidecar is missing or holds another fingerprint
+//! is refused: resuming it would mix two runs' answers in one file.
+//! `--overwrite` starts over: the old sidecar is removed and the output
+//! emptied before the new sidecar is written, so a kill in between leaves an
+//! empty output, which the next run starts afresh.
+//!
+//! The output is locked (an exclusive advisory lock, `flock`) while a run
+//! writes it: a second run on the same file, such as a retried Kubernetes
+//! pod overlapping the one it replaces, is refused instead of interleaving
+//! its lines.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +42,18 @@ struct Sidecar {
     dgem_batch: u32,
     /// Hex sha256 of the run's arguments.
     fingerprint: String,
+    /// Set when every row of the run has its line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    complete: Option<Complete>,
+}
+
+/// The counts of a finished output, kept in its sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Complete {
+    /// Lines in this output (the rows of its shard).
+    pub lines: usize,
+    /// Rows of the whole input, every shard's together.
+    pub input_rows: usize,
 }
 
 fn io(path: &Path, source: std::io::Error) -> BenchError {
@@ -48,12 +70,17 @@ pub fn sidecar_path(output: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// An output file open for appending.
+/// An output file open for appending, locked for this run.
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
     file: File,
+    fingerprint: String,
     lines: usize,
+    /// Bytes in the file (where the next line starts).
+    len: u64,
+    /// Lines an earlier run wrote that this one kept.
+    kept: usize,
 }
 
 /// What [`Journal::open`] found.
@@ -61,11 +88,23 @@ pub struct Journal {
 pub struct Opened {
     /// The journal, positioned after the kept lines.
     pub journal: Journal,
-    /// The complete lines an earlier run of the same arguments wrote, in
-    /// order, without their newlines.
-    pub kept: Vec<String>,
+    /// Complete lines an earlier run of the same arguments wrote (read
+    /// them back with [`Journal::kept`]).
+    pub kept: usize,
     /// Bytes of a line cut short that were dropped (0 when none).
     pub dropped_bytes: usize,
+}
+
+/// Take the run's exclusive lock on `file`.
+fn lock(path: &Path, file: &File) -> Result<(), BenchError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(BenchError::Invalid(format!(
+            "`--output` {} is being written by another `dgem batch` right now; wait for it to finish, or name another file",
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(path, e)),
+    }
 }
 
 impl Journal {
@@ -76,9 +115,10 @@ impl Journal {
     /// # Errors
     /// [`BenchError::Io`] when the file or its sidecar cannot be read or
     /// written (a missing folder, a read-only disk), naming the path;
-    /// [`BenchError::Invalid`] when the output exists but was written by
-    /// something else or under other arguments, or holds a line that is not
-    /// JSON (not a cut-short last line: damage a kill cannot make).
+    /// [`BenchError::Invalid`] when another run holds the output, or it
+    /// exists but was written by something else or under other arguments,
+    /// or holds a line that is not JSON (not a cut-short last line: damage a
+    /// kill cannot make).
     pub fn open(path: &Path, fingerprint: &str, overwrite: bool) -> Result<Opened, BenchError> {
         let sidecar = sidecar_path(path);
         let existing = match std::fs::metadata(path) {
@@ -86,66 +126,129 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(io(path, e)),
         };
-        if overwrite || !existing {
-            write_sidecar(&sidecar, fingerprint)?;
-            let file = File::create(path).map_err(|e| io(path, e))?;
-            return Ok(Opened {
-                journal: Self {
-                    path: path.to_path_buf(),
-                    file,
-                    lines: 0,
-                },
-                kept: Vec::new(),
-                dropped_bytes: 0,
-            });
+        if !overwrite && existing {
+            check_sidecar(path, &sidecar, fingerprint)?;
         }
-        check_sidecar(path, &sidecar, fingerprint)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
+            .create(true)
+            .truncate(false)
             .open(path)
             .map_err(|e| io(path, e))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|e| io(path, e))?;
-        let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        let dropped_bytes = bytes.len() - complete;
-        let mut kept = Vec::new();
-        for (i, raw) in bytes[..complete].split(|b| *b == b'\n').enumerate() {
-            if raw.is_empty() {
+        lock(path, &file)?;
+        let fresh = |file: File| -> Result<Opened, BenchError> {
+            match std::fs::remove_file(&sidecar) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&sidecar, e)),
+            }
+            file.set_len(0).map_err(|e| io(path, e))?;
+            write_sidecar(&sidecar, fingerprint, None)?;
+            Ok(Opened {
+                journal: Self {
+                    path: path.to_path_buf(),
+                    file,
+                    fingerprint: fingerprint.to_string(),
+                    lines: 0,
+                    len: 0,
+                    kept: 0,
+                },
+                kept: 0,
+                dropped_bytes: 0,
+            })
+        };
+        if overwrite || !existing {
+            return fresh(file);
+        }
+        // Count the complete lines, one at a time, checking each is JSON.
+        let total = file.metadata().map_err(|e| io(path, e))?.len();
+        let mut reader = BufReader::new(&mut file);
+        let (mut kept, mut complete, mut buf) = (0usize, 0u64, Vec::new());
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|e| io(path, e))?;
+            if n == 0 || buf.last() != Some(&b'\n') {
+                break;
+            }
+            complete += n as u64;
+            let line = &buf[..n - 1];
+            if line.is_empty() {
                 continue;
             }
-            let text = std::str::from_utf8(raw)
-                .ok()
-                .filter(|t| serde_json::from_str::<Value>(t).is_ok())
-                .ok_or_else(|| {
-                    BenchError::Invalid(format!(
-                        "`--output` {}: line {} is not a JSON line dgem wrote; the file was changed by hand. Pass `--overwrite` to start again",
-                        path.display(),
-                        i + 1
-                    ))
-                })?;
-            kept.push(text.to_string());
+            if serde_json::from_slice::<Value>(line).is_err() {
+                return Err(BenchError::Invalid(format!(
+                    "`--output` {}: line {} is not a JSON line dgem wrote; the file was changed by hand. Pass `--overwrite` to start again",
+                    path.display(),
+                    kept + 1
+                )));
+            }
+            kept += 1;
         }
-        file.set_len(complete as u64).map_err(|e| io(path, e))?;
+        drop(reader);
+        file.set_len(complete).map_err(|e| io(path, e))?;
         file.seek(SeekFrom::End(0)).map_err(|e| io(path, e))?;
-        let lines = kept.len();
+        // A finished run that is resumed (to add nothing) is finished again
+        // by it; until then its sidecar says it is not.
+        write_sidecar(&sidecar, fingerprint, None)?;
         Ok(Opened {
             journal: Self {
                 path: path.to_path_buf(),
                 file,
-                lines,
+                fingerprint: fingerprint.to_string(),
+                lines: kept,
+                len: complete,
+                kept,
             },
             kept,
-            dropped_bytes,
+            dropped_bytes: usize::try_from(total - complete).unwrap_or(usize::MAX),
         })
     }
 
-    /// Append `line` (one JSON value, no newline) and flush it to the file.
+    /// The kept lines of an earlier run, in order, each with its byte
+    /// offset, read from the file one at a time.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when the output cannot be read.
+    pub fn kept(
+        &self,
+    ) -> Result<impl Iterator<Item = Result<(u64, String), BenchError>>, BenchError> {
+        let file = File::open(&self.path).map_err(|e| io(&self.path, e))?;
+        let path = self.path.clone();
+        let mut reader = BufReader::new(file);
+        let mut offset = 0u64;
+        let mut left = self.kept;
+        Ok(std::iter::from_fn(move || loop {
+            if left == 0 {
+                return None;
+            }
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    let at = offset;
+                    offset += n as u64;
+                    let text = line.trim_end_matches('\n');
+                    if text.is_empty() {
+                        continue;
+                    }
+                    left -= 1;
+                    return Some(Ok((at, text.to_string())));
+                }
+                Err(e) => return Some(Err(io(&path, e))),
+            }
+        }))
+    }
+
+    /// Append `line` (one JSON value, no newline) and flush it to the file;
+    /// returns the byte offset it starts at.
     ///
     /// # Errors
     /// [`BenchError::Io`] naming the output (a full disk, a revoked
     /// permission); the lines before it stay, and a rerun resumes after them.
-    pub fn append(&mut self, line: &str) -> Result<(), BenchError> {
+    pub fn append(&mut self, line: &str) -> Result<u64, BenchError> {
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line.as_bytes());
         buf.push(b'\n');
@@ -153,8 +256,26 @@ impl Journal {
             .write_all(&buf)
             .and_then(|()| self.file.flush())
             .map_err(|e| io(&self.path, e))?;
+        let at = self.len;
+        self.len += buf.len() as u64;
         self.lines += 1;
-        Ok(())
+        Ok(at)
+    }
+
+    /// The line that starts at byte `offset` (from [`Journal::append`] or
+    /// [`Journal::kept`]), without its newline.
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] when it cannot be read back.
+    pub fn line_at(&self, offset: u64) -> Result<String, BenchError> {
+        let mut file = File::open(&self.path).map_err(|e| io(&self.path, e))?;
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| io(&self.path, e))?;
+        let mut line = String::new();
+        BufReader::new(file)
+            .read_line(&mut line)
+            .map_err(|e| io(&self.path, e))?;
+        Ok(line.trim_end_matches('\n').to_string())
     }
 
     /// Lines in the file (kept and appended).
@@ -162,20 +283,33 @@ impl Journal {
         self.lines
     }
 
-    /// Sync the file to disk.
+    /// Sync the file to disk; with `complete`, record in the sidecar that
+    /// every row has its line, and the input's row count.
     ///
     /// # Errors
-    /// [`BenchError::Io`] naming the output.
-    pub fn finish(self) -> Result<usize, BenchError> {
+    /// [`BenchError::Io`] naming the output or its sidecar.
+    pub fn finish(self, input_rows: Option<usize>) -> Result<usize, BenchError> {
         self.file.sync_all().map_err(|e| io(&self.path, e))?;
+        if let Some(input_rows) = input_rows {
+            let complete = Complete {
+                lines: self.lines,
+                input_rows,
+            };
+            write_sidecar(&sidecar_path(&self.path), &self.fingerprint, Some(complete))?;
+        }
         Ok(self.lines)
     }
 }
 
-fn write_sidecar(sidecar: &Path, fingerprint: &str) -> Result<(), BenchError> {
+fn write_sidecar(
+    sidecar: &Path,
+    fingerprint: &str,
+    complete: Option<Complete>,
+) -> Result<(), BenchError> {
     let text = serde_json::to_string(&Sidecar {
         dgem_batch: 1,
         fingerprint: fingerprint.to_string(),
+        complete,
     })
     .map_err(|e| BenchError::Json {
         what: "batch sidecar".into(),
@@ -188,26 +322,45 @@ fn write_sidecar(sidecar: &Path, fingerprint: &str) -> Result<(), BenchError> {
     std::fs::rename(&tmp, sidecar).map_err(|e| io(sidecar, e))
 }
 
+fn read_sidecar(sidecar: &Path) -> Result<Option<Sidecar>, BenchError> {
+    match std::fs::read_to_string(sidecar) {
+        Ok(t) => Ok(serde_json::from_str(&t).ok()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(sidecar, e)),
+    }
+}
+
+/// Refuse `path` unless its sidecar holds `fingerprint`.
+///
+/// # Errors
+/// [`BenchError::Invalid`] naming the output when it was not written by
+/// `dgem batch` or was written under other arguments.
+pub fn check_owner(path: &Path, fingerprint: &str) -> Result<(), BenchError> {
+    check_sidecar(path, &sidecar_path(path), fingerprint)
+}
+
 fn check_sidecar(path: &Path, sidecar: &Path, fingerprint: &str) -> Result<(), BenchError> {
-    let text = match std::fs::read_to_string(sidecar) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(BenchError::Invalid(format!(
-                "`--output` {} already exists and was not written by `dgem batch` (there is no {}); pass `--overwrite` to replace it, or name another file",
-                path.display(),
-                sidecar.display()
-            )))
-        }
-        Err(e) => return Err(io(sidecar, e)),
-    };
-    let found: Option<Sidecar> = serde_json::from_str(&text).ok();
-    match found {
+    match read_sidecar(sidecar)? {
+        None => Err(BenchError::Invalid(format!(
+            "`--output` {} already exists and was not written by `dgem batch` (there is no readable {}); pass `--overwrite` to replace it, or name another file",
+            path.display(),
+            sidecar.display()
+        ))),
         Some(s) if s.fingerprint == fingerprint => Ok(()),
-        _ => Err(BenchError::Invalid(format!(
-            "`--output` {} was written by `dgem batch` under other arguments (policy, questions, variables, mapping, read options, backend or shard differ), so resuming it would mix two runs; pass `--overwrite` to start again, or name another file",
+        Some(_) => Err(BenchError::Invalid(format!(
+            "`--output` {} was written by `dgem batch` under other arguments (policy, questions, variables, mapping, read options, model settings, backend, shard or calibration differ), so resuming it would mix two runs; pass `--overwrite` to start again, or name another file",
             path.display()
         ))),
     }
+}
+
+/// Record `path` (a file written whole, such as a calibrated output) as
+/// written under `fingerprint` and complete.
+///
+/// # Errors
+/// [`BenchError::Io`] when the sidecar cannot be written.
+pub fn own(path: &Path, fingerprint: &str, complete: Complete) -> Result<(), BenchError> {
+    write_sidecar(&sidecar_path(path), fingerprint, Some(complete))
 }
 
 /// The input row a `dgem batch` output line answers: `row` in dgem's lines,
@@ -228,12 +381,31 @@ pub fn row_of(line: &Value) -> Option<usize> {
 ///
 /// # Errors
 /// [`BenchError::Io`] for a file that cannot be read or written;
-/// [`BenchError::Invalid`] for a line that is not a batch output line, a row
-/// found twice, or rows missing between 0 and the last one (a shard that
-/// did not finish or was not given).
+/// [`BenchError::Invalid`] for a part that `dgem batch` did not finish (its
+/// sidecar is missing or does not say it is complete), parts of inputs of
+/// different sizes, a line that is not a batch output line, a row found
+/// twice, or fewer rows than the input has (a shard not given).
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<usize, BenchError> {
     let mut rows: Vec<(usize, String)> = Vec::new();
+    let mut input_rows: Option<usize> = None;
     for p in parts {
+        let complete = read_sidecar(&sidecar_path(p))?.and_then(|s| s.complete).ok_or_else(|| {
+            BenchError::Invalid(format!(
+                "{} is not a finished `dgem batch` output (its sidecar {} is missing or says the run did not finish); run its shard again until it finishes",
+                p.display(),
+                sidecar_path(p).display()
+            ))
+        })?;
+        match input_rows {
+            Some(n) if n != complete.input_rows => {
+                return Err(BenchError::Invalid(format!(
+                    "{} was cut from an input of {} rows, the other parts from one of {n}: they are not shards of one run",
+                    p.display(),
+                    complete.input_rows
+                )))
+            }
+            _ => input_rows = Some(complete.input_rows),
+        }
         let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
         for (i, line) in text
             .lines()
@@ -263,21 +435,17 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<usize, BenchError> {
             )));
         }
     }
-    let missing: Vec<usize> = match rows.last() {
-        Some((last, _)) => (0..*last)
+    let want = input_rows.unwrap_or(0);
+    if rows.len() != want {
+        let missing: Vec<String> = (0..want)
             .filter(|r| rows.binary_search_by_key(r, |(row, _)| *row).is_err())
             .take(10)
-            .collect(),
-        None => Vec::new(),
-    };
-    if !missing.is_empty() {
+            .map(|r| r.to_string())
+            .collect();
         return Err(BenchError::Invalid(format!(
-            "rows are missing from the shard outputs (first: {}); is a shard unfinished or not given?",
-            missing
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "rows are missing from the shard outputs: the input has {want} rows and the parts hold {} (first missing: {}); is a shard not given?",
+            rows.len(),
+            missing.join(", ")
         )));
     }
     let mut tmp = out.as_os_str().to_os_string();
@@ -298,27 +466,41 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn kept(j: &Journal) -> Vec<String> {
+        j.kept().unwrap().map(|r| r.unwrap().1).collect()
+    }
+
     #[test]
     fn a_cut_short_line_is_dropped_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out.jsonl");
         let mut j = Journal::open(&out, "f1", false).unwrap().journal;
-        j.append(r#"{"row":0}"#).unwrap();
-        j.append(r#"{"row":1}"#).unwrap();
+        assert_eq!(j.append(r#"{"row":0}"#).unwrap(), 0);
+        assert_eq!(j.append(r#"{"row":1}"#).unwrap(), 10);
         drop(j);
         // A kill in the middle of the third line.
         let mut f = OpenOptions::new().append(true).open(&out).unwrap();
         f.write_all(br#"{"row":2,"dec"#).unwrap();
         drop(f);
         let opened = Journal::open(&out, "f1", false).unwrap();
-        assert_eq!(opened.kept, vec![r#"{"row":0}"#, r#"{"row":1}"#]);
+        assert_eq!(opened.kept, 2);
         assert_eq!(opened.dropped_bytes, 13);
         let mut j = opened.journal;
-        j.append(r#"{"row":2}"#).unwrap();
-        assert_eq!(j.finish().unwrap(), 3);
+        assert_eq!(kept(&j), vec![r#"{"row":0}"#, r#"{"row":1}"#]);
+        assert_eq!(j.line_at(10).unwrap(), r#"{"row":1}"#);
+        assert_eq!(j.append(r#"{"row":2}"#).unwrap(), 20);
+        assert_eq!(j.finish(Some(3)).unwrap(), 3);
         assert_eq!(
             std::fs::read_to_string(&out).unwrap(),
             "{\"row\":0}\n{\"row\":1}\n{\"row\":2}\n"
+        );
+        let side = read_sidecar(&sidecar_path(&out)).unwrap().unwrap();
+        assert_eq!(
+            side.complete,
+            Some(Complete {
+                lines: 3,
+                input_rows: 3
+            })
         );
     }
 
@@ -335,14 +517,29 @@ mod tests {
             "{e}"
         );
         let fresh = Journal::open(&out, "f2", true).unwrap();
-        assert!(fresh.kept.is_empty());
+        assert_eq!(fresh.kept, 0);
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
+        drop(fresh);
         // A file dgem did not write (no sidecar) is not touched.
         let other = dir.path().join("mine.jsonl");
         std::fs::write(&other, "precious\n").unwrap();
         let e = Journal::open(&other, "f1", false).unwrap_err().to_string();
         assert!(e.contains("was not written by `dgem batch`"), "{e}");
         assert_eq!(std::fs::read_to_string(&other).unwrap(), "precious\n");
+    }
+
+    #[test]
+    fn a_second_run_on_the_same_output_is_refused_while_the_first_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.jsonl");
+        let first = Journal::open(&out, "f1", false).unwrap();
+        let e = Journal::open(&out, "f1", false).unwrap_err().to_string();
+        assert!(e.contains("being written by another `dgem batch`"), "{e}");
+        drop(first);
+        assert!(
+            Journal::open(&out, "f1", false).is_ok(),
+            "the lock goes with the run"
+        );
     }
 
     #[test]
@@ -353,25 +550,52 @@ mod tests {
         assert!(e.contains("/nonexistent/dir/out.jsonl"), "{e}");
     }
 
+    fn part(dir: &Path, name: &str, lines: &[&str], input_rows: usize) -> PathBuf {
+        let p = dir.join(name);
+        let mut j = Journal::open(&p, name, false).unwrap().journal;
+        for l in lines {
+            j.append(l).unwrap();
+        }
+        j.finish(Some(input_rows)).unwrap();
+        p
+    }
+
     #[test]
     fn merge_puts_shard_lines_back_in_input_order_and_finds_gaps() {
         let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a.jsonl");
-        let b = dir.path().join("b.jsonl");
-        std::fs::write(&a, "{\"row\":2,\"id\":\"c\"}\n{\"row\":0,\"id\":\"a\"}\n").unwrap();
-        std::fs::write(&b, "{\"id\":\"batch_req_1\",\"custom_id\":\"b\"}\n").unwrap();
+        let a = part(
+            dir.path(),
+            "a.jsonl",
+            &[r#"{"row":2,"id":"c"}"#, r#"{"row":0,"id":"a"}"#],
+            4,
+        );
+        let b = part(
+            dir.path(),
+            "b.jsonl",
+            &[r#"{"id":"batch_req_1","custom_id":"b"}"#],
+            4,
+        );
+        let c = part(dir.path(), "c.jsonl", &[r#"{"row":3,"id":"d"}"#], 4);
         let out = dir.path().join("all.jsonl");
-        assert_eq!(merge(&[a.clone(), b], &out).unwrap(), 3);
+        assert_eq!(merge(&[a.clone(), b.clone(), c], &out).unwrap(), 4);
         let text = std::fs::read_to_string(&out).unwrap();
         let rows: Vec<usize> = text
             .lines()
             .map(|l| row_of(&serde_json::from_str(l).unwrap()).unwrap())
             .collect();
-        assert_eq!(rows, vec![0, 1, 2]);
-        let e = merge(&[a], &out).unwrap_err().to_string();
+        assert_eq!(rows, vec![0, 1, 2, 3]);
+        // The last shard missing: its rows are after every row present.
+        let e = merge(&[a.clone(), b], &out).unwrap_err().to_string();
         assert!(
-            e.contains("rows are missing") && e.contains("first: 1"),
+            e.contains("rows are missing") && e.contains("first missing: 3"),
             "{e}"
         );
+        // A part whose run did not finish.
+        let unfinished = dir.path().join("u.jsonl");
+        let mut j = Journal::open(&unfinished, "u", false).unwrap().journal;
+        j.append(r#"{"row":1}"#).unwrap();
+        drop(j);
+        let e = merge(&[a, unfinished], &out).unwrap_err().to_string();
+        assert!(e.contains("not a finished `dgem batch` output"), "{e}");
     }
 }

@@ -17,10 +17,15 @@
 //! - [`dedupe`] gives each row's content hash: identical rows of a run are
 //!   decided once and the later ones point at the first (`duplicate_of`).
 //!
+//! - [`calibrate`] is batch calibration over a finished run, and
+//!   [`rescore`] applies it to benchmark receipts to measure it.
+//!
 //! The split across machines is [`crate::shard`]'s: a row belongs to shard
 //! `sha256(id) mod N`, the same split as the benchmark shards, and
 //! [`journal::merge`] joins the shards' outputs back into input order.
 
+pub mod calibrate;
 pub mod dedupe;
 pub mod input;
 pub mod journal;
+pub mod rescore;

@@ -12,7 +12,6 @@
 //! rows failed (their lines say why; the summary counts them); 2 the model
 //! or backend failed and the run stopped (rerun to go on).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,30 +19,26 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
-use dgem_bench::batch::dedupe::content_hash;
-use dgem_bench::batch::input::{self, InputFormat, InputRow, RowSpec};
-use dgem_bench::batch::journal::{self, Journal};
+use dgem_bench::batch::input::{self, InputFormat, RowSpec};
+use dgem_bench::batch::journal;
 use dgem_bench::shard::Shard;
 use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
-use futures_util::StreamExt as _;
 use serde_json::{json, Map, Value};
-use sha2::{Digest as _, Sha256};
 
 use crate::commands::after::{HesitationArgs, SetupArgs};
+use crate::commands::bench::RunCalibration;
 use crate::failure::{internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
 #[cfg(feature = "embedded")]
 pub mod bench;
+mod calibrate;
+pub mod job;
 mod progress;
 pub mod rows;
 
-use rows::{Answer, Ctx, RowResult, Stop};
-
-/// Distinct rows whose answers are kept for later duplicates. Past it a
-/// repeated row is decided again (the same answer, at its cost); the cap
-/// bounds memory on a file of millions of distinct rows.
-pub const DEDUPE_CAP: usize = 100_000;
+pub use job::{Job, Summary};
+use rows::Ctx;
 
 /// Arguments of `dgem batch`.
 #[derive(Debug, Args)]
@@ -103,6 +98,12 @@ pub struct BatchArgs {
     /// Decide every row, even one identical to an earlier row.
     #[arg(long = "no-dedupe")]
     pub no_dedupe: bool,
+    /// `batch`: once every row is read, remove each question's mean
+    /// log-probability over the run from every row and renormalize (Batch
+    /// Calibration, Zhou et al. 2024); the rows as read stay in
+    /// `<output>.uncalibrated`. Off (`none`) by default.
+    #[arg(long = "calibrate", value_enum, default_value_t = RunCalibration::None)]
+    pub calibrate: RunCalibration,
     /// `--seed`, `--samples`, `--layout`, `--isolate`: read options for
     /// every row, as for `dgem decide`.
     #[command(flatten)]
@@ -126,21 +127,6 @@ pub struct MergeArgs {
     /// The shards' outputs.
     #[arg(required = true, value_name = "PART")]
     pub parts: Vec<PathBuf>,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Summary {
-    /// Rows of this shard in the input.
-    pub rows: usize,
-    /// Lines kept from an earlier run.
-    pub resumed: usize,
-    /// Rows decided in this run.
-    pub decided: usize,
-    /// Rows answered as an identical earlier row.
-    pub duplicates: usize,
-    /// Rows whose line is an error (in this run or kept).
-    pub failed: usize,
 }
 
 fn bench_err(e: dgem_bench::BenchError) -> Failure {
@@ -215,139 +201,88 @@ fn base_request(args: &BatchArgs) -> Result<(DecisionRequest, Catalogue, Value),
     Ok((req, catalogue, policy))
 }
 
-/// One file to decide: where its rows are, where its lines go, and how.
-#[derive(Debug, Clone)]
-pub struct Job {
-    /// The input file.
-    pub input: PathBuf,
-    /// The output file (also the journal).
-    pub output: PathBuf,
-    /// The input's form; `None` detects it.
-    pub format: Option<InputFormat>,
-    /// How rows become variables.
-    pub spec: RowSpec,
-    /// The shard to decide, if any.
-    pub shard: Option<Shard>,
-    /// Rows decided at once (at least 1).
-    pub workers: usize,
-    /// Decide identical rows once.
-    pub dedupe: bool,
-    /// Start over instead of resuming.
-    pub overwrite: bool,
-    /// What besides the rows the answers depend on (policy, request,
-    /// model, backend): hashed with the job's own settings into the
-    /// output's fingerprint.
-    pub depends_on: Value,
+/// Everything besides the rows and the job's own settings that a row's
+/// answer depends on: the policy, the request, and the model, calibration,
+/// order-correction and backend settings (not threads, caches or
+/// timeouts, which change how fast, not what).
+fn depends_on(args: &BatchArgs, base: &DecisionRequest, policy: &Value) -> Value {
+    let m = &args.model;
+    let v = &args.vllm;
+    json!({
+        "policy": policy,
+        "request": base,
+        "model": {
+            "model": m.model, "context": m.context, "labels": m.labels.map(|l| format!("{l:?}")),
+            "calibration": format!("{:?}", m.calibration), "vocab_diagnostics": m.vocab_diagnostics,
+            "model_calibration": m.model_calibration, "order_debias": format!("{:?}", m.order_debias),
+        },
+        "setup": {
+            "cascade_provider": args.setup.cascade_provider,
+            "calibration_file": args.setup.calibration_file,
+        },
+        "backend": {
+            "backend": v.backend, "tokenizer": v.tokenizer, "vllm_model": v.vllm_model,
+            "canvas": v.canvas, "canvas_profile": v.canvas_profile, "canvas_step": v.canvas_step,
+            "prompt_file": v.prompt_file, "no_constrained": v.no_constrained,
+            "order_debias": format!("{:?}", v.vllm_order_debias),
+        },
+    })
 }
 
-/// A job whose output is open: the rows still to decide.
-pub struct Opened {
-    rows: Box<dyn Iterator<Item = Result<InputRow, dgem_bench::BenchError>> + Send>,
-    journal: Journal,
-    state: Written,
-    /// The counts so far (kept lines included).
-    pub summary: Summary,
-}
-
-impl Job {
-    /// Open the input and the output: count the shard's rows, resume the
-    /// output when it was written under the same arguments, and check that
-    /// each kept line answers its input row.
-    ///
-    /// # Errors
-    /// A user [`Failure`] for an unreadable input or output, an output of
-    /// other arguments, or an input that changed under a kept output.
-    pub fn open(&self) -> Result<Opened, Failure> {
-        let open = || {
-            input::open(&self.input, self.format, self.spec.clone())
-                .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", self.input.display())))
+/// Refuse combinations that cannot be honoured, before anything is read:
+/// a template for OpenAI Batch rows, no policy for other rows, and
+/// `--calibrate batch` where it would not mean what it says.
+fn check_combination(
+    args: &BatchArgs,
+    base: &DecisionRequest,
+    format: InputFormat,
+    shard: Option<Shard>,
+) -> Result<(), Failure> {
+    let openai = format == InputFormat::Openai;
+    if openai && (args.template.is_some() || args.questions.is_some()) {
+        return Err(user(anyhow::anyhow!(
+            "`--template`/`--questions` apply to rows of fields; OpenAI Batch rows carry their own questions in each body: drop the flag"
+        )));
+    }
+    if !openai && base.template.is_none() && base.questions.is_none() {
+        return Err(user(anyhow::anyhow!(
+            "`--template` or `--questions` is needed for {} input (only OpenAI Batch rows carry their own questions)",
+            if format == InputFormat::Csv { "CSV" } else { "JSON Lines" }
+        )));
+    }
+    if args.calibrate == RunCalibration::Batch {
+        let why = if openai {
+            Some("OpenAI Batch input is answered with chat responses, which it does not rewrite")
+        } else if shard.is_some() {
+            Some("a shard holds part of the run, and each shard would be corrected by its own rows only")
+        } else if !base.after.to_object().is_empty() {
+            Some("the post-read options (temperature, abstention, cascade, expansion) act on the read before the run is complete")
+        } else {
+            None
         };
-        let rows = open()?;
-        let format = rows.format();
-        let shard = self.shard;
-        let in_shard = move |r: &Result<InputRow, dgem_bench::BenchError>| match (shard, r) {
-            (Some(s), Ok(row)) => s.contains(&row.id),
-            _ => true,
-        };
-        // One pass to count the shard's rows (for the progress bar and ETA).
-        let total = open()?.filter(in_shard).count();
-        let print = json!({
-            "depends_on": self.depends_on,
-            "format": format,
-            "spec": self.spec,
-            "shard": self.shard,
-            "dedupe": self.dedupe,
-            "dgem": env!("CARGO_PKG_VERSION"),
-        });
-        let print = hex::encode(Sha256::digest(print.to_string().as_bytes()));
-        // An output that cannot be opened is the path the user gave: exit 1.
-        let opened = Journal::open(&self.output, &print, self.overwrite).map_err(user)?;
-        if opened.dropped_bytes > 0 {
-            tracing::info!(
-                bytes = opened.dropped_bytes,
-                "dropped a line cut short by a kill"
-            );
+        if let Some(why) = why {
+            return Err(user(anyhow::anyhow!(
+                "`--calibrate batch` cannot be used here: {why}"
+            )));
         }
-        let mut summary = Summary {
-            rows: total,
-            resumed: opened.kept.len(),
-            ..Summary::default()
-        };
-        let mut rows = rows.filter(in_shard);
-        let mut state = Written::default();
-        for (i, kept) in opened.kept.iter().enumerate() {
-            let row = match rows.next() {
-                Some(r) => r.map_err(bench_err)?,
-                None => {
-                    return Err(user(anyhow::anyhow!(
-                        "`--output` {} holds {} lines but the input has only {i} rows: the input changed; pass `--overwrite` to start again",
-                        self.output.display(),
-                        opened.kept.len()
-                    )))
-                }
-            };
-            state.restore(&row, kept, i + 1, self, &mut summary)?;
-        }
-        Ok(Opened {
-            rows: Box::new(rows),
-            journal: opened.journal,
-            state,
-            summary,
-        })
     }
+    Ok(())
 }
 
-impl Opened {
-    /// Whether every row already has its line.
-    pub fn complete(&self) -> bool {
-        self.summary.resumed == self.summary.rows
+/// Ad-hoc questions are checked once, up front (with a stand-in state),
+/// rather than failing every row.
+fn check_questions(catalogue: &Catalogue, base: &DecisionRequest) -> Result<(), Failure> {
+    if base.questions.is_none() {
+        return Ok(());
     }
-
-    /// Decide the remaining rows on `ctx`, writing their lines in input
-    /// order, then sync the output.
-    ///
-    /// # Errors
-    /// An internal [`Failure`] when the model or backend keeps failing or
-    /// the output cannot be written; the lines written so far stay.
-    pub async fn run(
-        mut self,
-        ctx: &Arc<Ctx>,
-        job: &Job,
-        bar: &progress::Bar,
-    ) -> Result<Summary, Failure> {
-        let result = drive(
-            ctx,
-            self.rows,
-            &mut self.journal,
-            &mut self.state,
-            &mut self.summary,
-            job,
-            bar,
-        )
-        .await;
-        self.journal.finish().map_err(bench_err)?;
-        result.map(|()| self.summary)
-    }
+    let probe = DecisionRequest {
+        state: Some(json!("a stand-in state to check the questions")),
+        ..base.clone()
+    };
+    Service::new(catalogue.clone())
+        .prepare(None, probe)
+        .map(|_| ())
+        .map_err(|e| user(anyhow::anyhow!("`--questions`: {e}")))
 }
 
 /// Run `dgem batch`.
@@ -360,42 +295,57 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
     let shard =
         Shard::resolve(args.shard.as_deref(), |k| std::env::var(k).ok()).map_err(bench_err)?;
     let (base, catalogue, policy) = base_request(&args)?;
+    check_questions(&catalogue, &base)?;
+    let calibrated = args.calibrate == RunCalibration::Batch;
     let job = Job {
         input: args.input.clone(),
-        output: args.output.clone(),
+        // With `--calibrate batch` the rows as read go to the journal, and
+        // the output is written from it once it is complete.
+        output: if calibrated {
+            calibrate::raw_path(&args.output)
+        } else {
+            args.output.clone()
+        },
         format,
         spec,
         shard,
         workers: usize::from(args.workers),
         dedupe: !args.no_dedupe,
         overwrite: args.overwrite,
-        depends_on: json!({
-            "policy": policy,
-            "request": base,
-            "model": args.model.model,
-            "labels": args.model.labels.map(|l| format!("{l:?}")),
-            "backend": args.vllm.backend,
-        }),
+        ordered: base.questions.is_some(),
+        depends_on: depends_on(&args, &base, &policy),
     };
-    // The input's form decides whether a policy is needed; it is checked
-    // before the output is touched.
+    // The input's form decides what is needed; it is checked before the
+    // output is touched.
     let format = input::open(&job.input, job.format, job.spec.clone())
         .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", job.input.display())))?
         .format();
-    if format != InputFormat::Openai && base.template.is_none() && base.questions.is_none() {
-        return Err(user(anyhow::anyhow!(
-            "`--template` or `--questions` is needed for {} input (only OpenAI Batch rows carry their own questions)",
-            if format == InputFormat::Csv { "CSV" } else { "JSON Lines" }
-        )));
+    check_combination(&args, &base, format, shard)?;
+    let calibrated_print = format!("{}+calibrate-batch", job.fingerprint(format));
+    if calibrated {
+        calibrate::claim(&args.output, &calibrated_print, args.overwrite)?;
     }
     let opened = job.open()?;
     if opened.complete() {
         eprintln!(
-            "batch: all {} rows are already in {}; nothing to do (`--overwrite` starts over)",
+            "batch: all {} rows are already in {}; nothing to decide (`--overwrite` starts over)",
             opened.summary.rows,
-            args.output.display()
+            job.output.display()
         );
-        return Ok(exit_code(&opened.summary));
+        let summary = opened.close()?;
+        if calibrated {
+            let service = Service::new(catalogue);
+            let r = calibrate::write(
+                &service,
+                &base,
+                &job,
+                &args.output,
+                &calibrated_print,
+                &summary,
+            )?;
+            report_calibration(&r);
+        }
+        return Ok(exit_code(&summary));
     }
     let ctx = Arc::new(build_ctx(&args, base, catalogue, format)?);
     let rt = setup::runtime()?;
@@ -416,7 +366,32 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         secs,
         (summary.decided + summary.duplicates) as f64 / secs.max(1e-9),
     );
+    if calibrated {
+        let r = calibrate::write(
+            &ctx.service,
+            &ctx.base,
+            &job,
+            &args.output,
+            &calibrated_print,
+            &summary,
+        )?;
+        report_calibration(&r);
+    }
     Ok(exit_code(&summary))
+}
+
+fn report_calibration(r: &calibrate::Report) {
+    for (q, rows, corrected) in &r.questions {
+        if *corrected {
+            eprintln!("batch calibration: `{q}` corrected over {rows} rows");
+        } else {
+            eprintln!(
+                "batch calibration: `{q}` left as read: {rows} rows answered it, fewer than the {} it needs",
+                dgem_bench::batch::calibrate::MIN_ROWS
+            );
+        }
+    }
+    eprintln!("batch calibration: {} answers changed label", r.flipped);
 }
 
 fn exit_code(s: &Summary) -> ExitCode {
@@ -470,8 +445,13 @@ pub fn chat_route(
     workers: usize,
     after: Arc<dgem_cascade::AfterSetup>,
 ) -> axum::Router {
+    // The batch bounds what is in flight; the route must not turn a row
+    // away for waiting its turn behind the others (a slow engine with many
+    // workers queues for minutes), so its own waits are off.
     let config = dgem_server::ServeConfig {
         max_inflight: workers,
+        inflight_wait: std::time::Duration::from_secs(24 * 3600),
+        request_timeout: std::time::Duration::from_secs(24 * 3600),
         ..dgem_server::ServeConfig::default()
     };
     dgem_server::router(dgem_server::AppState::with_after(
@@ -479,159 +459,6 @@ pub fn chat_route(
         config,
         after,
     ))
-}
-
-/// What the run has written, for answering duplicates.
-#[derive(Default)]
-struct Written {
-    /// Content hash → the id of the first row with it (set as rows start).
-    seen: HashMap<String, String>,
-    /// Content hash → its answer (set as lines are written).
-    answers: HashMap<String, RowResult>,
-    /// Whether the output is in OpenAI Batch's form.
-    openai: bool,
-}
-
-impl Written {
-    /// Check that `kept` (a line of an earlier run) answers `row`, and learn
-    /// its answer for later duplicates.
-    fn restore(
-        &mut self,
-        row: &InputRow,
-        kept: &str,
-        line_no: usize,
-        job: &Job,
-        summary: &mut Summary,
-    ) -> Result<(), Failure> {
-        let value: Value = serde_json::from_str(kept).map_err(internal)?;
-        let parsed = rows::parse_line(&value);
-        let matches = journal::row_of(&value) == Some(row.index)
-            && parsed.as_ref().is_some_and(|(id, _)| *id == row.id);
-        if !matches {
-            return Err(user(anyhow::anyhow!(
-                "`--output` {}: line {} does not answer input row {} (`{}`): the input changed since it was written; pass `--overwrite` to start again",
-                job.output.display(),
-                line_no,
-                row.index,
-                row.id
-            )));
-        }
-        self.openai = value.get("custom_id").is_some();
-        let Some((_, result)) = parsed else {
-            return Ok(());
-        };
-        if result.as_ref().map_or(true, Answer::failed) {
-            summary.failed += 1;
-        }
-        if let (Ok(item), true) = (&row.item, job.dedupe) {
-            let hash = content_hash(item);
-            if !self.seen.contains_key(&hash) && self.seen.len() < DEDUPE_CAP {
-                self.seen.insert(hash.clone(), row.id.clone());
-                self.answers.insert(hash, result);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// What a row's future yields.
-enum Done {
-    /// Decided (or refused) in this run; the hash when it may be reused.
-    Fresh(RowResult, Option<String>),
-    /// The same content as the row that first had this hash.
-    Duplicate(String, String),
-}
-
-async fn drive(
-    ctx: &Arc<Ctx>,
-    rows: impl Iterator<Item = Result<InputRow, dgem_bench::BenchError>>,
-    journal: &mut Journal,
-    state: &mut Written,
-    summary: &mut Summary,
-    job: &Job,
-    bar: &progress::Bar,
-) -> Result<(), Failure> {
-    let openai = ctx.chat.is_some();
-    state.openai = openai;
-    let dedupe = job.dedupe;
-    let seen = &mut state.seen;
-    let stream = futures_util::stream::iter(rows).map(|r| {
-        let ctx = ctx.clone();
-        let planned: Result<(InputRow, Option<Done>, Option<String>), Failure> =
-            r.map_err(bench_err).map(|row| match &row.item {
-                Err(e) => {
-                    let e = e.clone();
-                    (row, Some(Done::Fresh(Err(e), None)), None)
-                }
-                Ok(item) => {
-                    let hash = content_hash(item);
-                    match seen.get(&hash) {
-                        Some(first) if dedupe => {
-                            let first = first.clone();
-                            (row, Some(Done::Duplicate(hash, first)), None)
-                        }
-                        _ => {
-                            if dedupe && seen.len() < DEDUPE_CAP {
-                                seen.insert(hash.clone(), row.id.clone());
-                                (row, None, Some(hash))
-                            } else {
-                                (row, None, None)
-                            }
-                        }
-                    }
-                }
-            });
-        async move {
-            let (row, done, hash) = planned?;
-            let done = match done {
-                Some(d) => d,
-                None => {
-                    let item = row
-                        .item
-                        .as_ref()
-                        .map_err(|e| internal(anyhow::anyhow!("{}", e.message)))?;
-                    let result = rows::decide(&ctx, item)
-                        .await
-                        .map_err(|Stop(e)| internal(e))?;
-                    Done::Fresh(result, hash)
-                }
-            };
-            Ok::<_, Failure>((row, done))
-        }
-    });
-    let mut stream = stream.buffered(job.workers.max(1));
-    while let Some(next) = stream.next().await {
-        let (row, done) = next?;
-        let (result, duplicate_of) = match done {
-            Done::Fresh(result, hash) => {
-                if let Some(h) = hash {
-                    state.answers.insert(h, result.clone());
-                }
-                if result.as_ref().is_ok_and(|a| !a.failed()) {
-                    summary.decided += 1;
-                }
-                (result, None)
-            }
-            Done::Duplicate(hash, first) => {
-                let result = state.answers.get(&hash).cloned().ok_or_else(|| {
-                    internal(anyhow::anyhow!(
-                        "row `{}` repeats row `{first}`, whose answer was not kept",
-                        row.id
-                    ))
-                })?;
-                summary.duplicates += 1;
-                (result, Some(first))
-            }
-        };
-        let failed = result.as_ref().map_or(true, Answer::failed);
-        if failed {
-            summary.failed += 1;
-        }
-        let line = rows::line(openai, &row, &result, duplicate_of.as_deref());
-        journal.append(&line.to_string()).map_err(bench_err)?;
-        bar.advance(summary.failed);
-    }
-    Ok(())
 }
 
 /// Run `dgem batch-merge`.

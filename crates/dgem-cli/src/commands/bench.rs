@@ -32,7 +32,7 @@ use crate::setup::{self, ModelArgs};
 mod flags;
 mod progress;
 
-pub use flags::{parse_layout, parse_samples};
+pub use flags::{parse_layout, parse_samples, RunCalibration};
 use progress::Bar;
 #[cfg(test)]
 use progress::{eta_from_window, ETA_WINDOW};
@@ -67,6 +67,17 @@ pub fn exit(r: Result<Outcome, Failure>) -> ExitCode {
         Ok(Outcome::Refused) => ExitCode::from(1),
         Err(f) => f.report(),
     }
+}
+
+/// Say on stderr what batch calibration did to a run's slots.
+pub fn report_applied(a: dgem_bench::batch::rescore::Applied) {
+    eprintln!(
+        "batch calibration: {} of {} slots corrected (a question needs {} rows sharing its options), {} answers changed",
+        a.corrected,
+        a.slots,
+        dgem_bench::batch::calibrate::MIN_ROWS,
+        a.flipped
+    );
 }
 
 /// Options shared by every harness that runs a dataset.
@@ -154,6 +165,22 @@ pub fn shard_of(args: &RunArgs) -> Result<Option<Shard>, Failure> {
 pub struct BenchArgs {
     #[command(flatten)]
     pub run: RunArgs,
+    /// `batch`: score the run after batch calibration (each question's
+    /// mean log-probability over the run removed, as `dgem batch
+    /// --calibrate batch` does). Default `none`.
+    #[arg(long = "calibrate", value_enum, default_value_t = RunCalibration::None)]
+    pub calibrate: RunCalibration,
+}
+
+impl RunCalibration {
+    /// The receipt settings that name this correction: none for `none`, so
+    /// receipts of uncorrected runs keep their settings.
+    pub fn settings(self) -> Value {
+        match self {
+            Self::None => json!({}),
+            Self::Batch => json!({"calibrate": "batch"}),
+        }
+    }
 }
 
 /// Arguments of `dgem bench-calibration`.
@@ -165,6 +192,11 @@ pub struct CalibrationArgs {
     /// Write the reliability diagram here (SVG); default `<out>.svg` when `--out` is set.
     #[arg(long, env = "DGEM_BENCH_SVG")]
     pub svg: Option<PathBuf>,
+    /// `batch`: score the run after batch calibration (each question's
+    /// mean log-probability over the run removed, `dgem batch --calibrate
+    /// batch`), live or `--from-receipt`. Default `none`.
+    #[arg(long = "calibrate", value_enum, default_value_t = RunCalibration::None)]
+    pub calibrate: RunCalibration,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -486,8 +518,11 @@ fn run_bench_items(
 pub fn run(args: BenchArgs) -> Result<Outcome, Failure> {
     let a = &args.run;
     let p = prepare::<BenchRow>(a, BENCH_DATASET, false)?;
-    let settings = settings(a, json!({}));
-    let outcome = run_bench_items(a, "bench", &p, &settings)?;
+    let settings = settings(a, args.calibrate.settings());
+    let mut outcome = run_bench_items(a, "bench", &p, &settings)?;
+    if args.calibrate == RunCalibration::Batch {
+        report_applied(dgem_bench::batch::rescore::bench_items(&mut outcome.rows));
+    }
     let s = suites::bench::summarize(&outcome.rows, decisions_per_s(&outcome, 1.0));
     finish(
         a,
@@ -510,13 +545,22 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
     let title_for = |m: &ModelInfo| format!("Reliability — {} ({})", m.id, m.backend);
     if let Some(from) = &args.from_receipt {
         let r = Receipt::read(from).map_err(user)?;
-        let items: Vec<suites::bench::BenchItem> = r
+        let mut items: Vec<suites::bench::BenchItem> = r
             .items
             .iter()
             .map(|v| serde_json::from_value(v.clone()))
             .collect::<Result<_, _>>()
             .with_context(|| format!("{} is not a `dgem bench` receipt", from.display()))
             .map_err(user)?;
+        if args.calibrate == RunCalibration::Batch {
+            if r.settings.get("calibrate").and_then(Value::as_str) == Some("batch") {
+                return Err(user(anyhow::anyhow!(
+                    "`--calibrate batch`: {} was already scored after batch calibration; correcting it twice would remove the lean again",
+                    from.display()
+                )));
+            }
+            report_applied(dgem_bench::batch::rescore::bench_items(&mut items));
+        }
         let (mut s, bins) = suites::calibration::summarize(&items);
         s.record_refused(&r.dataset.refused);
         if let Some(path) = &svg {
@@ -529,6 +573,16 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
             c.suite = "calibration".into();
             c.created_unix = receipt::now_unix();
             c.settings = json!({"from_receipt": from});
+            if let (Some(m), Value::Object(extra)) =
+                (c.settings.as_object_mut(), args.calibrate.settings())
+            {
+                m.extend(extra);
+            }
+            c.items = items
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()
+                .map_err(internal)?;
             c.metrics = s.metrics.clone();
             c.breakdown = s.breakdown.clone();
             c.write(out).map_err(internal)?;
@@ -550,8 +604,11 @@ pub fn run_calibration(args: CalibrationArgs) -> Result<Outcome, Failure> {
         );
     }
     let p = prepare::<BenchRow>(a, BENCH_DATASET, false)?;
-    let settings = settings(a, json!({}));
-    let outcome = run_bench_items(a, "calibration", &p, &settings)?;
+    let settings = settings(a, args.calibrate.settings());
+    let mut outcome = run_bench_items(a, "calibration", &p, &settings)?;
+    if args.calibrate == RunCalibration::Batch {
+        report_applied(dgem_bench::batch::rescore::bench_items(&mut outcome.rows));
+    }
     let (s, bins) = suites::calibration::summarize(&outcome.rows);
     if let Some(path) = &svg {
         let title = title_for(&ModelInfo::of(&p.decider.engine));

@@ -9,7 +9,7 @@ use dgem_bench::report::{Format, Gate};
 use dgem_bench::suites::{
     self, intents::IntentRow, permutation::PermutationRow, rerank::RerankRow,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::commands::bench::{
     bench_template, execute, finish, prepare, print_and_gate, settings, Outcome, RunArgs,
@@ -167,6 +167,11 @@ pub struct JevArgs {
     /// USD per 1,000 decisions, for the cost score (default: dgem's $0.0260).
     #[arg(long = "usd-per-1k", env = "DGEM_JEV_USD_PER_1K")]
     pub usd_per_1k: Option<f64>,
+    /// `batch`: score the run after batch calibration (the mean
+    /// log-probability over the run of each question type and label set
+    /// removed; see `dgem_bench::batch::rescore`). Default `none`.
+    #[arg(long = "calibrate", value_enum, default_value_t = crate::commands::bench::RunCalibration::None)]
+    pub calibrate: crate::commands::bench::RunCalibration,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -198,15 +203,21 @@ pub fn run_jev(args: JevArgs) -> Result<Outcome, Failure> {
     // Labels such as `refund_full`/`refund_partial` share their first token:
     // letters tell them apart.
     let p = prepare::<suites::jev::JevRow>(a, "data/jevbench_style.jsonl", true)?;
-    let st = settings(
-        a,
-        json!({"scoring": scoring, "endpoint_kind": args.endpoint_kind}),
-    );
+    let mut extra = json!({"scoring": scoring, "endpoint_kind": args.endpoint_kind});
+    if let (Some(m), Value::Object(c)) = (extra.as_object_mut(), args.calibrate.settings()) {
+        m.extend(c);
+    }
+    let st = settings(a, extra);
     let d = p.decider.clone();
-    let outcome = execute(a, "jev", &p, &st, move |_, row| {
+    let mut outcome = execute(a, "jev", &p, &st, move |_, row| {
         let d = d.clone();
         async move { suites::jev_run::run_item(&d, row).await }
     })?;
+    if args.calibrate == crate::commands::bench::RunCalibration::Batch {
+        crate::commands::bench::report_applied(dgem_bench::batch::rescore::jev_items(
+            &mut outcome.rows,
+        ));
+    }
     let s = suites::jev_run::summarize(
         &outcome.rows,
         crate::commands::bench::decisions_per_s(&outcome, 1.0),

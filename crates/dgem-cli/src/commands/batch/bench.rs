@@ -39,8 +39,8 @@ const POLICY: &str = "support_triage";
 #[derive(Debug, Args)]
 pub struct BenchBatchArgs {
     /// Rounds (each decides `--rows` tickets by each path); medians are
-    /// over rounds.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    /// over rounds. An even count lets each path go first equally often.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
     /// New tickets per path per round.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -89,6 +89,8 @@ async fn rounds(
     decider: Arc<dyn dgem_engine::Decider>,
     args: &BenchBatchArgs,
 ) -> Result<(), Failure> {
+    // The tree as the binary was started on it (a run takes minutes).
+    let version = dgem_bench::receipt::VersionInfo::current();
     let catalogue = Catalogue::new(crate::commands::templates::catalogue());
     let service = Service::new(catalogue.clone());
     let ctx = Arc::new(Ctx {
@@ -174,7 +176,7 @@ async fn rounds(
         .collect();
     let info = decider.info();
     let receipt = json!({
-        "dgem": dgem_bench::receipt::VersionInfo::current(),
+        "dgem": version,
         "created_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "model": info.model_id,
         "policy": POLICY,
@@ -292,6 +294,7 @@ async fn batch_round(
         workers,
         dedupe: true,
         overwrite: true,
+        ordered: false,
         depends_on: Value::Null,
     };
     let started = Instant::now();

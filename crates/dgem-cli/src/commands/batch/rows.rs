@@ -78,11 +78,12 @@ pub async fn decide(ctx: &Ctx, item: &Item) -> Result<RowResult, Stop> {
     }
 }
 
-async fn decide_fields(ctx: &Ctx, fields: &Map<String, Value>) -> Result<RowResult, Stop> {
-    let mut req = ctx.base.clone();
+/// The request of a row of `fields`: the run's `base` with the row's
+/// variables over the shared ones or, with ad-hoc questions, the row as the
+/// state (its `state` field, or the whole row as a JSON object of fields).
+pub fn request(base: &DecisionRequest, fields: &Map<String, Value>) -> DecisionRequest {
+    let mut req = base.clone();
     if req.is_custom() {
-        // With ad-hoc questions the row is the state: its `state` field, or
-        // the whole row as a JSON object of fields.
         req.state = Some(match fields.get("state") {
             Some(s) => s.clone(),
             None => Value::Object(fields.clone()),
@@ -92,6 +93,11 @@ async fn decide_fields(ctx: &Ctx, fields: &Map<String, Value>) -> Result<RowResu
         vars.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
         req.variables = Some(vars);
     }
+    req
+}
+
+async fn decide_fields(ctx: &Ctx, fields: &Map<String, Value>) -> Result<RowResult, Stop> {
+    let req = request(&ctx.base, fields);
     let custom = req.is_custom();
     let prepared = match ctx.service.prepare(None, req) {
         Ok(p) => p,

@@ -42,3 +42,17 @@ pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
         ))),
     }
 }
+
+/// `--calibrate`: a correction applied once every row of a run is read
+/// (`dgem batch`, `dgem bench-calibration`, `dgem bench-jev`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunCalibration {
+    /// The reads as they are.
+    #[default]
+    None,
+    /// Batch calibration: each question's mean log-probability over the
+    /// run removed from every row, then renormalized (Zhou et al., ICLR
+    /// 2024; `dgem_bench::batch::calibrate`).
+    Batch,
+}
