@@ -602,3 +602,52 @@ async fn calibrate_batch_is_refused_where_it_would_mislead_and_spares_other_file
         common::stderr(&o)
     );
 }
+
+/// A disk that fills mid-run (a file-size limit stands in for it: writes
+/// past 4 KiB fail with EFBIG): the run stops with an error naming the
+/// output, the lines before stay whole, and a rerun finishes the file as an
+/// uninterrupted run writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_the_run_clearly_and_loses_nothing() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(30)).unwrap();
+    let whole = s.path("whole.jsonl");
+    assert_eq!(run(s.args(&input, &whole, &[])).await.status.code(), Some(0));
+    let out = s.path("out.jsonl");
+    let args = s.args(&input, &out, &[]);
+    let limited = tokio::task::spawn_blocking(move || {
+        Command::new("bash")
+            .arg("-c")
+            .arg("ulimit -f 4; trap '' XFSZ; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_dgem"))
+            .args(&args)
+            .current_dir(common::root())
+            .env_remove("DGEM_MODEL_PATH")
+            .env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = common::stderr(&limited);
+    assert_eq!(limited.status.code(), Some(2), "{err}");
+    assert!(err.contains("out.jsonl") && err.contains("File too large"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.len() <= 4096);
+    // Every complete line is whole JSON; at most the last is cut short.
+    let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let kept = complete.lines().count();
+    assert!(kept > 0 && kept < 30, "{kept} lines before the disk filled");
+    for l in complete.lines() {
+        serde_json::from_str::<Value>(l).unwrap();
+    }
+    let o = run(s.args(&input, &out, &[])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let (a, b) = (lines(&whole), lines(&out));
+    assert_eq!(a.len(), 30);
+    assert_eq!(b.len(), 30);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(timeless(x), timeless(y));
+    }
+}
