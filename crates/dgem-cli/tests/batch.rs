@@ -613,7 +613,10 @@ async fn a_full_disk_stops_the_run_clearly_and_loses_nothing() {
     let input = s.path("in.jsonl");
     std::fs::write(&input, tickets(30)).unwrap();
     let whole = s.path("whole.jsonl");
-    assert_eq!(run(s.args(&input, &whole, &[])).await.status.code(), Some(0));
+    assert_eq!(
+        run(s.args(&input, &whole, &[])).await.status.code(),
+        Some(0)
+    );
     let out = s.path("out.jsonl");
     let args = s.args(&input, &out, &[]);
     let limited = tokio::task::spawn_blocking(move || {
@@ -632,7 +635,10 @@ async fn a_full_disk_stops_the_run_clearly_and_loses_nothing() {
     .unwrap();
     let err = common::stderr(&limited);
     assert_eq!(limited.status.code(), Some(2), "{err}");
-    assert!(err.contains("out.jsonl") && err.contains("File too large"), "{err}");
+    assert!(
+        err.contains("out.jsonl") && err.contains("File too large"),
+        "{err}"
+    );
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.len() <= 4096);
     // Every complete line is whole JSON; at most the last is cut short.
