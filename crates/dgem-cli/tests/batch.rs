@@ -11,16 +11,9 @@ use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm};
 use serde_json::{json, Value};
 
 mod common;
+use common::TINY_TOKENIZER;
 #[path = "common/server.rs"]
 mod server;
-
-/// A WordLevel `tokenizer.json`: `yes` = 1, `no` = 2, everything else `[UNK]`.
-const TINY_TOKENIZER: &str = r#"{
-  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-  "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
-  "post_processor": null, "decoder": null,
-  "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "yes": 1, "no": 2}, "unk_token": "[UNK]"}
-}"#;
 
 /// A one-question policy over `{{.ticket}}`.
 const POLICY: &str = r#"{"schema": {"questions": [{"id": "u", "type": "noul", "instructions": "Urgent?"}]}, "state": {"ticket": "{{.ticket}}"}}"#;
@@ -107,6 +100,13 @@ fn timeless(v: &Value) -> Value {
         Value::Array(a) => Value::Array(a.iter().map(timeless).collect()),
         other => other.clone(),
     }
+}
+
+/// The run exited `code` and its stderr says `needle`.
+fn exits_saying(o: &Output, code: i32, needle: &str) {
+    let err = common::stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "want `{needle}` in: {err}");
 }
 
 fn tickets(n: usize) -> String {
@@ -252,12 +252,7 @@ async fn shards_merge_back_into_the_unsharded_output() {
     ];
     args.extend(parts[1..].iter().cloned());
     let o = run(args).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("rows are missing"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "rows are missing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,12 +273,7 @@ async fn csv_input_with_a_column_map() {
     assert!(got[0]["decision"]["answers"]["u"]["noul"].is_number());
     // A map naming a column the file lacks fails before any row is read.
     let o = run(s.args(&input, &s.path("o2.jsonl"), &["--map", "ticket=text"])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("no column `text`"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "no column `text`");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,12 +351,7 @@ async fn ten_thousand_rows_finish_and_rerunning_does_nothing() {
     assert_eq!(got[9_999]["duplicate_of"], "r2499");
     let before = s.fake.requests().len();
     let o = run(s.args(&input, &out, &[])).await;
-    assert_eq!(o.status.code(), Some(0));
-    assert!(
-        common::stderr(&o).contains("nothing to decide"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 0, "nothing to decide");
     assert_eq!(
         s.fake.requests().len(),
         before,
@@ -380,12 +365,7 @@ async fn bad_files_exit_1_naming_them_and_lose_nothing() {
     let out = s.path("out.jsonl");
     // An input that does not exist.
     let o = run(s.args(&s.path("missing.jsonl"), &out, &[])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("missing.jsonl"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "missing.jsonl");
     // An output that cannot be created (its folder is a file).
     let input = s.path("in.jsonl");
     std::fs::write(&input, tickets(2)).unwrap();
@@ -400,23 +380,13 @@ async fn bad_files_exit_1_naming_them_and_lose_nothing() {
     // A file `dgem batch` did not write is not resumed over.
     std::fs::write(&out, "my own notes\n").unwrap();
     let o = run(s.args(&input, &out, &[])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("--overwrite"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "--overwrite");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "my own notes\n");
     // Other arguments over a finished output: refused, not mixed.
     let o = run(s.args(&input, &s.path("o2.jsonl"), &[])).await;
     assert_eq!(o.status.code(), Some(0));
     let o = run(s.args(&input, &s.path("o2.jsonl"), &["--seed", "7"])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("under other arguments"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "under other arguments");
 }
 
 /// The embedded model decides a small file; its lines are the envelopes
@@ -547,12 +517,7 @@ async fn calibrate_batch_removes_the_runs_lean_and_keeps_the_reads() {
     std::fs::write(&input, tickets(3)).unwrap();
     let small = s.path("small.jsonl");
     let o = run(s.args(&input, &small, &["--calibrate", "batch"])).await;
-    assert_eq!(o.status.code(), Some(0));
-    assert!(
-        common::stderr(&o).contains("left as read: 3 rows"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 0, "left as read: 3 rows");
     let a = &lines(&small)[0]["decision"]["answers"]["u"];
     assert!((a["probabilities"]["yes"].as_f64().unwrap() - 0.75).abs() < 1e-9);
 }
@@ -579,12 +544,7 @@ async fn calibrate_batch_is_refused_where_it_would_mislead_and_spares_other_file
     // A file of the user's at `-o` is neither read nor replaced.
     std::fs::write(&out, "my notes\n").unwrap();
     let o = run(s.args(&input, &out, &["--calibrate", "batch"])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("--overwrite"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "--overwrite");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "my notes\n");
     assert_eq!(
         s.fake.requests().len(),
@@ -595,12 +555,7 @@ async fn calibrate_batch_is_refused_where_it_would_mislead_and_spares_other_file
     let o = run(s.args(&input, &out, &["--calibrate", "batch", "--overwrite"])).await;
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let o = run(s.args(&input, &out, &[])).await;
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        common::stderr(&o).contains("under other arguments"),
-        "{}",
-        common::stderr(&o)
-    );
+    exits_saying(&o, 1, "under other arguments");
 }
 
 /// A disk that fills mid-run (a file-size limit stands in for it: writes
@@ -656,4 +611,41 @@ async fn a_full_disk_stops_the_run_clearly_and_loses_nothing() {
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(timeless(x), timeless(y));
     }
+}
+
+/// `dgem bench-batch` runs both paths on the real model and writes a
+/// receipt with every round's decisions/s and the ratio (its figures are a
+/// benchmark's, not asserted here).
+#[test]
+fn bench_batch_writes_both_paths_and_their_ratio() {
+    let Some(model) = common::model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("batch_throughput.json");
+    let o = common::dgem(
+        &[
+            "bench-batch",
+            "--rounds",
+            "1",
+            "--rows",
+            "2",
+            "--clients",
+            "2",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        Some(&model),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let s = &r["scenarios"];
+    for path in ["serve", "batch"] {
+        let dps = s[path]["decisions_per_s"].as_array().unwrap();
+        assert_eq!(dps.len(), 1);
+        assert!(dps[0].as_f64().unwrap() > 0.0, "{path}: {dps:?}");
+    }
+    let ratio = s["batch_vs_serve"]["median"].as_f64().unwrap();
+    let want = s["batch"]["median"].as_f64().unwrap() / s["serve"]["median"].as_f64().unwrap();
+    assert!((ratio - want).abs() < 1e-9, "{ratio} vs {want}");
+    assert_eq!(s["batch_vs_serve"]["goal"], 1.0);
+    assert_eq!(r["clients"], 2);
 }

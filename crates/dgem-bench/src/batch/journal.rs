@@ -108,6 +108,19 @@ fn lock(path: &Path, file: &File) -> Result<(), BenchError> {
 }
 
 impl Journal {
+    /// The journal of `path` open as `file`, after `kept` lines (`len`
+    /// bytes) an earlier run wrote.
+    fn at(path: &Path, file: File, fingerprint: &str, kept: usize, len: u64) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            file,
+            fingerprint: fingerprint.to_string(),
+            lines: kept,
+            len,
+            kept,
+        }
+    }
+
     /// Open `path` for a run whose arguments hash to `fingerprint`: resume
     /// it when it was written under the same fingerprint, start it when it
     /// does not exist, is empty, or `overwrite` is set.
@@ -146,14 +159,7 @@ impl Journal {
             file.set_len(0).map_err(|e| io(path, e))?;
             write_sidecar(&sidecar, fingerprint, None)?;
             Ok(Opened {
-                journal: Self {
-                    path: path.to_path_buf(),
-                    file,
-                    fingerprint: fingerprint.to_string(),
-                    lines: 0,
-                    len: 0,
-                    kept: 0,
-                },
+                journal: Self::at(path, file, fingerprint, 0, 0),
                 kept: 0,
                 dropped_bytes: 0,
             })
@@ -194,14 +200,7 @@ impl Journal {
         // by it; until then its sidecar says it is not.
         write_sidecar(&sidecar, fingerprint, None)?;
         Ok(Opened {
-            journal: Self {
-                path: path.to_path_buf(),
-                file,
-                fingerprint: fingerprint.to_string(),
-                lines: kept,
-                len: complete,
-                kept,
-            },
+            journal: Self::at(path, file, fingerprint, kept, complete),
             kept,
             dropped_bytes: usize::try_from(total - complete).unwrap_or(usize::MAX),
         })

@@ -335,15 +335,7 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         let summary = opened.close()?;
         if calibrated {
             let service = Service::new(catalogue);
-            let r = calibrate::write(
-                &service,
-                &base,
-                &job,
-                &args.output,
-                &calibrated_print,
-                &summary,
-            )?;
-            report_calibration(&r);
+            write_calibrated(&service, &base, &job, &args, &calibrated_print, &summary)?;
         }
         return Ok(exit_code(&summary));
     }
@@ -367,17 +359,31 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         (summary.decided + summary.duplicates) as f64 / secs.max(1e-9),
     );
     if calibrated {
-        let r = calibrate::write(
+        write_calibrated(
             &ctx.service,
             &ctx.base,
             &job,
-            &args.output,
+            &args,
             &calibrated_print,
             &summary,
         )?;
-        report_calibration(&r);
     }
     Ok(exit_code(&summary))
+}
+
+/// Write the calibrated output from the complete journal, and say what the
+/// calibration did.
+fn write_calibrated(
+    service: &Service,
+    base: &DecisionRequest,
+    job: &Job,
+    args: &BatchArgs,
+    fingerprint: &str,
+    summary: &Summary,
+) -> Result<(), Failure> {
+    let r = calibrate::write(service, base, job, &args.output, fingerprint, summary)?;
+    report_calibration(&r);
+    Ok(())
 }
 
 fn report_calibration(r: &calibrate::Report) {
