@@ -72,6 +72,13 @@ enum Command {
         after_help = "Examples:\n  dgem decide -t support_triage -v ticket=\"I was charged twice\"\n  dgem decide -t support_triage -d vars.json --json\n  dgem decide -t ./my_policy.json.tmpl -v text=\"the build is red\" --samples auto --stats"
     )]
     Decide(Box<commands::decide::DecideArgs>),
+    #[cfg(all(unix, feature = "embedded"))]
+    /// A warm model host, so `dgem decide` does not load the model each call.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  dgem host start\n  dgem decide -t support_triage -v ticket=\"I was charged twice\"   # answered by the host\n  dgem host status\n  dgem host stop"
+    )]
+    Host(commands::host::HostCommand),
     /// Fetch, list and verify embedded models.
     #[command(
         subcommand,
@@ -143,6 +150,12 @@ enum Command {
         after_help = "Examples:\n  dgem batch -t support_triage -i tickets.jsonl -o decisions.jsonl\n  dgem batch -t support_triage -i tickets.csv --map ticket=body -o decisions.jsonl\n  dgem batch -i openai_requests.jsonl -o openai_responses.jsonl\n  dgem batch -t support_triage -i tickets.jsonl -o part-0.jsonl --shard 0/4"
     )]
     Batch(Box<commands::batch::BatchArgs>),
+    #[cfg(all(unix, feature = "bench", feature = "embedded"))]
+    /// A second `dgem decide` via a warm `dgem host`, against an in-process warm decision plus process start.
+    #[command(
+        after_help = "Examples:\n  dgem bench-host\n  dgem bench-host --model qwen2.5-coder-1.5b -o benchmarks/results/host.json"
+    )]
+    BenchHost(commands::host::bench::BenchHostArgs),
     #[cfg(all(feature = "bench", feature = "embedded"))]
     /// Decisions/s of `dgem batch` against `dgem serve` driven by 16 HTTP clients, on one engine.
     #[command(
@@ -257,6 +270,8 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Decide(args) => commands::decide::run(*args),
         Command::Model(cmd) => commands::model::run(cmd),
+        #[cfg(all(unix, feature = "embedded"))]
+        Command::Host(cmd) => commands::host::run(cmd),
         Command::Templates(cmd) => commands::templates::run(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory as _;
@@ -299,6 +314,8 @@ fn main() -> ExitCode {
         Command::BatchMerge(args) => commands::batch::merge(args),
         #[cfg(all(feature = "bench", feature = "embedded"))]
         Command::BenchBatch(args) => commands::batch::bench::run(args),
+        #[cfg(all(unix, feature = "bench", feature = "embedded"))]
+        Command::BenchHost(args) => commands::host::bench::run(args),
         #[cfg(feature = "bench")]
         Command::BenchMerge(args) => {
             return commands::bench::exit(commands::bench_suites::run_merge(args))

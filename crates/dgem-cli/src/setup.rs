@@ -31,6 +31,14 @@ const DEFAULT_KV_CHUNK: usize = 1;
 mod flags;
 
 pub(crate) use flags::parse_seconds;
+
+/// `on`/`off` (also true/false, 1/0, yes/no) for a flag outside this module.
+///
+/// # Errors
+/// The allowed values and the value given.
+pub fn parse_on_off_flag(s: &str) -> Result<bool, String> {
+    parse_on_off(s)
+}
 pub use flags::OrderDebiasArg;
 use flags::{parse_auto_off, parse_label_mode, parse_on_off, parse_order_debias};
 

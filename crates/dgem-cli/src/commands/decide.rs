@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use dgem_core::payload::Payload;
 use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
-use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
+use dgem_service::{Catalogue, Decided, DecisionRequest, ReadOptions, Service};
 use serde_json::{Map, Value};
 
 use crate::commands::after::{HesitationArgs, SetupArgs};
@@ -75,6 +75,11 @@ pub struct DecideArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub vllm: crate::vllm::VllmArgs,
+    /// Send the decision to a warm `dgem host` of the same model flags when
+    /// one runs (`dgem host start`), instead of loading the model here;
+    /// `off` always decides in this process.
+    #[arg(long = "host", env = "DGEM_HOST", default_value = "on", value_parser = crate::setup::parse_on_off_flag, action = clap::ArgAction::Set, value_name = "on|off")]
+    pub host: bool,
 }
 
 /// Render a template with variables and split it into schema and state, by
@@ -163,7 +168,7 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let images = image_urls(&args.images)?;
     let service = Service::new(
         Catalogue::new(crate::commands::templates::catalogue())
-            .with_policy_text(found.name.clone(), found.text),
+            .with_policy_text(found.name.clone(), found.text.clone()),
     );
     let request = DecisionRequest {
         template: Some(found.name.clone()),
@@ -175,7 +180,7 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         ..DecisionRequest::default()
     };
     let prepared = service
-        .prepare(None, request)
+        .prepare(None, request.clone())
         .map_err(crate::commands::after::service_failure)?;
     // A policy that reads an image needs one: the engine refuses it too, but
     // here it is refused before any model is loaded.
@@ -192,6 +197,9 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
             .map_err(engine)?;
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
+    }
+    if let Some(done) = via_host(&args, &found, &request)? {
+        return done;
     }
     let hesitation = &prepared.hesitation;
     let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
@@ -214,24 +222,79 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let decided = rt.block_on(service.decide(engine_.as_ref(), prepared));
     spinner.finish_and_clear();
     let decided = decided.map_err(engine)?;
-    // A calibration file asked for by name must fit this model and policy.
+    print!("{}", render(&decided, args.json, args.stats)?);
+    Ok(())
+}
+
+/// The decision from a warm host of the same model flags (`dgem host`),
+/// when one runs and can decide it as this process would: the embedded
+/// model, no image, no Stage-2 provider, no calibration file. `None`: decide
+/// here.
+///
+/// # Errors
+/// A bad `--backend` spec.
+#[cfg(all(unix, feature = "embedded"))]
+fn via_host(
+    args: &DecideArgs,
+    found: &crate::commands::templates::Found,
+    request: &DecisionRequest,
+) -> Result<Option<Result<(), Failure>>, Failure> {
+    let hostable = args.host
+        && crate::vllm::backend_url(&args.vllm)?.is_none()
+        && args.images.is_empty()
+        && args.setup.cascade_provider.is_none()
+        && args.setup.calibration_file.is_none();
+    if !hostable {
+        return Ok(None);
+    }
+    let ask = crate::commands::host::HostRequest::Decide {
+        policy: found.name.clone(),
+        text: found.text.clone(),
+        request: Box::new(request.clone()),
+        json: args.json,
+        stats: args.stats,
+    };
+    Ok(crate::commands::host::try_decide(&args.model, ask)
+        .map(crate::commands::host::HostReply::into_result))
+}
+
+/// A build without the embedded engine or Unix sockets has no host.
+#[cfg(not(all(unix, feature = "embedded")))]
+fn via_host(
+    _: &DecideArgs,
+    _: &crate::commands::templates::Found,
+    _: &DecisionRequest,
+) -> Result<Option<Result<(), Failure>>, Failure> {
+    Ok(None)
+}
+
+/// What `dgem decide` prints for `decided`: the envelope as pretty JSON
+/// (`json`), or the answer table, the cascade and expansion notes, and with
+/// `stats` the diagnostics block. A warm host renders with it too, so its
+/// output is the in-process output byte for byte.
+///
+/// # Errors
+/// A user [`Failure`] when a calibration file asked for by name does not
+/// fit this model and policy; an internal one when JSON cannot be written.
+pub fn render(decided: &Decided, json: bool, stats: bool) -> Result<String, Failure> {
     if let Some(c) = decided.finished.calibration.as_ref().filter(|c| !c.applied) {
         return Err(user(anyhow::anyhow!("`--calibration-file`: {}", c.reason)));
     }
-    if args.json {
-        let text = serde_json::to_string_pretty(&decided.envelope()).map_err(internal)?;
-        println!("{text}");
+    let mut out = String::new();
+    if json {
+        out.push_str(&serde_json::to_string_pretty(&decided.envelope()).map_err(internal)?);
+        out.push('\n');
     } else {
-        print!("{}", output::table(&decided.decision));
+        out.push_str(&output::table(&decided.decision));
         if let Some(c) = &decided.finished.cascade {
-            print!("{}", output::cascade(c));
+            out.push_str(&output::cascade(c));
         }
         if let Some(s) = &decided.finished.suggestions {
-            print!("{}", output::suggestions(s));
+            out.push_str(&output::suggestions(s));
         }
-        if args.stats {
-            print!("{}", output::stats(&decided.decision, decided.elapsed_ms));
+        if stats {
+            out.push_str(&output::stats(&decided.decision, decided.elapsed_ms));
         }
     }
-    Ok(())
+    Ok(out)
 }

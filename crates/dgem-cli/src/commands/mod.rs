@@ -13,6 +13,8 @@ pub mod calibrate;
 pub mod decide;
 #[cfg(feature = "gateway")]
 pub mod gateway;
+#[cfg(all(unix, feature = "embedded"))]
+pub mod host;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod model;

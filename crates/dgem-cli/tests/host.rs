@@ -1,0 +1,124 @@
+//! `dgem host` end to end on the real model: a second `dgem decide` is
+//! answered by the warm host, with the bytes the in-process path prints.
+#![allow(clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+mod common;
+
+/// `dgem` with the model's folder as its cache and `dir` as its host folder.
+fn dgem(args: &[&str], model: &str, dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(common::root())
+        .args(args)
+        .env_remove("DGEM_MODEL_PATH")
+        .env_remove("DGEM_HOST")
+        .env("DGEM_MODEL_DIR", Path::new(model).parent().unwrap())
+        .env("DGEM_HOST_DIR", dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Stops the host however the test ends.
+struct Stop<'a>(&'a str, &'a Path);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        let _ = dgem(&["host", "stop"], self.0, self.1);
+    }
+}
+
+/// The envelope without its timings.
+fn timeless(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != "timing")
+                .map(|(k, x)| (k.clone(), timeless(x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn a_second_decide_is_answered_by_the_warm_host_as_the_process_would() {
+    let Some(model) = common::model() else { return };
+    let _one = common::one_model_run();
+    let dir = tempfile::tempdir().unwrap();
+    let decide = [
+        "decide",
+        "-t",
+        "support_triage",
+        "-v",
+        "ticket=The app crashes when I upload a photo",
+        "--json",
+    ];
+    // In this process, never a host.
+    let mut alone: Vec<&str> = decide.to_vec();
+    alone.extend(["--host", "off"]);
+    let o = dgem(&alone, &model, dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let in_process: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    let o = dgem(
+        &["host", "start", "--idle-timeout", "120"],
+        &model,
+        dir.path(),
+    );
+    let _stop = Stop(&model, dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("ready at"),
+        "{}",
+        common::stderr(&o)
+    );
+    let o = dgem(&["host", "status"], &model, dir.path());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("running at"));
+    // Only the owner may reach the socket.
+    let socket = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "sock"))
+        .expect("a socket");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    let o = dgem(&decide, &model, dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let via_host: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(timeless(&via_host), timeless(&in_process));
+    let log = std::fs::read_to_string(socket.with_extension("log")).unwrap();
+    assert!(
+        log.contains("decided `support_triage`"),
+        "the host decided it: {log}"
+    );
+
+    // A variable the policy does not read is refused before any host is
+    // asked, as without one: exit 1, naming it.
+    let o = dgem(
+        &["decide", "-t", "support_triage", "-v", "tickt=x"],
+        &model,
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::stderr(&o).contains("did you mean `ticket`"),
+        "{}",
+        common::stderr(&o)
+    );
+
+    let o = dgem(&["host", "stop"], &model, dir.path());
+    assert!(
+        common::stderr(&o).contains("stopped"),
+        "{}",
+        common::stderr(&o)
+    );
+    let o = dgem(&["host", "status"], &model, dir.path());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("not running"));
+}
