@@ -10,7 +10,9 @@
 //!   the policy's priors read;
 //! - **via host**: a `dgem host run` is started on a private socket folder
 //!   and read once for the policy's priors; each round then runs
-//!   `dgem decide … --json` as a shell would, wall time.
+//!   `dgem decide … --json` as a shell would, wall time;
+//! - **no host**: the same call with `--host off`, which loads the model
+//!   itself (what every call cost before the host), for scale.
 //!
 //! The receipt holds each round's milliseconds, their medians, and the ratio
 //! `via host / (warm + process start)` (goal ≤ 1.5).
@@ -166,17 +168,31 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
     // Priors and caches of the policy, once each way.
     warm(0)?;
     decide(1)?;
-    let (mut start_ms, mut warm_ms, mut host_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let alone = |n: u32| -> Result<f64, Failure> {
+        let var = format!("ticket={}", ticket(n));
+        timed(dgem(
+            &[
+                "decide", "-t", POLICY, "-v", &var, "--json", "--host", "off",
+            ],
+            &model,
+            &dir,
+        )?)
+    };
+    let (mut start_ms, mut warm_ms, mut host_ms, mut alone_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..args.rounds {
         start_ms.push(timed(dgem(&["--version"], &[], &dir)?)?);
-        warm_ms.push(warm(10 + 2 * r)?);
-        host_ms.push(decide(11 + 2 * r)?);
+        warm_ms.push(warm(10 + 3 * r)?);
+        host_ms.push(decide(11 + 3 * r)?);
+        alone_ms.push(alone(12 + 3 * r)?);
+        let i = r as usize;
         eprintln!(
-            "round {}: process start {:.0} ms, warm {:.0} ms, via host {:.0} ms",
+            "round {}: process start {:.0} ms, warm {:.0} ms, via host {:.0} ms, no host {:.0} ms",
             r + 1,
-            start_ms[r as usize],
-            warm_ms[r as usize],
-            host_ms[r as usize]
+            start_ms[i],
+            warm_ms[i],
+            host_ms[i],
+            alone_ms[i]
         );
     }
     let _ = rt.block_on(ask(&socket, &HostRequest::Stop, Duration::from_secs(5)));
@@ -184,12 +200,13 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
     let ratio = median(&host_ms) / (median(&start_ms) + median(&warm_ms));
     let info = engine.info();
     println!(
-        "a second `dgem decide` via a warm host, {} rounds on {}:\n  process start {:.0} ms, warm decision {:.0} ms, via host {:.0} ms (medians)\n  ratio via host / (warm + start) = {ratio:.2} (goal ≤ 1.5)",
+        "a second `dgem decide` via a warm host, {} rounds on {}:\n  process start {:.0} ms, warm decision {:.0} ms, via host {:.0} ms, no host {:.0} ms (medians)\n  ratio via host / (warm + start) = {ratio:.2} (goal ≤ 1.5)",
         args.rounds,
         info.model_id,
         median(&start_ms),
         median(&warm_ms),
-        median(&host_ms)
+        median(&host_ms),
+        median(&alone_ms)
     );
     if let Some(out) = &args.out {
         let receipt: Value = json!({
@@ -202,6 +219,7 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
                 "process_start": {"what": "`dgem --version`, wall ms", "ms": start_ms, "median_ms": median(&start_ms)},
                 "warm": {"what": "in-process warm decision, ms", "ms": warm_ms, "median_ms": median(&warm_ms)},
                 "via_host": {"what": "`dgem decide --json` with a warm host, wall ms", "ms": host_ms, "median_ms": median(&host_ms)},
+                "no_host": {"what": "`dgem decide --json --host off` (loads the model), wall ms", "ms": alone_ms, "median_ms": median(&alone_ms)},
                 "via_host_ratio": {"what": "via_host / (warm + process_start)", "median": ratio, "goal": 1.5},
             },
         });
