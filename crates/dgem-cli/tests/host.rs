@@ -122,3 +122,27 @@ fn a_second_decide_is_answered_by_the_warm_host_as_the_process_would() {
     let o = dgem(&["host", "status"], &model, dir.path());
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("not running"));
 }
+
+/// A `decide` that finds no host leaves nothing behind: no host folder is
+/// made by merely looking for one.
+#[test]
+fn looking_for_a_host_makes_no_folder() {
+    let Some(model) = common::model() else { return };
+    let _one = common::one_model_run();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=hello",
+            "--json",
+        ],
+        &model,
+        &hosts,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(!hosts.exists(), "{} was made", hosts.display());
+}

@@ -151,12 +151,10 @@ impl HostReply {
     }
 }
 
-/// The folder of host sockets (see the module docs), made 0700.
-///
-/// # Errors
-/// An internal [`Failure`] when it cannot be made.
-pub fn host_dir() -> Result<PathBuf, Failure> {
-    let dir = match (
+/// The folder of host sockets (see the module docs); not made here (a
+/// `decide` that finds no host must leave nothing behind).
+pub fn host_dir_path() -> PathBuf {
+    match (
         std::env::var_os("DGEM_HOST_DIR"),
         std::env::var_os("XDG_RUNTIME_DIR"),
     ) {
@@ -166,7 +164,15 @@ pub fn host_dir() -> Result<PathBuf, Failure> {
             .parent()
             .map_or_else(std::env::temp_dir, Path::to_path_buf)
             .join("host"),
-    };
+    }
+}
+
+/// [`host_dir_path`], made (mode 0700) for a host to bind in.
+///
+/// # Errors
+/// An internal [`Failure`] when it cannot be made.
+pub fn host_dir() -> Result<PathBuf, Failure> {
+    let dir = host_dir_path();
     std::fs::create_dir_all(&dir)
         .map_err(|e| internal(anyhow::anyhow!("host folder {}: {e}", dir.display())))?;
     set_mode(&dir, 0o700)?;
@@ -179,12 +185,10 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
         .map_err(|e| internal(anyhow::anyhow!("{}: {e}", path.display())))
 }
 
-/// The socket of a host loaded with `model`'s flags by this very binary.
-///
-/// # Errors
-/// As [`host_dir`].
-pub fn socket_path(model: &ModelArgs) -> Result<PathBuf, Failure> {
-    Ok(socket_in(&host_dir()?, model))
+/// The socket of a host loaded with `model`'s flags by this very binary
+/// (the folder is not made).
+pub fn socket_path(model: &ModelArgs) -> PathBuf {
+    socket_in(&host_dir_path(), model)
 }
 
 /// The socket in folder `dir` of a host loaded with `model`'s flags by this
@@ -218,7 +222,7 @@ pub async fn ask(socket: &Path, req: &HostRequest, timeout: Duration) -> Option<
 /// `decide`'s way to a host: the reply of the host for `model`'s flags, or
 /// `None` when none runs (the caller then decides in process).
 pub fn try_decide(model: &ModelArgs, req: HostRequest) -> Option<HostReply> {
-    let socket = socket_path(model).ok()?;
+    let socket = socket_path(model);
     if !socket.exists() {
         return None;
     }
@@ -239,7 +243,7 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
         HostCommand::Run(args) => run_host(&args),
         HostCommand::Start(args) => start(&args),
         HostCommand::Stop(args) => {
-            let socket = socket_path(&args.model)?;
+            let socket = socket_path(&args.model);
             let rt = setup::runtime()?;
             match rt.block_on(ask(&socket, &HostRequest::Stop, Duration::from_secs(10))) {
                 Some(_) => eprintln!("dgem host: stopped the host at {}", socket.display()),
@@ -248,7 +252,7 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
             Ok(())
         }
         HostCommand::Status(args) => {
-            let socket = socket_path(&args.model)?;
+            let socket = socket_path(&args.model);
             let rt = setup::runtime()?;
             match rt.block_on(ask(&socket, &HostRequest::Ping, Duration::from_secs(10))) {
                 Some(r) => println!("running at {}: {}", socket.display(), r.stdout.trim()),
@@ -264,7 +268,7 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
 /// socket; then wait until it answers.
 fn start(args: &HostArgs) -> Result<(), Failure> {
     use std::os::unix::process::CommandExt as _;
-    let socket = socket_path(&args.model)?;
+    let socket = socket_in(&host_dir()?, &args.model);
     let rt = setup::runtime()?;
     if let Some(r) = rt.block_on(ask(&socket, &HostRequest::Ping, Duration::from_secs(10))) {
         eprintln!(
@@ -330,7 +334,7 @@ fn run_host(args: &HostArgs) -> Result<(), Failure> {
             args.idle_timeout
         )));
     }
-    let socket = socket_path(&args.model)?;
+    let socket = socket_in(&host_dir()?, &args.model);
     let engine: Arc<dyn dgem_engine::Decider> = Arc::new(setup::engine(&args.model)?);
     let rt = setup::runtime()?;
     rt.block_on(async {
