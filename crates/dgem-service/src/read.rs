@@ -31,8 +31,10 @@ pub enum LayoutValue {
 }
 
 /// `isolate` as advertised: which questions are read alone, on their own
-/// canvas (`auto`: the yes/no questions when there are 2 to 8 questions and
-/// at least two are yes/no; `noul`: every yes/no question; `none`; `all`).
+/// canvas (`auto`: the yes/no questions when there are 2 or 3 questions
+/// (`ISOLATE_AUTO_MAX`) and at least two are yes/no; `noul`: every yes/no
+/// question; `none`; `all`; `noul` and `all` only in policies of 2 to 8
+/// questions, `ISOLATE_MAX_QUESTIONS`).
 #[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]
@@ -69,8 +71,9 @@ pub struct ReadOptions {
     #[arg(long, value_name = "LAYOUT", value_parser = word_flag)]
     pub layout: Option<Value>,
     /// Which questions are read alone, each on its own canvas: "auto"
-    /// (default: the yes/no questions of a 2-to-8-question policy with at
-    /// least two of them), "noul" (every yes/no question), "none" or "all".
+    /// (default: the yes/no questions of a policy of 2 or 3 questions with
+    /// at least two of them), "noul" (every yes/no question), "none" or
+    /// "all"; "noul" and "all" apply to policies of 2 to 8 questions.
     /// Reading alone costs a read per question and keeps one answer from
     /// leaning on another. Wins over the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
