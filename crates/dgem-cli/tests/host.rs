@@ -9,13 +9,16 @@ use serde_json::Value;
 
 mod common;
 
-/// `dgem` with the model's folder as its cache and `dir` as its host folder.
+/// `dgem` with the model's folder as its cache and `dir` as its host
+/// folder. `DGEM_HOST` is `dgem serve`'s bind address, as the CPU image
+/// sets it: it must not reach `decide`'s host switch (it once did).
 fn dgem(args: &[&str], model: &str, dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dgem"))
         .current_dir(common::root())
         .args(args)
         .env_remove("DGEM_MODEL_PATH")
-        .env_remove("DGEM_HOST")
+        .env_remove("DGEM_USE_HOST")
+        .env("DGEM_HOST", "0.0.0.0")
         .env("DGEM_MODEL_DIR", Path::new(model).parent().unwrap())
         .env("DGEM_HOST_DIR", dir)
         .stdin(Stdio::null())
@@ -50,6 +53,13 @@ fn a_second_decide_is_answered_by_the_warm_host_as_the_process_would() {
     let Some(model) = common::model() else { return };
     let _one = common::one_model_run();
     let dir = tempfile::tempdir().unwrap();
+    // A host folder must be closed to others (dgem never chmods one it did
+    // not make).
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
     let decide = [
         "decide",
         "-t",
@@ -93,6 +103,23 @@ fn a_second_decide_is_answered_by_the_warm_host_as_the_process_would() {
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let via_host: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(timeless(&via_host), timeless(&in_process));
+    // The table too, and a second (warm) call: the same answers.
+    let table = [
+        "decide",
+        "-t",
+        "support_triage",
+        "-v",
+        "ticket=The app crashes when I upload a photo",
+    ];
+    let mut table_alone: Vec<&str> = table.to_vec();
+    table_alone.extend(["--host", "off"]);
+    let here = dgem(&table_alone, &model, dir.path());
+    let there = dgem(&table, &model, dir.path());
+    assert_eq!(there.status.code(), Some(0), "{}", common::stderr(&there));
+    assert_eq!(
+        String::from_utf8_lossy(&there.stdout),
+        String::from_utf8_lossy(&here.stdout)
+    );
     let log = std::fs::read_to_string(socket.with_extension("log")).unwrap();
     assert!(
         log.contains("decided `support_triage`"),
@@ -119,8 +146,17 @@ fn a_second_decide_is_answered_by_the_warm_host_as_the_process_would() {
         "{}",
         common::stderr(&o)
     );
-    let o = dgem(&["host", "status"], &model, dir.path());
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with("not running"));
+    // It exits within moments of the stop, releasing its lock.
+    let gone = (0..50).any(|_| {
+        let o = dgem(&["host", "status"], &model, dir.path());
+        let said = String::from_utf8_lossy(&o.stdout).starts_with("not running");
+        if !said {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        said
+    });
+    assert!(gone, "the host still runs after `dgem host stop`");
+    assert!(!socket.exists(), "the host removed its socket");
 }
 
 /// A `decide` that finds no host leaves nothing behind: no host folder is

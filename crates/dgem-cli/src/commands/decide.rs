@@ -78,7 +78,7 @@ pub struct DecideArgs {
     /// Send the decision to a warm `dgem host` of the same model flags when
     /// one runs (`dgem host start`), instead of loading the model here;
     /// `off` always decides in this process.
-    #[arg(long = "host", env = "DGEM_HOST", default_value = "on", value_parser = crate::setup::parse_on_off_flag, action = clap::ArgAction::Set, value_name = "on|off")]
+    #[arg(long = "host", env = "DGEM_USE_HOST", default_value = "on", value_parser = crate::setup::parse_on_off_flag, action = clap::ArgAction::Set, value_name = "on|off")]
     pub host: bool,
 }
 
@@ -197,6 +197,11 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
             .map_err(engine)?;
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
+    }
+    // Flags of the vLLM reader are refused without `--backend` before any
+    // host is asked, as in process.
+    if crate::vllm::backend_url(&args.vllm)?.is_none() {
+        crate::vllm::check_embedded(&args.vllm)?;
     }
     if let Some(done) = via_host(&args, &found, &request)? {
         return done;

@@ -77,6 +77,7 @@ fn dgem(args: &[&str], model: &[String], dir: &std::path::Path) -> Result<Comman
     c.args(args)
         .args(model)
         .env("DGEM_HOST_DIR", dir)
+        .env_remove("DGEM_USE_HOST")
         .stdin(Stdio::null());
     Ok(c)
 }
@@ -118,6 +119,10 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
     let flags = Flags::try_parse_from(&argv).map_err(|e| user(anyhow::anyhow!("{e}")))?;
     let dir = std::env::temp_dir().join(format!("dgem-bench-host-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(internal)?;
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(internal)?;
+    }
     let socket = super::socket_in(&dir, &flags.model);
     // The host, as `dgem host run` runs it.
     let mut h = dgem(&["host", "run", "--idle-timeout", "600"], &model, &dir)?;
@@ -130,7 +135,7 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
     let rt = setup::runtime()?;
     let started = Instant::now();
     while rt
-        .block_on(ask(&socket, &HostRequest::Ping, Duration::from_secs(5)))
+        .block_on(ask(&socket, HostRequest::Ping, Duration::from_secs(5)))
         .is_none()
     {
         if started.elapsed() > Duration::from_secs(900) {
@@ -195,7 +200,7 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
             alone_ms[i]
         );
     }
-    let _ = rt.block_on(ask(&socket, &HostRequest::Stop, Duration::from_secs(5)));
+    let _ = rt.block_on(ask(&socket, HostRequest::Stop, Duration::from_secs(5)));
     let _ = std::fs::remove_dir_all(&dir);
     let ratio = median(&host_ms) / (median(&start_ms) + median(&warm_ms));
     let info = engine.info();
