@@ -61,14 +61,10 @@ fn ticket(n: u32) -> String {
     )
 }
 
+/// Median of `xs` (the mean of the middle two for an even count; 0 for
+/// none).
 fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    dgem_bench::metrics::stats::percentile(xs, 0.5)
 }
 
 /// A child `dgem` with `args`, the model flag, and the private host folder.
