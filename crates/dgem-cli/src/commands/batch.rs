@@ -26,8 +26,8 @@ use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
 use serde_json::{json, Map, Value};
 
 use crate::commands::after::{HesitationArgs, SetupArgs};
-use crate::commands::bench::RunCalibration;
-use crate::failure::{internal, user, Failure};
+use crate::commands::bench::{bench_err, RunCalibration};
+use crate::failure::{user, Failure};
 use crate::setup::{self, ModelArgs};
 
 #[cfg(feature = "embedded")]
@@ -127,14 +127,6 @@ pub struct MergeArgs {
     /// The shards' outputs.
     #[arg(required = true, value_name = "PART")]
     pub parts: Vec<PathBuf>,
-}
-
-fn bench_err(e: dgem_bench::BenchError) -> Failure {
-    if e.is_user_error() {
-        user(e)
-    } else {
-        internal(e)
-    }
 }
 
 /// `KEY=VALUE` pairs of `--var` and `--map`.
@@ -445,7 +437,8 @@ fn build_ctx(
 }
 
 /// `dgem serve`'s routes over `decider`, run in process for OpenAI Batch
-/// rows, admitting `workers` decisions at once (serve's `MAX_INFLIGHT`).
+/// rows, admitting `workers` decisions at once (serve's `MAX_INFLIGHT`);
+/// `dgem bench-batch` serves the same router on a port for its clients.
 pub fn chat_route(
     decider: &Arc<dyn dgem_engine::Decider>,
     workers: usize,

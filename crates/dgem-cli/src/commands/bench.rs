@@ -211,7 +211,9 @@ pub struct Prepared<T> {
     pub gates: Vec<Gate>,
 }
 
-fn bench_err(e: BenchError) -> Failure {
+/// A benchmark library error as the exit code it deserves: 1 for the
+/// user's input, 2 otherwise (also `dgem batch`'s).
+pub(crate) fn bench_err(e: BenchError) -> Failure {
     if e.is_user_error() {
         user(e)
     } else {

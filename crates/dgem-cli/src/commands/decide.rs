@@ -217,10 +217,8 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
                 args.model.pull_timeout,
                 crate::pull::Fetch::OneShot,
             )?,
-            None => {
-                crate::vllm::check_embedded(&args.vllm)?;
-                std::sync::Arc::new(setup::engine(&args.model)?)
-            }
+            // `check_embedded` ran before the host was asked.
+            None => std::sync::Arc::new(setup::engine(&args.model)?),
         };
     let rt = setup::runtime()?;
     let spinner = crate::progress::spinner("deciding…");

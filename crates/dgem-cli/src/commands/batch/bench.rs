@@ -7,7 +7,8 @@
 //! colder caches):
 //!
 //! - **serve**: `dgem serve`'s router on a local port, sized for its
-//!   clients (`MAX_INFLIGHT` = `--clients`, see [`serve_config`]),
+//!   clients (`MAX_INFLIGHT` = `--clients`, no gate timeout: the router
+//!   `dgem batch` runs OpenAI Batch rows on, [`super::chat_route`]),
 //!   `--clients` HTTP clients posting the rendered policy as
 //!   chat-completions bodies until the tickets run out;
 //! - **batch**: the same tickets as a JSON Lines file, decided by the
@@ -104,9 +105,8 @@ async fn rounds(
         "http://{}/v1/chat/completions",
         listener.local_addr().map_err(internal)?
     );
-    let state = dgem_server::AppState::new(decider.clone(), serve_config(args.clients));
-    let server =
-        tokio::spawn(async move { axum::serve(listener, dgem_server::router(state)).await });
+    let router = super::chat_route(&decider, args.clients as usize, Arc::default());
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
     let client = reqwest::Client::new();
     let body = |n: u32| -> Result<Value, Failure> {
         let mut vars = Map::new();
@@ -178,7 +178,7 @@ async fn rounds(
         "rows": args.rows,
         "clients": args.clients,
         "workers": args.workers,
-        "serve_max_inflight": serve_config(args.clients).max_inflight,
+        "serve_max_inflight": args.clients,
         "scenarios": {
             "serve": {"what": format!("dgem serve, {} HTTP clients: decisions/s", args.clients), "decisions_per_s": serve_dps, "median": median(&serve_dps)},
             "batch": {"what": format!("dgem batch, {} workers: decisions/s", args.workers), "decisions_per_s": batch_dps, "median": median(&batch_dps)},
@@ -201,19 +201,6 @@ async fn rounds(
             .map_err(|e| user(anyhow::anyhow!("`--out` {}: {e}", out.display())))?;
     }
     Ok(())
-}
-
-/// `dgem serve` sized for `clients`: `MAX_INFLIGHT` admits every client at
-/// once (as an operator would set it), so no client waits at the gate past
-/// `INFLIGHT_WAIT_S` and is turned away with a 503 while the engine, which
-/// reads one decision at a time, works through the others.
-fn serve_config(clients: u32) -> dgem_server::ServeConfig {
-    dgem_server::ServeConfig {
-        max_inflight: clients as usize,
-        inflight_wait: std::time::Duration::from_secs(3600),
-        request_timeout: std::time::Duration::from_secs(3600),
-        ..dgem_server::ServeConfig::default()
-    }
 }
 
 /// A folder for the rounds' files, removed at exit.

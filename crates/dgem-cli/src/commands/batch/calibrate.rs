@@ -167,20 +167,15 @@ pub fn write(
         input_rows: summary.input_rows,
     };
     journal::own(output, fingerprint, complete).map_err(user)?;
+    // Rows and whether corrected, per question, over its option sets.
+    let groups = prior.groups();
     report.questions = order
         .into_iter()
         .map(|q| {
-            let opts_rows: usize = prior
-                .groups()
-                .iter()
-                .filter(|(id, _, _)| *id == q)
-                .map(|(_, _, g)| g.rows)
-                .sum();
-            let corrected = prior
-                .groups()
-                .iter()
-                .any(|(id, _, g)| *id == q && !g.bias.is_empty());
-            (q, opts_rows, corrected)
+            let mine = groups.iter().filter(|(id, _, _)| *id == q);
+            let rows = mine.clone().map(|(_, _, g)| g.rows).sum();
+            let corrected = mine.clone().any(|(_, _, g)| !g.bias.is_empty());
+            (q, rows, corrected)
         })
         .collect();
     Ok(report)

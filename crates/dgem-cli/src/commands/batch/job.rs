@@ -24,20 +24,13 @@ use sha2::{Digest as _, Sha256};
 
 use super::progress;
 use super::rows::{self, Answer, Ctx, RowResult, Stop};
+use crate::commands::bench::bench_err;
 use crate::failure::{internal, user, Failure};
 
 /// Distinct rows remembered for answering later copies (each costs a hash,
 /// an id and an offset, about 150 bytes). Past it a repeat is decided again:
 /// the same answer, at its cost.
 pub const DEDUPE_CAP: usize = 250_000;
-
-fn bench_err(e: BenchError) -> Failure {
-    if e.is_user_error() {
-        user(e)
-    } else {
-        internal(e)
-    }
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

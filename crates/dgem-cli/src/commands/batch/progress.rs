@@ -14,8 +14,8 @@ pub const PLAIN_EVERY: Duration = Duration::from_secs(10);
 /// The progress of one run.
 pub struct Bar {
     bar: ProgressBar,
-    /// Last plain line: when, and the rows done then.
-    plain: Mutex<(Instant, u64)>,
+    /// When the last plain line was printed.
+    plain: Mutex<Instant>,
     started: Instant,
     resumed: u64,
     /// Plain lines when the bar is not drawn (off for [`Bar::hidden`]).
@@ -44,7 +44,7 @@ impl Bar {
         }
         Self {
             bar,
-            plain: Mutex::new((Instant::now(), done as u64)),
+            plain: Mutex::new(Instant::now()),
             started: Instant::now(),
             resumed: done as u64,
             plain_lines: true,
@@ -55,7 +55,7 @@ impl Bar {
     pub fn hidden() -> Self {
         Self {
             bar: ProgressBar::hidden(),
-            plain: Mutex::new((Instant::now(), 0)),
+            plain: Mutex::new(Instant::now()),
             started: Instant::now(),
             resumed: 0,
             plain_lines: false,
@@ -74,7 +74,7 @@ impl Bar {
         let Ok(mut last) = self.plain.lock() else {
             return;
         };
-        if last.0.elapsed() < PLAIN_EVERY {
+        if last.elapsed() < PLAIN_EVERY {
             return;
         }
         let done = self.bar.position();
@@ -87,7 +87,7 @@ impl Bar {
             "…".into()
         };
         eprintln!("batch: {done}/{total} rows, {rate:.2} rows/s, eta {eta}, {failed} failed");
-        *last = (Instant::now(), done);
+        *last = Instant::now();
     }
 
     /// Remove the bar.
