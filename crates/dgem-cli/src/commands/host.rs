@@ -1,9 +1,9 @@
 //! `dgem host`: a warm model host, so a second `dgem decide` in a shell
 //! does not load the model again.
 //!
-//! Loading a GGUF and building its first caches takes seconds (about 3 s for
-//! the 1.5B on 2 cores), while a warm decision of a known policy takes well
-//! under one. `dgem host start` starts a background process that loads the
+//! Loading a GGUF and building its first caches takes seconds (a 1.5B call
+//! that loads took 2.7 to 3.8 s on 2 cores in `dgem bench-host`), while a
+//! warm decision of a known policy takes under one. `dgem host start` starts a background process that loads the
 //! model once, with the model flags it was given, and answers decisions on
 //! a Unix socket. `dgem decide` with the same model flags finds the socket
 //! and sends its request there instead of loading the model itself. Its
