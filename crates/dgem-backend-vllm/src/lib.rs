@@ -151,7 +151,11 @@ impl Decider for VllmDecider {
         // A policy that reads an image is refused without one, before any read.
         dgem_core::images::check_required(&req.schema, &req.state)?;
         let started = Instant::now();
-        let out = if dgem_backend::brackets::routes(&req.schema) {
+        let out = if dgem_backend::shape::shapes(&req.schema) {
+            // Multi questions go upstream as yes/no questions; rules apply
+            // to the answers that come back.
+            dgem_backend::shape::decide(self, req).await
+        } else if dgem_backend::brackets::routes(&req.schema) {
             // Wider choices are answered in bracket rounds of ordinary decisions.
             dgem_backend::brackets::decide(self, req).await
         } else {

@@ -379,3 +379,60 @@ async fn think_writes_one_thought_then_reads_through_the_completions_route() {
         2.0 / 3.0
     ));
 }
+
+/// Issue 40: a multi question goes upstream as one yes/no question per
+/// option (the wire keeps the original's request shape), comes back as one
+/// answer, and rules apply to the answers after the read.
+#[tokio::test]
+async fn a_multi_question_goes_upstream_as_yes_no_questions_and_rules_apply_after() {
+    let ids = ids();
+    let yes = ids.yes;
+    let fake = fake_with(&ids, move |_, id| if id == yes { 3.0 } else { 1.0 }).await;
+    let d = decider(&ids, config(&fake));
+    let one = decide(&d, json!({"questions": [{"id": "urgent", "type": "noul"}]}))
+        .await
+        .unwrap();
+    let p = env(&one)["answers"]["urgent"]["noul"].as_f64().unwrap();
+    let dec = decide(
+        &d,
+        json!({"questions": [
+            {"id": "tags", "type": "multi", "options": ["refund", "outage"]},
+            {"id": "urgent", "type": "noul"},
+            {"id": "page", "type": "noul"}],
+         "isolate": "none",
+         "rules": [{"if": {"urgent": "yes"}, "not": {"page": "yes"}}]}),
+    )
+    .await
+    .unwrap();
+    let e = env(&dec);
+    let tags = &e["answers"]["tags"];
+    assert_eq!(tags["type"], "multi");
+    assert!(close(tags["probabilities"]["refund"].as_f64().unwrap(), p));
+    assert_eq!(tags["multi"], json!(["refund", "outage"]), "p = {p} ≥ 0.5");
+    let reqs = fake.requests();
+    let content = reqs.last().unwrap().body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content.contains("Question tags__refund") && content.contains("Does \"outage\" apply?"),
+        "{content}"
+    );
+    assert!(
+        !content.contains("multi"),
+        "the upstream sees yes/no questions only"
+    );
+    // urgent = yes excludes page = yes: Z = 1 − p².
+    let z = 1.0 - p * p;
+    let urgent = &e["answers"]["urgent"];
+    assert!(close(urgent["noul"].as_f64().unwrap(), p * (1.0 - p) / z));
+    assert_eq!(urgent["constrained"], true);
+    assert!(close(
+        urgent["constraint_mass_removed"].as_f64().unwrap(),
+        p * p
+    ));
+    assert_eq!(
+        e["diagnostics"]["multi"]["tags"],
+        json!(["tags__refund", "tags__outage"])
+    );
+}

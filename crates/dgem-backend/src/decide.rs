@@ -197,6 +197,53 @@ fn malformed(path: &str, what: String) -> EngineError {
     )))
 }
 
+/// The removed mass of a reply entry the policy's rules changed
+/// (`constraint_mass_removed`), when it gives one in [0, 1].
+fn constrained_of(entry: &Value) -> Option<f64> {
+    entry
+        .get("constraint_mass_removed")
+        .and_then(Value::as_f64)
+        .filter(|x| (0.0..=1.0).contains(x))
+}
+
+/// A `multi` reply entry: `p` holds each option's probability of applying,
+/// in option order. The entry's `multi` list must be the selection those
+/// probabilities give ([`dgem_core::multi::select`]).
+///
+/// # Errors
+/// [`BackendError::BadReply`] at `<path>.multi` when the list is missing or
+/// names another set.
+fn multi_from_reply(
+    q: &dgem_core::schema::Question,
+    entry: &Value,
+    p: &[f64],
+    path: &str,
+) -> Result<AnswerOut, EngineError> {
+    let options = p
+        .iter()
+        .map(|x| dgem_core::readout::aggregate(&[vec![*x, 1.0 - x]]))
+        .collect();
+    let mut out = dgem_core::multi::collapse(q, options);
+    let stated: Option<Vec<&str>> = entry
+        .get("multi")
+        .and_then(Value::as_array)
+        .map(|l| l.iter().filter_map(Value::as_str).collect());
+    let want = out.selected_names();
+    if stated.as_ref() != Some(&want) {
+        return Err(malformed(
+            &format!("{path}.multi"),
+            format!(
+                "must list the options its probabilities select ({want:?}). Given: {}",
+                entry
+                    .get("multi")
+                    .map_or_else(|| "nothing".into(), Value::to_string)
+            ),
+        ));
+    }
+    out.constrained = constrained_of(entry);
+    Ok(out)
+}
+
 impl Decision {
     /// Read a decision back from its `{answers, diagnostics}` envelope (what
     /// [`Decision::envelope`] writes, and what a remote dgem or the original
@@ -208,7 +255,8 @@ impl Decision {
     /// yes/no answer may key them `true`/`false`), each a finite number in
     /// [0, 1], summing to 1 within [`PROBABILITY_SUM_TOLERANCE`] (then
     /// renormalized; a sum that was not 1 is recorded in
-    /// `diagnostics.renormalized`). An entry with `refusal` (the upstream
+    /// `diagnostics.renormalized`); a `multi` answer's are each option's own
+    /// probability, and its `multi` list must be the set they select. An entry with `refusal` (the upstream
     /// declined) is an abstention with that reason (`abstained`), over its
     /// probabilities when it gives them, else a uniform distribution.
     /// `stderr` and `agreement` are kept when present.
@@ -317,6 +365,13 @@ impl Decision {
                     ),
                 ));
             }
+            if q.kind == dgem_core::schema::QuestionKind::Multi {
+                // Each option's own probability of applying: no sum to check.
+                let mut out = multi_from_reply(q, a, &dist, &path)?;
+                out.abstained = refusal;
+                answers.insert(q.id.clone(), Some(out));
+                continue;
+            }
             let sum: f64 = dist.iter().sum();
             if (sum - 1.0).abs() > PROBABILITY_SUM_TOLERANCE {
                 return Err(malformed(
@@ -340,6 +395,7 @@ impl Decision {
                 aggregate,
             );
             out.abstained = refusal;
+            out.constrained = constrained_of(a);
             answers.insert(q.id.clone(), Some(out));
         }
         let mut diagnostics: Diagnostics = match envelope.get("diagnostics") {

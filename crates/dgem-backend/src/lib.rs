@@ -21,6 +21,7 @@ pub mod body;
 pub mod brackets;
 mod decide;
 mod error;
+pub mod shape;
 pub mod walker;
 
 use std::sync::Arc;

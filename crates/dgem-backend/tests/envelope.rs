@@ -247,3 +247,57 @@ fn a_stated_answer_that_contradicts_the_probabilities_is_refused() {
     env["answers"]["team"]["resolved_by"] = json!("gemini");
     Decision::from_envelope(&schema(), &env).expect("a resolved answer reads");
 }
+
+/// Issue 40: a multi answer (each option's own probability, the selected
+/// list) and a constrained answer read back as written; a multi list that
+/// is not the set its probabilities select is a malformed reply.
+#[test]
+fn multi_and_constrained_answers_read_back_and_a_wrong_set_is_refused() {
+    let s = ValidSchema::from_value(
+        &json!({"questions": [
+            {"id": "tags", "type": "multi", "options": ["refund", "outage"]},
+            {"id": "urgent", "type": "noul"}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid");
+    let tags = dgem_core::multi::collapse(
+        &s.questions[0],
+        [0.8, 0.3]
+            .iter()
+            .map(|p| dgem_core::readout::aggregate(&[vec![*p, 1.0 - p]]))
+            .collect(),
+    );
+    let mut urgent = dgem_core::envelope::AnswerOut::new(
+        s.questions[1].clone(),
+        vec!["yes".into(), "no".into()],
+        dgem_core::readout::aggregate(&[vec![0.6, 0.4]]),
+    );
+    urgent.constrained = Some(0.25);
+    let d = Decision {
+        answers: [
+            ("tags".to_string(), Some(tags)),
+            ("urgent".to_string(), Some(urgent)),
+        ]
+        .into_iter()
+        .collect(),
+        diagnostics: Default::default(),
+    };
+    let env = d.envelope();
+    let back = Decision::from_envelope(&s, &env).expect("reads back");
+    let t = back.answers["tags"].as_ref().expect("tags");
+    assert_eq!(t.selected_names(), ["refund"]);
+    assert_eq!(t.to_chat_json(), env["answers"]["tags"]);
+    assert_eq!(
+        back.answers["urgent"].as_ref().expect("urgent").constrained,
+        Some(0.25)
+    );
+    let mut wrong = env.clone();
+    wrong["answers"]["tags"]["multi"] = json!(["refund", "outage"]);
+    match Decision::from_envelope(&s, &wrong) {
+        Err(EngineError::Backend(e)) => {
+            let msg = e.to_string();
+            assert!(msg.contains("answers.tags.multi"), "{msg}");
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+}

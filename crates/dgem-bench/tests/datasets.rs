@@ -28,6 +28,7 @@ fn every_shipped_dataset_maps_without_refusals() {
     assert_eq!(rows::<PermutationRow>(&data("permutation_suite.jsonl")), 16);
     assert_eq!(rows::<RerankRow>(&data("rerank_suite.jsonl")), 30);
     assert_eq!(rows::<BenchRow>(&data("eval_dataset.jsonl")), 30);
+    assert_eq!(rows::<BenchRow>(&data("multilabel_slice.jsonl")), 30);
     assert_eq!(rows::<IntentRow>(&data("intents/banking77_eval.jsonl")), 30);
     assert_eq!(rows::<IntentRow>(&data("intents/clinc150_eval.jsonl")), 30);
 }
@@ -66,4 +67,47 @@ fn the_quality_slice_is_60_unchanged_rows_in_proportion() {
         strata.into_iter().collect::<Vec<_>>(),
         want.map(|(k, n)| (k.to_owned(), n))
     );
+}
+
+/// The multi-label slice (`scripts/multilabel-slice`): one row per eval row,
+/// the same variables, a `multi` question `facts` whose expected set is the
+/// eval row's own labels (its choice, plus the yes/no fact when it is yes).
+#[test]
+fn the_multilabel_slice_is_derived_from_the_eval_rows() {
+    let eval = dataset::load::<BenchRow>(&data("eval_dataset.jsonl"), true).expect("loads");
+    let ml = dataset::load::<BenchRow>(&data("multilabel_slice.jsonl"), true).expect("loads");
+    assert_eq!(eval.rows.len(), ml.rows.len());
+    for ((_, e), (_, m)) in eval.rows.iter().zip(&ml.rows) {
+        assert_eq!(m.id, format!("ml-{}", e.id));
+        assert_eq!(m.variables, e.variables);
+        let set: Vec<&str> = m.expected["facts"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|v| v.as_str().expect("a name"))
+            .collect();
+        let (fact, choice) = match e.domain.as_str() {
+            "support" => ("urgent", "team"),
+            "code_review" => ("approved", "category"),
+            _ => ("data_compromise", "action"),
+        };
+        let named = e.expected[choice].as_str().expect("a name");
+        let named = if named == "support" {
+            "general_help"
+        } else {
+            named
+        };
+        assert_eq!(set.last(), Some(&named), "{}", m.id);
+        assert_eq!(
+            set.len(),
+            1 + usize::from(e.expected[fact] == "yes"),
+            "{}",
+            m.id
+        );
+    }
+    let check = std::process::Command::new(data("../scripts/multilabel-slice"))
+        .arg("--check")
+        .status()
+        .expect("runs python3");
+    assert!(check.success(), "scripts/multilabel-slice --check");
 }

@@ -45,7 +45,7 @@ pub const CATCH_ALL_NAME: &str = "other_unclassified";
 pub const CATCH_ALL_DESCRIPTION: &str =
     "None of the other options fits: a new kind of case, or one outside what this question covers.";
 /// Option names that count as a catch-all (compared case-insensitively).
-pub const CATCH_ALL_NAMES: [&str; 7] = [
+pub const CATCH_ALL_NAMES: [&str; 9] = [
     "other",
     "other_unclassified",
     "unknown",
@@ -53,6 +53,8 @@ pub const CATCH_ALL_NAMES: [&str; 7] = [
     "unclassified",
     "none",
     "none_of_the_above",
+    "none_of_these",
+    "none of these",
 ];
 /// Name prefixes that make an option a catch-all (compared case-insensitively).
 pub const CATCH_ALL_PREFIXES: [&str; 3] = ["other_", "unknown_", "unclassified_"];
@@ -104,10 +106,13 @@ pub fn inject_catch_all(raw_schema: &Value) -> (Value, Vec<String>) {
             Some(Value::Number(n)) => n.to_string(),
             _ => continue,
         };
+        // `none_of_these: true` already gives the question its "none" option.
+        let has_none = q.get("none_of_these") == Some(&Value::Bool(true));
         let Some(options) = q.get_mut("options").and_then(Value::as_array_mut) else {
             continue;
         };
         if !is_choice
+            || has_none
             || !(INJECT_MIN_OPTIONS..=INJECT_MAX_OPTIONS).contains(&options.len())
             || options.iter().any(|o| is_catch_all(&raw_option_name(o)))
         {
@@ -355,7 +360,12 @@ fn flag(answer: &AnswerOut, threshold: f64) -> Option<Flagged<'_>> {
     };
     let alts = &answer.question.alternatives;
     let choice = alts.get(top).map_or("", |x| x.name.as_str()).to_string();
-    let reason = trigger_reason(&choice, confidence, a.entropy, threshold)?;
+    // A question's own "none of these" option (`none_of_these`, or an
+    // option so named) is a first-class answer, not a sign of a missing one:
+    // only the entropy trigger applies to it.
+    let declared_none = answer.question.none_option == Some(top);
+    let named = if declared_none { "" } else { choice.as_str() };
+    let reason = trigger_reason(named, confidence, a.entropy, threshold)?;
     let mut candidates: Vec<Candidate> = alts
         .iter()
         .zip(&a.mean)

@@ -35,9 +35,20 @@ pub fn normalized(h: f64, k: usize) -> f64 {
 }
 
 /// Gate one answered slot. `slot` is its question id (looked up in
-/// `opts.expected` for `on_miss`).
+/// `opts.expected` for `on_miss`). A `multi` answer never escalates: Stage 2
+/// answers one option per slot, and a set is not one option.
 pub fn gate(slot: &str, answer: &AnswerOut, opts: &CascadeOptions) -> GateVerdict {
     let h = answer.aggregate.entropy;
+    if answer.multi.is_some() {
+        return GateVerdict {
+            escalate: false,
+            reason: String::new(),
+            stage1_value: answer.selected_names().join(", "),
+            stage1_confidence: answer.aggregate.confidence,
+            entropy: h,
+            normalized_entropy: answer.aggregate.normalized_entropy,
+        };
+    }
     let h_norm = normalized(h, answer.question.alternatives.len());
     let stage1 = answer.answer_name().to_string();
     let mut verdict = GateVerdict {

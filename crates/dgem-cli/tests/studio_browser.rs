@@ -515,6 +515,64 @@ async fn studio_runs_a_decision_in_chromium() {
         .unwrap();
     assert_eq!(left, json!(0), "the remove button drops the image");
 
+    // Issue 40: a multi question with "none of these" reads as checkboxes
+    // beside bars of each option's own probability of applying; the ticks
+    // are the reply's selection.
+    c.execute(
+        "const f = document.querySelector('#questions fieldset'); \
+         f.querySelector('[name=qtype]').value = 'multi'; \
+         f.querySelector('[name=qoptions]').value = 'billing, refund, outage'; \
+         f.querySelector('[name=qnone]').checked = true; return true;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.find(Locator::Css("#run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(DECISION_TIMEOUT)
+        .every(Duration::from_millis(250))
+        .for_element(Locator::Css("#cards ul.bars.multi"))
+        .await
+        .expect("a multi answer card appears");
+    let multi = c
+        .execute(
+            "const raw = JSON.parse(document.querySelector('#raw-json').textContent); \
+             const card = document.querySelector('#cards ul.bars.multi').closest('article'); \
+             return {raw: raw.answers[card.dataset.question], \
+                     answer: card.querySelector('.chosen').textContent, \
+                     ticks: [...card.querySelectorAll('li')].map((li) => [li.dataset.option, li.querySelector('input').checked, Number(li.dataset.probability)])};",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let raw = &multi["raw"];
+    assert_eq!(raw["type"], "multi", "{multi}");
+    let selected: Vec<&str> = raw["multi"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let ticks = multi["ticks"].as_array().unwrap();
+    let options: Vec<&str> = ticks.iter().map(|t| t[0].as_str().unwrap()).collect();
+    assert_eq!(options, ["billing", "refund", "outage", "none"], "{multi}");
+    for t in ticks {
+        let name = t[0].as_str().unwrap();
+        assert_eq!(t[1].as_bool().unwrap(), selected.contains(&name), "{multi}");
+        assert_eq!(t[2], raw["probabilities"][name], "{multi}");
+    }
+    let shown = if selected.is_empty() {
+        "none selected".to_string()
+    } else {
+        selected.join(", ")
+    };
+    assert_eq!(multi["answer"], json!(shown), "{multi}");
+
     // A long run (32 samples) shows its elapsed time and can be cancelled.
     samples.clear().await.unwrap();
     samples.send_keys("32").await.unwrap();

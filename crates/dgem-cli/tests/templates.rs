@@ -148,7 +148,8 @@ fn init_writes_a_starter_that_renders_to_a_valid_policy() {
     )
     .expect("the starter is a valid policy");
     let kinds: Vec<&str> = schema.questions.iter().map(|q| q.kind.as_str()).collect();
-    assert_eq!(kinds, ["boolean", "choice", "score"]);
+    assert_eq!(kinds, ["boolean", "choice", "score", "multi"]);
+    assert_eq!(schema.rules.0.len(), 1);
     assert_eq!(out["state"]["text"], "the printer is on fire");
     // No silent overwrite; names are checked.
     let again = dgem_in(dir.path(), &["templates", "init", "my_policy"], None);

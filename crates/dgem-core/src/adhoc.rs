@@ -6,13 +6,14 @@
 //! * `questions` as a map `{id: question}` (the `/v1/systemone` shape, key order
 //!   kept) or as a list `[{"id": …, …}]`;
 //! * `type`: any name [`QuestionKind::parse`] accepts (`boolean`, `bool`, `noul`,
-//!   `choice`, `score`);
+//!   `choice`, `score`, `multi`);
 //! * the text as `instructions`, `question` or `prompt`;
 //! * yes/no: optional `criteria` `{"true": …, "false": …}`;
 //! * choice: `options` (names or `{name, description}`, or a map name →
 //!   description) or `criteria` (a map name → description, or a list of names);
 //! * score: `levels`, or a list in `criteria` or `options`, lowest first;
-//! * `depends_on`, `ask_if` and `alone` pass through.
+//! * multi: options as for choice, with optional `min`, `max` and `threshold`;
+//! * `depends_on`, `ask_if`, `alone` and `none_of_these` pass through.
 //!
 //! The result still goes through [`crate::schema::ValidSchema::from_value`], which
 //! checks counts, names and dependencies.
@@ -149,7 +150,7 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
                 ))
             }
         },
-        QuestionKind::Choice => {
+        QuestionKind::Choice | QuestionKind::Multi => {
             let source = q
                 .get("options")
                 .filter(|v| !v.is_null())
@@ -165,7 +166,8 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
                     return Err(err(
                         format!("{field}.criteria"),
                         format!(
-                            "question '{id}': choice criteria must map option names to descriptions (or give `options`: a list of names or {{name, description}}). Given: {}",
+                            "question '{id}': {} criteria must map option names to descriptions (or give `options`: a list of names or {{name, description}}). Given: {}",
+                            kind.as_str(),
                             shown(other.unwrap_or(&Value::Null))
                         ),
                     ))
@@ -191,7 +193,15 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
             out.insert("levels".into(), Value::Array(levels.clone()));
         }
     }
-    for key in ["depends_on", "ask_if", "alone"] {
+    for key in [
+        "depends_on",
+        "ask_if",
+        "alone",
+        "none_of_these",
+        "min",
+        "max",
+        "threshold",
+    ] {
         if let Some(v) = q.get(key) {
             out.insert(key.into(), v.clone());
         }
@@ -257,7 +267,7 @@ mod tests {
         assert_eq!(e.field, "questions.a.type");
         assert_eq!(
             e.message,
-            "question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score)"
+            "question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score, multi)"
         );
         let e = adhoc_questions(&json!([{"id": "a", "type": "choice"}])).expect_err("options");
         assert_eq!(e.field, "questions[0].criteria");

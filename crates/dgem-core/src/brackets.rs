@@ -72,6 +72,8 @@ fn sub_question(q: &Question, id: String, indices: &[usize]) -> Question {
         ask_if: indexmap::IndexMap::new(),
         alone: None,
         alone_auto: false,
+        none_option: None,
+        select: None,
     }
 }
 

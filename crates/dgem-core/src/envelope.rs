@@ -19,6 +19,7 @@ pub use calibration::CalibrationDiagnostics;
 pub use samples::{PartSamples, ReadTops, SamplesDiagnostics};
 
 use crate::labels::LabelMode;
+use crate::multi::{bernoulli_entropy, MultiRead};
 use crate::order::OrderSensitivity;
 use crate::readout::{level_values, score_expectation, score_value, Aggregate};
 use crate::schema::{Layout, Question, QuestionKind};
@@ -49,6 +50,18 @@ pub struct AnswerOut {
     /// (a canvas read lists each option at one position).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub order: Option<OrderSensitivity>,
+    /// A `multi` question's per-option reads and selection
+    /// ([`crate::multi`]); `None` for other types. For a `multi` answer,
+    /// `aggregate.mean[i]` is option `i`'s probability of applying (they need
+    /// not sum to 1) and `aggregate.confidence` the probability of the
+    /// selected set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi: Option<MultiRead>,
+    /// Set when the policy's rules changed this answer ([`crate::rules`]):
+    /// the probability mass, in [0, 1], that the rules removed from the
+    /// joint distribution of the questions they tie.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constrained: Option<f64>,
 }
 
 /// A Stage-2 answer written over a Stage-1 one (the cascade's write-back).
@@ -77,6 +90,8 @@ impl AnswerOut {
             resolved: None,
             abstained: None,
             order: None,
+            multi: None,
+            constrained: None,
         }
     }
 
@@ -95,7 +110,34 @@ impl AnswerOut {
         self.aggregate.confidence = confidence;
     }
 
-    /// Name of the chosen alternative (`yes`/`no`, option or level name).
+    /// Names of the options a `multi` answer selected, in option order;
+    /// for other types the one chosen alternative's name.
+    pub fn selected_names(&self) -> Vec<&str> {
+        match &self.multi {
+            Some(m) => m
+                .selected
+                .iter()
+                .filter_map(|i| self.question.alternatives.get(*i))
+                .map(|a| a.name.as_str())
+                .collect(),
+            None => vec![self.answer_name()],
+        }
+    }
+
+    /// Whether the answer is the question's "none of these" option (for a
+    /// `multi`, whether it selected it).
+    pub fn is_none_of_these(&self) -> bool {
+        let Some(n) = self.question.none_option else {
+            return false;
+        };
+        match &self.multi {
+            Some(m) => m.selected.contains(&n),
+            None => self.aggregate.top == n,
+        }
+    }
+
+    /// Name of the chosen alternative (`yes`/`no`, option or level name; for
+    /// a `multi`, its most probable option).
     pub fn answer_name(&self) -> &str {
         self.question
             .alternatives
@@ -138,6 +180,10 @@ impl AnswerOut {
         let q = &self.question;
         let mut m = Map::new();
         m.insert("type".into(), json!(q.kind.wire_name()));
+        if let Some(multi) = &self.multi {
+            self.multi_json(multi, &mut m);
+            return Value::Object(m);
+        }
         // `label` is the answer's own name; the token the model read for it
         // (a letter, a digit) goes in `slot_label` when it differs.
         m.insert("label".into(), json!(self.answer_name()));
@@ -168,7 +214,13 @@ impl AnswerOut {
             }
             QuestionKind::Choice => {
                 m.insert("choice".into(), json!(self.answer_name()));
+                if self.is_none_of_these() {
+                    m.insert("none_of_these".into(), json!(true));
+                }
             }
+            // Answered through `multi_json`; a multi answer without its
+            // per-option reads has only its distribution to show.
+            QuestionKind::Multi => {}
             QuestionKind::Score => {
                 // A Stage-2 level is one level, not a distribution: its score is
                 // that level's 1-based position (and value), not Stage 1's
@@ -206,7 +258,58 @@ impl AnswerOut {
         if let Some(order) = &self.order {
             m.insert("order_sensitivity".into(), json!(order));
         }
+        self.constrained_json(&mut m);
         Value::Object(m)
+    }
+
+    /// `constrained` and `constraint_mass_removed`, when rules changed the answer.
+    fn constrained_json(&self, m: &mut Map<String, Value>) {
+        if let Some(removed) = self.constrained {
+            m.insert("constrained".into(), json!(true));
+            m.insert("constraint_mass_removed".into(), json!(removed));
+        }
+    }
+
+    /// The rest of a `multi` answer after `type`: `label` and `multi` (the
+    /// selected option names), `confidence` (probability of that set),
+    /// `probabilities` (each option's probability of applying),
+    /// `none_of_these` when it won, the set's `entropy` (nats) and
+    /// `normalized_entropy`, then per option `option_entropy` (nats) and
+    /// `option_hesitation`.
+    fn multi_json(&self, multi: &MultiRead, m: &mut Map<String, Value>) {
+        let a = &self.aggregate;
+        let names: Vec<&str> = self.selected_names();
+        let by_option = |f: &dyn Fn(f64) -> f64| -> Value {
+            self.question
+                .alternatives
+                .iter()
+                .zip(multi.applies())
+                .map(|(alt, p)| (alt.name.clone(), json!(f(p))))
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        m.insert("label".into(), json!(names));
+        m.insert("confidence".into(), json!(a.confidence));
+        m.insert("probabilities".into(), by_option(&|p| p));
+        m.insert("multi".into(), json!(names));
+        if self.is_none_of_these() {
+            m.insert("none_of_these".into(), json!(true));
+        }
+        m.insert("entropy".into(), json!(a.entropy));
+        m.insert("normalized_entropy".into(), json!(a.normalized_entropy));
+        m.insert("option_entropy".into(), by_option(&bernoulli_entropy));
+        m.insert(
+            "option_hesitation".into(),
+            by_option(&|p| bernoulli_entropy(p) / std::f64::consts::LN_2),
+        );
+        if let Some(t) = self.temperature {
+            m.insert("temperature".into(), json!(t));
+        }
+        if let Some(reason) = &self.abstained {
+            m.insert("abstained".into(), json!(true));
+            m.insert("abstain_reason".into(), json!(reason));
+        }
+        self.constrained_json(m);
     }
 }
 
@@ -434,6 +537,14 @@ pub struct Diagnostics {
     /// think, under `think_optional` (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// `multi` questions read as yes/no slots: question id → the ids of its
+    /// options' slots, in option order (absent when none).
+    #[serde(skip_serializing_if = "IndexMap::is_empty")]
+    pub multi: IndexMap<String, Vec<String>>,
+    /// What the policy's rules did, one entry per group of tied questions
+    /// ([`crate::rules`]; absent when no rule applied).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<crate::rules::Constrained>,
 }
 
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per

@@ -382,6 +382,8 @@ impl Walk {
         // groups ran in order): with every later stage skipped there was none.
         let conditioned = self.stages.len() > 1 || schema.sequential;
         let diagnostics = Diagnostics {
+            multi: IndexMap::new(),
+            constraints: Vec::new(),
             steps: schema.steps,
             layout: schema.layout,
             isolated: schema.isolated(),

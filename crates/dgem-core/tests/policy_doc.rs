@@ -492,6 +492,8 @@ fn the_limits_table_matches_the_constants() {
             dgem_core::brackets::MAX_BRACKET_OPTIONS as f64,
         ),
         ("BRACKET_SIZE", dgem_core::brackets::BRACKET_SIZE as f64),
+        ("MAX_RULES", dgem_core::rules::MAX_RULES as f64),
+        ("MAX_ASSIGNMENTS", dgem_core::rules::MAX_ASSIGNMENTS as f64),
         (
             "MAX_TEMPERATURE",
             dgem_core::hesitation::temperature::MAX_TEMPERATURE,
@@ -569,6 +571,7 @@ fn every_key_the_validator_reads_is_in_a_table() {
         "Key of the rendered object",
         "Written in a template",
         "`temperature` object key",
+        "Rule key",
     ];
     let mut named: BTreeSet<String> = BTreeSet::new();
     for (header, row) in table_rows(&doc) {
@@ -584,11 +587,13 @@ fn every_key_the_validator_reads_is_in_a_table() {
     }
     let validate = include_str!("../src/schema/validate.rs");
     let settings = include_str!("../src/schema/validate/settings.rs");
+    let select = include_str!("../src/schema/validate/select.rs");
+    let rules = include_str!("../src/rules/parse.rs");
     let after = include_str!("../src/hesitation/mod.rs");
     let abstain = include_str!("../src/hesitation/abstain.rs");
     let payload = include_str!("../src/payload.rs");
     let mut keys: BTreeSet<String> = BTreeSet::new();
-    for src in [validate, settings, after] {
+    for src in [validate, settings, select, rules, after] {
         keys.extend(literals_after(src, ".get(\""));
         keys.extend(literals_after(src, "get(obj, \""));
         keys.extend(literals_after(src, "list_field(q, \""));

@@ -213,7 +213,9 @@ impl Engine {
     /// cannot drive.
     ///
     /// A choice question with more than 26 options is answered through bracket
-    /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas.
+    /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas;
+    /// `multi` questions and rules between answers go through
+    /// `dgem_backend::shape`, which asks it the plain schema.
     #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
         let req = self.with_model_layout(req);
@@ -225,6 +227,11 @@ impl Engine {
         dgem_core::images::check_required(&req.schema, &req.state)?;
         check_state_size(&req.state, info.max_tokens)?;
         let think_warning = check_think(&req.schema)?;
+        if dgem_backend::shape::shapes(&req.schema) {
+            // Multi questions are read as yes/no slots and rules applied to
+            // the answers; the plain read comes back through this function.
+            return dgem_backend::shape::decide(self, req).await;
+        }
         if dgem_backend::brackets::routes(&req.schema) {
             let mut decision = dgem_backend::brackets::decide(self, req).await?;
             decision.diagnostics.note = self.config.note.clone();

@@ -124,7 +124,10 @@ impl Engine {
     /// state (a prompt longer than the context, labels that tokenize alike).
     pub fn plan(&self, req: &DecideRequest) -> Result<Plan, EngineError> {
         let started = Instant::now();
-        let owned = self.with_model_layout(req.clone());
+        let mut owned = self.with_model_layout(req.clone());
+        // A plan shows the schema the reader reads: multi questions as their
+        // yes/no slots (rules change answers, not reads).
+        owned.schema = dgem_backend::shape::read_schema(&owned.schema)?.0;
         let req = &owned;
         if dgem_backend::brackets::routes(&req.schema) {
             return self.plan_routed(req, started);

@@ -53,6 +53,16 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
             })
             .unwrap_or_default();
         let mut notes = String::new();
+        if a.get("multi").is_some() {
+            // Each option's probability is its own; confidence is the set's.
+            let _ = write!(notes, "; probabilities are each option's p(applies)");
+        }
+        if let Some(x) = a.get("constraint_mass_removed").and_then(Value::as_f64) {
+            let _ = write!(
+                notes,
+                "; constrained by the policy's rules (removed {x:.3})"
+            );
+        }
         if let Some(m) = a.get("resolved_by").and_then(Value::as_str) {
             let _ = write!(notes, "; answered by stage 2 ({m})");
         }
@@ -106,6 +116,15 @@ fn answer_name(a: &Value) -> String {
     }
     if let Some(c) = a.get("choice").and_then(Value::as_str) {
         return c.to_string();
+    }
+    // A multi answer is the set of options selected.
+    if let Some(set) = a.get("multi").and_then(Value::as_array) {
+        let names: Vec<&str> = set.iter().filter_map(Value::as_str).collect();
+        return if names.is_empty() {
+            "none selected".to_string()
+        } else {
+            names.join(" + ")
+        };
     }
     if let Some(l) = a.get("level").and_then(Value::as_str) {
         return l.to_string();

@@ -88,7 +88,7 @@ async fn lists_five_tools_with_plain_schemas() {
     let q = &custom.schema_as_json_value()["properties"]["questions"]["items"];
     assert_eq!(
         q["properties"]["type"]["enum"],
-        json!(["noul", "choice", "score"])
+        json!(["noul", "choice", "score", "multi"])
     );
     // No tool schema uses what Gemini-backed clients refuse.
     for t in &tools {

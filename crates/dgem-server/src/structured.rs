@@ -20,11 +20,13 @@
 //! | `{"type": "boolean"}` | `boolean` | `true` / `false` |
 //! | `{"enum": [...]}` (strings, numbers or booleans; 2 to 300 values) | `choice` over the values | the chosen enum value, with its JSON type |
 //! | `{"type": "integer", "minimum": a, "maximum": b}` (2 to 26 values) | `score` with levels `a`..=`b` | the most probable level, an integer |
+//! | `{"type": "array", "items": {"enum": [...]}}` (2 to 26 values; `minItems` / `maxItems` optional) | `multi` over the values | the selected values, a list |
 //!
 //! A `$ref` to `#/$defs/NAME` (or `#/definitions/NAME`), and an `allOf` of
 //! exactly one schema (how Pydantic writes an `Enum` field with a
 //! description), are followed. Everything else — free text, numbers without
-//! an enum, nested objects, arrays, nullable (`anyOf` with `null`) fields — is
+//! an enum, nested objects, arrays of anything but enum values, nullable
+//! (`anyOf` with `null`) fields — is
 //! not a decision and is refused with a 400 naming the property's path, the
 //! kinds allowed and what was given.
 //!
@@ -58,6 +60,16 @@ enum Kind {
     Integer {
         /// The lowest level.
         min: i64,
+    },
+    /// Any of these JSON values (an array of enum values): a `multi`
+    /// question, with `minItems` / `maxItems` as its `min` / `max`.
+    Multi {
+        /// The allowed values, in order.
+        values: Vec<Value>,
+        /// `minItems`, when given.
+        min: Option<i64>,
+        /// `maxItems`, when given.
+        max: Option<i64>,
     },
 }
 
@@ -177,10 +189,57 @@ fn integer_bound(v: &Value, key: &str, path: &str) -> Result<Option<i64>, ApiErr
     }
 }
 
-const ALLOWED: &str = "{\"type\": \"boolean\"}, {\"enum\": [...]} or {\"type\": \"integer\", \"minimum\": A, \"maximum\": B}";
+const ALLOWED: &str = "{\"type\": \"boolean\"}, {\"enum\": [...]}, {\"type\": \"integer\", \"minimum\": A, \"maximum\": B} or {\"type\": \"array\", \"items\": {\"enum\": [...]}}";
+
+/// The enum values of `v` (strings, numbers or booleans), checked.
+fn enum_values(values: &Value, path: &str) -> Result<Vec<Value>, ApiError> {
+    let Some(values) = values.as_array() else {
+        return Err(invalid(
+            format!("{path}: `enum` must be a list. Given: {values}; a property of a decision is {ALLOWED}"),
+            path.to_string(),
+        ));
+    };
+    if let Some((i, bad)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, e)| !(e.is_string() || e.is_number() || e.is_boolean()))
+    {
+        return Err(invalid(
+            format!(
+                "{path}.enum[{i}]: an enum value must be a string, number or boolean. Given: {bad}"
+            ),
+            format!("{path}.enum[{i}]"),
+        ));
+    }
+    Ok(values.clone())
+}
+
+/// An array property: `items` (followed through `$ref`) must hold an
+/// `enum`; the property is then a `multi` question over those values.
+fn multi_of(root: &Value, v: &Value, path: &str) -> Result<Kind, ApiError> {
+    let ipath = format!("{path}.items");
+    let Some(items) = v.get("items") else {
+        return Err(invalid(
+            format!("{path}: an array property is read as multi-select and needs `items` with an `enum` of the values it may hold; a property of a decision is {ALLOWED}"),
+            ipath,
+        ));
+    };
+    let items = resolve(root, items, &ipath)?;
+    let Some(values) = items.get("enum") else {
+        return Err(invalid(
+            format!("{ipath}: an array of anything but enum values (free text, objects) is not a decision: list the allowed values in `items.enum`. Given: {items}"),
+            ipath,
+        ));
+    };
+    Ok(Kind::Multi {
+        values: enum_values(values, &ipath)?,
+        min: integer_bound(v, "minItems", path)?,
+        max: integer_bound(v, "maxItems", path)?,
+    })
+}
 
 /// One property's kind, or why it cannot be a question.
-fn kind_of(v: &Value, path: &str) -> Result<Kind, ApiError> {
+fn kind_of(root: &Value, v: &Value, path: &str) -> Result<Kind, ApiError> {
     let refuse = |why: &str| {
         invalid(
             format!("{path}: {why}; a property of a decision is {ALLOWED}"),
@@ -206,20 +265,10 @@ fn kind_of(v: &Value, path: &str) -> Result<Kind, ApiError> {
         }
     };
     if let Some(values) = v.get("enum") {
-        let Some(values) = values.as_array() else {
-            return Err(refuse(&format!("`enum` must be a list. Given: {values}")));
-        };
-        if let Some((i, bad)) = values
-            .iter()
-            .enumerate()
-            .find(|(_, e)| !(e.is_string() || e.is_number() || e.is_boolean()))
-        {
-            return Err(invalid(
-                format!("{path}.enum[{i}]: an enum value must be a string, number or boolean. Given: {bad}"),
-                format!("{path}.enum[{i}]"),
-            ));
-        }
-        return Ok(Kind::Enum(values.clone()));
+        return Ok(Kind::Enum(enum_values(values, path)?));
+    }
+    if ty == Some("array") {
+        return multi_of(root, v, path);
     }
     if let Some(c) = v.get("const") {
         return Err(refuse(&format!(
@@ -251,10 +300,9 @@ fn kind_of(v: &Value, path: &str) -> Result<Kind, ApiError> {
         Some("number") => Err(refuse(
             "a real number is not a decision: use an integer with `minimum` and `maximum`, or an `enum`",
         )),
-        Some("object") | Some("array") => Err(refuse(&format!(
-            "a nested {} is not read: flatten it into properties of the top-level object",
-            ty.unwrap_or_default()
-        ))),
+        Some("object") => Err(refuse(
+            "a nested object is not read: flatten it into properties of the top-level object",
+        )),
         Some(other) => Err(refuse(&format!("`type` {other:?} is not a decision"))),
         None => Err(refuse("it has no `type` and no `enum`")),
     }
@@ -300,7 +348,7 @@ fn schema_of(
     for (name, raw) in props {
         let ppath = format!("{path}.properties.{name}");
         let p = resolve(root, raw, &ppath)?;
-        let kind = kind_of(p, &ppath)?;
+        let kind = kind_of(root, p, &ppath)?;
         // The property's own description wins over its referenced type's.
         let text = [raw, p]
             .iter()
@@ -320,6 +368,21 @@ fn schema_of(
                     "options".into(),
                     json!(values.iter().map(text_of).collect::<Vec<_>>()),
                 );
+            }
+            Kind::Multi { values, min, max } => {
+                q.insert("type".into(), json!("multi"));
+                q.insert(
+                    "options".into(),
+                    json!(values.iter().map(text_of).collect::<Vec<_>>()),
+                );
+                // Out-of-range counts are refused by the schema's own rules,
+                // under the property's `minItems` / `maxItems`.
+                if let Some(n) = min {
+                    q.insert("min".into(), json!(n));
+                }
+                if let Some(n) = max {
+                    q.insert("max".into(), json!(n));
+                }
             }
             Kind::Integer { min } => {
                 let hi = integer_bound(p, "maximum", &ppath)?
@@ -445,7 +508,19 @@ fn request_path(field: &str, output: &StructuredOutput) -> String {
         .ok()
         .and_then(|i| output.properties.get(i))
         .map_or("?", |p| p.name.as_str());
-    let tail = tail.replacen(".options", ".enum", 1);
+    let multi = output
+        .properties
+        .iter()
+        .any(|p| p.name == name && matches!(p.kind, Kind::Multi { .. }));
+    let tail = if multi {
+        match tail {
+            ".min" => ".minItems".to_string(),
+            ".max" => ".maxItems".to_string(),
+            t => t.replacen(".options", ".items.enum", 1),
+        }
+    } else {
+        tail.replacen(".options", ".enum", 1)
+    };
     let tail = if tail == ".id" { String::new() } else { tail };
     format!("{SCHEMA_PATH}.properties.{name}{tail}")
 }
@@ -519,6 +594,17 @@ impl StructuredOutput {
                             .as_str()
                             .and_then(|l| l.parse::<i64>().ok())
                             .map_or(Value::Null, |l| json!(l)),
+                        // The selected values, each with its JSON type.
+                        Kind::Multi { values, .. } => a["multi"]
+                            .as_array()
+                            .map(|set| {
+                                set.iter()
+                                    .filter_map(Value::as_str)
+                                    .filter_map(|c| values.iter().find(|v| text_of(v) == c))
+                                    .cloned()
+                                    .collect::<Vec<_>>()
+                            })
+                            .map_or(Value::Null, Value::from),
                     }
                 };
                 (p.name.clone(), value)

@@ -90,8 +90,9 @@ fn fields_that_are_not_decisions_are_refused_naming_the_property() {
         (json!({"type": "object", "properties": {}}), "nested object"),
         (
             json!({"type": "array", "items": {"type": "boolean"}}),
-            "nested array",
+            "an array of anything but enum values",
         ),
+        (json!({"type": "array"}), "needs `items`"),
         (
             json!({"anyOf": [{"type": "boolean"}, {"type": "null"}]}),
             "nullable",
@@ -190,5 +191,34 @@ fn a_property_name_that_is_not_an_id_is_refused_at_the_property() {
     assert_eq!(
         body["error"]["param"],
         "response_format.json_schema.schema.properties.has space"
+    );
+}
+
+/// An array of enum values (Pydantic's `list[Tag]`) is a `multi` question;
+/// its reply is the selected values with their JSON types.
+#[test]
+fn an_array_of_enum_values_reads_as_multi_select() {
+    let mut req = pydantic_like();
+    let schema = &mut req["response_format"]["json_schema"]["schema"];
+    schema["$defs"]["Tag"] = json!({"enum": ["refund", "outage", 3], "type": "string"});
+    schema["properties"]["tags"] = json!({"type": "array", "items": {"$ref": "#/$defs/Tag"},
+        "maxItems": 2, "description": "Which topics does it raise?"});
+    let r = parse(&req, &SchemaDefaults::default()).unwrap();
+    let q = r.schema.question("tags").unwrap();
+    assert_eq!(q.kind, dgem_core::schema::QuestionKind::Multi);
+    assert_eq!(q.alternatives.len(), 3);
+    assert_eq!(q.select.unwrap().max, 2);
+    assert_eq!(q.instructions, "Which topics does it raise?");
+    let envelope = json!({"answers": {"tags": {"multi": ["refund", "3"]}}});
+    assert_eq!(
+        r.output.reply_object(&envelope)["tags"],
+        json!(["refund", 3])
+    );
+    // A count the values cannot meet is refused at `maxItems`.
+    req["response_format"]["json_schema"]["schema"]["properties"]["tags"]["maxItems"] = json!(9);
+    let body = err(&req).body();
+    assert_eq!(
+        body["error"]["param"],
+        "response_format.json_schema.schema.properties.tags.maxItems"
     );
 }

@@ -36,6 +36,7 @@ pub const EXTENSION_KEYS: &[&str] = &[
     "sequential",
     "layout",
     "isolate",
+    "rules",
 ];
 
 fn unprocessable(message: impl Into<String>) -> ApiError {
@@ -89,7 +90,9 @@ fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), 
 }
 
 /// One answer in the Jev shape: 0-based score with `legend`; noul probabilities
-/// keyed `true`/`false`. dgem-rs adds `entropy` and `normalized_entropy`, and a
+/// keyed `true`/`false`; as dgem-rs extensions, a `multi` answer's selected
+/// options under `multi` (probabilities by option, each its own probability
+/// of applying) and `none_of_these: true` when that option won. dgem-rs adds `entropy` and `normalized_entropy`, and a
 /// score over numeric levels carries `value` as on the chat route
 /// ([`AnswerOut::level_value`]).
 pub fn jev_answer(a: &AnswerOut) -> Value {
@@ -106,8 +109,17 @@ pub fn jev_answer(a: &AnswerOut) -> Value {
                 json!({"true": p, "false": agg.mean.get(1).copied().unwrap_or(1.0 - p)}),
             );
         }
-        QuestionKind::Choice => {
-            m.insert("choice".into(), json!(a.answer_name()));
+        QuestionKind::Choice | QuestionKind::Multi => {
+            // A multi answer lists the selected options; its probabilities
+            // are each option's own probability of applying.
+            let key = a.question.kind.wire_name();
+            match a.question.kind {
+                QuestionKind::Multi => m.insert(key.into(), json!(a.selected_names())),
+                _ => m.insert(key.into(), json!(a.answer_name())),
+            };
+            if a.is_none_of_these() {
+                m.insert("none_of_these".into(), json!(true));
+            }
             let probs: Map<String, Value> = names
                 .zip(&agg.mean)
                 .map(|(n, p)| (n.to_string(), json!(p)))
@@ -137,6 +149,10 @@ pub fn jev_answer(a: &AnswerOut) -> Value {
     m.insert("confidence".into(), json!(agg.confidence));
     m.insert("entropy".into(), json!(agg.entropy));
     m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
+    if let Some(removed) = a.constrained {
+        m.insert("constrained".into(), json!(true));
+        m.insert("constraint_mass_removed".into(), json!(removed));
+    }
     Value::Object(m)
 }
 

@@ -56,11 +56,19 @@ pub fn prepare(
         state,
         images,
         instructions,
+        rules,
         backend,
         read,
         after,
         allow_missing_vars,
     } = req;
+    if let (false, Some(_)) = (custom, &rules) {
+        return Err(ServiceError::field(
+            "rules",
+            "`rules` go with ad-hoc `questions`; a template states its own rules in its schema"
+                .into(),
+        ));
+    }
     if let (true, Some(t)) = (custom, &template) {
         return Err(ServiceError::field(
             "template",
@@ -76,8 +84,11 @@ pub fn prepare(
     let layout = read.layout()?;
     let isolate = read.isolate()?;
     let (label, mut schema, state, warnings) = if custom {
-        let (schema, state) =
+        let (mut schema, state) =
             custom_policy(questions, state, instructions.as_deref(), gives_images)?;
+        if let (Some(r), Value::Object(m)) = (rules, &mut schema) {
+            m.insert("rules".into(), r);
+        }
         (CUSTOM_LABEL.to_string(), schema, state, Vec::new())
     } else {
         let name = template

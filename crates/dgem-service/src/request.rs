@@ -31,7 +31,7 @@ pub const CUSTOM_LABEL: &str = "custom_questions";
 pub const DEFAULT_SEED: i64 = 42;
 
 /// The advertised question types: every [`QuestionKind`]'s wire name
-/// (`noul`, `choice`, `score`), so that a new kind is advertised without
+/// (`noul`, `choice`, `score`, `multi`), so that a new kind is advertised without
 /// touching this file. The parser ([`dgem_core::adhoc`]) also takes every
 /// alias ([`QuestionKind::aliases`]: `boolean`, `bool`).
 fn type_names() -> Vec<&'static str> {
@@ -70,19 +70,33 @@ pub struct CustomQuestion {
     /// The question, in plain words.
     #[serde(default)]
     pub instructions: String,
-    /// noul: {"true": "when yes", "false": "when no"} (optional). choice: option
-    /// name -> description (or give `options`). score: give `levels` (a list of
+    /// noul: {"true": "when yes", "false": "when no"} (optional). choice and
+    /// multi: option name -> description (or give `options`). score: give `levels` (a list of
     /// levels here is accepted too, as on /v1/systemone).
     #[serde(default)]
     #[schemars(schema_with = "criteria_schema")]
     #[schema(value_type = Object)]
     pub criteria: Value,
-    /// choice only: the option names, e.g. ["billing", "support"] (instead of `criteria`).
+    /// choice and multi: the option names, e.g. ["billing", "support"] (instead of `criteria`).
     #[serde(default)]
     pub options: Vec<String>,
     /// score only: the levels from lowest to highest, e.g. ["calm", "annoyed", "furious"].
     #[serde(default)]
     pub levels: Vec<String>,
+    /// choice and multi: add a real option `none` ("none of the other options
+    /// fits"), read and scored like the others; a multi selects it alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub none_of_these: Option<bool>,
+    /// multi only: fewest options to select (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<u32>,
+    /// multi only: most options to select (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+    /// multi only: probability in (0, 1) at or above which an option is
+    /// selected (default 0.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
 }
 
 /// `criteria` is declared as an object (the common case) so the schema stays
@@ -91,7 +105,7 @@ fn criteria_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "default": {},
-        "description": "noul: {\"true\": \"when yes\", \"false\": \"when no\"} (optional). choice: option name -> description (required). score: use `levels`."
+        "description": "noul: {\"true\": \"when yes\", \"false\": \"when no\"} (optional). choice and multi: option name -> description (or give `options`). score: use `levels`."
     })
 }
 
@@ -140,6 +154,15 @@ pub struct DecisionRequest {
     /// With `questions`: instructions that apply to every question.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// With `questions`: rules between answers, e.g. [{"if": {"team":
+    /// "security"}, "then": {"urgent": "yes"}}, {"if": {"severity": "low"},
+    /// "not": {"page_oncall": "yes"}}]. They are applied to the joint
+    /// distribution of the questions they tie; each answer they change is
+    /// marked `constrained` with the probability mass removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<Map<String, Value>>>")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub rules: Option<Value>,
     /// Backend to decide with; none means the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
@@ -257,6 +280,8 @@ impl DecisionRequest {
             state: given(obj, "state").cloned(),
             images: given(obj, "images").cloned(),
             instructions: string("instructions", "a string")?,
+            // Checked against the questions when the schema is validated.
+            rules: given(obj, "rules").cloned(),
             backend: string("backend", "a string")?,
             read: ReadOptions::from_object(obj)?,
             after: AfterOptions::from_object(obj),
@@ -297,7 +322,7 @@ impl ToolKind {
     /// The request keys this tool does not take.
     fn left_out(self) -> &'static [&'static str] {
         match self {
-            Self::Policy => &["questions", "state", "instructions"],
+            Self::Policy => &["questions", "state", "instructions", "rules"],
             Self::Custom => &["template", "variables", "allow_missing_vars"],
         }
     }

@@ -693,6 +693,7 @@ fn keys_include_every_read_and_post_read_key_once() {
         state: Some(json!("s")),
         images: Some(json!([])),
         instructions: Some("i".into()),
+        rules: Some(json!([])),
         backend: Some("b".into()),
         read: ReadOptions {
             seed: Some(1),
@@ -755,7 +756,7 @@ fn tool_schemas_agree_with_the_tool_keys_and_the_parsers() {
         // The advertised question types are all accepted.
         if tool == ToolKind::Custom {
             let kinds = &props["questions"]["items"]["properties"]["type"]["enum"];
-            assert_eq!(kinds, &json!(["noul", "choice", "score"]));
+            assert_eq!(kinds, &json!(["noul", "choice", "score", "multi"]));
         }
     }
     assert_eq!(

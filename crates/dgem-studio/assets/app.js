@@ -217,6 +217,11 @@ function customBody() {
     if (type !== "boolean" && options.length < 2) throw new Error(`question ${i + 1} (${id}): a ${type} needs at least two options, comma separated`);
     const q = { id, type, question };
     if (type !== "boolean") q.options = options;
+    const none = row.querySelector("[name=qnone]");
+    if (none && none.checked) {
+      if (type !== "choice" && type !== "multi") throw new Error(`question ${i + 1} (${id}): "none of these" is for choice and multi questions`);
+      q.none_of_these = true;
+    }
     return q;
   });
   return { state: st, questions };
@@ -411,6 +416,8 @@ function hesitationOf(a) {
 }
 
 function answerOf(a) {
+  // A multi answer is the list of options selected.
+  if (Array.isArray(a.multi)) return a.multi.length ? a.multi.join(", ") : "none selected";
   if (a.answer !== undefined && a.answer !== null) return String(a.answer);
   for (const k of ["choice", "level"]) if (typeof a[k] === "string") return a[k];
   if (typeof a.label === "string") return a.label;
@@ -473,18 +480,27 @@ function renderCard(qid, a, h, samples) {
   const b = band(h);
   const top = Object.entries(probs).reduce((best, cur) => (best === null || cur[1] > best[1] ? cur : best), null);
   const headingId = `q-${qid}`;
-  const bars = el("ul", { class: "bars", "aria-label": `Probabilities for ${qid}` });
+  // A multi answer: one checkbox per option (ticked when selected) beside a
+  // bar of that option's own probability of applying.
+  const multi = Array.isArray(a.multi) ? new Set(a.multi) : null;
+  const label = multi ? `Probability that each option applies, for ${qid}` : `Probabilities for ${qid}`;
+  const bars = el("ul", { class: multi ? "bars multi" : "bars", "aria-label": label });
   for (const [name, p] of Object.entries(probs)) {
     const fill = el("span", { class: "fill" });
     fill.style.width = `${Math.max(0, Math.min(1, p)) * 100}%`;
-    bars.append(el("li", { class: top && top[0] === name ? "top" : null, dataset: { option: name, probability: String(p) } },
+    const picked = multi ? multi.has(name) : top && top[0] === name;
+    const box = multi ? el("input", { type: "checkbox", disabled: "", "aria-label": `${name} selected` }) : null;
+    if (box) box.checked = picked;
+    bars.append(el("li", { class: picked ? "top" : null, dataset: { option: name, probability: String(p) } },
+      ...(box ? [box] : []),
       el("span", { class: "name", text: name }),
       el("span", { class: "track", "aria-hidden": "true" }, fill),
       el("span", { class: "value", text: pct(p) })));
   }
   const meta = el("p", { class: "meta" },
     el("span", {}, "Hesitation ", el("span", { class: "band", dataset: { band: b.key }, title: typeof a.entropy === "number" ? `${a.entropy.toFixed(3)} nats` : null, text: `${pct(h)} (${b.label})` })));
-  if (typeof a.confidence === "number") meta.append(el("span", { text: `Confidence ${pct(a.confidence)}` }));
+  if (typeof a.confidence === "number") meta.append(el("span", { text: multi ? `Confidence in this set ${pct(a.confidence)}` : `Confidence ${pct(a.confidence)}` }));
+  if (a.constrained) meta.append(el("span", { class: "constrained", text: `Constrained by the policy's rules (${pct(a.constraint_mass_removed || 0)} removed)` }));
   if (samples > 1 || typeof a.agreement === "number") {
     meta.append(el("span", { class: "agreement", text: `Agreement ${typeof a.agreement === "number" ? pct(a.agreement) : "—"}` }));
   }

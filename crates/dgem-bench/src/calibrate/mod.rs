@@ -159,9 +159,9 @@ pub async fn run_row(
 /// Labelled slots by type and the policies they came from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Labelled {
-    /// Slots of each question type, in [`QuestionKind::ALL`]'s order
+    /// Slots of each question type, in [`QuestionKind::SLOT_KINDS`]'s order
     /// (`boolean`, `choice`, `score`).
-    pub by_kind: [Vec<Sample>; QuestionKind::ALL.len()],
+    pub by_kind: [Vec<Sample>; QuestionKind::SLOT_KINDS.len()],
     /// Distinct `(template, policy hash)` pairs, in first-seen order.
     pub policies: Vec<PolicyRef>,
     /// Rows that gave at least one labelled slot.
@@ -170,12 +170,12 @@ pub struct Labelled {
     pub skipped: Vec<String>,
 }
 
-/// The position of `kind` in [`QuestionKind::ALL`], the order every per-type
+/// The position of `kind` in [`QuestionKind::SLOT_KINDS`], the order every per-type
 /// array here is in.
 fn kind_index(kind: QuestionKind) -> usize {
-    QuestionKind::ALL
+    QuestionKind::SLOT_KINDS
         .iter()
-        .position(|k| *k == kind)
+        .position(|k| *k == kind.slot_kind())
         .unwrap_or_default()
 }
 
@@ -236,11 +236,11 @@ pub fn collect(items: &[CalibrateItem]) -> Labelled {
     out
 }
 
-/// The fit of every type, in [`QuestionKind::ALL`] order.
+/// The fit of every type, in [`QuestionKind::SLOT_KINDS`] order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fitted {
     /// `boolean`, `choice`, `score`.
-    pub types: [TypeFit; QuestionKind::ALL.len()],
+    pub types: [TypeFit; QuestionKind::SLOT_KINDS.len()],
     /// The options used.
     pub options: FitOptions,
 }
@@ -270,7 +270,7 @@ pub fn calibrate(labelled: &Labelled, options: FitOptions) -> Fitted {
         )
     };
     Fitted {
-        types: QuestionKind::ALL.map(one),
+        types: QuestionKind::SLOT_KINDS.map(one),
         options,
     }
 }

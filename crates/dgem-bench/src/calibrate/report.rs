@@ -57,7 +57,7 @@ pub fn summarize(fitted: &Fitted, file: &CalibrationFile) -> Summary {
         ],
     );
     let mut m = BTreeMap::new();
-    for kind in QuestionKind::ALL {
+    for kind in QuestionKind::SLOT_KINDS {
         let name = kind.as_str();
         let f = &fitted.of(kind).figures;
         m.insert(format!("{name}.slots"), f.slots as f64);

@@ -21,7 +21,7 @@ use crate::BenchError;
 /// # Errors
 /// [`BenchError::Plot`] when drawing or writing fails.
 pub fn before_after_svg(fitted: &Fitted, title: &str, path: &Path) -> Result<usize, BenchError> {
-    let panels: Vec<Panel<'_>> = QuestionKind::ALL
+    let panels: Vec<Panel<'_>> = QuestionKind::SLOT_KINDS
         .iter()
         .filter_map(|k| {
             let f = fitted.of(*k);

@@ -3,7 +3,9 @@
 //! percentiles, throughput and how often adaptive sampling extended a decision.
 //!
 //! An item is correct iff **every** expected slot's answer equals the expected
-//! value (case-insensitive, `yes≡true`, `no≡false`).
+//! value (case-insensitive, `yes≡true`, `no≡false`). A `multi` question's
+//! expected value is the list of options that apply; it is scored as one
+//! yes/no label slot per option, with per-label F1 ([`super::multilabel`]).
 //!
 //! Each slot records its question type and the path its options were scored
 //! by, and the report adds the per-path and per-type figures of
@@ -38,7 +40,8 @@ pub struct BenchRow {
     /// Template variables.
     #[serde(default)]
     pub variables: Map<String, Value>,
-    /// Expected answer per slot id.
+    /// Expected answer per slot id: an option name (or `true`/`false`, a
+    /// number), or for a `multi` question the list of options that apply.
     pub expected: IndexMap<String, Value>,
     /// Difficulty tier (grouping).
     #[serde(default)]
@@ -161,16 +164,23 @@ fn check_expected(
     schema: &dgem_core::schema::ValidSchema,
 ) -> Result<(), BenchError> {
     for (slot, want) in &row.expected {
-        let want = match want {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
         let Some(q) = schema.question(slot) else {
             let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
             return Err(BenchError::Item {
                 id: row.id.clone(),
                 message: format!("`expected` names `{slot}`, which is not a question of the template; questions are {ids:?}"),
             });
+        };
+        if want.is_array() || q.kind == dgem_core::schema::QuestionKind::Multi {
+            super::multilabel::expected_set(q, want).map_err(|message| BenchError::Item {
+                id: row.id.clone(),
+                message: format!("`expected.{slot}`: {message}"),
+            })?;
+            continue;
+        }
+        let want = match want {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
         };
         let names: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
         if !names
@@ -204,11 +214,25 @@ async fn decide_row(
         .iter()
         .map(|q| (q.id.clone(), q.kind.as_str().to_owned()))
         .collect();
+    let multis: IndexMap<String, dgem_core::schema::Question> = schema
+        .questions
+        .iter()
+        .filter(|q| q.kind == dgem_core::schema::QuestionKind::Multi)
+        .map(|q| (q.id.clone(), q.clone()))
+        .collect();
     let t = d.decide(&row.id, schema, state).await?;
     item.wall_ms = t.wall_ms;
     item.reads = t.decision.diagnostics.samples.max_n();
     item.extended = extended(&t.decision);
     for (slot, want) in &row.expected {
+        if let Some(q) = multis.get(slot) {
+            // One yes/no label slot per option (`super::multilabel`).
+            let gold = super::multilabel::expected_set(q, want).unwrap_or_default();
+            let a = t.decision.answers.get(slot).and_then(Option::as_ref);
+            let labels = super::multilabel::label_slots(q, &gold, a, &t.decision.diagnostics);
+            item.slots.extend(labels);
+            continue;
+        }
         let expected = match want {
             Value::String(s) => s.clone(),
             other => other.to_string(),
@@ -332,6 +356,10 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
     }
     let quality = quality::report(&slots.iter().map(|s| s.scored()).collect::<Vec<_>>());
     m.extend(quality.overall.clone());
+    let multilabel = super::multilabel::figures(&ok);
+    if let Some((figures, _)) = &multilabel {
+        m.extend(figures.clone());
+    }
     for ((kind, name), g) in &by {
         m.insert(format!("item_accuracy.{kind}.{name}"), g.item_acc());
         m.insert(format!("slot_accuracy.{kind}.{name}"), g.slot_acc());
@@ -403,9 +431,12 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
     }
     // The per-path and per-type metrics are in their own table, not the summary.
     m.extend(quality.groups);
+    let mut tables = vec![items_t, groups_t, quality.table];
+    tables.extend(multilabel.map(|(_, t)| t));
+    tables.push(summary_t);
     Summary {
         metrics: m,
         breakdown: json!({ "groups": breakdown, "by_path_type": quality.breakdown }),
-        tables: vec![items_t, groups_t, quality.table, summary_t],
+        tables,
     }
 }

@@ -10,6 +10,7 @@ pub mod intents;
 pub mod jev;
 pub mod jev_plan;
 pub mod jev_run;
+pub mod multilabel;
 pub mod permutation;
 pub mod quality;
 pub mod rerank;

@@ -288,7 +288,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             )
         ),
     }
-    let reasons = QuestionKind::ALL
+    let reasons = QuestionKind::SLOT_KINDS
         .iter()
         .filter_map(|k| {
             let f = &fitted.of(*k).figures;

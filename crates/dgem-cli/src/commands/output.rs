@@ -53,7 +53,14 @@ pub fn table(d: &Decision) -> String {
                 } else {
                     ""
                 };
-                let answer = format!("{}{mark}", a.answer_name());
+                // A multi answer is its selected options (`-` when none is).
+                let names = a.selected_names();
+                let shown = if names.is_empty() {
+                    "-".to_owned()
+                } else {
+                    names.join(", ")
+                };
+                let answer = format!("{shown}{mark}");
                 // `fragile`: the listings read in other option orders chose
                 // another answer; `stable`: they agreed; `prior`: one order
                 // read, the policy's learned prior divided out; `-`: one
@@ -75,6 +82,29 @@ pub fn table(d: &Decision) -> String {
     let mut notes = String::new();
     for (id, a) in &d.answers {
         let Some(a) = a else { continue };
+        if let Some(m) = &a.multi {
+            // Each option's own probability of applying; the table's
+            // confidence is the probability of exactly the selected set.
+            let per: Vec<String> = a
+                .question
+                .alternatives
+                .iter()
+                .zip(m.applies())
+                .map(|(alt, p)| format!("{} {:.0}%", plain(&alt.name), p * 100.0))
+                .collect();
+            let _ = writeln!(
+                notes,
+                "{id}: p(applies) {}; confidence is that of the selected set",
+                per.join(", ")
+            );
+        }
+        if let Some(removed) = a.constrained {
+            let _ = writeln!(
+                notes,
+                "{id}: constrained by the policy's rules ({:.1}% of the joint probability removed)",
+                removed * 100.0
+            );
+        }
         if let Some(r) = &a.resolved {
             let _ = writeln!(
                 notes,
@@ -264,7 +294,7 @@ fn calibration_line(c: Option<&dgem_core::envelope::CalibrationDiagnostics>) -> 
     }
     if let Some(t) = &c.temperature {
         let show = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
-        let by_type: Vec<String> = dgem_core::schema::QuestionKind::ALL
+        let by_type: Vec<String> = dgem_core::schema::QuestionKind::SLOT_KINDS
             .iter()
             .map(|k| format!("{} {}", k.as_str(), show(t.of(*k))))
             .collect();

@@ -250,6 +250,9 @@ Keys of "schema":
     boolean     answers yes / no
     choice      one of "options" (2 to 26 names, or {"name", "description"} objects)
     score       one of "levels", an ordered scale from least to most
+    multi       any of "options" (each gets its own probability; "min", "max", "threshold")
+    none_of_these: true on a choice or multi adds a real "none" option
+  rules         rules between answers, e.g. [{"if": {"category": "problem"}, "then": {"needs_action": "yes"}}]
   samples       reads to average (1-32, or "auto"); more reads give agreement and stderr
   temperature   post-hoc temperature, a number or {"choice": 1.3, ...} (docs/cascade.md)
   abstain_above withhold answers whose hesitation (entropy / ln K) is at or above this
@@ -279,8 +282,16 @@ Try it: dgem decide -t NAME -v text="..."   Check it: dgem render -t NAME -v tex
         "type": "score",
         "instructions": "How soon should someone look at it?",
         "levels": ["whenever", "this_week", "today", "now"]
+      },
+      {
+        "id": "topics",
+        "type": "multi",
+        "instructions": "Which of these does the input mention?",
+        "options": ["money", "access", "a deadline"],
+        "none_of_these": true
       }
-    ]
+    ],
+    "rules": [{"if": {"category": "problem"}, "then": {"needs_action": "yes"}}]
   },
   "state": {
     "text": {{ default "No input was provided." .text | toJson }}

@@ -440,7 +440,7 @@ mod tests {
             .temperature_for(Some(&sha.to_uppercase()), "feed")
             .expect("match");
         assert_eq!(
-            QuestionKind::ALL.map(|k| t.of(k)),
+            QuestionKind::SLOT_KINDS.map(|k| t.of(k)),
             [Some(1.5), Some(2.5), None]
         );
         let e = f

@@ -53,7 +53,7 @@ fn kind_of_key(key: &str) -> Option<QuestionKind> {
 /// each type's aliases then its extra spellings
 /// (`boolean|bool|noul|yes_no|yesno, choice, score|scale|rating`).
 pub fn temperature_keys() -> String {
-    QuestionKind::ALL
+    QuestionKind::SLOT_KINDS
         .iter()
         .map(|kind| {
             let mut names: Vec<&str> = kind.aliases().to_vec();
@@ -141,7 +141,7 @@ impl Temperature {
 
     /// Whether no type has a temperature other than 1.
     pub fn is_identity(&self) -> bool {
-        QuestionKind::ALL
+        QuestionKind::SLOT_KINDS
             .iter()
             .all(|k| self.for_kind(*k).is_none())
     }
@@ -175,9 +175,28 @@ pub fn rescale(a: &mut Aggregate, t: f64) {
 }
 
 /// [`rescale`] `answer`'s distribution by `t` and record `t` as its
-/// post-hoc temperature.
+/// post-hoc temperature. A `multi` answer rescales each option's yes/no read
+/// and selects again ([`crate::multi::collapse`]): its options' probabilities
+/// are not one distribution.
 pub fn apply(answer: &mut AnswerOut, t: f64) {
-    rescale(&mut answer.aggregate, t);
+    match answer.multi.take() {
+        Some(m) => {
+            let options = m
+                .options
+                .into_iter()
+                .map(|mut a| {
+                    rescale(&mut a, t);
+                    a
+                })
+                .collect();
+            let mut again = crate::multi::collapse(&answer.question, options);
+            again.abstained = answer.abstained.take();
+            again.constrained = answer.constrained;
+            again.resolved = answer.resolved.take();
+            *answer = again;
+        }
+        None => rescale(&mut answer.aggregate, t),
+    }
     answer.temperature = Some(t);
 }
 
@@ -249,7 +268,7 @@ mod tests {
         let request = Temperature::default().with(QuestionKind::Choice, Some(0.5));
         let t = request.over(policy);
         assert_eq!(
-            QuestionKind::ALL.map(|k| t.of(k)),
+            QuestionKind::SLOT_KINDS.map(|k| t.of(k)),
             [Some(2.0), Some(0.5), Some(2.0)]
         );
     }

@@ -1,6 +1,8 @@
 //! [`ByKind`]: one value per question type, for the settings that differ by
 //! type (a post-hoc temperature, a calibration's held-out figures). It is
-//! indexed by [`QuestionKind`] and sized by [`QuestionKind::ALL`], and its JSON
+//! indexed by [`QuestionKind`] and sized by [`QuestionKind::SLOT_KINDS`] (a
+//! `multi` question shares the `boolean` value: its options are read as yes/no
+//! slots), and its JSON
 //! form is an object keyed by each type's canonical name (`boolean`,
 //! `choice`, `score`), so a new question type needs no new field anywhere a
 //! `ByKind` is used.
@@ -11,22 +13,22 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::QuestionKind;
 
-/// One value per question type, in [`QuestionKind::ALL`]'s order.
+/// One value per question type, in [`QuestionKind::SLOT_KINDS`]'s order.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ByKind<T>([T; QuestionKind::ALL.len()]);
+pub struct ByKind<T>([T; QuestionKind::SLOT_KINDS.len()]);
 
-/// The position of `kind` in [`QuestionKind::ALL`].
+/// The position of `kind` in [`QuestionKind::SLOT_KINDS`].
 fn index(kind: QuestionKind) -> usize {
-    QuestionKind::ALL
+    QuestionKind::SLOT_KINDS
         .iter()
-        .position(|k| *k == kind)
+        .position(|k| *k == kind.slot_kind())
         .unwrap_or_default()
 }
 
 impl<T> ByKind<T> {
     /// The value `f` gives for each type.
     pub fn from_fn(f: impl FnMut(QuestionKind) -> T) -> Self {
-        Self(QuestionKind::ALL.map(f))
+        Self(QuestionKind::SLOT_KINDS.map(f))
     }
 
     /// The value for `kind`.
@@ -39,14 +41,14 @@ impl<T> ByKind<T> {
         &mut self.0[index(kind)]
     }
 
-    /// Each type with its value, in [`QuestionKind::ALL`]'s order.
+    /// Each type with its value, in [`QuestionKind::SLOT_KINDS`]'s order.
     pub fn iter(&self) -> impl Iterator<Item = (QuestionKind, &T)> {
-        QuestionKind::ALL.iter().copied().zip(self.0.iter())
+        QuestionKind::SLOT_KINDS.iter().copied().zip(self.0.iter())
     }
 }
 
 impl<T: Serialize> Serialize for ByKind<T> {
-    /// An object keyed by each type's canonical name, in [`QuestionKind::ALL`]'s order.
+    /// An object keyed by each type's canonical name, in [`QuestionKind::SLOT_KINDS`]'s order.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
         for (kind, v) in self.iter() {
@@ -70,7 +72,7 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for ByKind<T> {
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
                 let mut out = ByKind::<T>::from_fn(|_| T::default());
                 while let Some(key) = m.next_key::<String>()? {
-                    match QuestionKind::ALL.iter().find(|k| k.as_str() == key) {
+                    match QuestionKind::SLOT_KINDS.iter().find(|k| k.as_str() == key) {
                         Some(kind) => *out.get_mut(*kind) = m.next_value()?,
                         None => {
                             m.next_value::<IgnoredAny>()?;

@@ -57,11 +57,30 @@ pub enum QuestionKind {
     Choice,
     /// Ordered levels; the answer carries an expectation over levels.
     Score,
+    /// Any number of 2–26 named options (multi-select): each option gets its
+    /// own probability of applying, read as a yes/no slot of its own
+    /// ([`crate::multi`]), and the answer lists the options selected.
+    Multi,
 }
 
 impl QuestionKind {
     /// Every kind, in the order documentation lists them.
-    pub const ALL: [QuestionKind; 3] = [Self::Boolean, Self::Choice, Self::Score];
+    pub const ALL: [QuestionKind; 4] = [Self::Boolean, Self::Choice, Self::Score, Self::Multi];
+
+    /// The kinds one answer slot is read as: a `multi` question is read as
+    /// one yes/no slot per option, so its reads are [`Self::Boolean`] reads.
+    /// Settings and figures kept per type of read (temperatures, calibration
+    /// fits, [`ByKind`]) are indexed by these.
+    pub const SLOT_KINDS: [QuestionKind; 3] = [Self::Boolean, Self::Choice, Self::Score];
+
+    /// The kind this question's slots are read as ([`Self::SLOT_KINDS`]):
+    /// `Boolean` for a `multi`, the kind itself otherwise.
+    pub fn slot_kind(self) -> QuestionKind {
+        match self {
+            Self::Multi => Self::Boolean,
+            other => other,
+        }
+    }
 
     /// The type name written in answers on the chat route (`noul`, `choice`, `score`).
     pub fn wire_name(self) -> &'static str {
@@ -69,6 +88,7 @@ impl QuestionKind {
             Self::Boolean => "noul",
             Self::Choice => "choice",
             Self::Score => "score",
+            Self::Multi => "multi",
         }
     }
 
@@ -78,6 +98,7 @@ impl QuestionKind {
             Self::Boolean => "boolean",
             Self::Choice => "choice",
             Self::Score => "score",
+            Self::Multi => "multi",
         }
     }
 
@@ -89,6 +110,7 @@ impl QuestionKind {
             Self::Boolean => &["boolean", "bool", "noul"],
             Self::Choice => &["choice"],
             Self::Score => &["score"],
+            Self::Multi => &["multi"],
         }
     }
 
@@ -99,6 +121,7 @@ impl QuestionKind {
             Self::Boolean => "yes/no",
             Self::Choice => "one option of `criteria`, or of `options`",
             Self::Score => "one of `levels`, lowest first",
+            Self::Multi => "any of `options`, each with its own probability",
         }
     }
 
@@ -174,7 +197,39 @@ pub struct Question {
     /// question is read with the others again when the state holds images (each
     /// separate read would repeat the image).
     pub alone_auto: bool,
+    /// Index into `alternatives` of the "none of these" option of a `choice`
+    /// (`none_of_these: true`, or an option named `none`) or of a `multi`
+    /// (where it is exclusive: selected alone or not at all); `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub none_option: Option<usize>,
+    /// How a `multi` question selects its options; `None` for other types.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub select: Option<Selection>,
 }
+
+/// How a `multi` question turns its options' probabilities into the options
+/// selected ([`crate::multi::select`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Selection {
+    /// Fewest options selected (0 by default). It counts the options other than
+    /// an exclusive `none`; `none`, when it is the answer, stands alone.
+    pub min: usize,
+    /// Most options selected (the option count by default).
+    pub max: usize,
+    /// Probability at or above which an option is selected, in (0, 1)
+    /// (question field `threshold`; default [`DEFAULT_SELECT_THRESHOLD`]).
+    pub threshold: f64,
+}
+
+/// Probability at or above which a `multi` option is selected when the
+/// question sets no `threshold`: 0.5, the threshold at which selecting the
+/// option is more likely right than wrong.
+pub const DEFAULT_SELECT_THRESHOLD: f64 = 0.5;
+
+/// Names that mark a `choice` or `multi` option as "none of these", compared
+/// ignoring case and surrounding whitespace. `none_of_these: true` adds the
+/// first when no option has one of these names.
+pub const NONE_OPTION_NAMES: [&str; 3] = ["none", "none_of_these", "none of these"];
 
 impl Question {
     /// Whether this question is read on a canvas (or prompt) of its own.
@@ -385,6 +440,11 @@ pub struct ValidSchema {
     /// model reads and are not sent upstream: the decision's caller applies
     /// them (see [`crate::hesitation`]).
     pub after: crate::hesitation::AfterRead,
+    /// Rules between answers (`rules`): applied to the joint distribution of
+    /// the questions they tie after the read ([`crate::rules`]). Empty when
+    /// the policy states none.
+    #[serde(skip_serializing_if = "crate::rules::Rules::is_empty")]
+    pub rules: crate::rules::Rules,
     /// The policy (template) the schema was rendered from, for metric labels
     /// and logs; `None` for ad-hoc questions. Not part of the schema's rules
     /// and never sent upstream.
@@ -441,8 +501,9 @@ impl ValidSchema {
     }
 
     /// The same settings over another set of questions (a part of this schema, or
-    /// sub-questions built from it): `ask` is cleared and the answer format
-    /// follows the new count. `alone` flags are kept as the questions carry them.
+    /// sub-questions built from it): `ask` is cleared, the answer format
+    /// follows the new count, and `rules` are dropped (they apply to the
+    /// whole decision's answers, not to a part's). `alone` flags are kept as the questions carry them.
     ///
     /// # Errors
     /// [`SchemaError`] when `questions` is empty, over [`MAX_QUESTIONS`], has a
@@ -487,6 +548,7 @@ impl ValidSchema {
             questions,
             ask: None,
             format,
+            rules: crate::rules::Rules::default(),
             ..self.clone()
         })
     }

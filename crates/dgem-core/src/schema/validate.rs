@@ -6,6 +6,7 @@
 //! given (house style rule 7). Per-question rules live here; the schema-level
 //! settings (rules 4 and 8–15) live in `settings.rs`.
 
+mod select;
 mod settings;
 mod text;
 
@@ -50,6 +51,7 @@ impl ValidSchema {
         let isolate = settings::isolate(obj, defaults)?;
         apply_isolation(&mut questions, isolate);
         check_dependencies(&questions)?;
+        select::check_multi_reads(&questions)?;
         for (i, ask_if) in raw_ask_if.into_iter().enumerate() {
             questions[i].ask_if = check_ask_if(i, &questions, ask_if)?;
         }
@@ -62,6 +64,7 @@ impl ValidSchema {
         let ask = settings::ask(obj, &questions)?;
         let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::from_object(obj, &ids, Some(raw_questions))?;
+        let rules = crate::rules::Rules::from_object(obj, &questions)?;
         let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
             AnswerFormat::Lines
         } else {
@@ -85,6 +88,7 @@ impl ValidSchema {
             questions,
             isolate,
             after,
+            rules,
             policy: None,
         })
     }
@@ -211,7 +215,8 @@ fn parse_question(
         return Err(SchemaError::new(at(".id"), msg));
     }
     let name = py_repr(&id);
-    let (kind, alternatives, alt_field) = alternatives_of(q, &name, &at)?;
+    let (kind, mut alternatives, alt_field) = alternatives_of(q, &name, &at)?;
+    let none_option = select::none_option(kind, q, &mut alternatives, &name, &at)?;
     if alternatives.len() < MIN_ALTERNATIVES {
         // The original's wording first, then the field and what it held.
         let held: Vec<String> = alternatives.iter().map(|a| py_repr(&a.name)).collect();
@@ -244,6 +249,7 @@ fn parse_question(
         return Err(SchemaError::new(at(alt_field), msg));
     }
     check_alternative_names(&alternatives, &name, &at(alt_field))?;
+    let selection = select::selection(kind, q, &alternatives, none_option, &name, &at)?;
     let mut depends_on: Vec<String> = match q.get("depends_on") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
@@ -308,6 +314,8 @@ fn parse_question(
         ask_if: IndexMap::new(),
         alone,
         alone_auto: false,
+        none_option,
+        select: selection,
     };
     Ok((question, ask_if))
 }
@@ -357,31 +365,8 @@ fn alternatives_of(
             ];
             Ok((QuestionKind::Boolean, alts, ".type"))
         }
-        Some(QuestionKind::Choice) => {
-            let items = list_field(q, "options", name, at)?;
-            let mut alts = Vec::with_capacity(items.len());
-            for (j, o) in items.iter().enumerate() {
-                alts.push(match o {
-                    Value::Object(m) => {
-                        let Some(n) = m.get("name").filter(|n| !n.is_null()) else {
-                            let msg = format!(
-                                "question {name}: options[{j}] needs a `name` (got {})",
-                                shown(o)
-                            );
-                            return Err(SchemaError::new(at(&format!(".options[{j}].name")), msg));
-                        };
-                        Alternative {
-                            name: text_of(n).unwrap_or_default(),
-                            description: m.get("description").and_then(text_of),
-                        }
-                    }
-                    other => Alternative {
-                        name: text_of(other).unwrap_or_else(|| "None".into()),
-                        description: None,
-                    },
-                });
-            }
-            Ok((QuestionKind::Choice, alts, ".options"))
+        Some(kind @ (QuestionKind::Choice | QuestionKind::Multi)) => {
+            Ok((kind, options_of(q, name, at)?, ".options"))
         }
         Some(QuestionKind::Score) => {
             let items = list_field(q, "levels", name, at)?;
@@ -403,6 +388,39 @@ fn alternatives_of(
             Err(SchemaError::new(at(".type"), msg))
         }
     }
+}
+
+/// The `options` of a `choice` or `multi` question: names, or `{name,
+/// description}` objects.
+fn options_of(
+    q: &Map<String, Value>,
+    name: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<Alternative>, SchemaError> {
+    let items = list_field(q, "options", name, at)?;
+    let mut alts = Vec::with_capacity(items.len());
+    for (j, o) in items.iter().enumerate() {
+        alts.push(match o {
+            Value::Object(m) => {
+                let Some(n) = m.get("name").filter(|n| !n.is_null()) else {
+                    let msg = format!(
+                        "question {name}: options[{j}] needs a `name` (got {})",
+                        shown(o)
+                    );
+                    return Err(SchemaError::new(at(&format!(".options[{j}].name")), msg));
+                };
+                Alternative {
+                    name: text_of(n).unwrap_or_default(),
+                    description: m.get("description").and_then(text_of),
+                }
+            }
+            other => Alternative {
+                name: text_of(other).unwrap_or_else(|| "None".into()),
+                description: None,
+            },
+        });
+    }
+    Ok(alts)
 }
 
 /// A list-valued question field; absent or `null` is an empty list.

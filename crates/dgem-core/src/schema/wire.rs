@@ -44,6 +44,15 @@ impl ValidSchema {
         if self.requires_image {
             out.insert("requires_image".into(), json!(true));
         }
+        if !self.rules.is_empty() {
+            let rules: Vec<Value> = self
+                .rules
+                .0
+                .iter()
+                .map(crate::rules::Rule::to_wire)
+                .collect();
+            out.insert("rules".into(), Value::Array(rules));
+        }
         if let Some(ask) = &self.ask {
             out.insert("ask".into(), json!(ask));
         }
@@ -71,7 +80,7 @@ fn question_wire(q: &super::Question) -> Value {
                 m.insert("criteria".into(), json!({"true": yes, "false": no}));
             }
         }
-        QuestionKind::Choice => {
+        QuestionKind::Choice | QuestionKind::Multi => {
             let options: Vec<Value> = q
                 .alternatives
                 .iter()
@@ -81,6 +90,11 @@ fn question_wire(q: &super::Question) -> Value {
                 })
                 .collect();
             m.insert("options".into(), Value::Array(options));
+            if let Some(sel) = &q.select {
+                m.insert("min".into(), json!(sel.min));
+                m.insert("max".into(), json!(sel.max));
+                m.insert("threshold".into(), json!(sel.threshold));
+            }
         }
         QuestionKind::Score => {
             let levels: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();

@@ -263,7 +263,7 @@ mod tests {
             ),
             (
                 json!({"state": "s", "questions": [{"id": "a", "type": "maybe"}]}),
-                "`questions[0].type`: question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score)",
+                "`questions[0].type`: question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score, multi)",
             ),
             (
                 json!({"variables": [1]}),

@@ -101,7 +101,8 @@ fn table_lists_every_gated_group_and_breakdown_matches() {
             "scoring: brackets",
             "type: boolean",
             "type: choice",
-            "type: score"
+            "type: score",
+            "type: multi"
         ]
     );
     assert_eq!(

@@ -50,7 +50,11 @@ pub struct Report {
 fn distribution(answer: &Value) -> Option<(Vec<String>, Vec<f64>)> {
     let resolved = answer.get("resolved_by").is_some_and(|v| !v.is_null());
     let abstained = answer.get("abstained").and_then(Value::as_bool) == Some(true);
-    if resolved || abstained {
+    // A multi answer's probabilities are each option's own, not one
+    // distribution to divide a mean out of; its options' yes/no reads are
+    // calibrated by the reader.
+    let multi = answer.get("type").and_then(Value::as_str) == Some("multi");
+    if resolved || abstained || multi {
         return None;
     }
     let p = answer.get("probabilities")?.as_object()?;
