@@ -288,11 +288,21 @@ impl Decision {
             });
             if refusal.is_some() && a.get("probabilities").is_none_or(Value::is_null) {
                 let k = q.alternatives.len().max(1);
-                let mut out = AnswerOut::new(
-                    q.clone(),
-                    q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
-                    dgem_core::readout::aggregate(&[vec![1.0 / k as f64; k]]),
-                );
+                let mut out = if q.kind == dgem_core::schema::QuestionKind::Multi {
+                    // Every option at even odds, and nothing selected.
+                    let even = dgem_core::readout::aggregate(&[vec![0.5, 0.5]]);
+                    let mut out = dgem_core::multi::collapse(q, vec![even; k]);
+                    if let Some(m) = out.multi.as_mut() {
+                        m.selected.clear();
+                    }
+                    out
+                } else {
+                    AnswerOut::new(
+                        q.clone(),
+                        q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+                        dgem_core::readout::aggregate(&[vec![1.0 / k as f64; k]]),
+                    )
+                };
                 out.abstained = refusal;
                 answers.insert(q.id.clone(), Some(out));
                 continue;

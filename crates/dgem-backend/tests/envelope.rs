@@ -301,3 +301,20 @@ fn multi_and_constrained_answers_read_back_and_a_wrong_set_is_refused() {
         other => panic!("not refused: {other:?}"),
     }
 }
+
+/// Review of issue 40: a refused multi answer with no probabilities kept no
+/// multi shape (the first option read as selected).
+#[test]
+fn a_refused_multi_answer_selects_nothing() {
+    let s = ValidSchema::from_value(
+        &json!({"questions": [{"id": "tags", "type": "multi", "options": ["refund", "outage"]}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid");
+    let env = json!({"answers": {"tags": {"refusal": "policy"}}});
+    let d = Decision::from_envelope(&s, &env).expect("an abstention");
+    let a = d.answers["tags"].as_ref().expect("answered");
+    assert!(a.abstained.is_some());
+    assert!(a.selected_names().is_empty());
+    assert_eq!(a.to_chat_json()["multi"], json!([]));
+}

@@ -160,6 +160,7 @@ fn slot(probs: &[(&str, f64)], gold: Option<usize>) -> SlotOut {
         gold,
         question_type: None,
         scoring: None,
+        multi: None,
     }
 }
 

@@ -39,7 +39,7 @@ pub fn normalized(h: f64, k: usize) -> f64 {
 /// answers one option per slot, and a set is not one option.
 pub fn gate(slot: &str, answer: &AnswerOut, opts: &CascadeOptions) -> GateVerdict {
     let h = answer.aggregate.entropy;
-    if answer.multi.is_some() {
+    if answer.question.kind == dgem_core::schema::QuestionKind::Multi {
         return GateVerdict {
             escalate: false,
             reason: String::new(),

@@ -89,7 +89,8 @@ pub fn select(sel: &Selection, none: Option<usize>, p: &[f64]) -> Vec<usize> {
 /// The id of option `j`'s sub-question of `q`: `<id>__<option>` with the
 /// option's name in lower case, runs of other characters than letters and
 /// digits as one `_`, cut so the id stays within [`MAX_ID_CHARS`]; `<id>__<j>`
-/// when that is empty or already taken (`taken` holds every id in use).
+/// (then `<id>__<j>_<n>`) when that is empty or already taken (`taken` holds
+/// every id in use).
 pub fn option_id(q: &Question, j: usize, taken: &[String]) -> String {
     let mut slug = String::new();
     for c in q.alternatives[j].name.to_lowercase().chars() {
@@ -103,11 +104,17 @@ pub fn option_id(q: &Question, j: usize, taken: &[String]) -> String {
     let room = MAX_ID_CHARS.saturating_sub(q.id.chars().count() + OPTION_ID_SEPARATOR.len());
     let slug: String = slug.chars().take(room).collect();
     let id = format!("{}{OPTION_ID_SEPARATOR}{slug}", q.id);
-    if slug.is_empty() || taken.contains(&id) {
-        format!("{}{OPTION_ID_SEPARATOR}{j}", q.id)
-    } else {
-        id
+    if !slug.is_empty() && !taken.contains(&id) {
+        return id;
     }
+    // The option's index, then the index with a count, until the id is free.
+    let mut id = format!("{}{OPTION_ID_SEPARATOR}{j}", q.id);
+    let mut n = 1;
+    while taken.contains(&id) {
+        id = format!("{}{OPTION_ID_SEPARATOR}{j}_{n}", q.id);
+        n += 1;
+    }
+    id
 }
 
 /// The yes/no sub-question that reads whether option `j` of `q` applies,

@@ -19,8 +19,16 @@
 //!
 //! Validation ([`Rules::from_object`]) refuses an unknown question or answer
 //! (naming it and what is allowed), a `multi` question (its answer is a set),
-//! a group with more than [`MAX_ASSIGNMENTS`] assignments to enumerate, and a
-//! rule set no assignment satisfies.
+//! a question another one's `ask_if` depends on (it is read first, and a rule
+//! changing it afterwards would leave the other asked or skipped on an answer
+//! it no longer has), a group with more than [`MAX_ASSIGNMENTS`] assignments
+//! or [`MAX_RULE_CHECKS`] condition checks to enumerate, and a rule set no
+//! assignment satisfies.
+//!
+//! A rule that names a question skipped by `ask_if` (or left out by `ask`) is
+//! set aside for that decision, with a warning; the other rules still apply.
+//! A post-read temperature (`temperature`, a calibration file) rescales each
+//! answer as the rules left it; `constraint_mass_removed` describes the read.
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -34,8 +42,12 @@ use crate::schema::{Question, QuestionKind};
 pub const MAX_RULES: usize = 64;
 /// Most assignments one group of tied questions may have (the product of
 /// their option counts), so that applying the rules enumerates at most this
-/// many per decision: 2^16, about a millisecond of work.
+/// many per decision.
 pub const MAX_ASSIGNMENTS: usize = 1 << 16;
+/// Most condition checks one group may cost per decision: its assignments
+/// times the conditions of its rules (2^22, a few milliseconds), so a policy
+/// cannot make every decision slow.
+pub const MAX_RULE_CHECKS: usize = 1 << 22;
 /// `Z` at or below which a decision's reads gave no weight to any consistent
 /// assignment; the answers are then left as read, with a warning.
 pub const MIN_CONSISTENT_MASS: f64 = 1e-300;
@@ -84,23 +96,62 @@ pub struct Constrained {
     pub mass_removed: f64,
 }
 
-fn holds(c: &Condition, at: &IndexMap<&str, usize>) -> bool {
-    at.get(c.question.as_str())
-        .is_some_and(|a| c.indices.contains(a))
+/// A rule over one group's questions: each condition as the position of its
+/// question in the group and a mask of the answers that make it hold.
+struct Compiled {
+    when: Vec<(usize, Vec<bool>)>,
+    then: Vec<(usize, Vec<bool>)>,
+    not: Vec<(usize, Vec<bool>)>,
+}
+
+impl Compiled {
+    fn of(rule: &Rule, ids: &[String]) -> Compiled {
+        let part = |cs: &[Condition]| -> Vec<(usize, Vec<bool>)> {
+            cs.iter()
+                .map(|c| {
+                    let at = ids
+                        .iter()
+                        .position(|id| *id == c.question)
+                        .unwrap_or(usize::MAX);
+                    let len = c.indices.iter().max().map_or(0, |m| m + 1);
+                    let mut mask = vec![false; len];
+                    for &i in &c.indices {
+                        mask[i] = true;
+                    }
+                    (at, mask)
+                })
+                .collect()
+        };
+        Compiled {
+            when: part(&rule.when),
+            then: part(&rule.then),
+            not: part(&rule.not),
+        }
+    }
+
+    /// Whether assignment `at` (an answer index per question of the group)
+    /// satisfies the rule.
+    fn satisfied(&self, at: &[usize]) -> bool {
+        let holds = |(q, mask): &(usize, Vec<bool>)| {
+            at.get(*q)
+                .and_then(|a| mask.get(*a))
+                .copied()
+                .unwrap_or(false)
+        };
+        if !self.when.iter().all(holds) {
+            return true;
+        }
+        // `not` forbids its parts holding all together (an empty `not` forbids nothing).
+        let excluded = !self.not.is_empty() && self.not.iter().all(holds);
+        self.then.iter().all(holds) && !excluded
+    }
+
+    fn conditions(&self) -> usize {
+        self.when.len() + self.then.len() + self.not.len()
+    }
 }
 
 impl Rule {
-    /// Whether the assignment `at` (question id → answer index) satisfies the
-    /// rule. Every question the rule names must be in `at`.
-    pub fn satisfied(&self, at: &IndexMap<&str, usize>) -> bool {
-        if !self.when.iter().all(|c| holds(c, at)) {
-            return true;
-        }
-        let then = self.then.iter().all(|c| holds(c, at));
-        let not = !self.not.is_empty() && self.not.iter().all(|c| holds(c, at));
-        then && !not
-    }
-
     /// Ids of the questions the rule names, without repeats.
     pub fn questions(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
@@ -150,8 +201,17 @@ impl Rules {
     /// and the question ids they name, connected through shared questions,
     /// questions in `order`'s order.
     pub fn groups(&self, order: &[&str]) -> Vec<(Vec<usize>, Vec<String>)> {
+        let all: Vec<usize> = (0..self.0.len()).collect();
+        self.groups_of(&all, order)
+    }
+
+    /// [`Self::groups`] over the rules `active` (indices) only.
+    fn groups_of(&self, active: &[usize], order: &[&str]) -> Vec<(Vec<usize>, Vec<String>)> {
         let mut groups: Vec<(Vec<usize>, Vec<String>)> = Vec::new();
-        for (r, rule) in self.0.iter().enumerate() {
+        for (r, rule) in active
+            .iter()
+            .filter_map(|r| self.0.get(*r).map(|rule| (*r, rule)))
+        {
             let names: Vec<String> = rule.questions().into_iter().map(str::to_string).collect();
             let mut merged = (vec![r], names);
             let mut kept = Vec::with_capacity(groups.len());
@@ -179,11 +239,11 @@ impl Rules {
     }
 
     /// Apply the rules to a decision's `answers` (skipped questions are
-    /// `None`; see the module docs for the formula). A group with a skipped
-    /// question is left as read and named in the returned warnings, as is a
-    /// group whose reads give the consistent assignments no weight. Each
-    /// constrained answer gets [`AnswerOut::constrained`] set to its group's
-    /// removed mass.
+    /// `None`; see the module docs for the formula). A rule that names a
+    /// question that was skipped (`ask_if`) or not asked is set aside, named in
+    /// the returned warnings, and the other rules still apply; so is a group
+    /// whose reads give the consistent assignments no weight. Each answer whose
+    /// group removed some mass gets [`AnswerOut::constrained`] set to it.
     ///
     /// Returns one [`Constrained`] per group applied, and the warnings.
     pub fn apply(
@@ -191,38 +251,45 @@ impl Rules {
         answers: &mut IndexMap<String, Option<AnswerOut>>,
     ) -> (Vec<Constrained>, Vec<String>) {
         let order: Vec<&str> = answers.keys().map(String::as_str).collect();
-        let groups = self.groups(&order);
-        let mut done = Vec::new();
         let mut warnings = Vec::new();
-        for (rules, ids) in groups {
-            let dists: Option<Vec<Vec<f64>>> = ids
+        let mut active = Vec::with_capacity(self.0.len());
+        for (r, rule) in self.0.iter().enumerate() {
+            let missing = rule
+                .questions()
+                .into_iter()
+                .find(|q| answers.get(*q).is_none_or(Option::is_none));
+            match missing {
+                Some(q) => warnings.push(format!(
+                    "rule {r} was not applied: it names '{q}', which was skipped or not asked"
+                )),
+                None => active.push(r),
+            }
+        }
+        let mut done = Vec::new();
+        for (rules, ids) in self.groups_of(&active, &order) {
+            let dists: Vec<Vec<f64>> = ids
                 .iter()
-                .map(|id| {
-                    answers
-                        .get(id)
-                        .and_then(Option::as_ref)
-                        .map(|a| a.aggregate.mean.clone())
-                })
+                .filter_map(|id| answers.get(id).and_then(Option::as_ref))
+                .map(|a| a.aggregate.mean.clone())
                 .collect();
-            let Some(dists) = dists else {
-                warnings.push(format!(
-                    "rules {rules:?} were not applied: a question they tie ({}) was skipped or not asked",
-                    ids.join(", ")
-                ));
-                continue;
-            };
-            let group: Vec<&Rule> = rules.iter().filter_map(|r| self.0.get(*r)).collect();
-            let Some((marginals, z)) = joint(&ids, &dists, &group) else {
+            let group: Vec<Compiled> = rules
+                .iter()
+                .filter_map(|r| self.0.get(*r))
+                .map(|r| Compiled::of(r, &ids))
+                .collect();
+            let Some((marginals, z)) = joint(&dists, &group) else {
                 warnings.push(format!(
                     "rules {rules:?} were not applied: the read gave no weight to any answers that satisfy them"
                 ));
                 continue;
             };
             let removed = (1.0 - z).clamp(0.0, 1.0);
-            for (id, m) in ids.iter().zip(marginals) {
-                if let Some(Some(a)) = answers.get_mut(id) {
-                    set_distribution(a, m);
-                    a.constrained = Some(removed);
+            if removed > MIN_REPORTED_REMOVAL {
+                for (id, m) in ids.iter().zip(marginals) {
+                    if let Some(Some(a)) = answers.get_mut(id) {
+                        set_distribution(a, m);
+                        a.constrained = Some(removed);
+                    }
                 }
             }
             done.push(Constrained {
@@ -235,11 +302,15 @@ impl Rules {
     }
 }
 
+/// Removed mass at or below which the rules changed nothing worth writing
+/// back (rounding): the answers stay as read and are not marked.
+const MIN_REPORTED_REMOVAL: f64 = 1e-12;
+
 /// The marginals of the restricted, renormalised product of `dists` (one
-/// per question of `ids`) under `rules`, and `Z`; `None` when `Z` is at or
-/// below [`MIN_CONSISTENT_MASS`]. Each distribution is normalised first, so
-/// `1 − Z` is the removed share even when a read sums to slightly off 1.
-fn joint(ids: &[String], dists: &[Vec<f64>], rules: &[&Rule]) -> Option<(Vec<Vec<f64>>, f64)> {
+/// per question of the group) under `rules`, and `Z`; `None` when `Z` is at
+/// or below [`MIN_CONSISTENT_MASS`]. Each distribution is normalised first,
+/// so `1 − Z` is the removed share even when a read sums to slightly off 1.
+fn joint(dists: &[Vec<f64>], rules: &[Compiled]) -> Option<(Vec<Vec<f64>>, f64)> {
     let dists: Vec<Vec<f64>> = dists
         .iter()
         .map(|d| {
@@ -251,17 +322,18 @@ fn joint(ids: &[String], dists: &[Vec<f64>], rules: &[&Rule]) -> Option<(Vec<Vec
             }
         })
         .collect();
+    let sizes: Vec<usize> = dists.iter().map(Vec::len).collect();
     let mut marginals: Vec<Vec<f64>> = dists.iter().map(|d| vec![0.0; d.len()]).collect();
     let mut z = 0.0;
-    let _ = each_assignment(ids, &dists.iter().map(Vec::len).collect::<Vec<_>>(), |at| {
+    each_assignment(&sizes, |at| {
         if rules.iter().all(|r| r.satisfied(at)) {
             let w: f64 = at
-                .values()
+                .iter()
                 .zip(&dists)
                 .map(|(&a, d)| d.get(a).copied().unwrap_or(0.0))
                 .product();
             z += w;
-            for ((_, &a), m) in at.iter().zip(marginals.iter_mut()) {
+            for (&a, m) in at.iter().zip(marginals.iter_mut()) {
                 if let Some(x) = m.get_mut(a) {
                     *x += w;
                 }
@@ -280,29 +352,25 @@ fn joint(ids: &[String], dists: &[Vec<f64>], rules: &[&Rule]) -> Option<(Vec<Vec
     Some((marginals, z))
 }
 
-/// Call `f` on every assignment of `ids` (question `i` takes `0..sizes[i]`),
-/// in mixed-radix order, until `f` returns `false`. Returns whether every
+/// Call `f` on every assignment (question `i` takes `0..sizes[i]`), in
+/// mixed-radix order, until `f` returns `false`. Returns whether every
 /// assignment was visited.
-fn each_assignment(
-    ids: &[String],
-    sizes: &[usize],
-    mut f: impl FnMut(&IndexMap<&str, usize>) -> bool,
-) -> bool {
+fn each_assignment(sizes: &[usize], mut f: impl FnMut(&[usize]) -> bool) -> bool {
     if sizes.contains(&0) {
         return true;
     }
-    let mut at: IndexMap<&str, usize> = ids.iter().map(|id| (id.as_str(), 0)).collect();
+    let mut at = vec![0usize; sizes.len()];
     loop {
         if !f(&at) {
             return false;
         }
         let mut i = 0;
         loop {
-            let Some((_, v)) = at.get_index_mut(i) else {
+            let (Some(v), Some(size)) = (at.get_mut(i), sizes.get(i)) else {
                 return true;
             };
             *v += 1;
-            if *v < sizes[i] {
+            if *v < *size {
                 break;
             }
             *v = 0;

@@ -494,6 +494,7 @@ fn the_limits_table_matches_the_constants() {
         ("BRACKET_SIZE", dgem_core::brackets::BRACKET_SIZE as f64),
         ("MAX_RULES", dgem_core::rules::MAX_RULES as f64),
         ("MAX_ASSIGNMENTS", dgem_core::rules::MAX_ASSIGNMENTS as f64),
+        ("MAX_RULE_CHECKS", dgem_core::rules::MAX_RULE_CHECKS as f64),
         (
             "MAX_TEMPERATURE",
             dgem_core::hesitation::temperature::MAX_TEMPERATURE,

@@ -62,7 +62,8 @@ pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
 }
 
 /// A top-level key that reads like `images` (`image`, `imges`, `image_url`) is
-/// a 422 naming it: ignored, it would decide on the text alone.
+/// a 422 naming it: ignored, it would decide on the text alone. So is a near
+/// miss of any other key this route reads (`rule` for `rules`).
 fn refuse_misspelled_images(req: &Map<String, Value>) -> Result<(), ApiError> {
     for key in req.keys() {
         let known = key == "images"
@@ -76,6 +77,22 @@ fn refuse_misspelled_images(req: &Map<String, Value>) -> Result<(), ApiError> {
                 key.chars().take(40).collect::<String>()
             ))
             .with_param(key.chars().take(40).collect::<String>()));
+        }
+        // A near miss of a key this route reads (`rule`, `sample`) would be
+        // dropped and the decision made without it.
+        if !known {
+            let keys = EXTENSION_KEYS
+                .iter()
+                .copied()
+                .chain(["state", "questions", "seed"]);
+            if let Some(near) = dgem_engine::builtin::closest(key, keys) {
+                let shown: String = key.chars().take(40).collect();
+                return Err(unprocessable(format!(
+                    "`{shown}` is not read (did you mean `{near}`?); this route reads state, questions, images, seed, model and {}",
+                    EXTENSION_KEYS.join(", ")
+                ))
+                .with_param(shown));
+            }
         }
     }
     Ok(())

@@ -399,3 +399,43 @@ async fn duplicate_question_ids_in_the_body_are_refused() {
     assert!(msg.contains("duplicate key `u` in `questions`"), "{msg}");
     assert_eq!(backend.calls(), 0);
 }
+
+/// Issue 40 on `/v1/systemone`, as dgem-rs extensions: a multi question
+/// answers its selected options, `rules` reach the schema and mark the
+/// answers they change, and a near miss of `rules` is a 422, not dropped.
+#[tokio::test]
+async fn multi_questions_and_rules_are_extensions() {
+    let (app, _) = app();
+    let body = json!({
+        "state": "want_billing",
+        "questions": {
+            "tags": {"type": "multi", "criteria": ["billing", "technical"], "none_of_these": true},
+            "urgent": {"type": "noul"},
+            "page": {"type": "noul"}
+        },
+        "isolate": "none",
+        "rules": [{"if": {"urgent": "yes"}, "not": {"page": "yes"}}]
+    });
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let a = &r.body["answers"];
+    assert_eq!(a["tags"]["type"], "multi");
+    assert!(a["tags"]["multi"].is_array(), "{}", a["tags"]);
+    assert_eq!(
+        a["tags"]["probabilities"].as_object().unwrap().len(),
+        3,
+        "billing, technical and none: {}",
+        a["tags"]
+    );
+    // Both yes/no questions read 0.5: the rule removes 0.25.
+    assert_eq!(a["urgent"]["constrained"], true, "{}", a["urgent"]);
+    assert!((a["urgent"]["constraint_mass_removed"].as_f64().unwrap() - 0.25).abs() < 1e-9);
+    assert!((a["page"]["noul"].as_f64().unwrap() - 0.25 / 0.75).abs() < 1e-9);
+    let mut typo = body.clone();
+    let rules = typo.as_object_mut().unwrap().remove("rules").unwrap();
+    typo["rule"] = rules;
+    let r = call(&app, post("/v1/systemone", &typo)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("did you mean `rules`"), "{msg}");
+}

@@ -145,6 +145,7 @@ mod tests {
             gold: Some(gold),
             question_type: Some("boolean".into()),
             scoring: None,
+            multi: None,
         }
     }
 

@@ -204,7 +204,11 @@ pub fn collect(items: &[CalibrateItem]) -> Labelled {
         };
         let mut used = false;
         for (slot, s) in &it.item.slots {
-            let kind = it.kinds.get(slot).and_then(|k| QuestionKind::parse(k));
+            // A multi question's label slots are yes/no reads of its options.
+            let kind = match &s.multi {
+                Some(_) => Some(QuestionKind::Multi),
+                None => it.kinds.get(slot).and_then(|k| QuestionKind::parse(k)),
+            };
             let (Some(kind), Some(gold)) = (kind, s.gold) else {
                 out.skipped
                     .push(format!("row `{id}`: slot `{slot}` has no answer to score"));

@@ -85,6 +85,10 @@ pub struct SlotOut {
     /// in receipts written before paths were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scoring: Option<ScoringPath>,
+    /// For a label slot of a `multi` question (`super::multilabel`): that
+    /// question's id; absent for every other slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multi: Option<String>,
 }
 
 impl SlotOut {
@@ -257,6 +261,7 @@ async fn decide_row(
                     expected,
                     question_type,
                     scoring,
+                    multi: None,
                 }
             }
             None => SlotOut {
@@ -269,6 +274,7 @@ async fn decide_row(
                 gold: None,
                 question_type,
                 scoring,
+                multi: None,
             },
         };
         item.slots.insert(slot.clone(), out);

@@ -147,6 +147,7 @@ mod tests {
             gold,
             question_type: None,
             scoring: None,
+            multi: None,
         }
     }
 

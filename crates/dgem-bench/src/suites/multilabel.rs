@@ -34,7 +34,9 @@ use crate::report::{fmt_metric, pct, Table};
 pub const LABEL_SEPARATOR: char = '/';
 
 /// The expected option names of a multi-label row's `expected` value,
-/// checked against `q`'s options (matched as [`normalize_answer`] does).
+/// checked against `q`'s options (matched as [`normalize_answer`] does). An
+/// empty list on a question with a "none" option expects that option; the
+/// "none" option may not be expected with others (it is selected alone).
 ///
 /// # Errors
 /// A message naming the allowed options and the value given when `want` is
@@ -54,6 +56,10 @@ pub fn expected_set(q: &Question, want: &Value) -> Result<Vec<usize>, String> {
             q.id
         ));
     };
+    // Nothing applies: on a question with a "none" option, that is its answer.
+    if list.is_empty() {
+        return Ok(q.none_option.into_iter().collect());
+    }
     let mut out = Vec::with_capacity(list.len());
     for v in list {
         let given = v.as_str().unwrap_or_default();
@@ -69,6 +75,12 @@ pub fn expected_set(q: &Question, want: &Value) -> Result<Vec<usize>, String> {
         if !out.contains(&i) {
             out.push(i);
         }
+    }
+    if let Some(n) = q.none_option.filter(|n| out.contains(n) && out.len() > 1) {
+        return Err(format!(
+            "`{}`'s \"{}\" option is selected alone; it cannot be expected with other options. Given: {want}",
+            q.id, q.alternatives[n].name
+        ));
     }
     Ok(out)
 }
@@ -108,6 +120,7 @@ pub fn label_slots(
                         gold: Some(usize::from(expected == "no")),
                         question_type: Some(a.question.kind.as_str().into()),
                         scoring,
+                        multi: Some(q.id.clone()),
                     }
                 }
                 None => SlotOut {
@@ -120,6 +133,7 @@ pub fn label_slots(
                     gold: None,
                     question_type: Some(QuestionKind::Multi.as_str().into()),
                     scoring: None,
+                    multi: Some(q.id.clone()),
                 },
             };
             (format!("{}{LABEL_SEPARATOR}{}", q.id, alt.name), out)
@@ -149,12 +163,9 @@ pub fn figures(items: &[&BenchItem]) -> Option<(BTreeMap<String, f64>, Table)> {
     let mut sets: BTreeMap<(String, String), bool> = BTreeMap::new();
     for it in items {
         for (key, s) in &it.slots {
-            if s.question_type.as_deref() != Some(QuestionKind::Multi.as_str()) {
-                continue;
-            }
-            let question = key.split(LABEL_SEPARATOR).next().unwrap_or(key);
+            let Some(question) = &s.multi else { continue };
             let ok = sets
-                .entry((it.id.clone(), question.to_owned()))
+                .entry((it.id.clone(), question.clone()))
                 .or_insert(true);
             *ok &= s.correct;
             let gold = s.expected == "yes";

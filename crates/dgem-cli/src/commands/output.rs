@@ -55,10 +55,16 @@ pub fn table(d: &Decision) -> String {
                 };
                 // A multi answer is its selected options (`-` when none is).
                 let names = a.selected_names();
+                // Cut to the column; the notes below list the whole set.
                 let shown = if names.is_empty() {
                     "-".to_owned()
                 } else {
-                    names.join(", ")
+                    let all = names.join(", ");
+                    if all.chars().count() > 19 {
+                        format!("{}…", all.chars().take(18).collect::<String>())
+                    } else {
+                        all
+                    }
                 };
                 let answer = format!("{shown}{mark}");
                 // `fragile`: the listings read in other option orders chose
@@ -94,7 +100,8 @@ pub fn table(d: &Decision) -> String {
                 .collect();
             let _ = writeln!(
                 notes,
-                "{id}: p(applies) {}; confidence is that of the selected set",
+                "{id}: selected {}; p(applies) {}; confidence is that of the selected set",
+                plain(&a.selected_names().join(", ")),
                 per.join(", ")
             );
         }

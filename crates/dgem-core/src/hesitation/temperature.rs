@@ -39,9 +39,12 @@ const EXTRA_KEYS: [(&str, QuestionKind); 4] = [
 ];
 
 /// The question type a temperature key names (any case), or `None`.
+/// `multi` names no temperature of its own (its options are yes/no reads,
+/// scaled by the `boolean` one), so it is not a key.
 fn kind_of_key(key: &str) -> Option<QuestionKind> {
     let key = key.to_ascii_lowercase();
-    QuestionKind::parse(&key).or_else(|| {
+    let own = QuestionKind::parse(&key).filter(|k| k.slot_kind() == *k);
+    own.or_else(|| {
         EXTRA_KEYS
             .iter()
             .find(|(k, _)| *k == key)
@@ -113,10 +116,15 @@ impl Temperature {
                 let mut t = Self::default();
                 for (key, value) in m {
                     let kind = kind_of_key(key).ok_or_else(|| {
+                        let multi = if key.eq_ignore_ascii_case("multi") {
+                            " (a multi question's options are yes/no reads: set `boolean`)"
+                        } else {
+                            ""
+                        };
                         SchemaError::new(
                             field,
                             format!(
-                                "`{field}` keys are question types ({}). Given: `{key}`",
+                                "`{field}` keys are question types ({}){multi}. Given: `{key}`",
                                 temperature_keys()
                             ),
                         )

@@ -234,3 +234,59 @@ fn expansion_reads_one_yes_no_slot_per_option_and_collapse_rebuilds_the_set() {
         ]
     );
 }
+
+/// Review of issue 40: options whose names slug to a taken id (`C++` and
+/// `C#` both give `c`, and `2` is an option) got the same fallback id, and
+/// every decision of a valid schema failed.
+#[test]
+fn option_ids_never_collide() {
+    let s = schema(json!({"id": "tags", "type": "multi", "options": ["2", "C++", "C#", "c"]}))
+        .expect("valid: the expansion is built at validation");
+    let e = expand(&s).expect("expands");
+    let ids: Vec<&str> = e.schema.questions.iter().map(|q| q.id.as_str()).collect();
+    assert_eq!(ids, ["tags__2", "tags__c", "tags__2_1", "tags__3"]);
+}
+
+#[test]
+fn none_of_these_false_keeps_an_option_named_none_ordinary() {
+    let s = schema(
+        json!({"id": "tags", "type": "multi", "options": ["None", "vip"],
+        "none_of_these": false}),
+    )
+    .expect("valid");
+    assert_eq!(s.questions[0].none_option, None);
+    let e = schema(json!({"id": "tags", "type": "multi",
+        "options": (0..26).map(|i| format!("o{i}")).collect::<Vec<_>>(), "none_of_these": true}))
+    .expect_err("refused");
+    assert!(e.message.contains("none_of_these adds"), "{}", e.message);
+}
+
+#[test]
+fn isolation_counts_a_multi_question_in_slots() {
+    let many: Vec<String> = (0..10).map(|i| format!("o{i}")).collect();
+    let s = ValidSchema::from_value(
+        &json!({"isolate": "all", "questions": [
+            {"id": "tags", "type": "multi", "options": many}, {"id": "u", "type": "noul"}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid");
+    assert!(
+        s.isolated().is_empty(),
+        "11 slots: over ISOLATE_MAX_QUESTIONS"
+    );
+    let s = ValidSchema::from_value(
+        &json!({"isolate": "noul", "questions": [
+            {"id": "tags", "type": "multi", "options": ["a", "b"]},
+            {"id": "team", "type": "choice", "options": ["x", "y"]}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid");
+    assert_eq!(s.isolated(), ["tags"], "a multi's slots are yes/no reads");
+}
+
+#[test]
+fn a_multi_temperature_key_is_refused_naming_boolean() {
+    let e = crate::hesitation::Temperature::parse("temperature", &json!({"multi": 2}))
+        .expect_err("refused");
+    assert!(e.message.contains("set `boolean`"), "{}", e.message);
+}

@@ -2,7 +2,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{each_assignment, rule_kind, Condition, Rule, Rules, MAX_ASSIGNMENTS, MAX_RULES};
+use super::{
+    each_assignment, rule_kind, Compiled, Condition, Rule, Rules, MAX_ASSIGNMENTS, MAX_RULES,
+    MAX_RULE_CHECKS,
+};
 use crate::error::SchemaError;
 use crate::schema::{Question, QuestionKind};
 
@@ -21,8 +24,14 @@ fn shown(v: &Value) -> String {
 /// The answer index `v` names for `q`: an alternative's name, or `true` /
 /// `false` (and `"true"` / `"false"`) for a yes/no question.
 fn answer_index(q: &Question, v: &Value) -> Option<usize> {
+    let number;
     let name = match v {
         Value::String(s) => s.as_str(),
+        // A number is its text, as option and level names are (`3` → `"3"`).
+        Value::Number(n) => {
+            number = n.to_string();
+            number.as_str()
+        }
         Value::Bool(true) if q.kind == QuestionKind::Boolean => "yes",
         Value::Bool(false) if q.kind == QuestionKind::Boolean => "no",
         _ => return None,
@@ -64,6 +73,16 @@ fn conditions(
             );
             return Err(SchemaError::new(at, msg));
         };
+        // A question whose answer decides whether another is asked (`ask_if`)
+        // is read before that one; a rule changing its answer afterwards
+        // would leave the other asked or skipped on an answer it no longer has.
+        if let Some(gated) = questions.iter().find(|o| o.ask_if.contains_key(id)) {
+            let msg = format!(
+                "question '{id}' decides whether '{}' is asked (its ask_if); rules may not name a question another one's ask_if depends on",
+                gated.id
+            );
+            return Err(SchemaError::new(at, msg));
+        }
         if !rule_kind(q) {
             let msg = format!(
                 "question '{id}' is a multi question; rules may name boolean, choice and score questions (a multi answer is a set of options)"
@@ -154,9 +173,10 @@ impl Rules {
     /// # Errors
     /// [`SchemaError`] naming the rule's field: not a list, more than
     /// [`MAX_RULES`], an unknown key, question or answer (with the allowed
-    /// ones), a `multi` question, a group of tied questions with more than
-    /// [`MAX_ASSIGNMENTS`] assignments, or rules that no assignment of a
-    /// group satisfies.
+    /// ones), a `multi` question, a question another one's `ask_if` depends
+    /// on, a group of tied questions with more than [`MAX_ASSIGNMENTS`]
+    /// assignments or [`MAX_RULE_CHECKS`] condition checks, or rules that no
+    /// assignment of a group satisfies.
     pub fn from_object(
         obj: &Map<String, Value>,
         questions: &[Question],
@@ -204,9 +224,21 @@ impl Rules {
                 );
                 return Err(SchemaError::new("rules", msg));
             }
-            let rs: Vec<&Rule> = group.iter().filter_map(|r| rules.0.get(*r)).collect();
+            let rs: Vec<Compiled> = group
+                .iter()
+                .filter_map(|r| rules.0.get(*r))
+                .map(|r| Compiled::of(r, &ids))
+                .collect();
+            let checks = total.saturating_mul(rs.iter().map(Compiled::conditions).sum());
+            if checks > MAX_RULE_CHECKS {
+                let msg = format!(
+                    "rules {group:?} would cost {checks} condition checks per decision ({total} combinations of answers of {} times their conditions); at most {MAX_RULE_CHECKS}: tie fewer questions or state fewer rules",
+                    ids.join(", ")
+                );
+                return Err(SchemaError::new("rules", msg));
+            }
             let some_consistent =
-                !each_assignment(&ids, &sizes, |at| !rs.iter().all(|r| r.satisfied(at)));
+                !each_assignment(&sizes, |at| !rs.iter().all(|r| r.satisfied(at)));
             if !some_consistent {
                 let msg = format!(
                     "rules {group:?} cannot all hold: no answers of {} satisfy every one of them",

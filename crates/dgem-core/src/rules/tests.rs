@@ -172,3 +172,89 @@ fn rules_sharing_a_question_form_one_group() {
     assert_eq!(groups[0].0, vec![0, 1, 2]);
     assert_eq!(groups[0].1, ["team", "urgent", "severity", "page_oncall"]);
 }
+
+/// Review of issue 40: one skipped question set aside every rule connected
+/// to it; now only the rules that name it are.
+#[test]
+fn a_skipped_question_sets_aside_only_the_rules_that_name_it() {
+    let s = ValidSchema::from_value(
+        &json!({"questions": [
+            {"id": "a", "type": "noul"}, {"id": "b", "type": "noul"},
+            {"id": "c", "type": "noul", "depends_on": ["d"]}, {"id": "d", "type": "noul"}],
+         "rules": [{"if": {"a": "yes"}, "then": {"b": "yes"}},
+                   {"if": {"b": "yes"}, "then": {"c": "yes"}}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("valid");
+    let mut a = answers(&s, &[("a", vec![0.8, 0.2]), ("b", vec![0.3, 0.7])]);
+    a.insert("c".into(), None);
+    let (done, warnings) = s.rules.apply(&mut a);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("rule 1 was not applied"),
+        "{warnings:?}"
+    );
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].rules, [0]);
+    assert!((done[0].mass_removed - 0.8 * 0.7).abs() < 1e-12);
+}
+
+#[test]
+fn a_question_another_asks_on_may_not_be_in_a_rule() {
+    let e = ValidSchema::from_value(
+        &json!({"questions": [
+            {"id": "urgent", "type": "noul"},
+            {"id": "page", "type": "noul", "ask_if": {"urgent": ["yes"]}},
+            {"id": "team", "type": "choice", "options": ["a", "b"]}],
+         "rules": [{"if": {"team": "a"}, "then": {"urgent": "yes"}}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(e.field, "rules[0].then.urgent");
+    assert!(
+        e.message.contains("decides whether 'page' is asked"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn numbers_name_score_levels_and_nothing_removed_marks_nothing() {
+    let s = ValidSchema::from_value(
+        &json!({"questions": [
+            {"id": "p", "type": "score", "levels": ["1", "2", "3"]},
+            {"id": "u", "type": "noul"}],
+         "rules": [{"if": {"p": 3}, "then": {"u": true}}]}),
+        &SchemaDefaults::default(),
+    )
+    .expect("a number names the level `3`");
+    assert_eq!(s.rules.0[0].when[0].answers, ["3"]);
+    // No mass on p = 3: the rule removes nothing and marks nothing.
+    let mut a = answers(&s, &[("p", vec![0.5, 0.5, 0.0]), ("u", vec![0.2, 0.8])]);
+    let (done, _) = s.rules.apply(&mut a);
+    assert_eq!(done[0].mass_removed, 0.0);
+    assert!(a["u"].as_ref().expect("u").constrained.is_none());
+}
+
+#[test]
+fn a_rule_set_too_costly_to_enumerate_is_refused() {
+    // Four 16-option choices: 65,536 combinations, times 64 rules of 3 conditions.
+    let opts: Vec<String> = (0..16).map(|i| format!("o{i}")).collect();
+    let qs: Vec<serde_json::Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|id| json!({"id": id, "type": "choice", "options": opts}))
+        .collect();
+    let rules: Vec<serde_json::Value> = [json!({"if": {"c": "o0"}, "not": {"d": "o1"}})]
+        .into_iter()
+        .chain((0..63).map(|i| {
+            json!({"if": {"a": format!("o{}", i % 16), "b": format!("o{}", i / 16)}, "not": {"c": "o1"}})
+        }))
+        .collect();
+    let e = ValidSchema::from_value(
+        &json!({"questions": qs, "rules": rules}),
+        &SchemaDefaults::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(e.field, "rules");
+    assert!(e.message.contains("condition checks"), "{}", e.message);
+}

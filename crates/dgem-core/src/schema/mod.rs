@@ -280,18 +280,25 @@ impl Isolate {
     }
 
     /// The rule in effect for a schema of these questions: `auto` resolved, and
-    /// `none` outside 2..=[`ISOLATE_MAX_QUESTIONS`] questions.
+    /// `none` outside 2..=[`ISOLATE_MAX_QUESTIONS`] questions. Questions are
+    /// counted in slots: a `multi` question counts one yes/no slot per option.
     pub fn resolve(self, questions: &[Question]) -> Isolate {
-        let n = questions.len();
+        // Counted in slots: a multi question reads one yes/no slot per option.
+        let slots = |q: &Question| match q.kind {
+            QuestionKind::Multi => q.alternatives.len(),
+            _ => 1,
+        };
+        let n: usize = questions.iter().map(slots).sum();
         if !(2..=ISOLATE_MAX_QUESTIONS).contains(&n) {
             return Isolate::None;
         }
         match self {
             Isolate::Auto => {
-                let nouls = questions
+                let nouls: usize = questions
                     .iter()
-                    .filter(|q| q.kind == QuestionKind::Boolean)
-                    .count();
+                    .filter(|q| q.kind.slot_kind() == QuestionKind::Boolean)
+                    .map(slots)
+                    .sum();
                 if n <= ISOLATE_AUTO_MAX && nouls >= 2 {
                     Isolate::Noul
                 } else {

@@ -91,6 +91,14 @@ impl ValidSchema {
             rules,
             policy: None,
         })
+        .and_then(|schema| {
+            // A multi question is read as yes/no questions: build that schema
+            // once here, so a problem with it is refused now, not at each read.
+            if crate::multi::expands(&schema) {
+                crate::multi::expand(&schema)?;
+            }
+            Ok(schema)
+        })
     }
 }
 
@@ -105,7 +113,8 @@ fn apply_isolation(questions: &mut [Question], isolate: Isolate) {
         }
         let alone = match rule {
             Isolate::All => true,
-            Isolate::Noul => q.kind == QuestionKind::Boolean,
+            // A multi question's options are yes/no reads.
+            Isolate::Noul => q.kind.slot_kind() == QuestionKind::Boolean,
             Isolate::None | Isolate::Auto => false,
         };
         if alone {
@@ -216,7 +225,14 @@ fn parse_question(
     }
     let name = py_repr(&id);
     let (kind, mut alternatives, alt_field) = alternatives_of(q, &name, &at)?;
+    let given = alternatives.len();
     let none_option = select::none_option(kind, q, &mut alternatives, &name, &at)?;
+    // Said in a count error when `none_of_these` added the option over the limit.
+    let added = if alternatives.len() > given {
+        " (counting the `none` option none_of_these adds)"
+    } else {
+        ""
+    };
     if alternatives.len() < MIN_ALTERNATIVES {
         // The original's wording first, then the field and what it held.
         let held: Vec<String> = alternatives.iter().map(|a| py_repr(&a.name)).collect();
@@ -242,7 +258,7 @@ fn parse_question(
                 alternatives.len()
             ),
             _ => format!(
-                "question {name}: at most {max} alternatives (got {})",
+                "question {name}: at most {max} alternatives (got {}{added})",
                 alternatives.len()
             ),
         };

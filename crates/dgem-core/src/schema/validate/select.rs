@@ -22,8 +22,9 @@ pub(crate) fn is_none_name(name: &str) -> bool {
 }
 
 /// The index of the question's "none of these" option, after adding it when
-/// `none_of_these: true` asks for one and no option is so named. Only
-/// `choice` and `multi` questions may set `none_of_these`.
+/// `none_of_these: true` asks for one and no option is so named; an option so
+/// named is the "none" option unless `none_of_these: false` says it is an
+/// ordinary one. Only `choice` and `multi` questions may set `none_of_these`.
 ///
 /// # Errors
 /// [`SchemaError`] at `questions[i].none_of_these` when it is not a boolean,
@@ -36,8 +37,8 @@ pub(super) fn none_option(
     at: &dyn Fn(&str) -> String,
 ) -> Result<Option<usize>, SchemaError> {
     let asked = match q.get("none_of_these") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
         Some(other) => {
             let msg = format!(
                 "question {name}: none_of_these must be true or false (got {})",
@@ -47,7 +48,7 @@ pub(super) fn none_option(
         }
     };
     let has_options = matches!(kind, QuestionKind::Choice | QuestionKind::Multi);
-    if asked && !has_options {
+    if asked == Some(true) && !has_options {
         let msg = format!(
             "question {name}: none_of_these is for choice and multi questions (this one is {})",
             kind.as_str()
@@ -57,10 +58,14 @@ pub(super) fn none_option(
     if !has_options {
         return Ok(None);
     }
+    // `none_of_these: false` keeps an option named `none` an ordinary option.
+    if asked == Some(false) {
+        return Ok(None);
+    }
     if let Some(i) = alternatives.iter().position(|a| is_none_name(&a.name)) {
         return Ok(Some(i));
     }
-    if !asked || alternatives.is_empty() {
+    if asked.is_none() || alternatives.is_empty() {
         return Ok(None);
     }
     alternatives.push(Alternative {
