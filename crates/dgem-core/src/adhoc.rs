@@ -133,66 +133,11 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
         out.insert("instructions".into(), json!(text));
     }
     let criteria = q.get("criteria").filter(|v| !v.is_null());
-    match kind {
-        QuestionKind::Boolean => match criteria {
-            None => {}
-            Some(Value::Object(c)) if c.is_empty() => {}
-            Some(c @ Value::Object(_)) => {
-                out.insert("criteria".into(), c.clone());
-            }
-            Some(other) => {
-                return Err(err(
-                    format!("{field}.criteria"),
-                    format!(
-                        "question '{id}': noul criteria must be an object with true and false descriptions. Given: {}",
-                        shown(other)
-                    ),
-                ))
-            }
-        },
-        QuestionKind::Choice | QuestionKind::Multi => {
-            let source = q
-                .get("options")
-                .filter(|v| !v.is_null())
-                .or(criteria)
-                .or_else(|| q.get("choices").filter(|v| !v.is_null()));
-            let options = match source {
-                Some(Value::Object(m)) if !m.is_empty() => m
-                    .iter()
-                    .map(|(name, d)| json!({"name": name, "description": d}))
-                    .collect(),
-                Some(Value::Array(l)) if !l.is_empty() => l.clone(),
-                other => {
-                    return Err(err(
-                        format!("{field}.criteria"),
-                        format!(
-                            "question '{id}': {} criteria must map option names to descriptions (or give `options`: a list of names or {{name, description}}). Given: {}",
-                            kind.as_str(),
-                            shown(other.unwrap_or(&Value::Null))
-                        ),
-                    ))
-                }
-            };
-            out.insert("options".into(), Value::Array(options));
-        }
-        QuestionKind::Score => {
-            let source = q
-                .get("levels")
-                .filter(|v| !v.is_null())
-                .or(criteria)
-                .or_else(|| q.get("options").filter(|v| !v.is_null()));
-            let Some(Value::Array(levels)) = source else {
-                return Err(err(
-                    format!("{field}.levels"),
-                    format!(
-                        "question '{id}': score criteria must be an ordered list of levels (`levels`, lowest first). Given: {}",
-                        shown(source.unwrap_or(&Value::Null))
-                    ),
-                ));
-            };
-            out.insert("levels".into(), Value::Array(levels.clone()));
-        }
-    }
+    let at = crate::kinds::AdhocAt {
+        id,
+        field,
+    };
+    crate::kinds::of(kind).adhoc(&at, q, criteria, &mut out)?;
     for key in [
         "depends_on",
         "ask_if",

@@ -19,9 +19,9 @@ pub use calibration::CalibrationDiagnostics;
 pub use samples::{PartSamples, ReadTops, SamplesDiagnostics};
 
 use crate::labels::LabelMode;
-use crate::multi::{bernoulli_entropy, MultiRead};
+use crate::multi::MultiRead;
 use crate::order::OrderSensitivity;
-use crate::readout::{level_values, score_expectation, score_value, Aggregate};
+use crate::readout::{level_values, score_value, Aggregate};
 use crate::schema::{Layout, Question, QuestionKind};
 
 /// One answered question, ready to be written out.
@@ -168,22 +168,27 @@ impl AnswerOut {
         })
     }
 
-    /// The chat-route answer object.
+    /// The chat-route answer object: its type's shape
+    /// ([`crate::kinds`]).
     ///
     /// For a score question, `score` is the wire's **1-based expected position**
     /// `Σ (i+1)·p_i` (level `i` counted from 0), `level` the most probable level's
     /// name, and — only when every level name parses as a number — `value`, the
     /// expected level **value** `Σ v_i·p_i` (levels `"20".."24"` read near 22, not
-    /// near 3).
+    /// near 3). A `multi` answer's shape is in [`crate::multi`].
     pub fn to_chat_json(&self) -> Value {
+        crate::kinds::of(self.question.kind).chat_json(self)
+    }
+
+    /// The chat-route answer object around a type's own keys (`kind_keys`):
+    /// `type, label, [slot_label], confidence, probabilities`, the type's
+    /// keys, then `[stderr, agreement], entropy, normalized_entropy` and the
+    /// post-read keys.
+    pub(crate) fn chat_shape(&self, kind_keys: &dyn Fn(&mut Map<String, Value>)) -> Value {
         let a = &self.aggregate;
         let q = &self.question;
         let mut m = Map::new();
         m.insert("type".into(), json!(q.kind.wire_name()));
-        if let Some(multi) = &self.multi {
-            self.multi_json(multi, &mut m);
-            return Value::Object(m);
-        }
         // `label` is the answer's own name; the token the model read for it
         // (a letter, a digit) goes in `slot_label` when it differs.
         m.insert("label".into(), json!(self.answer_name()));
@@ -202,42 +207,7 @@ impl AnswerOut {
             .map(|(alt, p)| (alt.name.clone(), json!(p)))
             .collect();
         m.insert("probabilities".into(), Value::Object(probs));
-        match q.kind {
-            QuestionKind::Boolean => {
-                // A Stage-2 answer states p(yes) through its confidence.
-                let noul = match &self.resolved {
-                    Some(r) if a.top == 0 => r.confidence,
-                    Some(r) => 1.0 - r.confidence,
-                    None => a.mean.first().copied().unwrap_or(0.0),
-                };
-                m.insert("noul".into(), json!(noul));
-            }
-            QuestionKind::Choice => {
-                m.insert("choice".into(), json!(self.answer_name()));
-                if self.is_none_of_these() {
-                    m.insert("none_of_these".into(), json!(true));
-                }
-            }
-            // Answered through `multi_json`; a multi answer without its
-            // per-option reads has only its distribution to show.
-            QuestionKind::Multi => {}
-            QuestionKind::Score => {
-                // A Stage-2 level is one level, not a distribution: its score is
-                // that level's 1-based position (and value), not Stage 1's
-                // expectation, which would point at another level.
-                let resolved = self.resolved.is_some();
-                let score = if resolved {
-                    (a.top + 1) as f64
-                } else {
-                    score_expectation(&a.mean)
-                };
-                m.insert("score".into(), json!(score));
-                m.insert("level".into(), json!(self.answer_name()));
-                if let Some(value) = self.level_value() {
-                    m.insert("value".into(), json!(value));
-                }
-            }
-        }
+        kind_keys(&mut m);
         if let (Some(se), Some(ag)) = (a.stderr, a.agreement) {
             m.insert("stderr".into(), json!(se));
             m.insert("agreement".into(), json!(ag));
@@ -263,53 +233,11 @@ impl AnswerOut {
     }
 
     /// `constrained` and `constraint_mass_removed`, when rules changed the answer.
-    fn constrained_json(&self, m: &mut Map<String, Value>) {
+    pub(crate) fn constrained_json(&self, m: &mut Map<String, Value>) {
         if let Some(removed) = self.constrained {
             m.insert("constrained".into(), json!(true));
             m.insert("constraint_mass_removed".into(), json!(removed));
         }
-    }
-
-    /// The rest of a `multi` answer after `type`: `label` and `multi` (the
-    /// selected option names), `confidence` (probability of that set),
-    /// `probabilities` (each option's probability of applying),
-    /// `none_of_these` when it won, the set's `entropy` (nats) and
-    /// `normalized_entropy`, then per option `option_entropy` (nats) and
-    /// `option_hesitation`.
-    fn multi_json(&self, multi: &MultiRead, m: &mut Map<String, Value>) {
-        let a = &self.aggregate;
-        let names: Vec<&str> = self.selected_names();
-        let by_option = |f: &dyn Fn(f64) -> f64| -> Value {
-            self.question
-                .alternatives
-                .iter()
-                .zip(multi.applies())
-                .map(|(alt, p)| (alt.name.clone(), json!(f(p))))
-                .collect::<Map<String, Value>>()
-                .into()
-        };
-        m.insert("label".into(), json!(names));
-        m.insert("confidence".into(), json!(a.confidence));
-        m.insert("probabilities".into(), by_option(&|p| p));
-        m.insert("multi".into(), json!(names));
-        if self.is_none_of_these() {
-            m.insert("none_of_these".into(), json!(true));
-        }
-        m.insert("entropy".into(), json!(a.entropy));
-        m.insert("normalized_entropy".into(), json!(a.normalized_entropy));
-        m.insert("option_entropy".into(), by_option(&bernoulli_entropy));
-        m.insert(
-            "option_hesitation".into(),
-            by_option(&|p| bernoulli_entropy(p) / std::f64::consts::LN_2),
-        );
-        if let Some(t) = self.temperature {
-            m.insert("temperature".into(), json!(t));
-        }
-        if let Some(reason) = &self.abstained {
-            m.insert("abstained".into(), json!(true));
-            m.insert("abstain_reason".into(), json!(reason));
-        }
-        self.constrained_json(m);
     }
 }
 

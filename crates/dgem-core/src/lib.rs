@@ -37,8 +37,8 @@ pub mod hesitation;
 pub mod image_state;
 pub mod images;
 pub mod json;
+pub mod kinds;
 pub mod labels;
-pub mod multi;
 pub mod order;
 pub mod payload;
 pub mod prompt;
@@ -54,3 +54,5 @@ pub mod vars;
 pub mod walk;
 
 pub use error::{CoreError, SchemaError, TemplateError};
+/// `multi` questions' read (one yes/no slot per option), where other crates find it.
+pub use kinds::multi;

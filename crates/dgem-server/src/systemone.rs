@@ -9,8 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use dgem_core::envelope::AnswerOut;
 use dgem_core::prompt::state_text;
-use dgem_core::readout::score_expectation;
-use dgem_core::schema::{QuestionKind, ValidSchema};
+use dgem_core::schema::ValidSchema;
 use dgem_engine::DecideRequest;
 use serde_json::{json, Map, Value};
 
@@ -106,71 +105,15 @@ fn json_images(body: &Map<String, Value>, parts: &mut Vec<Value>) -> Result<(), 
     Ok(())
 }
 
-/// One answer in the Jev shape: 0-based score with `legend`; noul probabilities
-/// keyed `true`/`false`; as dgem-rs extensions, a `multi` answer's selected
-/// options under `multi` (probabilities by option, each its own probability
-/// of applying) and `none_of_these: true` when that option won. dgem-rs adds `entropy` and `normalized_entropy`, and a
-/// score over numeric levels carries `value` as on the chat route
-/// ([`AnswerOut::level_value`]).
+/// One answer in the Jev shape (each type's shape is in `dgem_core::kinds`):
+/// 0-based score with `legend`; noul probabilities keyed `true`/`false`; as
+/// dgem-rs extensions, a `multi` answer's selected options under `multi`
+/// (probabilities by option, each its own probability of applying) and
+/// `none_of_these: true` when that option won. dgem-rs adds `entropy` and
+/// `normalized_entropy`, and a score over numeric levels carries `value` as on
+/// the chat route ([`AnswerOut::level_value`]).
 pub fn jev_answer(a: &AnswerOut) -> Value {
-    let agg = &a.aggregate;
-    let names = a.question.alternatives.iter().map(|x| x.name.as_str());
-    let mut m = Map::new();
-    m.insert("type".into(), json!(a.question.kind.wire_name()));
-    match a.question.kind {
-        QuestionKind::Boolean => {
-            let p = agg.mean.first().copied().unwrap_or(0.0);
-            m.insert("noul".into(), json!(p));
-            m.insert(
-                "probabilities".into(),
-                json!({"true": p, "false": agg.mean.get(1).copied().unwrap_or(1.0 - p)}),
-            );
-        }
-        QuestionKind::Choice | QuestionKind::Multi => {
-            // A multi answer lists the selected options; its probabilities
-            // are each option's own probability of applying.
-            let key = a.question.kind.wire_name();
-            match a.question.kind {
-                QuestionKind::Multi => m.insert(key.into(), json!(a.selected_names())),
-                _ => m.insert(key.into(), json!(a.answer_name())),
-            };
-            if a.is_none_of_these() {
-                m.insert("none_of_these".into(), json!(true));
-            }
-            let probs: Map<String, Value> = names
-                .zip(&agg.mean)
-                .map(|(n, p)| (n.to_string(), json!(p)))
-                .collect();
-            m.insert("probabilities".into(), Value::Object(probs));
-        }
-        QuestionKind::Score => {
-            m.insert("score".into(), json!(score_expectation(&agg.mean) - 1.0));
-            // The expected level value, as the chat route writes it (numeric levels only).
-            if let Some(value) = a.level_value() {
-                m.insert("value".into(), json!(value));
-            }
-            let legend: Map<String, Value> = names
-                .enumerate()
-                .map(|(i, n)| (i.to_string(), json!(n)))
-                .collect();
-            m.insert("legend".into(), Value::Object(legend));
-            let probs: Map<String, Value> = agg
-                .mean
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (i.to_string(), json!(p)))
-                .collect();
-            m.insert("probabilities".into(), Value::Object(probs));
-        }
-    }
-    m.insert("confidence".into(), json!(agg.confidence));
-    m.insert("entropy".into(), json!(agg.entropy));
-    m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
-    if let Some(removed) = a.constrained {
-        m.insert("constrained".into(), json!(true));
-        m.insert("constraint_mass_removed".into(), json!(removed));
-    }
-    Value::Object(m)
+    dgem_core::kinds::jev_answer(a)
 }
 
 /// The Jev response body.

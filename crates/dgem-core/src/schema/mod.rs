@@ -7,7 +7,7 @@
 //! stops other crates from building one by hand.
 
 mod by_kind;
-mod validate;
+pub(crate) mod validate;
 mod wire;
 
 pub use by_kind::ByKind;
@@ -82,47 +82,28 @@ impl QuestionKind {
         }
     }
 
-    /// The type name written in answers on the chat route (`noul`, `choice`, `score`).
+    /// The type name written in answers on the chat route (`noul`, `choice`,
+    /// `score`, `multi`).
     pub fn wire_name(self) -> &'static str {
-        match self {
-            Self::Boolean => "noul",
-            Self::Choice => "choice",
-            Self::Score => "score",
-            Self::Multi => "multi",
-        }
+        crate::kinds::of(self).names().wire
     }
 
-    /// The canonical name in policies (`boolean`, `choice`, `score`).
+    /// The canonical name in policies (`boolean`, `choice`, `score`, `multi`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Boolean => "boolean",
-            Self::Choice => "choice",
-            Self::Score => "score",
-            Self::Multi => "multi",
-        }
+        crate::kinds::of(self).names().canonical
     }
 
     /// Every accepted spelling of this kind, canonical name first. The single
     /// source of the type names every surface accepts (`boolean`, `bool` and
     /// `noul` are one type).
     pub fn aliases(self) -> &'static [&'static str] {
-        match self {
-            Self::Boolean => &["boolean", "bool", "noul"],
-            Self::Choice => &["choice"],
-            Self::Score => &["score"],
-            Self::Multi => &["multi"],
-        }
+        crate::kinds::of(self).names().aliases
     }
 
     /// What an ad-hoc question of this kind answers, in a few words, for
     /// schema and tool descriptions (`yes/no`, `one option of \`criteria\``, …).
     pub fn summary(self) -> &'static str {
-        match self {
-            Self::Boolean => "yes/no",
-            Self::Choice => "one option of `criteria`, or of `options`",
-            Self::Score => "one of `levels`, lowest first",
-            Self::Multi => "any of `options`, each with its own probability",
-        }
+        crate::kinds::of(self).names().summary
     }
 
     /// Every kind as `wire name (summary)`, joined: the one description of

@@ -8,7 +8,7 @@
 
 mod select;
 mod settings;
-mod text;
+pub(crate) mod text;
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
@@ -17,7 +17,6 @@ use super::{
     Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
     LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_ID_CHARS, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
-use crate::brackets::MAX_BRACKET_OPTIONS;
 use crate::error::SchemaError;
 use crate::hesitation::AfterRead;
 use crate::stages::stage_levels;
@@ -246,11 +245,7 @@ fn parse_question(
     }
     // One slot reads at most 26 labels; a choice may hold up to 300 options,
     // answered through brackets (`crate::brackets`).
-    let max = if kind == QuestionKind::Choice {
-        MAX_BRACKET_OPTIONS
-    } else {
-        MAX_ALTERNATIVES
-    };
+    let max = crate::kinds::of(kind).max_alternatives();
     if alternatives.len() > max {
         let msg = match kind {
             QuestionKind::Choice => format!(
@@ -354,46 +349,9 @@ fn alternatives_of(
         Some(other) => other.to_string(),
     };
     match QuestionKind::parse(&type_name) {
-        Some(QuestionKind::Boolean) => {
-            let (yes, no) = match q.get("criteria") {
-                None | Some(Value::Null) => (None, None),
-                Some(Value::Object(c)) => (
-                    c.get("true").and_then(text_of),
-                    c.get("false").and_then(text_of),
-                ),
-                Some(other) => {
-                    let msg = format!(
-                        "question {name}: criteria must be an object {{\"true\": …, \"false\": …}} (got {})",
-                        shown(other)
-                    );
-                    return Err(SchemaError::new(at(".criteria"), msg));
-                }
-            };
-            let alts = vec![
-                Alternative {
-                    name: "yes".into(),
-                    description: yes,
-                },
-                Alternative {
-                    name: "no".into(),
-                    description: no,
-                },
-            ];
-            Ok((QuestionKind::Boolean, alts, ".type"))
-        }
-        Some(kind @ (QuestionKind::Choice | QuestionKind::Multi)) => {
-            Ok((kind, options_of(q, name, at)?, ".options"))
-        }
-        Some(QuestionKind::Score) => {
-            let items = list_field(q, "levels", name, at)?;
-            let alts = items
-                .iter()
-                .map(|l| Alternative {
-                    name: text_of(l).unwrap_or_else(|| "None".into()),
-                    description: None,
-                })
-                .collect();
-            Ok((QuestionKind::Score, alts, ".levels"))
+        Some(kind) => {
+            let (alts, field) = crate::kinds::of(kind).alternatives(q, name, at)?;
+            Ok((kind, alts, field))
         }
         None => {
             let msg = format!(
@@ -406,41 +364,8 @@ fn alternatives_of(
     }
 }
 
-/// The `options` of a `choice` or `multi` question: names, or `{name,
-/// description}` objects.
-fn options_of(
-    q: &Map<String, Value>,
-    name: &str,
-    at: &dyn Fn(&str) -> String,
-) -> Result<Vec<Alternative>, SchemaError> {
-    let items = list_field(q, "options", name, at)?;
-    let mut alts = Vec::with_capacity(items.len());
-    for (j, o) in items.iter().enumerate() {
-        alts.push(match o {
-            Value::Object(m) => {
-                let Some(n) = m.get("name").filter(|n| !n.is_null()) else {
-                    let msg = format!(
-                        "question {name}: options[{j}] needs a `name` (got {})",
-                        shown(o)
-                    );
-                    return Err(SchemaError::new(at(&format!(".options[{j}].name")), msg));
-                };
-                Alternative {
-                    name: text_of(n).unwrap_or_default(),
-                    description: m.get("description").and_then(text_of),
-                }
-            }
-            other => Alternative {
-                name: text_of(other).unwrap_or_else(|| "None".into()),
-                description: None,
-            },
-        });
-    }
-    Ok(alts)
-}
-
 /// A list-valued question field; absent or `null` is an empty list.
-fn list_field<'a>(
+pub(crate) fn list_field<'a>(
     q: &'a Map<String, Value>,
     key: &str,
     name: &str,

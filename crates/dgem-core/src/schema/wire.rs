@@ -13,7 +13,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{QuestionKind, SamplePolicy, ValidSchema};
+use super::{SamplePolicy, ValidSchema};
 
 impl ValidSchema {
     /// The schema object of this validated schema (see the module docs).
@@ -72,35 +72,7 @@ fn question_wire(q: &super::Question) -> Value {
     m.insert("id".into(), json!(q.id));
     m.insert("type".into(), json!(q.kind.as_str()));
     m.insert("instructions".into(), json!(q.instructions));
-    match q.kind {
-        QuestionKind::Boolean => {
-            let yes = q.alternatives.first().and_then(|a| a.description.clone());
-            let no = q.alternatives.get(1).and_then(|a| a.description.clone());
-            if yes.is_some() || no.is_some() {
-                m.insert("criteria".into(), json!({"true": yes, "false": no}));
-            }
-        }
-        QuestionKind::Choice | QuestionKind::Multi => {
-            let options: Vec<Value> = q
-                .alternatives
-                .iter()
-                .map(|a| match &a.description {
-                    Some(d) => json!({"name": a.name, "description": d}),
-                    None => json!({"name": a.name}),
-                })
-                .collect();
-            m.insert("options".into(), Value::Array(options));
-            if let Some(sel) = &q.select {
-                m.insert("min".into(), json!(sel.min));
-                m.insert("max".into(), json!(sel.max));
-                m.insert("threshold".into(), json!(sel.threshold));
-            }
-        }
-        QuestionKind::Score => {
-            let levels: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
-            m.insert("levels".into(), json!(levels));
-        }
-    }
+    crate::kinds::of(q.kind).wire(q, &mut m);
     if !q.depends_on.is_empty() {
         m.insert("depends_on".into(), json!(q.depends_on));
     }

@@ -19,7 +19,11 @@
 
 use indexmap::IndexMap;
 use serde::Serialize;
+use serde_json::{json, Map, Value};
 
+use super::choice::{options_adhoc, options_of, options_wire};
+use super::{AdhocAt, Kind, Names};
+use crate::adhoc::AdhocError;
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
 use crate::readout::{argmax, entropy, Aggregate};
@@ -248,6 +252,104 @@ pub fn collapse(q: &Question, options: Vec<Aggregate>) -> AnswerOut {
 /// Entropy of a yes/no read with `p(yes) = p`, in nats.
 pub fn bernoulli_entropy(p: f64) -> f64 {
     entropy(&[p, 1.0 - p])
+}
+
+/// The multi-select type.
+pub(crate) struct Multi;
+
+impl Kind for Multi {
+    fn names(&self) -> Names {
+        Names {
+            canonical: "multi",
+            wire: "multi",
+            aliases: &["multi"],
+            summary: "any of `options`, each with its own probability",
+        }
+    }
+
+    fn alternatives(
+        &self,
+        q: &Map<String, Value>,
+        name: &str,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(Vec<Alternative>, &'static str), SchemaError> {
+        Ok((options_of(q, name, at)?, ".options"))
+    }
+
+    fn wire(&self, q: &Question, m: &mut Map<String, Value>) {
+        options_wire(q, m);
+    }
+
+    fn adhoc(
+        &self,
+        at: &AdhocAt<'_>,
+        q: &Map<String, Value>,
+        criteria: Option<&Value>,
+        out: &mut Map<String, Value>,
+    ) -> Result<(), AdhocError> {
+        options_adhoc(QuestionKind::Multi, at, q, criteria, out)
+    }
+
+    /// `type`, then `label` and `multi` (the selected option names),
+    /// `confidence` (probability of that set), `probabilities` (each
+    /// option's probability of applying), `none_of_these` when it won, the
+    /// set's `entropy` (nats) and `normalized_entropy`, then per option
+    /// `option_entropy` (nats) and `option_hesitation`; after the read,
+    /// `temperature`, `abstained` and `constrained` where they apply.
+    fn chat_json(&self, a: &AnswerOut) -> Value {
+        let Some(multi) = &a.multi else {
+            // A multi answer without its per-option reads has only its
+            // distribution to show.
+            return a.chat_shape(&|_| {});
+        };
+        let agg = &a.aggregate;
+        let names: Vec<&str> = a.selected_names();
+        let by_option = |f: &dyn Fn(f64) -> f64| -> Value {
+            a.question
+                .alternatives
+                .iter()
+                .zip(multi.applies())
+                .map(|(alt, p)| (alt.name.clone(), json!(f(p))))
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        let mut m = Map::new();
+        m.insert("type".into(), json!(a.question.kind.wire_name()));
+        m.insert("label".into(), json!(names));
+        m.insert("confidence".into(), json!(agg.confidence));
+        m.insert("probabilities".into(), by_option(&|p| p));
+        m.insert("multi".into(), json!(names));
+        if a.is_none_of_these() {
+            m.insert("none_of_these".into(), json!(true));
+        }
+        m.insert("entropy".into(), json!(agg.entropy));
+        m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
+        m.insert("option_entropy".into(), by_option(&bernoulli_entropy));
+        m.insert(
+            "option_hesitation".into(),
+            by_option(&|p| bernoulli_entropy(p) / std::f64::consts::LN_2),
+        );
+        if let Some(t) = a.temperature {
+            m.insert("temperature".into(), json!(t));
+        }
+        if let Some(reason) = &a.abstained {
+            m.insert("abstained".into(), json!(true));
+            m.insert("abstain_reason".into(), json!(reason));
+        }
+        a.constrained_json(&mut m);
+        Value::Object(m)
+    }
+
+    fn chat_keys(&self, _a: &AnswerOut, _m: &mut Map<String, Value>) {}
+
+    fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
+        // The selected options; each probability is that option's own.
+        m.insert("multi".into(), json!(a.selected_names()));
+        if a.is_none_of_these() {
+            m.insert("none_of_these".into(), json!(true));
+        }
+        m.insert("probabilities".into(), super::by_name(a));
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,137 @@
+//! One module per question type: everything that differs by type lives in
+//! its file, behind the [`Kind`] trait.
+//!
+//! A type's file holds its names (canonical, wire, aliases, a summary), how
+//! its alternatives are read from a policy, its fields in the wire form of a
+//! schema, how an ad-hoc question of the type is converted, and the shape of
+//! its answer on the chat route and on `/v1/systemone`. A type that needs a
+//! read of its own keeps it there too ([`multi`]). [`of`] is the one place
+//! that maps a [`QuestionKind`] to its module, so a new type is its file, an
+//! arm here, its variant in [`QuestionKind`] and its Studio widget
+//! (`crates/dgem-studio/assets/kinds.js`).
+
+mod boolean;
+mod choice;
+pub mod multi;
+mod score;
+
+use serde_json::{json, Map, Value};
+
+use crate::adhoc::AdhocError;
+use crate::envelope::AnswerOut;
+use crate::error::SchemaError;
+use crate::schema::{Alternative, Question, QuestionKind, MAX_ALTERNATIVES};
+
+/// The names of a question type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Names {
+    /// The canonical name in policies (`boolean`, `choice`, …).
+    pub canonical: &'static str,
+    /// The name written in answers on the chat route (`noul` for yes/no).
+    pub wire: &'static str,
+    /// Every accepted spelling, canonical name first.
+    pub aliases: &'static [&'static str],
+    /// What an ad-hoc question of this type answers, in a few words.
+    pub summary: &'static str,
+}
+
+/// Where an ad-hoc question is being converted: its id and its path in the
+/// request (`questions.urgent`, `questions[2]`), for messages.
+pub(crate) struct AdhocAt<'a> {
+    /// The question's id.
+    pub id: &'a str,
+    /// Its path in the request.
+    pub field: &'a str,
+}
+
+/// What one question type is (see the module docs).
+pub(crate) trait Kind: Sync {
+    /// The type's names.
+    fn names(&self) -> Names;
+
+    /// Most alternatives a question of this type may have.
+    fn max_alternatives(&self) -> usize {
+        MAX_ALTERNATIVES
+    }
+
+    /// The alternatives of a policy question `q` (its id shown as `name`, its
+    /// path made by `at`) and the field that holds them (`.options`, …).
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming the field, what it allows and the value given.
+    fn alternatives(
+        &self,
+        q: &Map<String, Value>,
+        name: &str,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(Vec<Alternative>, &'static str), SchemaError>;
+
+    /// The type's own fields of `q` in the wire form of a schema.
+    fn wire(&self, q: &Question, m: &mut Map<String, Value>);
+
+    /// Convert the alternatives of an ad-hoc question `q` (whose `criteria`
+    /// is `criteria`) into the policy form, in `out`.
+    ///
+    /// # Errors
+    /// [`AdhocError`] when they are missing or of the wrong shape.
+    fn adhoc(
+        &self,
+        at: &AdhocAt<'_>,
+        q: &Map<String, Value>,
+        criteria: Option<&Value>,
+        out: &mut Map<String, Value>,
+    ) -> Result<(), AdhocError>;
+
+    /// The answer object of `a` on the chat route: the common keys around
+    /// this type's own ([`Self::chat_keys`]).
+    fn chat_json(&self, a: &AnswerOut) -> Value {
+        a.chat_shape(&|m| self.chat_keys(a, m))
+    }
+
+    /// This type's own keys of a chat-route answer (`noul`, `choice`, …).
+    fn chat_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
+
+    /// This type's own keys of a `/v1/systemone` answer (the value and its
+    /// `probabilities`).
+    fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
+}
+
+/// The module of `kind`.
+pub(crate) fn of(kind: QuestionKind) -> &'static dyn Kind {
+    match kind {
+        QuestionKind::Boolean => &boolean::Boolean,
+        QuestionKind::Choice => &choice::Choice,
+        QuestionKind::Score => &score::Score,
+        QuestionKind::Multi => &multi::Multi,
+    }
+}
+
+/// One answer in the `/v1/systemone` shape: `type`, the type's own keys (a
+/// 0-based score with its `legend`, yes/no probabilities keyed `true` /
+/// `false`, …), then `confidence`, `entropy` (nats) and `normalized_entropy`,
+/// and `constrained` / `constraint_mass_removed` when rules changed it.
+pub fn jev_answer(a: &AnswerOut) -> Value {
+    let agg = &a.aggregate;
+    let mut m = Map::new();
+    m.insert("type".into(), json!(a.question.kind.wire_name()));
+    of(a.question.kind).jev_keys(a, &mut m);
+    m.insert("confidence".into(), json!(agg.confidence));
+    m.insert("entropy".into(), json!(agg.entropy));
+    m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
+    if let Some(removed) = a.constrained {
+        m.insert("constrained".into(), json!(true));
+        m.insert("constraint_mass_removed".into(), json!(removed));
+    }
+    Value::Object(m)
+}
+
+/// `probabilities` keyed by alternative name, in alternative order.
+fn by_name(a: &AnswerOut) -> Value {
+    a.question
+        .alternatives
+        .iter()
+        .zip(&a.aggregate.mean)
+        .map(|(alt, p)| (alt.name.clone(), json!(p)))
+        .collect::<Map<String, Value>>()
+        .into()
+}
