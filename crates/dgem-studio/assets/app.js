@@ -1,6 +1,8 @@
 // Decision Studio: runs decisions through the /api routes (docs/studio.md).
 // Plain ES module, no dependencies. Every number shown comes from the reply JSON.
 
+import { KINDS, kindOf } from "./kinds.js";
+
 const $ = (sel) => document.querySelector(sel);
 
 /** Hesitation bands on the normalized entropy (reference.md §6, serving.md §6.5). */
@@ -173,6 +175,9 @@ function variableValue(text) {
 function addQuestion(q = { id: "", type: "boolean", question: "", options: "" }) {
   const frag = $("#question-row").content.cloneNode(true);
   const row = frag.querySelector("fieldset");
+  // The type menu: one entry per question type (kinds.js).
+  row.querySelector("[name=qtype]").append(
+    ...Object.entries(KINDS).map(([value, k]) => el("option", { value, text: k.label })));
   row.querySelector("[name=qid]").value = q.id;
   row.querySelector("[name=qtype]").value = q.type;
   row.querySelector("[name=qtext]").value = q.question;
@@ -214,12 +219,13 @@ function customBody() {
     const options = row.querySelector("[name=qoptions]").value.split(",").map((s) => s.trim()).filter(Boolean);
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(id)) throw new Error(`question ${i + 1}: id must be letters, digits or _ (not starting with a digit). Given: "${id}"`);
     if (!question) throw new Error(`question ${i + 1} (${id}): write the question`);
-    if (type !== "boolean" && options.length < 2) throw new Error(`question ${i + 1} (${id}): a ${type} needs at least two options, comma separated`);
+    const kind = KINDS[type];
+    if (kind.options && options.length < 2) throw new Error(`question ${i + 1} (${id}): a ${type} needs at least two options, comma separated`);
     const q = { id, type, question };
-    if (type !== "boolean") q.options = options;
+    if (kind.options) q.options = options;
     const none = row.querySelector("[name=qnone]");
     if (none && none.checked) {
-      if (type !== "choice" && type !== "multi") throw new Error(`question ${i + 1} (${id}): "none of these" is for choice and multi questions`);
+      if (!kind.none) throw new Error(`question ${i + 1} (${id}): "none of these" is for ${Object.keys(KINDS).filter((k) => KINDS[k].none).join(" and ")} questions`);
       q.none_of_these = true;
     }
     return q;
@@ -415,13 +421,9 @@ function hesitationOf(a) {
   return h / Math.log(ps.length);
 }
 
+/** The answer's text on its card, as its type writes it (kinds.js). */
 function answerOf(a) {
-  // A multi answer is the list of options selected.
-  if (Array.isArray(a.multi)) return a.multi.length ? a.multi.join(", ") : "none selected";
-  if (a.answer !== undefined && a.answer !== null) return String(a.answer);
-  for (const k of ["choice", "level"]) if (typeof a[k] === "string") return a[k];
-  if (typeof a.label === "string") return a.label;
-  return "—";
+  return kindOf(a).answer(a);
 }
 
 function summaryItem(term, value, key) {
@@ -480,16 +482,15 @@ function renderCard(qid, a, h, samples) {
   const b = band(h);
   const top = Object.entries(probs).reduce((best, cur) => (best === null || cur[1] > best[1] ? cur : best), null);
   const headingId = `q-${qid}`;
-  // A multi answer: one checkbox per option (ticked when selected) beside a
-  // bar of that option's own probability of applying.
-  const multi = Array.isArray(a.multi) ? new Set(a.multi) : null;
-  const label = multi ? `Probability that each option applies, for ${qid}` : `Probabilities for ${qid}`;
-  const bars = el("ul", { class: multi ? "bars multi" : "bars", "aria-label": label });
+  // The type's widget (kinds.js): a multi answer ticks a checkbox per
+  // selected option beside a bar of that option's own probability.
+  const kind = kindOf(a);
+  const bars = el("ul", { class: kind.checkboxes ? "bars multi" : "bars", "aria-label": kind.bars(qid) });
   for (const [name, p] of Object.entries(probs)) {
     const fill = el("span", { class: "fill" });
     fill.style.width = `${Math.max(0, Math.min(1, p)) * 100}%`;
-    const picked = multi ? multi.has(name) : top && top[0] === name;
-    const box = multi ? el("input", { type: "checkbox", disabled: "", "aria-label": `${name} selected` }) : null;
+    const picked = kind.picked(a, name, top);
+    const box = kind.checkboxes ? el("input", { type: "checkbox", disabled: "", "aria-label": `${name} selected` }) : null;
     if (box) box.checked = picked;
     bars.append(el("li", { class: picked ? "top" : null, dataset: { option: name, probability: String(p) } },
       ...(box ? [box] : []),
@@ -499,7 +500,7 @@ function renderCard(qid, a, h, samples) {
   }
   const meta = el("p", { class: "meta" },
     el("span", {}, "Hesitation ", el("span", { class: "band", dataset: { band: b.key }, title: typeof a.entropy === "number" ? `${a.entropy.toFixed(3)} nats` : null, text: `${pct(h)} (${b.label})` })));
-  if (typeof a.confidence === "number") meta.append(el("span", { text: multi ? `Confidence in this set ${pct(a.confidence)}` : `Confidence ${pct(a.confidence)}` }));
+  if (typeof a.confidence === "number") meta.append(el("span", { text: `${kind.confidence} ${pct(a.confidence)}` }));
   if (a.constrained) meta.append(el("span", { class: "constrained", text: `Constrained by the policy's rules (${pct(a.constraint_mass_removed || 0)} removed)` }));
   if (samples > 1 || typeof a.agreement === "number") {
     meta.append(el("span", { class: "agreement", text: `Agreement ${typeof a.agreement === "number" ? pct(a.agreement) : "—"}` }));

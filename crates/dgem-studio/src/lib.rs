@@ -27,6 +27,8 @@ pub const INDEX_HTML: &str = include_str!("../assets/index.html");
 pub const APP_JS: &str = include_str!("../assets/app.js");
 /// The style sheet (`/studio/style.css`).
 pub const STYLE_CSS: &str = include_str!("../assets/style.css");
+/// The question types' widgets (`/studio/kinds.js`), imported by the app.
+pub const KINDS_JS: &str = include_str!("../assets/kinds.js");
 
 /// Everything the page loads comes from this origin; no inline script.
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; \
@@ -59,6 +61,10 @@ const APP: Asset = Asset {
     body: APP_JS,
     content_type: "text/javascript; charset=utf-8",
 };
+const KINDS: Asset = Asset {
+    body: KINDS_JS,
+    content_type: "text/javascript; charset=utf-8",
+};
 const STYLE: Asset = Asset {
     body: STYLE_CSS,
     content_type: "text/css; charset=utf-8",
@@ -74,4 +80,5 @@ pub fn router() -> Router {
         .route("/studio/", get(|| async { INDEX }))
         .route("/studio/app.js", get(|| async { APP }))
         .route("/studio/style.css", get(|| async { STYLE }))
+        .route("/studio/kinds.js", get(|| async { KINDS }))
 }

@@ -37,6 +37,10 @@ async fn serves_page_and_assets() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(ct, "text/javascript; charset=utf-8");
     assert!(body.contains("/api/decide"));
+    let (status, ct, _, body) = get("/studio/kinds.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ct, "text/javascript; charset=utf-8");
+    assert!(body.contains("export const KINDS"));
     let (status, ct, _, _) = get("/studio/style.css").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(ct, "text/css; charset=utf-8");
@@ -49,6 +53,7 @@ fn page_loads_only_same_origin_assets() {
     for (name, text) in [
         ("index.html", dgem_studio::INDEX_HTML),
         ("app.js", dgem_studio::APP_JS),
+        ("kinds.js", dgem_studio::KINDS_JS),
         ("style.css", dgem_studio::STYLE_CSS),
     ] {
         for needle in ["http://", "https://", "//cdn", "@import"] {
@@ -65,6 +70,21 @@ fn page_loads_only_same_origin_assets() {
         assert!(
             html.contains(&format!(r#"for="{id}""#)),
             "no label for #{id}"
+        );
+    }
+}
+
+/// Every question type the validator accepts has a Studio entry (its menu
+/// item and its answer widget, in kinds.js), so a new type cannot reach the
+/// page without one.
+#[test]
+fn every_question_type_has_a_studio_widget() {
+    for kind in dgem_core::schema::QuestionKind::ALL {
+        let entry = format!("\n  {}: {{", kind.as_str());
+        assert!(
+            dgem_studio::KINDS_JS.contains(&entry),
+            "kinds.js has no entry for `{}`",
+            kind.as_str()
         );
     }
 }
