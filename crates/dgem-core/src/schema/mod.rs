@@ -213,6 +213,15 @@ pub const DEFAULT_SELECT_THRESHOLD: f64 = 0.5;
 pub const NONE_OPTION_NAMES: [&str; 3] = ["none", "none_of_these", "none of these"];
 
 impl Question {
+    /// Answer slots the reader reads for this question: one per option for
+    /// a `multi` question (each a yes/no read), else one.
+    pub fn slots(&self) -> usize {
+        match self.kind {
+            QuestionKind::Multi => self.alternatives.len(),
+            _ => 1,
+        }
+    }
+
     /// Whether this question is read on a canvas (or prompt) of its own.
     pub fn is_alone(&self) -> bool {
         self.alone == Some(true)
@@ -264,11 +273,7 @@ impl Isolate {
     /// `none` outside 2..=[`ISOLATE_MAX_QUESTIONS`] questions. Questions are
     /// counted in slots: a `multi` question counts one yes/no slot per option.
     pub fn resolve(self, questions: &[Question]) -> Isolate {
-        // Counted in slots: a multi question reads one yes/no slot per option.
-        let slots = |q: &Question| match q.kind {
-            QuestionKind::Multi => q.alternatives.len(),
-            _ => 1,
-        };
+        let slots = |q: &Question| q.slots();
         let n: usize = questions.iter().map(slots).sum();
         if !(2..=ISOLATE_MAX_QUESTIONS).contains(&n) {
             return Isolate::None;

@@ -156,13 +156,7 @@ pub(super) fn selection(
 /// [`SchemaError`] at `questions` (too many slots) or at the dependent
 /// question's `depends_on`.
 pub(super) fn check_multi_reads(questions: &[Question]) -> Result<(), SchemaError> {
-    let slots: usize = questions
-        .iter()
-        .map(|q| match q.kind {
-            QuestionKind::Multi => q.alternatives.len(),
-            _ => 1,
-        })
-        .sum();
+    let slots: usize = questions.iter().map(Question::slots).sum();
     if slots > MAX_QUESTIONS {
         let msg = format!(
             "schema: at most {MAX_QUESTIONS} answer slots, and a multi question takes one per option (got {slots})"
