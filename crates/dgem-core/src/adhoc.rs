@@ -133,10 +133,7 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
         out.insert("instructions".into(), json!(text));
     }
     let criteria = q.get("criteria").filter(|v| !v.is_null());
-    let at = crate::kinds::AdhocAt {
-        id,
-        field,
-    };
+    let at = crate::kinds::AdhocAt { id, field };
     crate::kinds::of(kind).adhoc(&at, q, criteria, &mut out)?;
     for key in [
         "depends_on",

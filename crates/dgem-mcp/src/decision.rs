@@ -166,4 +166,47 @@ mod tests {
             r.text
         );
     }
+
+    /// Issue 40: a multi answer's line names the selected set and says its
+    /// probabilities are each option's own; a constrained answer says so.
+    #[test]
+    fn the_text_summary_names_a_multi_set_and_a_constraint() {
+        use dgem_core::schema::{SchemaDefaults, ValidSchema};
+        let s = ValidSchema::from_value(
+            &json!({"questions": [
+                {"id": "tags", "type": "multi", "options": ["refund", "outage", "vip"]},
+                {"id": "urgent", "type": "noul"}]}),
+            &SchemaDefaults::default(),
+        )
+        .expect("valid");
+        let tags = dgem_core::multi::collapse(
+            &s.questions[0],
+            [0.9, 0.2, 0.7]
+                .iter()
+                .map(|p| dgem_core::readout::aggregate(&[vec![*p, 1.0 - p]]))
+                .collect(),
+        );
+        let mut urgent = dgem_core::envelope::AnswerOut::new(
+            s.questions[1].clone(),
+            vec!["yes".into(), "no".into()],
+            dgem_core::readout::aggregate(&[vec![0.6, 0.4]]),
+        );
+        urgent.constrained = Some(0.125);
+        let decision = Decision {
+            answers: [
+                ("tags".to_string(), Some(tags)),
+                ("urgent".to_string(), Some(urgent)),
+            ]
+            .into_iter()
+            .collect(),
+            diagnostics: dgem_core::envelope::Diagnostics::default(),
+        };
+        let text = report("t", &decision, 1.0).text;
+        assert!(text.contains("- tags: refund + vip ("), "{text}");
+        assert!(text.contains("each option's p(applies)"), "{text}");
+        assert!(
+            text.contains("constrained by the policy's rules (removed 0.125)"),
+            "{text}"
+        );
+    }
 }

@@ -143,6 +143,49 @@ async fn decides_ad_hoc_questions_on_plain_decide() {
     assert_eq!(team.keys().collect::<Vec<_>>(), ["web", "db"]);
 }
 
+/// Issue 40 on `/api/decide`: ad-hoc `multi` questions, `none_of_these` and
+/// `rules` between the answers; a rule naming an unknown answer is a 4xx
+/// naming it; `rules` with a template is refused.
+#[tokio::test]
+async fn ad_hoc_multi_questions_and_rules() {
+    let body = json!({"state": "The checkout page returns 500 for every user.",
+        "questions": [
+            {"id": "tags", "type": "multi", "question": "What does it touch?", "options": ["web", "db"], "none_of_these": true},
+            {"id": "outage", "type": "boolean", "question": "Is this an outage?"},
+            {"id": "page", "type": "boolean", "question": "Page someone?"}],
+        "isolate": "none",
+        "rules": [{"if": {"outage": "yes"}, "then": {"page": "yes"}}]});
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(body.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    let tags = &r["answers"]["tags"];
+    assert_eq!(tags["type"], "multi", "{tags}");
+    assert!(tags["multi"].is_array(), "{tags}");
+    assert_eq!(
+        tags["probabilities"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["web", "db", "none"]
+    );
+    assert_eq!(r["answers"]["page"]["constrained"], true, "{r}");
+    assert_eq!(
+        r["diagnostics"]["constraints"][0]["questions"],
+        json!(["outage", "page"])
+    );
+    let mut bad = body.clone();
+    bad["rules"] = json!([{"if": {"outage": "maybe"}, "then": {"page": "yes"}}]);
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(bad)).await;
+    assert!(status.is_client_error(), "{status}: {r}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("no answer \"maybe\""), "{msg}");
+    let templated = json!({"template": "support_triage", "variables": {"ticket": "x y z"},
+        "rules": [{"if": {"team": "billing"}, "then": {"urgent": "yes"}}]});
+    let (status, _, r) = send(&app(), "POST", "/api/decide", &[], Some(templated)).await;
+    assert!(status.is_client_error(), "{status}: {r}");
+    assert_eq!(r["error"]["param"], "rules", "{r}");
+}
+
 #[tokio::test]
 async fn errors_are_400_with_a_named_field() {
     let app = app();
