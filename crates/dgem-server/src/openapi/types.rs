@@ -175,14 +175,17 @@ pub struct Envelope {
 /// One answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Answer {
-    /// `noul`, `choice` or `score`.
+    /// `noul`, `choice`, `score` or `multi`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The label read (`yes`, `B`, `3`, or a name).
-    pub label: String,
-    /// Probability of the chosen answer, in [0, 1].
+    /// The answer's name (`yes`, an option or level name); for a multi, the
+    /// list of options selected.
+    pub label: Value,
+    /// Probability of the chosen answer, in [0, 1]; for a multi, of exactly
+    /// the selected set.
     pub confidence: f64,
-    /// One probability per allowed answer, by name; they sum to 1.
+    /// One probability per allowed answer, by name; they sum to 1. For a
+    /// multi, each option's own probability of applying.
     pub probabilities: BTreeMap<String, f64>,
     /// Entropy of `probabilities`, nats.
     pub entropy: f64,
@@ -198,6 +201,18 @@ pub struct Answer {
     pub level: Option<String>,
     /// Score with numeric levels: the expected level value.
     pub value: Option<f64>,
+    /// Multi: the options selected.
+    pub multi: Option<Vec<String>>,
+    /// Choice or multi: `true` when the "none of these" option is the answer.
+    pub none_of_these: Option<bool>,
+    /// Multi: each option's own entropy, nats.
+    pub option_entropy: Option<BTreeMap<String, f64>>,
+    /// Multi: each option's hesitation, entropy / ln 2.
+    pub option_hesitation: Option<BTreeMap<String, f64>>,
+    /// Set when the policy's rules changed the answer.
+    pub constrained: Option<bool>,
+    /// The probability mass the rules removed, in [0, 1].
+    pub constraint_mass_removed: Option<f64>,
     /// With several reads: standard error of the top probability.
     pub stderr: Option<f64>,
     /// With several reads: share of reads that agree with the answer.
@@ -225,18 +240,29 @@ pub struct SystemOneRequest {
     pub instructions: Option<String>,
     /// Reads averaged: a count or `auto`.
     pub samples: Option<Value>,
+    /// dgem-rs extension: rules between the answers (`{"if": …, "then": …}`,
+    /// `{"if": …, "not": …}`).
+    pub rules: Option<Vec<Value>>,
 }
 
 /// A `/v1/systemone` question.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SystemOneQuestion {
-    /// `noul`, `choice` or `score`.
+    /// `noul`, `choice`, `score` or (a dgem-rs extension) `multi`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The question text.
     pub instructions: Option<String>,
-    /// Options (choice), `{true, false}` descriptions (noul) or levels (score).
+    /// Options (choice, multi), `{true, false}` descriptions (noul) or levels (score).
     pub criteria: Option<Value>,
+    /// Choice or multi (extension): add a real "none of these" option.
+    pub none_of_these: Option<bool>,
+    /// Multi (extension): fewest options to select.
+    pub min: Option<u32>,
+    /// Multi (extension): most options to select.
+    pub max: Option<u32>,
+    /// Multi (extension): probability at or above which an option is selected.
+    pub threshold: Option<f64>,
 }
 
 /// `POST /v1/systemone` reply.
