@@ -16,6 +16,8 @@
 //! - [`Service`] prepares a request once ([`prepare`]), reads it, and applies
 //!   the post-read once; [`Decided`] is the typed answer each surface renders.
 
+#![deny(missing_docs)]
+
 mod catalogue;
 mod error;
 pub mod keys;
