@@ -175,7 +175,7 @@ impl AnswerOut {
     /// `Σ (i+1)·p_i` (level `i` counted from 0), `level` the most probable level's
     /// name, and — only when every level name parses as a number — `value`, the
     /// expected level **value** `Σ v_i·p_i` (levels `"20".."24"` read near 22, not
-    /// near 3). A `multi` answer's shape is in [`crate::multi`].
+    /// near 3). A `multi` answer's shape is written by its type (`kinds/multi.rs`).
     pub fn to_chat_json(&self) -> Value {
         crate::kinds::of(self.question.kind).chat_json(self)
     }

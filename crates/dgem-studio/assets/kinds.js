@@ -43,6 +43,9 @@ export const KINDS = {
 /** The entry of an answer object: by its wire `type` (`noul` is boolean). */
 export function kindOf(a) {
   if (Array.isArray(a.multi)) return KINDS.multi;
+  // A multi answer without its list of selected options is drawn as a
+  // plain distribution.
+  if (a.type === "multi") return single;
   const name = a.type === "noul" ? "boolean" : a.type;
   return KINDS[name] || single;
 }

@@ -1,11 +1,11 @@
 //! One module per question type: everything that differs by type lives in
-//! its file, behind the [`Kind`] trait.
+//! its file, behind one small crate-private trait (`Kind`).
 //!
 //! A type's file holds its names (canonical, wire, aliases, a summary), how
 //! its alternatives are read from a policy, its fields in the wire form of a
 //! schema, how an ad-hoc question of the type is converted, and the shape of
 //! its answer on the chat route and on `/v1/systemone`. A type that needs a
-//! read of its own keeps it there too ([`multi`]). [`of`] is the one place
+//! read of its own keeps it there too ([`multi`]). `of` is the one place
 //! that maps a [`QuestionKind`] to its module, so a new type is its file, an
 //! arm here, its variant in [`QuestionKind`] and its Studio widget
 //! (`crates/dgem-studio/assets/kinds.js`).

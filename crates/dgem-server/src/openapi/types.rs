@@ -172,6 +172,17 @@ pub struct Envelope {
     pub diagnostics: Value,
 }
 
+/// `label`: a string, or for a multi answer a list of strings.
+fn label_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)))
+            .build(),
+    )
+}
+
 /// One answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Answer {
@@ -180,6 +191,7 @@ pub struct Answer {
     pub kind: String,
     /// The answer's name (`yes`, an option or level name); for a multi, the
     /// list of options selected.
+    #[schema(schema_with = label_schema)]
     pub label: Value,
     /// Probability of the chosen answer, in [0, 1]; for a multi, of exactly
     /// the selected set.
@@ -187,9 +199,10 @@ pub struct Answer {
     /// One probability per allowed answer, by name; they sum to 1. For a
     /// multi, each option's own probability of applying.
     pub probabilities: BTreeMap<String, f64>,
-    /// Entropy of `probabilities`, nats.
+    /// Entropy of `probabilities`, nats; for a multi, the sum of the
+    /// options' own yes/no entropies Σ H(p_i).
     pub entropy: f64,
-    /// Hesitation: entropy / ln K, in [0, 1].
+    /// Hesitation: entropy / ln K, in [0, 1]; for a multi, entropy / (K·ln 2).
     pub normalized_entropy: f64,
     /// Boolean: p(yes).
     pub noul: Option<f64>,
