@@ -27,46 +27,42 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
     let mut text = format!("Decision ({template}), {elapsed_ms:.0} ms:\n");
     let mut max_h: f64 = 0.0;
     let mut most_hesitant = String::new();
-    for (id, a) in answers.as_object().into_iter().flatten() {
-        if a.is_null() {
+    // Rendered from the typed answers, not read back out of their JSON.
+    for (id, a) in &decision.answers {
+        let Some(a) = a else {
             let _ = writeln!(text, "- {id}: skipped (its ask_if condition was not met)");
             continue;
-        }
-        let h = a
-            .get("normalized_entropy")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0);
+        };
+        let h = a.aggregate.normalized_entropy;
         if most_hesitant.is_empty() || h > max_h {
             max_h = h;
             most_hesitant = id.clone();
         }
-        let answer = answer_name(a);
-        let conf = a.get("confidence").and_then(Value::as_f64).unwrap_or(0.0);
+        let answer = answer_text(a);
+        let conf = a.aggregate.confidence;
         let probs = a
-            .get("probabilities")
-            .and_then(Value::as_object)
-            .map(|p| {
-                p.iter()
-                    .map(|(k, v)| format!("{k} {:.3}", v.as_f64().unwrap_or(0.0)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
+            .question
+            .alternatives
+            .iter()
+            .zip(&a.aggregate.mean)
+            .map(|(alt, p)| format!("{} {p:.3}", alt.name))
+            .collect::<Vec<_>>()
+            .join(", ");
         let mut notes = String::new();
-        if a.get("multi").is_some() {
+        if a.multi.is_some() {
             // Each option's probability is its own; confidence is the set's.
             let _ = write!(notes, "; probabilities are each option's p(applies)");
         }
-        if let Some(x) = a.get("constraint_mass_removed").and_then(Value::as_f64) {
+        if let Some(x) = a.constrained {
             let _ = write!(
                 notes,
                 "; constrained by the policy's rules (removed {x:.3})"
             );
         }
-        if let Some(m) = a.get("resolved_by").and_then(Value::as_str) {
-            let _ = write!(notes, "; answered by stage 2 ({m})");
+        if let Some(r) = &a.resolved {
+            let _ = write!(notes, "; answered by stage 2 ({})", r.model);
         }
-        if let Some(r) = a.get("abstain_reason").and_then(Value::as_str) {
+        if let Some(r) = &a.abstained {
             let _ = write!(notes, "; ABSTAINED: {r}, do not act on this answer");
         }
         let _ = writeln!(
@@ -107,41 +103,19 @@ pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionR
     DecisionReport { structured, text }
 }
 
-/// The answer name of one chat-shape answer object.
-fn answer_name(a: &Value) -> String {
-    // A boolean's answer is its p(yes); after a Stage-2 write-back the
-    // probabilities are still Stage 1's.
-    if let Some(noul) = a.get("noul").and_then(Value::as_f64) {
-        return if noul >= 0.5 { "yes" } else { "no" }.to_string();
+/// The answer in words: the chosen alternative's name (after a Stage-2
+/// write-back, Stage 2's), or a multi answer's selected options joined by
+/// ` + ` (`none selected` when it selected none).
+fn answer_text(a: &dgem_core::envelope::AnswerOut) -> String {
+    if a.multi.is_none() {
+        return a.answer_name().to_string();
     }
-    if let Some(c) = a.get("choice").and_then(Value::as_str) {
-        return c.to_string();
+    let names = a.selected_names();
+    if names.is_empty() {
+        "none selected".to_string()
+    } else {
+        names.join(" + ")
     }
-    // A multi answer is the set of options selected.
-    if let Some(set) = a.get("multi").and_then(Value::as_array) {
-        let names: Vec<&str> = set.iter().filter_map(Value::as_str).collect();
-        return if names.is_empty() {
-            "none selected".to_string()
-        } else {
-            names.join(" + ")
-        };
-    }
-    if let Some(l) = a.get("level").and_then(Value::as_str) {
-        return l.to_string();
-    }
-    if let Some(p) = a.get("probabilities").and_then(Value::as_object) {
-        let best = p.iter().max_by(|x, y| {
-            let (fx, fy) = (x.1.as_f64().unwrap_or(0.0), y.1.as_f64().unwrap_or(0.0));
-            fx.total_cmp(&fy)
-        });
-        if let Some((k, _)) = best {
-            return k.clone();
-        }
-    }
-    a.get("label")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 #[cfg(test)]
