@@ -67,6 +67,8 @@ pub fn entropy(p: &[f64]) -> f64 {
         .map(|&x| -x * x.ln())
         .sum::<f64>()
         .max(0.0)
+        // `-0.0` (a sum of `-0.0` terms, from p = 1) is written as 0.
+        + 0.0
 }
 
 /// Normalized entropy ("hesitation") `H(p) / ln K`, clipped to [0, 1]; 0 when K < 2.

@@ -127,10 +127,13 @@ pub fn table(d: &Decision) -> String {
             );
         }
         if let Some(reason) = &a.abstained {
+            let what = match &a.multi {
+                Some(_) => format!("the set `{}`", plain(&a.selected_names().join(", "))),
+                None => format!("`{}`", a.answer_name()),
+            };
             let _ = writeln!(
                 notes,
-                "? {id}: abstained ({reason}); `{}` is only the most probable answer, not one to act on",
-                a.answer_name()
+                "? {id}: abstained ({reason}); {what} is only the most probable answer, not one to act on"
             );
         }
     }

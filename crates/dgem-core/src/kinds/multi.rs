@@ -92,9 +92,10 @@ pub fn select(sel: &Selection, none: Option<usize>, p: &[f64]) -> Vec<usize> {
 
 /// The id of option `j`'s sub-question of `q`: `<id>__<option>` with the
 /// option's name in lower case, runs of other characters than letters and
-/// digits as one `_`, cut so the id stays within [`MAX_ID_CHARS`]; `<id>__<j>`
-/// (then `<id>__<j>_<n>`) when that is empty or already taken (`taken` holds
-/// every id in use).
+/// digits as one `_`, cut so the id stays within [`MAX_ID_CHARS`]. When that
+/// is taken, the option's index `j` is added (`<id>__<option>_<j>`, or
+/// `<id>__<j>` for a name with no letter or digit), then a count until it is
+/// free (`taken` holds every id in use).
 pub fn option_id(q: &Question, j: usize, taken: &[String]) -> String {
     let mut slug = String::new();
     for c in q.alternatives[j].name.to_lowercase().chars() {
@@ -111,11 +112,20 @@ pub fn option_id(q: &Question, j: usize, taken: &[String]) -> String {
     if !slug.is_empty() && !taken.contains(&id) {
         return id;
     }
-    // The option's index, then the index with a count, until the id is free.
-    let mut id = format!("{}{OPTION_ID_SEPARATOR}{j}", q.id);
+    // The name with the option's index (`c_2` for the second `c`), or the
+    // index alone for a name with no letter or digit; then a count, until
+    // the id is free.
+    let base = if slug.is_empty() {
+        format!("{}{OPTION_ID_SEPARATOR}{j}", q.id)
+    } else {
+        let room = room.saturating_sub(j.to_string().len() + 1);
+        let cut: String = slug.chars().take(room).collect();
+        format!("{}{OPTION_ID_SEPARATOR}{cut}_{j}", q.id)
+    };
+    let mut id = base.clone();
     let mut n = 1;
     while taken.contains(&id) {
-        id = format!("{}{OPTION_ID_SEPARATOR}{j}_{n}", q.id);
+        id = format!("{base}_{n}");
         n += 1;
     }
     id

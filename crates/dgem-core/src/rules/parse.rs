@@ -68,7 +68,7 @@ fn conditions(
         let Some(q) = questions.iter().find(|q| &q.id == id) else {
             let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
             let msg = format!(
-                "rules name unknown question '{id}'; known questions: {}",
+                "{at}: unknown question '{id}'; known questions: {}",
                 ids.join(", ")
             );
             return Err(SchemaError::new(at, msg));
@@ -90,7 +90,11 @@ fn conditions(
             return Err(SchemaError::new(at, msg));
         }
         let values: Vec<&Value> = match v {
-            Value::Array(items) if !items.is_empty() => items.iter().collect(),
+            Value::Array(items) if items.is_empty() => {
+                let msg = format!("{at}: give at least one answer of '{id}' (got an empty list)");
+                return Err(SchemaError::new(at, msg));
+            }
+            Value::Array(items) => items.iter().collect(),
             other => vec![other],
         };
         let mut indices = Vec::with_capacity(values.len());
@@ -107,7 +111,7 @@ fn conditions(
                     ""
                 };
                 let msg = format!(
-                    "rules: '{id}' has no answer {}; its answers are {}{extra}",
+                    "{at}: '{id}' has no answer {}; its answers are {}{extra}",
                     shown(value),
                     names.join(", ")
                 );

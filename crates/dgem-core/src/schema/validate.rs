@@ -40,6 +40,10 @@ impl ValidSchema {
     /// ```
     pub fn from_value(v: &Value, defaults: &SchemaDefaults) -> Result<ValidSchema, SchemaError> {
         let (obj, raw_questions) = questions_of(v)?;
+        if let Some((key, meant)) = select::near_miss(obj) {
+            let msg = format!("schema: unknown key `{key}` (did you mean `{meant}`?)");
+            return Err(SchemaError::new(key, msg));
+        }
         let mut questions: Vec<Question> = Vec::with_capacity(raw_questions.len());
         let mut raw_ask_if: Vec<RawAskIf> = Vec::with_capacity(raw_questions.len());
         for (i, raw) in raw_questions.iter().enumerate() {
@@ -223,6 +227,10 @@ fn parse_question(
         return Err(SchemaError::new(at(".id"), msg));
     }
     let name = py_repr(&id);
+    if let Some((key, meant)) = select::near_miss(q) {
+        let msg = format!("question {name}: unknown key `{key}` (did you mean `{meant}`?)");
+        return Err(SchemaError::new(at(&format!(".{key}")), msg));
+    }
     let (kind, mut alternatives, alt_field) = alternatives_of(q, &name, &at)?;
     let given = alternatives.len();
     let none_option = select::none_option(kind, q, &mut alternatives, &name, &at)?;

@@ -70,7 +70,7 @@ fn bad_multi_fields_name_the_field_and_the_value() {
         .expect_err("refused");
     assert_eq!(e.field, "questions[0].max");
     assert!(
-        e.message.contains("from 0 to 2") && e.message.contains("got 3"),
+        e.message.contains("from 1 to 2") && e.message.contains("got 3"),
         "{}",
         e.message
     );
@@ -244,7 +244,7 @@ fn option_ids_never_collide() {
         .expect("valid: the expansion is built at validation");
     let e = expand(&s).expect("expands");
     let ids: Vec<&str> = e.schema.questions.iter().map(|q| q.id.as_str()).collect();
-    assert_eq!(ids, ["tags__2", "tags__c", "tags__2_1", "tags__3"]);
+    assert_eq!(ids, ["tags__2", "tags__c", "tags__c_2", "tags__c_3"]);
 }
 
 #[test]
@@ -289,4 +289,25 @@ fn a_multi_temperature_key_is_refused_naming_boolean() {
     let e = crate::hesitation::Temperature::parse("temperature", &json!({"multi": 2}))
         .expect_err("refused");
     assert!(e.message.contains("set `boolean`"), "{}", e.message);
+}
+
+/// A new user's trial of issue 40: `"rulez"` or `"thresold"` was dropped
+/// without a word, and the rule or setting silently not applied.
+#[test]
+fn near_misses_of_the_new_keys_are_refused() {
+    let e = ValidSchema::from_value(
+        &json!({"questions": [{"id": "u", "type": "noul"}], "rulez": []}),
+        &SchemaDefaults::default(),
+    )
+    .expect_err("refused");
+    assert_eq!(e.field, "rulez");
+    assert!(e.message.contains("did you mean `rules`"), "{}", e.message);
+    let e = schema(json!({"id": "t", "type": "multi", "options": ["a", "b"], "thresold": 0.7}))
+        .expect_err("refused");
+    assert_eq!(e.field, "questions[0].thresold");
+    assert!(
+        e.message.contains("did you mean `threshold`"),
+        "{}",
+        e.message
+    );
 }

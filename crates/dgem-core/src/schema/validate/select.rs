@@ -11,8 +11,29 @@ use crate::schema::{
     NONE_OPTION_NAMES,
 };
 
+/// Keys added with `multi`, `none_of_these` and `rules`. Unknown keys of a
+/// policy are ignored (as the original server ignores them), but a near miss
+/// of one of these would silently drop a rule or a selection setting, so it
+/// is refused ([`near_miss`]).
+const NEW_KEYS: [&str; 3] = ["rules", "threshold", "none_of_these"];
+
+/// Jaro-Winkler similarity at or above which an unknown key is taken for a
+/// misspelling of one of [`NEW_KEYS`] (`rule`, `rulez`, `thresold`).
+const NEAR_MISS: f64 = 0.9;
+
+/// The first key of `obj` that is not one of `NEW_KEYS` but nearly spells
+/// one, with the key it nearly spells.
+pub(super) fn near_miss(obj: &Map<String, Value>) -> Option<(&str, &'static str)> {
+    obj.keys().find_map(|k| {
+        NEW_KEYS
+            .iter()
+            .find(|n| **n != k && strsim::jaro_winkler(k, n) >= NEAR_MISS)
+            .map(|n| (k.as_str(), *n))
+    })
+}
+
 /// Description given to the option `none_of_these: true` adds.
-pub(super) const NONE_DESCRIPTION: &str = "none of the other options fits the state";
+pub(super) const NONE_DESCRIPTION: &str = "none of the other options applies";
 
 /// Whether `name` names a "none of these" option ([`NONE_OPTION_NAMES`],
 /// ignoring case and surrounding whitespace).
@@ -104,14 +125,14 @@ pub(super) fn selection(
         return Ok(None);
     }
     let together = alternatives.len() - usize::from(none_option.is_some());
-    let count = |field: &str, default: usize| -> Result<usize, SchemaError> {
+    let count = |field: &str, default: usize, least: usize| -> Result<usize, SchemaError> {
         match q.get(field) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => match v.as_u64() {
-                Some(n) if (n as usize) <= together => Ok(n as usize),
+                Some(n) if (n as usize) <= together && (n as usize) >= least => Ok(n as usize),
                 _ => {
                     let msg = format!(
-                        "question {name}: {field} must be a whole number from 0 to {together}, the options that can be selected together (got {})",
+                        "question {name}: {field} must be a whole number from {least} to {together}, the options that can be selected together (got {})",
                         shown(v)
                     );
                     Err(SchemaError::new(at(&format!(".{field}")), msg))
@@ -119,12 +140,10 @@ pub(super) fn selection(
             },
         }
     };
-    let min = count("min", 0)?;
-    let max = count("max", together)?;
-    if max == 0 || min > max {
-        let msg = format!(
-            "question {name}: max must be at least 1 and at least min (got min {min}, max {max})"
-        );
+    let min = count("min", 0, 0)?;
+    let max = count("max", together, 1)?;
+    if min > max {
+        let msg = format!("question {name}: max must be at least min (got min {min}, max {max})");
         return Err(SchemaError::new(at(".max"), msg));
     }
     let threshold = match q.get("threshold") {
@@ -133,7 +152,7 @@ pub(super) fn selection(
             Some(t) if t > 0.0 && t < 1.0 => t,
             _ => {
                 let msg = format!(
-                    "question {name}: threshold must be a probability strictly between 0 and 1 (got {})",
+                    "question {name}: threshold must be a number strictly between 0 and 1, a probability (got {})",
                     shown(v)
                 );
                 return Err(SchemaError::new(at(".threshold"), msg));
