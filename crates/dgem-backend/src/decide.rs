@@ -219,11 +219,7 @@ fn multi_from_reply(
     p: &[f64],
     path: &str,
 ) -> Result<AnswerOut, EngineError> {
-    let options = p
-        .iter()
-        .map(|x| dgem_core::readout::aggregate(&[vec![*x, 1.0 - x]]))
-        .collect();
-    let mut out = dgem_core::multi::collapse(q, options);
+    let mut out = dgem_core::multi::collapse_probabilities(q, p);
     let stated: Option<Vec<&str>> = entry
         .get("multi")
         .and_then(Value::as_array)
@@ -290,8 +286,7 @@ impl Decision {
                 let k = q.alternatives.len().max(1);
                 let mut out = if q.kind == dgem_core::schema::QuestionKind::Multi {
                     // Every option at even odds, and nothing selected.
-                    let even = dgem_core::readout::aggregate(&[vec![0.5, 0.5]]);
-                    let mut out = dgem_core::multi::collapse(q, vec![even; k]);
+                    let mut out = dgem_core::multi::collapse_probabilities(q, &vec![0.5; k]);
                     if let Some(m) = out.multi.as_mut() {
                         m.selected.clear();
                     }

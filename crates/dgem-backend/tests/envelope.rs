@@ -260,13 +260,7 @@ fn multi_and_constrained_answers_read_back_and_a_wrong_set_is_refused() {
         &SchemaDefaults::default(),
     )
     .expect("valid");
-    let tags = dgem_core::multi::collapse(
-        &s.questions[0],
-        [0.8, 0.3]
-            .iter()
-            .map(|p| dgem_core::readout::aggregate(&[vec![*p, 1.0 - p]]))
-            .collect(),
-    );
+    let tags = dgem_core::multi::collapse_probabilities(&s.questions[0], &[0.8, 0.3]);
     let mut urgent = dgem_core::envelope::AnswerOut::new(
         s.questions[1].clone(),
         vec!["yes".into(), "no".into()],

@@ -153,13 +153,7 @@ mod tests {
             &SchemaDefaults::default(),
         )
         .expect("valid");
-        let tags = dgem_core::multi::collapse(
-            &s.questions[0],
-            [0.9, 0.2, 0.7]
-                .iter()
-                .map(|p| dgem_core::readout::aggregate(&[vec![*p, 1.0 - p]]))
-                .collect(),
-        );
+        let tags = dgem_core::multi::collapse_probabilities(&s.questions[0], &[0.9, 0.2, 0.7]);
         let mut urgent = dgem_core::envelope::AnswerOut::new(
             s.questions[1].clone(),
             vec!["yes".into(), "no".into()],

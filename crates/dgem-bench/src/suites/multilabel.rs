@@ -106,10 +106,15 @@ pub fn label_slots(
             let read = answer.and_then(|a| a.multi.as_ref().map(|m| (a, m)));
             let out = match read {
                 Some((a, m)) => {
-                    let p = m.applies().get(j).copied().unwrap_or(0.0);
+                    let p = m
+                        .options
+                        .get(j)
+                        .and_then(|o| o.mean.first())
+                        .copied()
+                        .unwrap_or(0.0);
                     let selected = m.selected.contains(&j);
                     let said = if selected { "yes" } else { "no" };
-                    let h = dgem_core::multi::bernoulli_entropy(p) / std::f64::consts::LN_2;
+                    let h = dgem_core::multi::bernoulli_hesitation(p);
                     SlotOut {
                         expected: expected.into(),
                         answer: Some(said.into()),

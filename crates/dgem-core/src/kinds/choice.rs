@@ -61,11 +61,9 @@ impl Kind for Choice {
         }
     }
 
+    /// The chat route's `choice` (and `none_of_these`), then `probabilities`.
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
-        m.insert("choice".into(), json!(a.answer_name()));
-        if a.is_none_of_these() {
-            m.insert("none_of_these".into(), json!(true));
-        }
+        self.chat_keys(a, m);
         m.insert("probabilities".into(), by_name(a));
     }
 }

@@ -259,9 +259,26 @@ pub fn collapse(q: &Question, options: Vec<Aggregate>) -> AnswerOut {
     out
 }
 
+/// The answer of `multi` question `q` from each option's probability of
+/// applying (`p`, in option order), each taken as one yes/no read: what an
+/// upstream reply or a test states without the reads themselves.
+pub fn collapse_probabilities(q: &Question, p: &[f64]) -> AnswerOut {
+    let options = p
+        .iter()
+        .map(|x| crate::readout::aggregate(&[vec![*x, 1.0 - x]]))
+        .collect();
+    collapse(q, options)
+}
+
 /// Entropy of a yes/no read with `p(yes) = p`, in nats.
 pub fn bernoulli_entropy(p: f64) -> f64 {
     entropy(&[p, 1.0 - p])
+}
+
+/// Hesitation of a yes/no read with `p(yes) = p`: its entropy over ln 2,
+/// in [0, 1].
+pub fn bernoulli_hesitation(p: f64) -> f64 {
+    bernoulli_entropy(p) / std::f64::consts::LN_2
 }
 
 /// The multi-select type.
@@ -335,10 +352,7 @@ impl Kind for Multi {
         m.insert("entropy".into(), json!(agg.entropy));
         m.insert("normalized_entropy".into(), json!(agg.normalized_entropy));
         m.insert("option_entropy".into(), by_option(&bernoulli_entropy));
-        m.insert(
-            "option_hesitation".into(),
-            by_option(&|p| bernoulli_entropy(p) / std::f64::consts::LN_2),
-        );
+        m.insert("option_hesitation".into(), by_option(&bernoulli_hesitation));
         if let Some(t) = a.temperature {
             m.insert("temperature".into(), json!(t));
         }

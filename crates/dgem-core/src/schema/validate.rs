@@ -94,14 +94,6 @@ impl ValidSchema {
             rules,
             policy: None,
         })
-        .and_then(|schema| {
-            // A multi question is read as yes/no questions: build that schema
-            // once here, so a problem with it is refused now, not at each read.
-            if crate::multi::expands(&schema) {
-                crate::multi::expand(&schema)?;
-            }
-            Ok(schema)
-        })
     }
 }
 

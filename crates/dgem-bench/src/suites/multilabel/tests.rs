@@ -1,7 +1,6 @@
 use serde_json::json;
 
 use super::*;
-use dgem_core::readout::aggregate;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 
 fn question() -> Question {
@@ -15,10 +14,7 @@ fn question() -> Question {
 
 fn item(id: &str, gold: &[usize], p: [f64; 3]) -> BenchItem {
     let q = question();
-    let a = dgem_core::multi::collapse(
-        &q,
-        p.iter().map(|x| aggregate(&[vec![*x, 1.0 - x]])).collect(),
-    );
+    let a = dgem_core::multi::collapse_probabilities(&q, &p);
     BenchItem {
         id: id.into(),
         line: 1,

@@ -241,7 +241,7 @@ fn expansion_reads_one_yes_no_slot_per_option_and_collapse_rebuilds_the_set() {
 #[test]
 fn option_ids_never_collide() {
     let s = schema(json!({"id": "tags", "type": "multi", "options": ["2", "C++", "C#", "c"]}))
-        .expect("valid: the expansion is built at validation");
+        .expect("valid");
     let e = expand(&s).expect("expands");
     let ids: Vec<&str> = e.schema.questions.iter().map(|q| q.id.as_str()).collect();
     assert_eq!(ids, ["tags__2", "tags__c", "tags__c_2", "tags__c_3"]);
