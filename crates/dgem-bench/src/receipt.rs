@@ -69,55 +69,39 @@ impl ModelInfo {
     }
 }
 
-/// Which dgem produced the receipt.
+/// Which dgem produced the receipt: the commit the **binary** was built from,
+/// captured at compile time by this crate's build script (`build.rs`), not the
+/// working directory's state when the benchmark ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VersionInfo {
     /// Crate version.
     pub version: String,
-    /// `git rev-parse HEAD` in the working directory at run time, else `unknown`.
+    /// `git rev-parse HEAD` of the checkout the binary was built from, else
+    /// `unknown` (built outside a git repository).
     pub git_revision: String,
-    /// Whether tracked files differed from that revision at run time
-    /// (`git status --porcelain --untracked-files=no` printed anything):
-    /// the receipt then measured a build of changes not in `git_revision`.
-    /// `None` when git could not tell (and in receipts written before it).
+    /// Whether the sources the binary was built from (tracked files under
+    /// `crates/` and `vendor/`, `Cargo.toml`, `Cargo.lock`) differed from
+    /// `git_revision` at build time: the receipt then measured changes not in
+    /// that commit. `None` when git could not tell (and in receipts written
+    /// before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_dirty: Option<bool>,
 }
 
 impl VersionInfo {
-    /// This build, with the git revision of the current directory and
-    /// whether its tracked files were changed.
+    /// This binary: its version, the commit it was built from and whether
+    /// its sources were changed from that commit.
     pub fn current() -> Self {
         Self {
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            git_revision: git_revision(),
-            git_dirty: git_dirty(),
+            git_revision: env!("DGEM_BUILD_REVISION").to_owned(),
+            git_dirty: match env!("DGEM_BUILD_DIRTY") {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            },
         }
     }
-}
-
-/// Whether the current directory's tracked files differ from `HEAD`; `None`
-/// when git or the repository is missing.
-pub fn git_dirty() -> Option<bool> {
-    std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| !o.stdout.trim_ascii().is_empty())
-}
-
-/// `git rev-parse HEAD`, or `unknown` when git or the repository is missing.
-pub fn git_revision() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Run accounting.
@@ -219,4 +203,52 @@ impl Receipt {
 pub fn fingerprint(dataset_sha: &str, suite: &str, seed: i64, settings: &Value) -> String {
     let text = format!("{suite}|{dataset_sha}|{seed}|{settings}");
     crate::dataset::sha256_hex(text.as_bytes())[..16].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VersionInfo;
+
+    fn git(args: &[&str]) -> Option<String> {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Issue 36: a receipt recorded the working directory's commit at run
+    /// time, so a binary built earlier was credited to whatever was checked
+    /// out when it ran. It now names the commit the binary was built from.
+    #[test]
+    fn the_receipt_names_the_commit_the_binary_was_built_from() {
+        let v = VersionInfo::current();
+        let Some(head) = git(&["rev-parse", "HEAD"]) else {
+            assert_eq!(v.git_revision, "unknown");
+            assert_eq!(v.git_dirty, None);
+            return;
+        };
+        // The test binary was built from this checkout just now.
+        assert_eq!(v.git_revision, head);
+        let status = git(&[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            "crates",
+            "vendor",
+            "Cargo.toml",
+            "Cargo.lock",
+        ])
+        .expect("git status");
+        assert_eq!(v.git_dirty, Some(!status.is_empty()));
+        let json = serde_json::to_value(&v).expect("serializes");
+        assert_eq!(json["git_revision"], head.as_str());
+        assert_eq!(json["git_dirty"], !status.is_empty());
+    }
 }

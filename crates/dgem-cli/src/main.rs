@@ -8,7 +8,9 @@
 /// mimalloc instead of glibc malloc: under 64 concurrent decisions on the vLLM
 /// path glibc's malloc and free took about 30 % of the CPU samples, 11 % in
 /// lock waits and consolidation (`perf record` of `dgem bench-proxy`); see
-/// docs/benchmarks.md for the before and after.
+/// docs/benchmarks.md for the before and after. Cargo feature `mimalloc`, on by
+/// default; without it the system allocator is used.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -578,7 +578,7 @@ fn the_serving_image_builds_dgem_without_llama_cpp() {
         .expect("--features LIST")
         .split(',')
         .collect();
-    assert_eq!(features, ["vllm", "mcp", "studio"]);
+    assert_eq!(features, ["vllm", "mcp", "studio", "mimalloc"]);
     assert!(
         !ins.iter()
             .any(|i| i.keyword == "RUN" && i.args.contains("libclang")),
