@@ -8,7 +8,8 @@
 //! ```
 //!
 //! naming the receipt (a path under `benchmarks/results/`) and a JSON pointer
-//! (RFC 6901: `/`-separated keys, array indices) to the number. The figure is
+//! (RFC 6901: `/`-separated keys, array indices) to the number; a bare key
+//! (`slot_accuracy`) is short for `/metrics/slot_accuracy`. The figure is
 //! the number just before the marker on its line (`**` bold, `,` thousands
 //! separators allowed); followed by `%` it is the receipt's fraction × 100. It
 //! must equal the receipt's value rounded to the decimals shown (a half-unit of
@@ -118,7 +119,12 @@ fn check_marker(before: &str, spec: &str, at: &str, errors: &mut Vec<String>) {
         Ok(v) => v,
         Err(e) => return errors.push(format!("{at}: {e}")),
     };
-    let Some(actual) = value.pointer(pointer).and_then(Value::as_f64) else {
+    let pointer = if pointer.starts_with('/') {
+        pointer.to_owned()
+    } else {
+        format!("/metrics/{pointer}")
+    };
+    let Some(actual) = value.pointer(&pointer).and_then(Value::as_f64) else {
         errors.push(format!(
             "{at}: {name} has no number at {pointer} (the marker `{spec}`)"
         ));
@@ -308,9 +314,16 @@ fn one_command_regenerates_every_receipt() {
         missing.is_empty(),
         "scripts/receipts lists missing files: {missing:?}"
     );
-    // Each JSON receipt names the dgem commit that made it.
+    // Each JSON receipt names the dgem commit that made it (a fitted
+    // calibration file is named by the receipt of the run it was fitted on).
     for name in listed.iter().filter(|n| n.ends_with(".json")) {
         let v = receipt(name).expect("receipt");
+        if v["format"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("dgem-calibration"))
+        {
+            continue;
+        }
         assert!(
             v.pointer("/dgem/git_revision")
                 .and_then(Value::as_str)
@@ -359,4 +372,26 @@ fn a_figure_agrees_with_its_receipt_only_at_the_decimals_shown() {
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("says 0.5 but"), "{errors:?}");
+}
+
+/// The temperatures dgem ships for the default model are the ones the last
+/// refit in `scripts/receipts` gave (its fit file, `fitted_at_unix` aside), so
+/// the shipped file and `calibration_shipped.md` cannot drift apart.
+#[test]
+fn the_shipped_temperatures_are_the_receipted_fit() {
+    let read = |p: PathBuf| -> Value {
+        let mut v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).expect("fit file")).expect("JSON");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("fitted_at_unix");
+        }
+        v
+    };
+    let shipped = read(root().join("crates/dgem-model/calibration/gemma-3-270m-q4_k_m.json"));
+    let fitted = read(results().join("calibration_shipped_fit.json"));
+    assert_eq!(
+        shipped, fitted,
+        "crates/dgem-model/calibration/gemma-3-270m-q4_k_m.json differs from the receipted \
+         fit benchmarks/results/calibration_shipped_fit.json: copy the fit in, or regenerate it"
+    );
 }

@@ -50,10 +50,34 @@ fn otel_filter() -> tracing_subscriber::filter::Targets {
         )
 }
 
+/// `dgem --version`: the version and, in a build with the `bench` feature, the
+/// commit the binary was built from and whether its sources differed from it
+/// (what every benchmark receipt records as `dgem.git_revision` and
+/// `dgem.git_dirty`). `-V` prints the version alone.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        #[cfg(feature = "bench")]
+        {
+            let v = dgem_bench::receipt::VersionInfo::current();
+            let tree = match v.git_dirty {
+                Some(false) => "clean",
+                Some(true) => "sources changed from that commit",
+                None => "sources unknown",
+            };
+            format!("{} (commit {}, {tree})", v.version, v.git_revision)
+        }
+        #[cfg(not(feature = "bench"))]
+        {
+            env!("CARGO_PKG_VERSION").to_owned()
+        }
+    })
+}
+
 /// dgem — read a probability for every allowed answer of every question of a
 /// policy, in one pass of a model.
 #[derive(Debug, Parser)]
-#[command(name = "dgem", version, about, long_about = None)]
+#[command(name = "dgem", version, long_version = long_version(), about, long_about = None)]
 struct Cli {
     /// Log filter for stderr (e.g. `info`, `dgem_engine=debug`).
     #[arg(

@@ -6,6 +6,9 @@
 //! `DGEM_BENCH_REQUESTS` requests (default 2000) or `DGEM_BENCH_SECONDS` (default
 //! 10 s) per level, whichever ends first, and prints requests/s, p50/p99 latency
 //! and p50 of the time outside the decision (latency − `X-Inference-Time-Ms`).
+//! With `DGEM_BENCH_OUT=FILE` it also writes them as a JSON receipt (format
+//! `dgem.bench.serve_http/v1`, with the build's commit), as `scripts/receipts`
+//! runs it.
 //! Run: `cargo bench -p dgem-server --bench load`.
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
@@ -144,8 +147,18 @@ fn main() {
         println!("cores: {}", std::thread::available_parallelism().map_or(0, |n| n.get()));
         println!("{:>8} | {:>8} | {:>6} | {:>10} | {:>9} | {:>9} | {:>14}", "clients", "requests", "errors", "req/s", "p50 ms", "p99 ms", "p50 outside ms");
         println!("{}", "-".repeat(84));
+        let mut levels = Vec::new();
         for clients in [1, 8, 64] {
             let l = run_level(url.clone(), clients, max_requests, max_time).await;
+            levels.push(json!({
+                "clients": l.clients,
+                "requests": l.done,
+                "errors": l.errors,
+                "requests_per_s": l.done as f64 / l.secs,
+                "p50_ms": pct(&l.lat_ms, 0.5),
+                "p99_ms": pct(&l.lat_ms, 0.99),
+                "p50_outside_ms": pct(&l.overhead_ms, 0.5),
+            }));
             println!(
                 "{:>8} | {:>8} | {:>6} | {:>10.1} | {:>9.2} | {:>9.2} | {:>14.2}",
                 l.clients,
@@ -159,5 +172,23 @@ fn main() {
         }
         let _ = stop.send(());
         let _ = server.await;
+        if let Ok(out) = std::env::var("DGEM_BENCH_OUT") {
+            let receipt = json!({
+                "format": "dgem.bench.serve_http/v1",
+                "created_unix": std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                "dgem": dgem_bench::receipt::VersionInfo::current(),
+                "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+                "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+                "backend": "testkit scripted backend (no model)",
+                "max_inflight": 64,
+                "max_requests": max_requests,
+                "max_seconds": max_time.as_secs(),
+                "levels": levels,
+            });
+            std::fs::write(&out, serde_json::to_string_pretty(&receipt).unwrap() + "\n").unwrap();
+            println!("receipt written to {out}");
+        }
     });
 }
