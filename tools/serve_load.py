@@ -105,13 +105,18 @@ def start(dgem, extra, env_extra):
                     return srv, port, time.perf_counter() - t
         except Exception:
             time.sleep(0.2)
-    srv.terminate()
+    stop(srv)
     sys.exit("server did not become ready")
 
 
 def stop(srv):
+    """Stops a server: SIGTERM, then SIGKILL if it has not exited in 30 s."""
     srv.terminate()
-    srv.wait(timeout=30)
+    try:
+        srv.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait()
 
 
 def template_decision(port, i):
@@ -178,10 +183,12 @@ def version(dgem):
     """The binary's `dgem --version`: its version, commit and whether it was clean."""
     text = subprocess.run([dgem, "--version"], capture_output=True, text=True,
                           check=True).stdout.strip()
-    m = re.search(r"(\S+) \(commit (\w+), (clean|sources changed)", text)
-    return {"version_text": text, "version": m.group(1) if m else text,
+    m = re.search(r"(\S+) \(commit (\w+), ([^)]*)\)", text)
+    tree = m.group(3) if m else ""
+    return {"version_text": text, "version": m.group(1) if m else text.split()[-1],
             "git_revision": m.group(2) if m else "unknown",
-            "git_dirty": (m.group(3) != "clean") if m else None}
+            "git_dirty": False if tree == "clean" else True if tree.startswith("sources changed")
+            else None}
 
 
 def main():

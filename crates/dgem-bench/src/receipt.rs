@@ -80,7 +80,8 @@ pub struct VersionInfo {
     /// `unknown` (built outside a git repository).
     pub git_revision: String,
     /// Whether the sources the binary was built from (tracked files under
-    /// `crates/` and `vendor/`, `Cargo.toml`, `Cargo.lock`) differed from
+    /// `crates/`, `vendor/` and `templates/`, `Cargo.toml`, `Cargo.lock`,
+    /// `.cargo/config.toml`, `rust-toolchain.toml`) differed from
     /// `git_revision` at build time: the receipt then measured changes not in
     /// that commit. `None` when git could not tell (and in receipts written
     /// before it was recorded).
@@ -212,6 +213,7 @@ mod tests {
     fn git(args: &[&str]) -> Option<String> {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let out = std::process::Command::new("git")
+            .arg("--no-optional-locks")
             .arg("-C")
             .arg(root)
             .args(args)
@@ -242,8 +244,11 @@ mod tests {
             "--",
             "crates",
             "vendor",
+            "templates",
             "Cargo.toml",
             "Cargo.lock",
+            ".cargo/config.toml",
+            "rust-toolchain.toml",
         ])
         .expect("git status");
         assert_eq!(v.git_dirty, Some(!status.is_empty()));

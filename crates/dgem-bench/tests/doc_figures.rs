@@ -131,6 +131,13 @@ fn check_marker(before: &str, spec: &str, at: &str, errors: &mut Vec<String>) {
         return;
     };
     let actual = if percent { actual * 100.0 } else { actual };
+    if shown.decimals == 0 && !percent && actual.abs() < 1.0 && actual != 0.0 {
+        // "0" or "1" for a fraction would pass within half a unit.
+        errors.push(format!(
+            "{at}: {name} {pointer} is a fraction ({actual}): show it with decimals or as a %"
+        ));
+        return;
+    }
     if !agrees(shown, actual) {
         errors.push(format!(
             "{at}: the document says {}{} but {name} {pointer} is {actual}",
@@ -140,7 +147,7 @@ fn check_marker(before: &str, spec: &str, at: &str, errors: &mut Vec<String>) {
     }
 }
 
-/// Every number of `line` after its first `skip` characters.
+/// Every number in `line`, in order.
 fn numbers(line: &str) -> Vec<Shown> {
     line.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
         .map(|t| t.trim_matches([',', '.']))
@@ -150,12 +157,12 @@ fn numbers(line: &str) -> Vec<Shown> {
 }
 
 /// One row of a `dgem bench-speed` table against its scenario.
-fn check_speed_row(line: &str, scenarios: &Value, at: &str, errors: &mut Vec<String>) {
+fn check_speed_row(line: &str, scenarios: &Value, at: &str, errors: &mut Vec<String>) -> bool {
     let Some(name) = line.split_whitespace().next() else {
-        return;
+        return false;
     };
     let Some(s) = scenarios.get(name) else {
-        return;
+        return false;
     };
     let what = s.get("what").and_then(Value::as_str).unwrap_or_default();
     let rest = line
@@ -179,7 +186,7 @@ fn check_speed_row(line: &str, scenarios: &Value, at: &str, errors: &mut Vec<Str
             shown.len(),
             expected.len()
         ));
-        return;
+        return true;
     }
     for (shown, (key, v)) in shown.iter().zip(&expected) {
         if !agrees(*shown, *v) {
@@ -189,6 +196,24 @@ fn check_speed_row(line: &str, scenarios: &Value, at: &str, errors: &mut Vec<Str
             ));
         }
     }
+    true
+}
+
+/// Where a figure marker starts in `text`: `<!--`, optional spaces, `fig`
+/// and a space; returns the comment's start and where its spec starts.
+fn marker_start(text: &str) -> Option<(usize, usize)> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find("<!--") {
+        let start = from + i;
+        let after = text[start + 4..].trim_start();
+        if let Some(rest) = after.strip_prefix("fig") {
+            if rest.starts_with(char::is_whitespace) {
+                return Some((start, text.len() - rest.len()));
+            }
+        }
+        from = start + 4;
+    }
+    None
 }
 
 /// Checks every marker and every `fig=` block of one document; returns the
@@ -201,42 +226,51 @@ fn check_document(path: &Path, errors: &mut Vec<String>) -> BTreeSet<String> {
         .display()
         .to_string();
     let mut cited = BTreeSet::new();
-    let mut block: Option<Value> = None;
-    let mut in_fence = false;
+    // The receipt's scenarios of an open `fig=` block, with where it opened
+    // and how many of its rows were checked.
+    let mut block: Option<(Value, String, usize)> = None;
+    let mut fence: Option<&str> = None;
     for (i, line) in text.lines().enumerate() {
         let at = format!("{doc}:{}", i + 1);
-        if let Some(info) = line.trim_start().strip_prefix("```") {
-            in_fence = !in_fence;
-            block = None;
-            if in_fence {
+        let trimmed = line.trim_start();
+        let opener = ["```", "~~~"].into_iter().find(|f| trimmed.starts_with(f));
+        if let Some(f) = opener.filter(|f| fence.is_none_or(|open| open == *f)) {
+            if fence.take().is_none() {
+                fence = Some(f);
+                let info = &trimmed[f.len()..];
                 if let Some(name) = info.split_whitespace().find_map(|w| w.strip_prefix("fig=")) {
                     cited.insert(name.to_owned());
                     match receipt(name) {
-                        Ok(v) => block = v.get("scenarios").cloned(),
+                        Ok(v) => block = Some((v["scenarios"].clone(), at.clone(), 0)),
                         Err(e) => errors.push(format!("{at}: {e}")),
                     }
                 }
+            } else if let Some((_, opened, 0)) = block.take() {
+                errors.push(format!(
+                    "{opened}: a `fig=` block with no row of its receipt"
+                ));
             }
             continue;
         }
-        if let Some(scenarios) = &block {
-            check_speed_row(line, scenarios, &at, errors);
+        if let Some((scenarios, _, checked)) = &mut block {
+            if check_speed_row(line, scenarios, &at, errors) {
+                *checked += 1;
+            }
             continue;
         }
-        let mut rest = line;
         let mut offset = 0;
-        while let Some(start) = rest.find("<!-- fig ") {
-            let Some(len) = rest[start..].find("-->") else {
+        while let Some((start, spec_at)) = marker_start(&line[offset..]) {
+            let (start, spec_at) = (offset + start, offset + spec_at);
+            let Some(len) = line[spec_at..].find("-->") else {
                 errors.push(format!("{at}: an unclosed figure marker"));
                 break;
             };
-            let spec = &rest[start + "<!-- fig ".len()..start + len];
+            let spec = line[spec_at..spec_at + len].trim();
             if let Some(name) = spec.split_whitespace().next() {
                 cited.insert(name.to_owned());
             }
-            check_marker(&line[..offset + start], spec, &at, errors);
-            offset += start + len + 3;
-            rest = &line[offset..];
+            check_marker(&line[..start], spec, &at, errors);
+            offset = spec_at + len + 3;
         }
         for (j, _) in line.match_indices("benchmarks/results/") {
             let tail = &line[j + "benchmarks/results/".len()..];
@@ -253,8 +287,10 @@ fn check_document(path: &Path, errors: &mut Vec<String>) -> BTreeSet<String> {
     cited
 }
 
-/// The files `scripts/receipts --list` accounts for.
-fn listed() -> BTreeSet<String> {
+/// The files `scripts/receipts --list` accounts for, each with its status:
+/// `current` (remade by the script from clean sources), `legacy REV` (not
+/// remade yet: the run of commit REV) or `frozen REV` (cannot be remade).
+fn listed() -> std::collections::BTreeMap<String, String> {
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/receipts"))
         .arg("--list")
@@ -263,8 +299,11 @@ fn listed() -> BTreeSet<String> {
     assert!(out.status.success(), "scripts/receipts --list failed");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.split('\t').next())
-        .map(str::to_owned)
+        .filter_map(|l| {
+            let mut cols = l.split('\t');
+            let name = cols.next()?;
+            Some((name.to_owned(), cols.nth(2).unwrap_or_default().to_owned()))
+        })
         .collect()
 }
 
@@ -301,7 +340,8 @@ fn every_figure_in_the_docs_is_the_one_in_the_receipt_it_cites() {
 
 #[test]
 fn one_command_regenerates_every_receipt() {
-    let listed = listed();
+    let statuses = listed();
+    let listed: BTreeSet<String> = statuses.keys().cloned().collect();
     let mut present = BTreeSet::new();
     files_under(&results(), "", &mut present);
     let unlisted: Vec<_> = present.difference(&listed).collect();
@@ -316,6 +356,9 @@ fn one_command_regenerates_every_receipt() {
     );
     // Each JSON receipt names the dgem commit that made it (a fitted
     // calibration file is named by the receipt of the run it was fitted on).
+    // One the script remade says its binary's sources were clean; one not
+    // remade yet is the run of the commit the script names for it.
+    let mut errors = Vec::new();
     for name in listed.iter().filter(|n| n.ends_with(".json")) {
         let v = receipt(name).expect("receipt");
         if v["format"]
@@ -324,13 +367,31 @@ fn one_command_regenerates_every_receipt() {
         {
             continue;
         }
-        assert!(
-            v.pointer("/dgem/git_revision")
-                .and_then(Value::as_str)
-                .is_some_and(|r| r.len() == 40),
-            "{name} does not record the commit that made it"
-        );
+        let revision = v
+            .pointer("/dgem/git_revision")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if revision.len() != 40 {
+            errors.push(format!("{name} does not record the commit that made it"));
+            continue;
+        }
+        let status = &statuses[name];
+        match status.split_once(' ') {
+            None if status == "current" => {
+                if v.pointer("/dgem/git_dirty") != Some(&Value::Bool(false)) {
+                    errors.push(format!(
+                        "{name} is not from a clean build (dgem.git_dirty is not false): \
+                         remake it with scripts/receipts"
+                    ));
+                }
+            }
+            Some(("legacy" | "frozen", rev)) if revision.starts_with(rev) => {}
+            _ => errors.push(format!(
+                "{name}: scripts/receipts says `{status}` but the receipt is the run of {revision}"
+            )),
+        }
     }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 #[test]
@@ -372,6 +433,23 @@ fn a_figure_agrees_with_its_receipt_only_at_the_decimals_shown() {
     );
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("says 0.5 but"), "{errors:?}");
+    // A bare key is a metric.
+    check_marker("ECE 0.50", "quality_eval.json ece_10bin", "t", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    check_marker("items 30", "quality_eval.json items", "t", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    // A fraction shown as a whole number is refused, not passed within 0.5.
+    check_marker(
+        "accuracy 1",
+        "quality_eval.json slot_accuracy",
+        "t",
+        &mut errors,
+    );
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(errors[2].contains("is a fraction"), "{errors:?}");
+    assert_eq!(marker_start("x 1<!--fig a b-->"), Some((3, 10)));
+    assert_eq!(marker_start("x 1<!--  fig a b-->"), Some((3, 12)));
+    assert_eq!(marker_start("<!-- figure -->"), None);
 }
 
 /// The temperatures dgem ships for the default model are the ones the last
