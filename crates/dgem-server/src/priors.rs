@@ -5,7 +5,8 @@
 //! Zhao et al. 2021). Those three extra prompts are read the first time a
 //! policy is seen; with the default `document_first` layout the state comes
 //! before the policy, so they share no KV prefix with the real prompt and the
-//! first decision of a policy costs about 3.6× a later one. The priors are
+//! first decision of a policy costs about 4× a later one (3.8× to 4.4×
+//! measured, benchmarks/results/serve_load.json and speed_embedded.json). The priors are
 //! cached in memory and persisted per model, so warming them here moves that
 //! cost out of the first request of every template in the folder.
 //!
