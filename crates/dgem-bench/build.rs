@@ -93,6 +93,9 @@ fn main() {
     } else {
         ("unknown".to_owned(), "unknown".to_owned())
     };
+    // The list itself, so that a test checks the dirty flag against the same
+    // paths instead of a copy of them.
+    println!("cargo:rustc-env=DGEM_BUILD_SOURCES={}", SOURCES.join(" "));
     println!("cargo:rustc-env=DGEM_BUILD_REVISION={revision}");
     println!("cargo:rustc-env=DGEM_BUILD_DIRTY={dirty}");
 }

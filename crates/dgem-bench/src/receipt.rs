@@ -81,7 +81,8 @@ pub struct VersionInfo {
     pub git_revision: String,
     /// Whether the sources the binary was built from (tracked files under
     /// `crates/`, `vendor/` and `templates/`, `Cargo.toml`, `Cargo.lock`,
-    /// `.cargo/config.toml`, `rust-toolchain.toml`) differed from
+    /// `.cargo/config.toml`, `rust-toolchain.toml`: `build.rs`'s `SOURCES`)
+    /// differed from
     /// `git_revision` at build time: the receipt then measured changes not in
     /// that commit. `None` when git could not tell (and in receipts written
     /// before it was recorded).
@@ -237,20 +238,9 @@ mod tests {
         };
         // The test binary was built from this checkout just now.
         assert_eq!(v.git_revision, head);
-        let status = git(&[
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            "crates",
-            "vendor",
-            "templates",
-            "Cargo.toml",
-            "Cargo.lock",
-            ".cargo/config.toml",
-            "rust-toolchain.toml",
-        ])
-        .expect("git status");
+        let mut args = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+        args.extend(env!("DGEM_BUILD_SOURCES").split(' '));
+        let status = git(&args).expect("git status");
         assert_eq!(v.git_dirty, Some(!status.is_empty()));
         let json = serde_json::to_value(&v).expect("serializes");
         assert_eq!(json["git_revision"], head.as_str());

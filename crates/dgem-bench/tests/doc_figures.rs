@@ -473,3 +473,22 @@ fn the_shipped_temperatures_are_the_receipted_fit() {
          fit benchmarks/results/calibration_shipped_fit.json: copy the fit in, or regenerate it"
     );
 }
+
+/// `scripts/receipts` refuses dirty sources by the same list of paths the
+/// build script records the dirty flag by (`DGEM_BUILD_SOURCES`).
+#[test]
+fn the_receipts_script_checks_the_build_scripts_sources() {
+    let script = std::fs::read_to_string(root().join("scripts/receipts")).expect("script");
+    let line = script
+        .split("\nSOURCES = [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("a SOURCES list in scripts/receipts");
+    let listed: Vec<&str> = line
+        .split(',')
+        .map(|w| w.trim().trim_matches('"'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let built: Vec<&str> = env!("DGEM_BUILD_SOURCES").split(' ').collect();
+    assert_eq!(listed, built);
+}
