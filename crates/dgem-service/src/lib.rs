@@ -26,6 +26,7 @@ mod prepare;
 pub mod read;
 mod request;
 mod service;
+mod surface;
 
 pub use catalogue::{alias_variables, check_unknown_variables, Catalogue, Rendered};
 pub use error::{ServiceError, TemplateFailure};
@@ -37,24 +38,4 @@ pub use request::{
     DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
 pub use service::{finish, Decided, Service};
-
-/// How a surface names itself in the messages the service writes.
-#[derive(Debug, Clone, Copy)]
-pub struct Surface {
-    /// Where the template ids are listed, e.g. `GET /api/templates`.
-    pub templates_from: &'static str,
-}
-
-impl Surface {
-    /// The Studio HTTP API (`/api/decide`).
-    pub const API: Self = Self {
-        templates_from: "GET /api/templates",
-    };
-    /// The MCP tools.
-    pub const MCP: Self = Self {
-        templates_from: "list_policy_templates",
-    };
-    /// For tests.
-    #[cfg(test)]
-    pub(crate) const TEST: Self = Self::API;
-}
+pub use surface::Surface;
