@@ -151,10 +151,10 @@ mod tests {
         let err = provider_from_spec("openai:localhost:8000").expect_err("no scheme");
         assert_eq!(
             err.to_string(),
-            format!("`cascade provider` must be {SPEC_ALLOWED}; got `openai:localhost:8000`")
+            format!("`cascade provider` must be {SPEC_ALLOWED}. Given: `openai:localhost:8000`")
         );
         let err = provider_from_spec("anthropic").expect_err("unknown");
-        assert!(err.to_string().ends_with("got `anthropic`"), "{err}");
+        assert!(err.to_string().ends_with("Given: `anthropic`"), "{err}");
     }
 
     #[test]

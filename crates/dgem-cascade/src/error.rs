@@ -13,11 +13,11 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CascadeError {
     /// A request key or configuration value outside its allowed values.
-    #[error("`{field}` must be {allowed}; got {got}")]
+    #[error("`{field}` must be {allowed}. Given: {got}")]
     Invalid {
         /// The key or setting, e.g. `cascade_mode`.
         field: String,
-        /// What is accepted, in words (`one of off, entropy, on_miss`).
+        /// What is accepted, in words (`one of [off, entropy, on_miss]`).
         allowed: String,
         /// The value received, as written (JSON for request keys).
         got: String,

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
+use dgem_core::json::shown;
 use dgem_core::schema::ValidSchema;
+use dgem_core::words::{self, Word};
 use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -24,26 +26,71 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(25);
 /// Stage-2 deadline when images are sent (90 s): image calls are slower.
 pub const DEFAULT_IMAGE_DEADLINE: Duration = Duration::from_secs(90);
 
-/// The `cascade_mode` values every surface documents (the OpenAPI document,
-/// the MCP tool schemas): the canonical spelling of each mode. The parser
-/// also takes the aliases below and `true`/`false`; a test holds the
-/// documents to this list.
-pub const CASCADE_MODES: [&str; 3] = ["off", "entropy", "on_miss"];
-/// The documented `cascade_threshold_mode` values (aliases: `raw`,
-/// `normalised`, `hesitation`).
-pub const THRESHOLD_MODES: [&str; 2] = ["nats", "normalized"];
-/// The documented `stage2_prior` values: how much of Stage 1 the Stage-2
-/// prompt shows.
-pub const STAGE2_PRIORS: [&str; 3] = ["soft", "none", "full"];
-
-/// Spellings of `cascade_mode` that turn the cascade off.
-const OFF: [&str; 4] = ["off", "none", "false", ""];
-/// Spellings of `cascade_mode` for [`CascadeMode::Entropy`].
-const ENTROPY: [&str; 4] = ["entropy", "auto", "true", "prior_guided"];
-/// Spellings of `cascade_mode` for [`CascadeMode::OnMiss`].
-const ON_MISS: [&str; 2] = ["on_miss", "miss"];
 /// Values of `expected_answers` that state no expectation.
 const NO_EXPECTATION: [&str; 3] = ["", "—", "-"];
+
+/// `cascade_mode` as a request writes it: whether and when Stage-1 answers
+/// are escalated. Besides the names, the original cascade's spellings are
+/// accepted (`none`, `false` and `""` for off; `auto`, `true` and
+/// `prior_guided` for entropy; `miss` for on_miss) and JSON `true`/`false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CascadeSwitch {
+    /// No cascade (default).
+    #[default]
+    Off,
+    /// [`CascadeMode::Entropy`].
+    Entropy,
+    /// [`CascadeMode::OnMiss`].
+    OnMiss,
+}
+
+impl Word for CascadeSwitch {
+    const ALL: &'static [Self] = &[Self::Off, Self::Entropy, Self::OnMiss];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Entropy => "entropy",
+            Self::OnMiss => "on_miss",
+        }
+    }
+
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Self::Off => &["none", "false", ""],
+            Self::Entropy => &["auto", "true", "prior_guided"],
+            Self::OnMiss => &["miss"],
+        }
+    }
+
+    fn from_bool(b: bool) -> Option<Self> {
+        Some(if b { Self::Entropy } else { Self::Off })
+    }
+
+    fn expected() -> String {
+        format!(
+            "one of [{}] (or true/false)",
+            words::names::<Self>().join(", ")
+        )
+    }
+}
+
+dgem_core::word_serde!(
+    CascadeSwitch,
+    "CascadeModeValue",
+    "When Stage-1 answers are escalated to a Stage-2 model: `off`, `entropy` (when an answer's entropy reaches the threshold) or `on_miss` (when it differs from `expected_answers`; the entropy gate elsewhere). `true`/`false` are taken too."
+);
+
+impl CascadeSwitch {
+    /// The gate this asks for, `None` when off.
+    pub fn mode(self) -> Option<CascadeMode> {
+        match self {
+            Self::Off => None,
+            Self::Entropy => Some(CascadeMode::Entropy),
+            Self::OnMiss => Some(CascadeMode::OnMiss),
+        }
+    }
+}
 
 /// When a Stage-1 answer is escalated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -59,18 +106,19 @@ pub enum CascadeMode {
 impl CascadeMode {
     /// The wire name (`entropy`, `on_miss`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Entropy => "entropy",
-            Self::OnMiss => "on_miss",
-        }
+        let switch = match self {
+            Self::Entropy => CascadeSwitch::Entropy,
+            Self::OnMiss => CascadeSwitch::OnMiss,
+        };
+        switch.name()
     }
 }
 
-/// What the threshold is compared with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What the threshold is compared with (`cascade_threshold_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ThresholdMode {
     /// The answer entropy H, in nats (default; alias `raw`).
+    #[default]
     Nats,
     /// Hesitation H / ln K, in [0, 1] (aliases `normalised`, `hesitation`).
     Normalized,
@@ -94,9 +142,9 @@ impl ThresholdMode {
     }
 }
 
-/// How much of the Stage-1 reading the Stage-2 prompt shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
+/// How much of the Stage-1 reading the Stage-2 prompt shows
+/// (`stage2_prior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PriorMode {
     /// The Stage-1 lean, as a hint to weigh, not follow (default).
     #[default]
@@ -117,6 +165,48 @@ impl PriorMode {
         }
     }
 }
+
+impl Word for PriorMode {
+    const ALL: &'static [Self] = &[Self::Soft, Self::None, Self::Full];
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Self::Soft => &[""],
+            _ => &[],
+        }
+    }
+}
+
+dgem_core::word_serde!(
+    PriorMode,
+    "Stage2PriorValue",
+    "How much of Stage 1 the Stage-2 prompt shows: `soft` (the answer and its confidence, as a hint), `none`, or `full` (the whole distribution)."
+);
+
+impl Word for ThresholdMode {
+    const ALL: &'static [Self] = &[Self::Nats, Self::Normalized];
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+
+    fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Self::Nats => &["raw", ""],
+            Self::Normalized => &["normalised", "hesitation"],
+        }
+    }
+}
+
+dgem_core::word_serde!(
+    ThresholdMode,
+    "ThresholdModeValue",
+    "What the cascade threshold is compared with: `nats` (the entropy) or `normalized` (entropy / ln K, in [0, 1])."
+);
 
 /// Cascade settings of one decision request.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,8 +253,11 @@ impl CascadeOptions {
         // Every key is checked, cascade on or off: a wrong type is refused
         // even where it would not be used (`cascade_threshold: "abc"` without
         // `cascade_mode` was accepted; issue 38).
-        let mode = parse_mode(obj.get("cascade_mode"))?;
-        let threshold_mode = parse_threshold_mode(obj.get("cascade_threshold_mode"))?;
+        let mode = word::<CascadeSwitch>("cascade_mode", obj.get("cascade_mode"))?
+            .and_then(CascadeSwitch::mode);
+        let threshold_mode =
+            word::<ThresholdMode>("cascade_threshold_mode", obj.get("cascade_threshold_mode"))?
+                .unwrap_or_default();
         let threshold = match obj.get("cascade_threshold") {
             None | Some(Value::Null) => threshold_mode.default_threshold(),
             Some(Value::Number(n)) => match n.as_f64() {
@@ -190,7 +283,7 @@ impl CascadeOptions {
                 ))
             }
         };
-        let prior = parse_prior(obj.get("stage2_prior"))?;
+        let prior = word::<PriorMode>("stage2_prior", obj.get("stage2_prior"))?.unwrap_or_default();
         let expected = parse_expected(obj.get("expected_answers"))?;
         Ok(mode.map(|mode| Self {
             mode,
@@ -256,80 +349,15 @@ impl CascadeOptions {
     }
 }
 
-/// Comma-separated quoted list for error messages.
-fn listed(names: &[&[&str]]) -> String {
-    names
-        .iter()
-        .flat_map(|n| n.iter())
-        .map(|n| format!("\"{n}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn parse_mode(v: Option<&Value>) -> Result<Option<CascadeMode>, CascadeError> {
-    let bad = |got: String| {
-        CascadeError::invalid(
-            "cascade_mode",
-            format!(
-                "one of {} (or true/false)",
-                listed(&[&OFF, &ENTROPY, &ON_MISS])
-            ),
-            got,
-        )
-    };
-    let s = match v {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(None),
-        Some(Value::Bool(true)) => return Ok(Some(CascadeMode::Entropy)),
-        Some(Value::String(s)) => s.trim().to_ascii_lowercase(),
-        Some(other) => return Err(bad(other.to_string())),
-    };
-    if OFF.contains(&s.as_str()) {
-        Ok(None)
-    } else if ENTROPY.contains(&s.as_str()) {
-        Ok(Some(CascadeMode::Entropy))
-    } else if ON_MISS.contains(&s.as_str()) {
-        Ok(Some(CascadeMode::OnMiss))
-    } else {
-        Err(bad(v.map(Value::to_string).unwrap_or_default()))
-    }
-}
-
-fn parse_threshold_mode(v: Option<&Value>) -> Result<ThresholdMode, CascadeError> {
-    let bad = || {
-        CascadeError::invalid(
-            "cascade_threshold_mode",
-            "one of \"nats\", \"raw\", \"normalized\", \"normalised\", \"hesitation\"",
-            v.map(Value::to_string).unwrap_or_default(),
-        )
-    };
+/// The value of word-valued key `field` (`None` when absent or `null`),
+/// through the type's one parse ([`words::from_value`], which its serde
+/// implementation calls too).
+fn word<T: Word>(field: &str, v: Option<&Value>) -> Result<Option<T>, CascadeError> {
     match v {
-        None | Some(Value::Null) => Ok(ThresholdMode::Nats),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "" | "nats" | "raw" => Ok(ThresholdMode::Nats),
-            "normalized" | "normalised" | "hesitation" => Ok(ThresholdMode::Normalized),
-            _ => Err(bad()),
-        },
-        Some(_) => Err(bad()),
-    }
-}
-
-fn parse_prior(v: Option<&Value>) -> Result<PriorMode, CascadeError> {
-    let bad = || {
-        CascadeError::invalid(
-            "stage2_prior",
-            "one of \"soft\", \"none\", \"full\"",
-            v.map(Value::to_string).unwrap_or_default(),
-        )
-    };
-    match v {
-        None | Some(Value::Null) => Ok(PriorMode::Soft),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "" | "soft" => Ok(PriorMode::Soft),
-            "none" => Ok(PriorMode::None),
-            "full" => Ok(PriorMode::Full),
-            _ => Err(bad()),
-        },
-        Some(_) => Err(bad()),
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => words::from_value::<T>(v)
+            .map(Some)
+            .map_err(|_| CascadeError::invalid(field, T::expected(), shown(v))),
     }
 }
 

@@ -16,6 +16,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod commands;
 mod failure;
+mod flag_error;
 mod otel;
 mod progress;
 mod pull;
@@ -272,7 +273,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let code = u8::from(e.use_stderr());
-            let _ = e.print();
+            match flag_error::message(&e) {
+                Some(m) => eprintln!("error: {m}"),
+                None => {
+                    let _ = e.print();
+                }
+            }
             return ExitCode::from(code);
         }
     };

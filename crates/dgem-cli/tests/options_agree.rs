@@ -7,8 +7,10 @@
 //! each is accepted, and the values the document used to list are refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dgem_cascade::options::{CASCADE_MODES, STAGE2_PRIORS, THRESHOLD_MODES};
+use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
 use dgem_cascade::CascadeOptions;
+use dgem_core::schema::{Isolate, Layout};
+use dgem_core::words::{names, Word};
 use serde_json::{json, Map, Value};
 
 /// `root` with every `$ref` into `#/components/schemas/` or `#/$defs/`
@@ -80,28 +82,43 @@ fn property<'a>(doc: &'a Value, schema: &'a Value, key: &str) -> &'a Value {
     &Value::Null
 }
 
-fn sorted(list: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = list.iter().map(|s| (*s).to_string()).collect();
+fn sorted<T: Word>() -> Vec<String> {
+    let mut v: Vec<String> = names::<T>().iter().map(|s| (*s).to_string()).collect();
     v.sort();
     v
 }
 
-/// (option key, its canonical values).
-fn enumerated() -> [(&'static str, Vec<String>); 3] {
+/// (option key, its canonical values: the type's one list).
+fn enumerated() -> [(&'static str, Vec<String>); 5] {
     [
-        ("cascade_mode", sorted(&CASCADE_MODES)),
-        ("cascade_threshold_mode", sorted(&THRESHOLD_MODES)),
-        ("stage2_prior", sorted(&STAGE2_PRIORS)),
+        ("cascade_mode", sorted::<CascadeSwitch>()),
+        ("cascade_threshold_mode", sorted::<ThresholdMode>()),
+        ("stage2_prior", sorted::<PriorMode>()),
+        ("layout", sorted::<Layout>()),
+        ("isolate", sorted::<Isolate>()),
     ]
 }
 
-/// Whether the parser accepts `value` for `key` (with a cascade switched on,
-/// so that every key is read).
+/// Whether the parsers accept `value` for `key`: the decision service's
+/// request parse and, for the cascade's keys, the cascade's own (with a
+/// cascade switched on, so that every key is read).
 fn parser_accepts(key: &str, value: &Value) -> bool {
     let mut obj = Map::new();
-    obj.insert("cascade_mode".into(), json!("entropy"));
     obj.insert(key.into(), value.clone());
-    CascadeOptions::from_object(&obj).is_ok()
+    let service = dgem_service::DecisionRequest::from_object(&obj, &dgem_service::Surface::API);
+    if !key.starts_with("cascade") && key != "stage2_prior" {
+        return service.is_ok();
+    }
+    if key != "cascade_mode" {
+        obj.insert("cascade_mode".into(), json!("entropy"));
+    }
+    let cascade = CascadeOptions::from_object(&obj);
+    assert_eq!(
+        service.is_ok(),
+        cascade.is_ok(),
+        "the service and the cascade disagree on {key}={value}"
+    );
+    cascade.is_ok()
 }
 
 #[test]
@@ -116,6 +133,11 @@ fn openapi_mcp_and_the_parser_list_the_same_cascade_values() {
     for (key, canonical) in enumerated() {
         for schema in ["ChatCompletionRequest", "DecisionRequest"] {
             let prop = property(&openapi, &openapi["components"]["schemas"][schema], key);
+            if schema == "ChatCompletionRequest" && ["layout", "isolate"].contains(&key) {
+                // The chat route takes them in its system schema, not the body.
+                assert!(prop.is_null(), "{key}");
+                continue;
+            }
             assert_eq!(
                 enum_values(&openapi, prop),
                 canonical,
@@ -134,6 +156,34 @@ fn openapi_mcp_and_the_parser_list_the_same_cascade_values() {
                 "the parser refuses {key}={v}"
             );
         }
+        assert!(!parser_accepts(key, &json!("sideways")), "{key}");
+    }
+}
+
+/// `dgem decide --help` lists each word flag's values, from the same list.
+#[test]
+fn the_flags_list_the_same_values() {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .args(["decide", "--help"])
+        .output()
+        .expect("run dgem decide --help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    for (key, canonical) in enumerated() {
+        let flag = if key == "cascade_mode" {
+            "--cascade".to_string()
+        } else {
+            format!("--{}", key.replace('_', "-"))
+        };
+        let at = help.find(&format!("{flag} <")).expect("the flag");
+        let rest = &help[at..];
+        let listed = rest
+            .find("[possible values: ")
+            .map(|i| &rest[i + 18..])
+            .and_then(|r| r.split(']').next())
+            .expect("possible values");
+        let mut listed: Vec<String> = listed.split(", ").map(str::to_string).collect();
+        listed.sort();
+        assert_eq!(listed, canonical, "{flag}");
     }
 }
 

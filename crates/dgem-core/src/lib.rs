@@ -52,6 +52,7 @@ pub mod template;
 pub mod tokenizer;
 pub mod vars;
 pub mod walk;
+pub mod words;
 
 pub use error::{CoreError, SchemaError, TemplateError};
 /// `multi` questions' read (one yes/no slot per option), where other crates find it.

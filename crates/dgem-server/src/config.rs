@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use dgem_core::schema::{Isolate, Layout, SamplePolicy, SchemaDefaults, MAX_SAMPLES};
+use dgem_core::words::{self, Word};
 use thiserror::Error;
 
 /// Environment variable names read by [`ServeConfig::from_env`] (serving.md §12.3).
@@ -61,7 +62,7 @@ pub struct ConfigError {
     /// Variable name.
     pub var: &'static str,
     /// What is allowed.
-    pub expected: &'static str,
+    pub expected: std::borrow::Cow<'static, str>,
     /// The value found.
     pub given: String,
 }
@@ -210,22 +211,13 @@ impl ServeConfig {
             c.schema_defaults.samples = samples(&v)?;
         }
         if let Some(v) = get(env::DEFAULT_LAYOUT) {
-            c.schema_defaults.layout = match v.as_str() {
-                "document_first" => Layout::DocumentFirst,
-                "schema_first" => Layout::SchemaFirst,
-                _ => {
-                    return Err(err(
-                        env::DEFAULT_LAYOUT,
-                        "one of [document_first, schema_first]",
-                        &v,
-                    ))
-                }
-            };
+            c.schema_defaults.layout = words::parse_exact::<Layout>(&v)
+                .ok_or_else(|| err(env::DEFAULT_LAYOUT, Layout::expected(), &v))?;
             c.schema_defaults.layout_stated = true;
         }
         if let Some(v) = get(env::DEFAULT_ISOLATE) {
-            c.schema_defaults.isolate = Isolate::parse(&v)
-                .ok_or_else(|| err(env::DEFAULT_ISOLATE, "one of [auto, noul, none, all]", &v))?;
+            c.schema_defaults.isolate = words::parse_exact::<Isolate>(&v)
+                .ok_or_else(|| err(env::DEFAULT_ISOLATE, Isolate::expected(), &v))?;
         }
         if let Some(v) = get(env::DGEM_VERSION) {
             c.version = v;
@@ -302,10 +294,14 @@ fn positive_seconds(var: &'static str, v: &str) -> Result<Duration, ConfigError>
     }
 }
 
-fn err(var: &'static str, expected: &'static str, given: &str) -> ConfigError {
+fn err(
+    var: &'static str,
+    expected: impl Into<std::borrow::Cow<'static, str>>,
+    given: &str,
+) -> ConfigError {
     ConfigError {
         var,
-        expected,
+        expected: expected.into(),
         given: given.to_string(),
     }
 }

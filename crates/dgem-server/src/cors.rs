@@ -32,7 +32,7 @@ pub fn check_origin(var: &'static str, origin: &str) -> Result<(), ConfigError> 
     let bad = || {
         ConfigError {
         var,
-        expected: "`*` or comma-separated origins such as `https://app.example.com` or `http://localhost:3000` (scheme and host, no path)",
+        expected: "`*` or comma-separated origins such as `https://app.example.com` or `http://localhost:3000` (scheme and host, no path)".into(),
         given: origin.to_string(),
     }
     };

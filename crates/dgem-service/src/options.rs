@@ -8,56 +8,30 @@
 //! - utoipa: the OpenAPI schema of `/api/decide`;
 //! - clap: the flags of `dgem decide` (`--cascade`, `--temperature`, …).
 //!
-//! The values stay JSON here: a temperature is a number or an object by
-//! question type, an abstention floor a number or an object by question id.
-//! [`dgem_cascade::Hesitation::from_object`] reads and checks them, with
-//! messages naming the key, the allowed values and the value received.
+//! The word-valued keys are their cascade types ([`CascadeSwitch`],
+//! [`ThresholdMode`], [`PriorMode`]), read by each type's one parse
+//! ([`dgem_core::words`]) whichever surface they come from. The others stay
+//! JSON here: a temperature is a number or an object by question type, an
+//! abstention floor a number or an object by question id, and their checks
+//! need the policy; [`dgem_cascade::Hesitation::from_object`] reads and
+//! checks them, with messages naming the key, the allowed values and the
+//! value received.
+
+use std::sync::OnceLock;
 
 use clap::Args;
+use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
+use dgem_core::words;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-/// `cascade_mode` as advertised: the canonical spellings of
-/// [`dgem_cascade::options::CASCADE_MODES`] (the parser also takes aliases and
-/// booleans). Variants carry no doc comments so that schemars writes a plain
-/// string `enum`, not a `oneOf`, for clients with a small schema subset.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum CascadeModeValue {
-    Off,
-    Entropy,
-    OnMiss,
-}
-
-/// `cascade_threshold_mode` as advertised
-/// ([`dgem_cascade::options::THRESHOLD_MODES`]): `nats` compares the
-/// threshold with the entropy in nats, `normalized` with entropy / ln K.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum ThresholdModeValue {
-    Nats,
-    Normalized,
-}
-
-/// `stage2_prior` as advertised ([`dgem_cascade::options::STAGE2_PRIORS`]):
-/// how much of Stage 1 the Stage-2 prompt shows (`soft`: the answer and its
-/// confidence as a hint; `none`; `full`: the whole distribution).
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum Stage2PriorValue {
-    Soft,
-    None,
-    Full,
-}
+use crate::error::ServiceError;
 
 /// `s` as JSON when it parses (a number, an object), else as a JSON string:
 /// the value of a flag that takes a number or JSON (`--temperature 1.4`,
-/// `--temperature '{"choice": 1.4}'`) or a word (`--cascade entropy`).
+/// `--temperature '{"choice": 1.4}'`).
 ///
 /// # Errors
 /// Never; the `Result` is clap's value-parser shape.
@@ -70,9 +44,9 @@ pub fn json_or_string(s: &str) -> Result<Value, String> {
     })
 }
 
-/// A flag's value that is a word or a name (`--cascade entropy`,
-/// `--cascade-model gpt-4.1`): always the text given, never read as JSON, so
-/// a model named `1.5` or `null` stays that name.
+/// A flag's value that is a name (`--cascade-model gpt-4.1`): always the
+/// text given, never read as JSON, so a model named `1.5` or `null` stays
+/// that name.
 ///
 /// # Errors
 /// Never; the `Result` is clap's value-parser shape.
@@ -124,10 +98,8 @@ pub struct AfterOptions {
     /// "entropy" (gate on entropy), or "on_miss" (answers differing from
     /// expected_answers, else the entropy gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<CascadeModeValue>")]
-    #[schema(value_type = Option<CascadeModeValue>)]
-    #[arg(long = "cascade", value_name = "MODE", value_parser = word_flag)]
-    pub cascade_mode: Option<Value>,
+    #[arg(long = "cascade", value_name = "MODE", value_parser = words::flag::<CascadeSwitch>())]
+    pub cascade_mode: Option<CascadeSwitch>,
     /// Gate threshold: an entropy in nats (default 0.35) or, with
     /// cascade_threshold_mode "normalized", a hesitation in [0, 1] (default
     /// 0.16). Escalates at or above it.
@@ -139,10 +111,8 @@ pub struct AfterOptions {
     /// What cascade_threshold is compared with: "nats" (default) or
     /// "normalized" (entropy / ln K).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<ThresholdModeValue>")]
-    #[schema(value_type = Option<ThresholdModeValue>)]
-    #[arg(long, value_name = "MODE", value_parser = word_flag)]
-    pub cascade_threshold_mode: Option<Value>,
+    #[arg(long, value_name = "MODE", value_parser = words::flag::<ThresholdMode>())]
+    pub cascade_threshold_mode: Option<ThresholdMode>,
     /// Stage-2 model name (default: the provider's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
@@ -152,10 +122,8 @@ pub struct AfterOptions {
     /// How much of Stage 1 the Stage-2 prompt shows: "soft" (default),
     /// "none", "full".
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<Stage2PriorValue>")]
-    #[schema(value_type = Option<Stage2PriorValue>)]
-    #[arg(long, value_name = "MODE", value_parser = word_flag)]
-    pub stage2_prior: Option<Value>,
+    #[arg(long, value_name = "MODE", value_parser = words::flag::<PriorMode>())]
+    pub stage2_prior: Option<PriorMode>,
     /// Expected answers for cascade_mode "on_miss", by question id, e.g.
     /// {"urgent": "yes"}. (On the command line: `--expect QUESTION=VALUE`,
     /// repeatable.)
@@ -199,23 +167,17 @@ impl AfterOptions {
     }
 
     /// The options read from the post-read keys of `obj` (other keys are
-    /// ignored; the values are checked later, by
-    /// [`dgem_cascade::Hesitation::from_object`]).
-    pub fn from_object(obj: &Map<String, Value>) -> Self {
-        let get = |k: &str| obj.get(k).filter(|v| !v.is_null()).cloned();
-        Self {
-            temperature: get("temperature"),
-            abstain_below: get("abstain_below"),
-            abstain_above: get("abstain_above"),
-            cascade_mode: get("cascade_mode"),
-            cascade_threshold: get("cascade_threshold"),
-            cascade_threshold_mode: get("cascade_threshold_mode"),
-            cascade_model: get("cascade_model"),
-            stage2_prior: get("stage2_prior"),
-            expected_answers: get("expected_answers"),
-            suggest_expansions: get("suggest_expansions"),
-            expansion_entropy: get("expansion_entropy"),
-        }
+    /// ignored; `null` is "not given"). The word-valued keys are checked
+    /// here; the JSON-valued ones later, against the policy, by
+    /// [`dgem_cascade::Hesitation::from_object`].
+    ///
+    /// # Errors
+    /// [`ServiceError::Field`] naming the key, its allowed values and the
+    /// value given, e.g. "`stage2_prior` must be one of [soft, none, full].
+    /// Given: \"strong\"".
+    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ServiceError> {
+        static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+        crate::keys::from_keys(obj, KEYS.get_or_init(Self::keys))
     }
 
     /// The JSON keys of these options, as the derived schema names them.
@@ -264,7 +226,7 @@ mod tests {
                 "suggest_expansions": true,
             })
         );
-        assert_eq!(AfterOptions::from_object(&obj), cli.after);
+        assert_eq!(AfterOptions::from_object(&obj).expect("parses"), cli.after);
     }
 
     #[test]
@@ -285,7 +247,7 @@ mod tests {
         let cli = Cli::try_parse_from(["dgem", "--cascade-model", "1.5", "--cascade", "true"])
             .expect("parses");
         assert_eq!(cli.after.cascade_model, Some(Value::String("1.5".into())));
-        assert_eq!(cli.after.cascade_mode, Some(Value::String("true".into())));
+        assert_eq!(cli.after.cascade_mode, Some(CascadeSwitch::Entropy));
     }
 
     #[test]

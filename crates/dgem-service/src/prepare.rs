@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::catalogue::Catalogue;
 use crate::error::ServiceError;
+use crate::read::ReadOptions;
 use crate::request::{shown, DecisionRequest, CUSTOM_LABEL, DEFAULT_SEED, DEFAULT_TEMPLATE};
 
 /// A request ready to read.
@@ -78,11 +79,13 @@ pub fn prepare(
             ),
         ));
     }
-    // The read options first: a bad `samples` is reported before the policy
-    // is rendered, as it always was.
-    let samples = read.samples()?;
-    let layout = read.layout()?;
-    let isolate = read.isolate()?;
+    let count = read.count();
+    let ReadOptions {
+        seed,
+        samples,
+        layout,
+        isolate,
+    } = read;
     let (label, mut schema, state, warnings) = if custom {
         let (mut schema, state) =
             custom_policy(questions, state, instructions.as_deref(), gives_images)?;
@@ -98,7 +101,7 @@ pub fn prepare(
             &name,
             variables.unwrap_or_default(),
             allow_missing_vars.unwrap_or(false),
-            read.count(),
+            count,
             gives_images,
         )?;
         let payload = rendered.payload;
@@ -139,7 +142,7 @@ pub fn prepare(
         request: DecideRequest {
             schema,
             state,
-            seed: read.seed.unwrap_or(DEFAULT_SEED),
+            seed: seed.unwrap_or(DEFAULT_SEED),
         },
         backend: backend.filter(|b| !b.is_empty()),
         hesitation,
@@ -189,11 +192,11 @@ fn custom_policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::ReadOptions;
+    use dgem_core::schema::Isolate;
     use dgem_engine::templates::TemplateDir;
     use serde_json::json;
 
-    fn request(isolate: Value) -> DecisionRequest {
+    fn request(isolate: Isolate) -> DecisionRequest {
         DecisionRequest {
             questions: Some(json!([
                 {"id": "a", "type": "noul"},
@@ -216,16 +219,12 @@ mod tests {
     fn isolate_decides_which_questions_are_read_alone() {
         let cat = Catalogue::new(TemplateDir::new("/nonexistent/dgem/templates"));
         let defaults = SchemaDefaults::default();
-        let all = prepare(&cat, None, request(json!("all")), &defaults).expect("prepares");
+        let all = prepare(&cat, None, request(Isolate::All), &defaults).expect("prepares");
         assert_eq!(all.request.schema.isolated(), ["a", "b", "team"]);
-        let none = prepare(&cat, None, request(json!("none")), &defaults).expect("prepares");
+        let none = prepare(&cat, None, request(Isolate::None), &defaults).expect("prepares");
         assert!(none.request.schema.isolated().is_empty());
-        let auto = prepare(&cat, None, request(json!("auto")), &defaults).expect("prepares");
+        let auto = prepare(&cat, None, request(Isolate::Auto), &defaults).expect("prepares");
         assert_eq!(auto.request.schema.isolated(), ["a", "b"]);
-        match prepare(&cat, None, request(json!("some")), &defaults) {
-            Err(ServiceError::Field { field, .. }) => assert_eq!(field, "isolate"),
-            other => panic!("{other:?}"),
-        }
     }
 
     /// Moved from the engine's `TemplateDir::render_checked` (now gone):
@@ -252,7 +251,7 @@ mod tests {
             samples: dgem_core::schema::SamplePolicy::Fixed { n: 3 },
             ..SchemaDefaults::default()
         };
-        let p = prepare(&cat, None, request(json!("auto")), &defaults).expect("prepares");
+        let p = prepare(&cat, None, request(Isolate::Auto), &defaults).expect("prepares");
         assert_eq!(
             p.request.schema.samples,
             dgem_core::schema::SamplePolicy::Fixed { n: 3 }

@@ -1,49 +1,27 @@
-//! How a decision is read: the seed, the reads to average and the prompt
-//! layout. Like [`crate::AfterOptions`], [`ReadOptions`] is declared once and
-//! its derives give the JSON keys (serde), the MCP schema (schemars), the
-//! OpenAPI schema (utoipa) and the `dgem decide` flags (clap: `--seed`,
-//! `--samples`, `--layout`). Values are checked by [`ReadOptions::samples`]
-//! and [`ReadOptions::layout`], whichever surface they came from.
+//! How a decision is read: the seed, the reads to average, the prompt layout
+//! and which questions are read alone. Like [`crate::AfterOptions`],
+//! [`ReadOptions`] is declared once and its derives give the JSON keys
+//! (serde), the MCP schema (schemars), the OpenAPI schema (utoipa) and the
+//! `dgem decide` flags (clap: `--seed`, `--samples`, `--layout`,
+//! `--isolate`).
+//!
+//! Each value is its core type ([`SamplePolicy`], [`Layout`], [`Isolate`]),
+//! and each type's one parse is what serde, the schemas and the flags use:
+//! [`dgem_core::words`] for the word-valued ones,
+//! [`dgem_core::schema::request_samples`] for `samples`.
+
+use std::sync::OnceLock;
 
 use clap::Args;
-use dgem_core::schema::{
-    Isolate, Layout, SamplePolicy, DEFAULT_AUTO_MAX, DEFAULT_AUTO_THRESHOLD, MAX_SAMPLES,
-};
+use dgem_core::json::shown;
+use dgem_core::schema::{request_samples, Isolate, Layout, SamplePolicy, MAX_SAMPLES};
+use dgem_core::words;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ServiceError;
-use crate::options::{json_or_string, word_flag};
-use crate::request::shown;
-
-/// `layout` as advertised: `document_first` (the state, then the questions)
-/// or `schema_first` (the questions first, so that one policy's prompt prefix
-/// is shared across states). Variants carry no doc comments so that schemars
-/// writes a plain string `enum`.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum LayoutValue {
-    DocumentFirst,
-    SchemaFirst,
-}
-
-/// `isolate` as advertised: which questions are read alone, on their own
-/// canvas (`auto`: the yes/no questions when there are 2 or 3 questions
-/// (`ISOLATE_AUTO_MAX`) and at least two are yes/no; `noul`: every yes/no
-/// question; `none`; `all`; `noul` and `all` only in policies of 2 to 8
-/// questions, `ISOLATE_MAX_QUESTIONS`).
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(missing_docs)]
-pub enum IsolateValue {
-    Auto,
-    Noul,
-    None,
-    All,
-}
 
 /// The read keys of one decision request (see the module docs). `None`
 /// leaves the policy's own setting (the seed defaults to 42).
@@ -51,25 +29,31 @@ pub enum IsolateValue {
 pub struct ReadOptions {
     /// Base seed for the reads (default 42): the same request with the same
     /// seed gets the same probabilities.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "seed"
+    )]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<i64>,
     /// Reads to average: a count from 1 to 32, or "auto" (one read, and up
     /// to 4 when an answer's entropy exceeds 0.1 nats). Wins over the
     /// policy's `samples`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "request_samples"
+    )]
     #[schemars(schema_with = "samples_schema")]
     #[schema(value_type = Option<Value>)]
-    #[arg(long, value_name = "N|auto", value_parser = json_or_string)]
-    pub samples: Option<Value>,
+    #[arg(long, value_name = "N|auto", value_parser = request_samples::from_flag)]
+    pub samples: Option<SamplePolicy>,
     /// Prompt layout: "document_first" (the state, then the questions) or
     /// "schema_first" (the questions first, so that one policy's prompt
     /// prefix is shared, and cached, across states). Wins over the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<LayoutValue>")]
-    #[schema(value_type = Option<LayoutValue>)]
-    #[arg(long, value_name = "LAYOUT", value_parser = word_flag)]
-    pub layout: Option<Value>,
+    #[arg(long, value_name = "LAYOUT", value_parser = words::flag::<Layout>())]
+    pub layout: Option<Layout>,
     /// Which questions are read alone, each on its own canvas: "auto"
     /// (default: the yes/no questions of a policy of 2 or 3 questions with
     /// at least two of them), "noul" (every yes/no question), "none" or
@@ -77,10 +61,8 @@ pub struct ReadOptions {
     /// Reading alone costs a read per question and keeps one answer from
     /// leaning on another. Wins over the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<IsolateValue>")]
-    #[schema(value_type = Option<IsolateValue>)]
-    #[arg(long, value_name = "RULE", value_parser = word_flag)]
-    pub isolate: Option<Value>,
+    #[arg(long, value_name = "RULE", value_parser = words::flag::<Isolate>())]
+    pub isolate: Option<Isolate>,
 }
 
 /// `samples` as the MCP schema advertises it: a count from 1 to 32. The
@@ -96,129 +78,43 @@ fn samples_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-impl ReadOptions {
-    /// The read keys of `obj` (`null` is "not given"). The seed's type is
-    /// checked here; `samples` and `layout` when the request is prepared
-    /// ([`ReadOptions::samples`], [`ReadOptions::layout`]), whichever surface
-    /// built it.
-    ///
-    /// # Errors
-    /// [`ServiceError::Field`] for a `seed` that is not an integer.
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ServiceError> {
-        let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
-        let seed = match given("seed") {
-            None => None,
-            Some(v) => Some(v.as_i64().ok_or_else(|| {
-                let what = if v.is_u64() {
-                    // An integer, just not one a seed can be.
-                    format!("an integer from {} to {}", i64::MIN, i64::MAX)
-                } else {
-                    "an integer".to_string()
-                };
-                ServiceError::field(
-                    "seed",
-                    format!("`seed` must be {what}. Given: {}", shown(v)),
-                )
-            })?),
-        };
-        Ok(Self {
-            seed,
-            samples: given("samples").cloned(),
-            layout: given("layout").cloned(),
-            isolate: given("isolate").cloned(),
-        })
+/// serde `deserialize_with` for `seed`: an integer, refused naming what it
+/// must be and the value given (`null` is "not given").
+fn seed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    let v = Value::deserialize(d)?;
+    if v.is_null() {
+        return Ok(None);
     }
+    v.as_i64().map(Some).ok_or_else(|| {
+        let what = if v.is_u64() {
+            // An integer, just not one a seed can be.
+            format!("an integer from {} to {}", i64::MIN, i64::MAX)
+        } else {
+            "an integer".to_string()
+        };
+        serde::de::Error::custom(format!("must be {what}. Given: {}", shown(&v)))
+    })
+}
 
-    /// The sample policy `samples` asks for, `None` when not given.
+impl ReadOptions {
+    /// The read keys of `obj` (`null` is "not given"; other keys are
+    /// ignored).
     ///
     /// # Errors
-    /// [`ServiceError::Field`] naming `samples`, what it must be and the
-    /// value given.
-    pub fn samples(&self) -> Result<Option<SamplePolicy>, ServiceError> {
-        let Some(v) = self.samples.as_ref().filter(|v| !v.is_null()) else {
-            return Ok(None);
-        };
-        if v.as_str()
-            .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto"))
-        {
-            return Ok(Some(SamplePolicy::Auto {
-                max: DEFAULT_AUTO_MAX,
-                threshold: DEFAULT_AUTO_THRESHOLD,
-            }));
-        }
-        // A count written `3.0` is the count 3 (some clients write every
-        // number as a float); `2.5` is not a count.
-        let whole = v
-            .as_f64()
-            .filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x <= f64::from(u32::MAX))
-            .map(|x| x as u64);
-        match v.as_u64().or(whole).and_then(|n| u32::try_from(n).ok()) {
-            Some(n) if (1..=MAX_SAMPLES).contains(&n) => Ok(Some(SamplePolicy::Fixed { n })),
-            _ => Err(ServiceError::field(
-                "samples",
-                format!(
-                    "`samples` must be a count from 1 to {MAX_SAMPLES} or `auto`. Given: {}",
-                    shown(v)
-                ),
-            )),
-        }
+    /// [`ServiceError::Field`] naming the key, what it must be and the value
+    /// given, e.g. "`samples` must be a count from 1 to 32 or `auto`. Given:
+    /// 0".
+    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ServiceError> {
+        static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+        crate::keys::from_keys(obj, KEYS.get_or_init(crate::keys::properties::<Self>))
     }
 
     /// The count `samples` asks for, when it is a count (a template may read
     /// it as its variable `samples`).
     pub fn count(&self) -> Option<u32> {
-        match self.samples() {
-            Ok(Some(SamplePolicy::Fixed { n })) => Some(n),
+        match self.samples {
+            Some(SamplePolicy::Fixed { n }) => Some(n),
             _ => None,
-        }
-    }
-
-    /// The layout `layout` asks for, `None` when not given.
-    ///
-    /// # Errors
-    /// [`ServiceError::Field`] naming `layout`, its allowed values and the
-    /// value given.
-    pub fn layout(&self) -> Result<Option<Layout>, ServiceError> {
-        match self.layout.as_ref().filter(|v| !v.is_null()) {
-            None => Ok(None),
-            Some(v) => match v.as_str().map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-                Some("document_first") => Ok(Some(Layout::DocumentFirst)),
-                Some("schema_first") => Ok(Some(Layout::SchemaFirst)),
-                _ => Err(ServiceError::field(
-                    "layout",
-                    format!(
-                        "`layout` must be one of [document_first, schema_first]. Given: {}",
-                        shown(v)
-                    ),
-                )),
-            },
-        }
-    }
-}
-
-impl ReadOptions {
-    /// The isolation rule `isolate` asks for, `None` when not given.
-    ///
-    /// # Errors
-    /// [`ServiceError::Field`] naming `isolate`, its allowed values and the
-    /// value given.
-    pub fn isolate(&self) -> Result<Option<Isolate>, ServiceError> {
-        let Some(v) = self.isolate.as_ref().filter(|v| !v.is_null()) else {
-            return Ok(None);
-        };
-        match v
-            .as_str()
-            .map(|s| s.trim().to_ascii_lowercase())
-            .and_then(|s| Isolate::parse(&s))
-        {
-            Some(rule) => Ok(Some(rule)),
-            None => Err(ServiceError::field(
-                "isolate",
-                format!(
-                    "`isolate` must be one of [auto, noul, none, all]. Given: {}",
-                    shown(v)
-                ),
-            )),
         }
     }
 }
@@ -228,41 +124,40 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(samples: Value, layout: Value) -> ReadOptions {
-        ReadOptions {
-            samples: Some(samples),
-            layout: Some(layout),
-            ..ReadOptions::default()
+    fn read(v: Value) -> Result<ReadOptions, ServiceError> {
+        match v {
+            Value::Object(m) => ReadOptions::from_object(&m),
+            _ => Ok(ReadOptions::default()),
         }
     }
 
     #[test]
     fn samples_take_a_count_or_auto_and_layout_its_two_names() {
-        let r = read(json!(3), json!("schema_first"));
-        assert_eq!(r.samples().expect("ok"), Some(SamplePolicy::Fixed { n: 3 }));
+        let r = read(json!({"samples": 3, "layout": "schema_first", "other": 1})).expect("ok");
+        assert_eq!(r.samples, Some(SamplePolicy::Fixed { n: 3 }));
         assert_eq!(r.count(), Some(3));
-        assert_eq!(r.layout().expect("ok"), Some(Layout::SchemaFirst));
-        let r = read(json!("AUTO"), json!("document_first"));
+        assert_eq!(r.layout, Some(Layout::SchemaFirst));
+        let r = read(json!({"samples": "AUTO", "layout": " Document_First ", "seed": null}))
+            .expect("ok");
         assert_eq!(
-            r.samples().expect("ok"),
+            r.samples,
             Some(SamplePolicy::Auto {
                 max: 4,
                 threshold: 0.1
             })
         );
+        assert_eq!(r.layout, Some(Layout::DocumentFirst));
         assert_eq!(r.count(), None);
-        assert_eq!(ReadOptions::default().samples().expect("ok"), None);
+        assert_eq!(r.seed, None);
+        assert_eq!(read(json!({})).expect("ok"), ReadOptions::default());
     }
 
     #[test]
     fn isolate_takes_the_four_rules_and_refuses_others_naming_them() {
-        let r = |v: Value| ReadOptions {
-            isolate: Some(v),
-            ..ReadOptions::default()
-        };
-        assert_eq!(r(json!("all")).isolate().expect("ok"), Some(Isolate::All));
-        assert_eq!(r(json!("none")).isolate().expect("ok"), Some(Isolate::None));
-        let e = r(json!(true)).isolate().expect_err("refused");
+        let r = |v: Value| read(json!({ "isolate": v }));
+        assert_eq!(r(json!("all")).expect("ok").isolate, Some(Isolate::All));
+        assert_eq!(r(json!("none")).expect("ok").isolate, Some(Isolate::None));
+        let e = r(json!(true)).expect_err("refused");
         assert_eq!(
             e.to_string(),
             "`isolate` must be one of [auto, noul, none, all]. Given: true"
@@ -280,15 +175,36 @@ mod tests {
             (json!("often"), "Given: \"often\""),
             (json!(2.5), "Given: 2.5"),
         ] {
-            let e = read(bad, json!(null)).samples().expect_err("refused");
+            let e = read(json!({ "samples": bad })).expect_err("refused");
             assert!(e.to_string().contains(want), "{e}");
         }
-        let e = read(json!(1), json!("sideways"))
-            .layout()
-            .expect_err("refused");
+        match read(json!({"layout": "sideways"})) {
+            Err(ServiceError::Field { field, message }) => {
+                assert_eq!(field, "layout");
+                assert_eq!(
+                    message,
+                    "`layout` must be one of [document_first, schema_first]. Given: \"sideways\""
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = read(json!({"seed": "x"})).expect_err("refused");
+        assert_eq!(e.to_string(), "`seed` must be an integer. Given: \"x\"");
+    }
+
+    /// The request keys written back are the ones read: a count, `auto`,
+    /// and the names.
+    #[test]
+    fn the_options_round_trip_through_their_json() {
+        let r = read(
+            json!({"seed": -3, "samples": "auto", "layout": "schema_first", "isolate": "noul"}),
+        )
+        .expect("ok");
+        let back = serde_json::to_value(&r).expect("json");
         assert_eq!(
-            e.to_string(),
-            "`layout` must be one of [document_first, schema_first]. Given: \"sideways\""
+            back,
+            json!({"seed": -3, "samples": "auto", "layout": "schema_first", "isolate": "noul"})
         );
+        assert_eq!(read(back).expect("ok"), r);
     }
 }

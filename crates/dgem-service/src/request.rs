@@ -6,9 +6,10 @@
 //! the OpenAPI schema of `/api/decide` (utoipa) and the MCP decision tools'
 //! input schemas (schemars, projected per tool by [`tool_schema`]); the keys
 //! a surface refuses as unknown are read from the same schema
-//! ([`DecisionRequest::keys`]). Values are checked by hand in
-//! [`DecisionRequest::from_object`] rather than by serde, so that every error
-//! names the field, the allowed values and the value received.
+//! ([`DecisionRequest::keys`]). [`DecisionRequest::from_object`] checks each
+//! value, every error naming the field, the allowed values and the value
+//! received: the read and post-read options by serde through their core
+//! types' own parses, the other keys by hand.
 
 use dgem_core::schema::QuestionKind;
 use schemars::JsonSchema;
@@ -166,7 +167,7 @@ pub struct DecisionRequest {
     /// Backend to decide with; none means the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
-    /// How to read: seed, samples, layout.
+    /// How to read: seed, samples, layout, isolate.
     #[serde(flatten)]
     pub read: ReadOptions,
     /// What to do after the read.
@@ -220,8 +221,8 @@ impl DecisionRequest {
     /// # Errors
     /// [`ServiceError::Field`] naming the field, what it must be and the
     /// value given (e.g. "`seed` must be an integer. Given: \"x\""). The
-    /// read and post-read values are checked when the request is prepared,
-    /// whichever surface built it.
+    /// post-read values that need the policy (temperatures, abstention
+    /// floors, expected answers) are checked when the request is prepared.
     pub fn from_object(obj: &Map<String, Value>, surface: &Surface) -> Result<Self, ServiceError> {
         let string = |key: &str, what: &str| -> Result<Option<String>, ServiceError> {
             match given(obj, key) {
@@ -284,7 +285,7 @@ impl DecisionRequest {
             rules: given(obj, "rules").cloned(),
             backend: string("backend", "a string")?,
             read: ReadOptions::from_object(obj)?,
-            after: AfterOptions::from_object(obj),
+            after: AfterOptions::from_object(obj)?,
             allow_missing_vars,
         })
     }
@@ -448,7 +449,10 @@ mod tests {
         assert_eq!(r.template.as_deref(), Some("pr_risk"));
         assert_eq!(r.read.seed, Some(7));
         assert_eq!(r.read.count(), Some(3));
-        assert_eq!(r.after.cascade_mode, Some(json!("entropy")));
+        assert_eq!(
+            r.after.cascade_mode,
+            Some(dgem_cascade::options::CascadeSwitch::Entropy)
+        );
         assert_eq!(r.allow_missing_vars, Some(true));
         let cases = [
             (

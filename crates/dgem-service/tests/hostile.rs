@@ -697,16 +697,26 @@ fn keys_include_every_read_and_post_read_key_once() {
         backend: Some("b".into()),
         read: ReadOptions {
             seed: Some(1),
-            samples: Some(json!(1)),
-            layout: Some(json!("schema_first")),
-            isolate: Some(json!("all")),
+            samples: Some(SamplePolicy::Fixed { n: 1 }),
+            layout: Some(Layout::SchemaFirst),
+            isolate: Some(Isolate::All),
         },
         after: AfterOptions::from_object(
             &AfterOptions::keys()
                 .into_iter()
-                .map(|k| (k, json!(1)))
+                .map(|k| {
+                    // A value of each key's type: the word keys take names.
+                    let v = match k.as_str() {
+                        "cascade_mode" => json!("entropy"),
+                        "cascade_threshold_mode" => json!("nats"),
+                        "stage2_prior" => json!("full"),
+                        _ => json!(1),
+                    };
+                    (k, v)
+                })
                 .collect(),
-        ),
+        )
+        .expect("parses"),
         allow_missing_vars: Some(true),
     };
     let Value::Object(wire) = serde_json::to_value(&full).expect("serializes") else {
@@ -786,13 +796,6 @@ fn the_samples_schema_bounds_the_count_and_names_auto() {
     );
 }
 
-fn read_checks(r: &ReadOptions) -> Result<(), ServiceError> {
-    r.samples()?;
-    r.layout()?;
-    r.isolate()?;
-    Ok(())
-}
-
 #[derive(Debug, Parser)]
 struct Cli {
     #[command(flatten)]
@@ -842,35 +845,49 @@ fn flags_reach_the_same_checks_as_json() {
     ])
     .expect("parses");
     assert_eq!(cli.read.seed, Some(-5));
-    assert!(matches!(
-        cli.read.samples().expect("ok"),
-        Some(SamplePolicy::Auto { .. })
-    ));
-    assert_eq!(cli.read.layout().expect("ok"), Some(Layout::SchemaFirst));
-    assert_eq!(cli.read.isolate().expect("ok"), Some(Isolate::All));
-    let cli = Cli::try_parse_from(["dgem", "--samples", "7"]).expect("parses");
+    assert!(matches!(cli.read.samples, Some(SamplePolicy::Auto { .. })));
+    assert_eq!(cli.read.layout, Some(Layout::SchemaFirst));
+    assert_eq!(cli.read.isolate, Some(Isolate::All));
+    let cli = Cli::try_parse_from(["dgem", "--samples", "7", "--layout", " SCHEMA_FIRST"])
+        .expect("parses");
     assert_eq!(cli.read.count(), Some(7));
-    for (flag, bad) in [
-        ("--samples", "0"),
-        ("--samples", "lots"),
-        ("--layout", "x"),
-        ("--isolate", "some"),
+    assert_eq!(cli.read.layout, Some(Layout::SchemaFirst));
+    // A bad value is refused by the flag's parse, which is the key's: the
+    // message names the allowed values and the value given.
+    for (flag, bad, want) in [
+        (
+            "--samples",
+            "0",
+            "must be a count from 1 to 32 or `auto`. Given: 0",
+        ),
+        ("--samples", "lots", "Given: \"lots\""),
+        (
+            "--layout",
+            "x",
+            "must be one of [document_first, schema_first]. Given: `x`",
+        ),
+        (
+            "--isolate",
+            "some",
+            "must be one of [auto, noul, none, all]. Given: `some`",
+        ),
     ] {
-        let cli = Cli::try_parse_from(["dgem", flag, bad]).expect("parses");
-        let e = read_checks(&cli.read).expect_err(bad);
-        assert!(e.to_string().contains(bad), "{e}");
+        let e = Cli::try_parse_from(["dgem", flag, bad]).expect_err(bad);
+        assert!(e.to_string().contains(want), "{e}");
     }
     assert!(Cli::try_parse_from(["dgem", "--seed", "18446744073709551616"]).is_err());
 }
 
 /// `--isolate null` / `--samples null` / `--layout null` on the command line
-/// are read as JSON `null`, i.e. "not given": the flag is silently ignored.
+/// were read as JSON `null`, i.e. "not given": the flag was silently
+/// ignored. They are refused.
 #[test]
 fn a_null_word_flag_is_refused() {
     for flag in ["--samples", "--layout", "--isolate"] {
-        let cli = Cli::try_parse_from(["dgem", flag, "null"]).expect("parses");
-        let r = read_checks(&cli.read);
-        assert!(r.is_err(), "{flag} null accepted");
+        assert!(
+            Cli::try_parse_from(["dgem", flag, "null"]).is_err(),
+            "{flag} null accepted"
+        );
     }
 }
 

@@ -598,11 +598,11 @@ fn option_errors_name_the_key_the_allowed_values_and_the_value() {
     let err = |v: Value| read(v).expect_err("invalid").to_string();
     assert_eq!(
         err(json!({"suggest_expansions": "yes"})),
-        "`suggest_expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"); got \"yes\""
+        "`suggest_expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"). Given: \"yes\""
     );
     assert_eq!(
         err(json!({"suggest_expansions": 1})),
-        "`suggest_expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"); got 1"
+        "`suggest_expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"). Given: 1"
     );
     for (bad, shown) in [
         (json!(0), "0"),
@@ -611,7 +611,7 @@ fn option_errors_name_the_key_the_allowed_values_and_the_value() {
     ] {
         assert_eq!(
             err(json!({"suggest_expansions": true, "expansion_entropy": bad})),
-            format!("`expansion_entropy` must be a number of nats above 0 (absent uses 0.35); got {shown}")
+            format!("`expansion_entropy` must be a number of nats above 0 (absent uses 0.35). Given: {shown}")
         );
     }
 }
@@ -626,7 +626,7 @@ fn hesitation_reads_the_expansion_keys() {
     let bad = json!({"suggest_expansions": "maybe"});
     let e = Hesitation::from_object(bad.as_object().expect("object"), &s).expect_err("invalid");
     assert_eq!(e.field, "suggest_expansions");
-    assert!(e.message.contains("got \"maybe\""), "{}", e.message);
+    assert!(e.message.contains("Given: \"maybe\""), "{}", e.message);
     let none = Hesitation::from_object(&Map::new(), &s).expect("valid");
     assert_eq!(none.expansion, None);
 }

@@ -118,36 +118,33 @@ fn prior_model_and_expectations() {
 fn errors_name_field_allowed_and_given() {
     assert_eq!(
         err(json!({"cascade_mode": "sometimes"})),
-        "`cascade_mode` must be one of \"off\", \"none\", \"false\", \"\", \"entropy\", \
-         \"auto\", \"true\", \"prior_guided\", \"on_miss\", \"miss\" (or true/false); \
-         got \"sometimes\""
+        "`cascade_mode` must be one of [off, entropy, on_miss] (or true/false). Given: \"sometimes\""
     );
-    assert!(err(json!({"cascade_mode": 3})).ends_with("got 3"));
+    assert!(err(json!({"cascade_mode": 3})).ends_with("Given: 3"));
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "cascade_threshold": "high"})),
-        "`cascade_threshold` must be a number (≤ 0 or absent uses the mode default); got \"high\""
+        "`cascade_threshold` must be a number (≤ 0 or absent uses the mode default). Given: \"high\""
     );
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "cascade_threshold_mode": "bits"})),
-        "`cascade_threshold_mode` must be one of \"nats\", \"raw\", \"normalized\", \
-         \"normalised\", \"hesitation\"; got \"bits\""
+        "`cascade_threshold_mode` must be one of [nats, normalized]. Given: \"bits\""
     );
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "stage2_prior": "strong"})),
-        "`stage2_prior` must be one of \"soft\", \"none\", \"full\"; got \"strong\""
+        "`stage2_prior` must be one of [soft, none, full]. Given: \"strong\""
     );
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "cascade_model": 7})),
-        "`cascade_model` must be a model name string; got 7"
+        "`cascade_model` must be a model name string. Given: 7"
     );
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "expected_answers": ["yes"]})),
-        "`expected_answers` must be an object of question id → expected answer; got [\"yes\"]"
+        "`expected_answers` must be an object of question id → expected answer. Given: [\"yes\"]"
     );
     assert_eq!(
         err(json!({"cascade_mode": "entropy", "expected_answers": {"u": 1}})),
         "`expected_answers.u` must be an answer name string, true/false, or \"\"/\"—\"/\"-\" \
-         for none; got 1"
+         for none. Given: 1"
     );
 }
 
@@ -168,7 +165,7 @@ fn check_names_unknown_slots_and_the_question_ids() {
     o.expected.insert("x".into(), "no".into());
     assert_eq!(
         o.check(&schema).expect_err("unknown").to_string(),
-        "`expected_answers` must be keyed by question ids [urgent, team]; got unknown ids [teem, x]"
+        "`expected_answers` must be keyed by question ids [urgent, team]. Given: unknown ids [teem, x]"
     );
 }
 

@@ -2,10 +2,12 @@
 //! temperature and abstention (`decide`), and the deployment's Stage-2
 //! provider and calibration file (`decide`, `serve`, `gateway`).
 //!
-//! The request flags are turned into the same JSON keys `/api/decide` and MCP
-//! take (`cascade_mode`, `temperature`, `abstain_above`, …) and read by
-//! [`dgem_cascade::Hesitation::from_object`], so every surface checks them the
-//! same way.
+//! The request flags are the decision service's post-read options
+//! ([`dgem_service::AfterOptions`]), the same keys `/api/decide` and MCP take
+//! (`cascade_mode`, `temperature`, `abstain_above`, …). The word-valued ones
+//! are parsed by their types' own parse when the flag is read; the others are
+//! checked by [`dgem_cascade::Hesitation::from_object`], so every surface
+//! checks them the same way.
 
 use std::path::PathBuf;
 use std::sync::Arc;

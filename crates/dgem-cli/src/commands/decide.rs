@@ -52,7 +52,7 @@ pub struct DecideArgs {
     /// Print timing, token and per-question diagnostics after the table.
     #[arg(short = 's', long)]
     pub stats: bool,
-    /// `--seed`, `--samples`, `--layout`: the decision service's read
+    /// `--seed`, `--samples`, `--layout`, `--isolate`: the decision service's read
     /// options, the same keys `/api/decide` and MCP take.
     #[command(flatten)]
     pub read: ReadOptions,

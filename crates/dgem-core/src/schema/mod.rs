@@ -7,6 +7,7 @@
 //! stops other crates from building one by hand.
 
 mod by_kind;
+pub mod request_samples;
 pub(crate) mod validate;
 mod wire;
 
@@ -16,6 +17,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::error::SchemaError;
+use crate::words::Word;
 
 /// Most questions one schema may hold (serving.md §3.6 `MAX_QUESTIONS`).
 pub const MAX_QUESTIONS: usize = 64;
@@ -232,8 +234,7 @@ impl Question {
 /// (the original server's `isolate`, v0.3). In small requests a yes/no question
 /// read jointly tended to copy the previous yes/no answer; reading it alone costs
 /// one more read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolate {
     /// `noul` when the schema has 2..=[`ISOLATE_AUTO_MAX`] questions of which at
     /// least two are yes/no, else `none` (default).
@@ -255,17 +256,6 @@ impl Isolate {
             Self::Noul => "noul",
             Self::None => "none",
             Self::All => "all",
-        }
-    }
-
-    /// Parse a wire name; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "auto" => Some(Self::Auto),
-            "noul" => Some(Self::Noul),
-            "none" => Some(Self::None),
-            "all" => Some(Self::All),
-            _ => None,
         }
     }
 
@@ -316,8 +306,7 @@ pub enum SamplePolicy {
 }
 
 /// Where the state and the question block go in the prompt (reference.md §1.6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
     /// State first inside `<user_text>`, then the question block (default).
     #[default]
@@ -336,6 +325,36 @@ impl Layout {
         }
     }
 }
+
+impl Word for Layout {
+    const ALL: &'static [Self] = &[Self::DocumentFirst, Self::SchemaFirst];
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+crate::word_serde!(
+    Layout,
+    "LayoutValue",
+    "Prompt layout: `document_first` (the state, then the questions) or `schema_first` (the questions first, so that one policy's prompt prefix is shared across states)."
+);
+
+impl Word for Isolate {
+    const ALL: &'static [Self] = &[Self::Auto, Self::Noul, Self::None, Self::All];
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+crate::word_serde!(
+    Isolate,
+    "IsolateValue",
+    format!(
+        "Which questions are read alone, each on its own canvas: `auto` (the yes/no questions, when a policy has 2 to {ISOLATE_AUTO_MAX} questions and at least two are yes/no), `noul` (every yes/no question), `none` or `all`; `noul` and `all` apply to policies of 2 to {ISOLATE_MAX_QUESTIONS} questions."
+    )
+);
 
 /// Whether each chunk's prompt lists only its own questions or all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]

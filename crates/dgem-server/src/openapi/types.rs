@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-pub use dgem_service::options::{CascadeModeValue, Stage2PriorValue, ThresholdModeValue};
+use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
 
 /// `POST /v1/chat/completions` body.
 #[derive(Debug, Serialize, ToSchema)]
@@ -38,16 +38,16 @@ pub struct ChatCompletionRequest {
     /// Withhold answers whose hesitation is at or above this.
     pub abstain_above: Option<Value>,
     /// Cascade: escalate hesitant answers to a Stage-2 model (default `off`).
-    pub cascade_mode: Option<CascadeModeValue>,
+    pub cascade_mode: Option<CascadeSwitch>,
     /// Gate threshold: an entropy in nats (default 0.35) or, with
     /// `cascade_threshold_mode: normalized`, a hesitation in [0, 1] (default 0.16).
     pub cascade_threshold: Option<f64>,
     /// What `cascade_threshold` is compared with (default `nats`).
-    pub cascade_threshold_mode: Option<ThresholdModeValue>,
+    pub cascade_threshold_mode: Option<ThresholdMode>,
     /// The Stage-2 model.
     pub cascade_model: Option<String>,
     /// How much of Stage 1 the Stage-2 prompt shows (default `soft`).
-    pub stage2_prior: Option<Stage2PriorValue>,
+    pub stage2_prior: Option<PriorMode>,
     /// Expected answers by question id (scored in the cascade summary).
     pub expected_answers: Option<Value>,
     /// No effect on a decision (named in `X-DGem-Ignored-Fields`).

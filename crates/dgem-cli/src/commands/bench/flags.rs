@@ -1,46 +1,26 @@
-//! The `--samples` and `--layout` flags of `dgem bench`, parsed by the
-//! decision service's parsers (moved from `bench.rs` unchanged).
+//! The `--samples` and `--layout` flags of `dgem bench`, parsed by the same
+//! parses as `dgem decide`'s and the request keys'
+//! ([`dgem_core::schema::request_samples`], [`dgem_core::words`]).
 
-use dgem_core::schema::{Layout, SamplePolicy};
-use dgem_service::ReadOptions;
-use serde_json::Value;
+use dgem_core::schema::{request_samples, Layout, SamplePolicy};
+use dgem_core::words;
 
 use crate::failure::{user, Failure};
 
-/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`,
-/// by the decision service's parser.
+/// Parse a `--samples` flag (`dgem bench`): a count from 1 to 32 or `auto`.
 ///
 /// # Errors
 /// Exit code 1 naming `--samples`, the allowed values and the value given.
 pub fn parse_samples(s: &str) -> Result<SamplePolicy, Failure> {
-    let read = ReadOptions {
-        samples: dgem_service::options::json_or_string(s).ok(),
-        ..ReadOptions::default()
-    };
-    match read.samples() {
-        Ok(Some(p)) => Ok(p),
-        _ => Err(user(anyhow::anyhow!(
-            "`--samples` must be a count from 1 to 32 or `auto`. Given: `{s}`"
-        ))),
-    }
+    request_samples::from_flag(s).map_err(|e| user(anyhow::anyhow!("`--samples` {e}")))
 }
 
-/// Parse a `--layout` flag (`dgem bench`), by the decision service's parser.
+/// Parse a `--layout` flag (`dgem bench`).
 ///
 /// # Errors
 /// Exit code 1 naming `--layout`, the allowed values and the value given.
 pub fn parse_layout(s: &str) -> Result<Layout, Failure> {
-    let read = ReadOptions {
-        layout: Some(Value::String(s.to_string())),
-        ..ReadOptions::default()
-    };
-    match read.layout() {
-        Ok(Some(l)) => Ok(l),
-        _ => Err(user(anyhow::anyhow!(
-            "`--layout` must be one of [document_first, schema_first]. Given: `{}`",
-            s.trim()
-        ))),
-    }
+    words::from_flag::<Layout>(s).map_err(|e| user(anyhow::anyhow!("`--layout` {e}")))
 }
 
 /// `--calibrate`: a correction applied once every row of a run is read

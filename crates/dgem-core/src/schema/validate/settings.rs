@@ -12,6 +12,7 @@ use crate::schema::{
     ChunkPrompt, Isolate, Layout, Question, SamplePolicy, SchemaDefaults, DEFAULT_AUTO_MAX,
     DEFAULT_AUTO_THRESHOLD, MAX_SAMPLES, MAX_THINK,
 };
+use crate::words::{names, parse_exact, quoted_or};
 
 /// Most denoise steps per read.
 const MAX_STEPS: i64 = 8;
@@ -49,15 +50,18 @@ pub(super) fn isolate(
     let Some(raw) = get(obj, "isolate") else {
         return Ok(defaults.isolate);
     };
-    raw.as_str().and_then(Isolate::parse).ok_or_else(|| {
-        SchemaError::new(
-            "isolate",
-            format!(
-                "schema: isolate must be \"auto\", \"noul\", \"none\" or \"all\" (got {})",
-                shown(raw)
-            ),
-        )
-    })
+    raw.as_str()
+        .and_then(parse_exact::<Isolate>)
+        .ok_or_else(|| {
+            SchemaError::new(
+                "isolate",
+                format!(
+                    "schema: isolate must be {} (got {})",
+                    quoted_or(&names::<Isolate>()),
+                    shown(raw)
+                ),
+            )
+        })
 }
 
 /// Rule 8: the sample policy.
@@ -236,15 +240,19 @@ pub(super) fn layout(
 ) -> Result<Layout, SchemaError> {
     match get(obj, "layout") {
         None => Ok(defaults.layout),
-        Some(Value::String(s)) if s == "schema_first" => Ok(Layout::SchemaFirst),
-        Some(Value::String(s)) if s == "document_first" => Ok(Layout::DocumentFirst),
-        Some(other) => Err(SchemaError::new(
-            "layout",
-            format!(
-                "schema: layout must be \"schema_first\" or \"document_first\" (got {})",
-                shown(other)
-            ),
-        )),
+        Some(raw) => raw.as_str().and_then(parse_exact::<Layout>).ok_or_else(|| {
+            // The original server's message names schema_first first.
+            let mut listed = names::<Layout>();
+            listed.reverse();
+            SchemaError::new(
+                "layout",
+                format!(
+                    "schema: layout must be {} (got {})",
+                    quoted_or(&listed),
+                    shown(raw)
+                ),
+            )
+        }),
     }
 }
 

@@ -1,0 +1,70 @@
+//! A flag value clap refuses, in the words every request-key error uses:
+//! "`--samples` must be a count from 1 to 32 or `auto`. Given: 0", the
+//! message `/api/decide` and MCP give for the same key, rather than clap's
+//! "invalid value '0' for '--samples <N|auto>'". Only the rendering is
+//! ours: the parse and its message are the flag's value parser, which is
+//! the key's own parse ([`dgem_core::words::flag`],
+//! [`dgem_core::schema::request_samples::from_flag`]).
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+/// dgem's message for a flag value clap refused, `None` for any other clap
+/// error (printed as clap writes it).
+pub fn message(e: &clap::Error) -> Option<String> {
+    if e.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let flag = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(a)) if a.starts_with("--") => {
+            a.split([' ', '=']).next()?.to_string()
+        }
+        _ => return None,
+    };
+    // Only a value parser's message in the key's shape ("must be ….
+    // Given: …"); other parsers keep clap's wording.
+    let why = std::error::Error::source(e)?.to_string();
+    why.starts_with("must be ")
+        .then(|| format!("`{flag}` {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use dgem_service::{AfterOptions, ReadOptions};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        read: ReadOptions,
+        #[command(flatten)]
+        after: AfterOptions,
+        #[arg(long)]
+        count: Option<u32>,
+    }
+
+    fn refused(args: &[&str]) -> Option<String> {
+        let mut all = vec!["dgem"];
+        all.extend(args);
+        message(&Cli::try_parse_from(all).expect_err("refused"))
+    }
+
+    #[test]
+    fn a_refused_word_or_count_reads_like_the_request_keys_message() {
+        assert_eq!(
+            refused(&["--samples", "0"]).as_deref(),
+            Some("`--samples` must be a count from 1 to 32 or `auto`. Given: 0")
+        );
+        assert_eq!(
+            refused(&["--layout", "sideways"]).as_deref(),
+            Some("`--layout` must be one of [document_first, schema_first]. Given: `sideways`")
+        );
+        assert_eq!(
+            refused(&["--cascade=sometimes"]).as_deref(),
+            Some("`--cascade` must be one of [off, entropy, on_miss] (or true/false). Given: `sometimes`")
+        );
+        // Other refusals keep clap's words.
+        assert_eq!(refused(&["--count", "x"]), None);
+        assert_eq!(refused(&["--nope"]), None);
+    }
+}
