@@ -137,8 +137,12 @@ def template_decision(port, i):
 
 def model_home(dgem, scratch):
     """A fresh model folder linking the cached model files: no priors on disk."""
-    cache = pathlib.Path(subprocess.run([dgem, "model", "path"], capture_output=True,
-                                        text=True, check=True).stdout.strip()).parent
+    model = os.environ["DGEM_MODEL_PATH"]
+    if os.path.isfile(model):
+        cache = pathlib.Path(model).resolve().parent
+    else:
+        cache = pathlib.Path(subprocess.run([dgem, "model", "path", model], capture_output=True,
+                                            text=True, check=True).stdout.strip()).parent
     home = pathlib.Path(tempfile.mkdtemp(dir=scratch))
     for f in cache.iterdir():
         if f.is_file() and (f.suffix == ".gguf" or f.name.endswith(".gguf.verified")):
@@ -202,7 +206,12 @@ def main():
     ap.add_argument("--startup", type=int, default=0,
                     help="also measure --warm-priors over this many starts per setting")
     ap.add_argument("--out", help="write a JSON receipt here")
+    ap.add_argument("--model", default=os.environ.get("DGEM_MODEL_PATH", "gemma3-270m"),
+                    help="the served model, as `dgem serve --model` takes it (default: "
+                         "$DGEM_MODEL_PATH, else the small model gemma3-270m)")
     args = ap.parse_args()
+    # `dgem serve` reads its --model from DGEM_MODEL_PATH.
+    os.environ["DGEM_MODEL_PATH"] = args.model
     receipt = {"format": "dgem.bench.serve_load/v1", "created_unix": int(time.time()),
                "dgem": version(args.dgem), "cpus": os.cpu_count(),
                "load_average_before": os.getloadavg()[0], "requests": args.requests,

@@ -70,8 +70,9 @@ pub struct BackendInfo {
     pub canvas: Option<CanvasInfo>,
     /// The model's chat seams around the prompt's user text: the engine
     /// builds every prompt with them ([`dgem_core::prompt::chat_prompt`]).
-    /// Gemma's for DiffusionGemma and the embedded default; the embedded
-    /// backend derives them from the GGUF's chat template. Not serialized.
+    /// Gemma's for DiffusionGemma and the small embedded model (Gemma 3
+    /// 270M); the embedded backend derives them from the GGUF's chat
+    /// template. Not serialized.
     #[serde(skip)]
     pub chat_turns: ChatTurns,
 }

@@ -53,8 +53,9 @@ pub fn no_embedded_engine() -> Failure {
 /// Options that choose and configure the embedded model.
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// The model to read with instead of the default Gemma 3 270M: a
-    /// catalogued model by name (`qwen2.5-coder-1.5b`, `gemma3-270m`, …;
+    /// The model to read with instead of the default (qwen2.5-coder-1.5b,
+    /// 1.1 GB): a catalogued model by name (`gemma3-270m`, the small model
+    /// near chance; `qwen2.5-coder-0.5b`, …;
     /// `dgem model list`), pulled and verified on first use; a GGUF file; or
     /// a model another tool keeps: `ollama:NAME[:TAG]`,
     /// `hf:OWNER/REPO[/FILE.gguf]` (already pulled), or
@@ -117,15 +118,17 @@ pub struct ModelArgs {
     pub calibration: CalibrationMode,
     /// Also read the full-vocabulary distribution at every slot, so the
     /// diagnostics carry `label_mass`, `argmax_is_label` and the vocabulary
-    /// entropy. Costs the 262,144-row output head per decode with a slot
+    /// entropy. Costs the whole output head (262,144 rows for Gemma, 151,936
+    /// for Qwen) per decode with a slot
     /// (otherwise only the label tokens' rows are multiplied); never changes
     /// an answer's probabilities.
     #[arg(long = "vocab-diagnostics", env = "DGEM_VOCAB_DIAGNOSTICS")]
     pub vocab_diagnostics: bool,
     /// Temperatures shipped for the model (fitted by `dgem calibrate`, see
     /// `crates/dgem-model/calibration/`): `auto` (default) applies them to
-    /// every answer when the model's sha256 is the one they were fitted for,
-    /// and warns and applies nothing for another model; `off` never applies
+    /// every answer when the model's sha256 is the one they were fitted for
+    /// (the small model, gemma3-270m), applies nothing to another catalogued
+    /// model, and warns and applies nothing for a file of yours; `off` never applies
     /// them (what `dgem calibrate` reads with, so a fit is not fitted twice).
     #[arg(long = "model-calibration", env = "DGEM_MODEL_CALIBRATION", default_value = "auto", value_parser = parse_auto_off, action = clap::ArgAction::Set, value_name = "auto|off")]
     pub model_calibration: bool,
@@ -166,13 +169,14 @@ fn limit(seconds: f64) -> Option<std::time::Duration> {
     (seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds))
 }
 
-/// The temperatures shipped for the default model, when `sha256` is its
-/// file's; for another model (or none), a warning on stderr and `None`.
+/// The temperatures shipped for the small model (Gemma 3 270M), when
+/// `sha256` is its file's; for another model (or none), a warning on stderr
+/// and `None`.
 #[cfg(feature = "embedded")]
 fn shipped_temperature(sha256: Option<&str>) -> Option<dgem_engine::ModelTemperature> {
-    let origin = std::path::Path::new(dgem_model::DEFAULT_MODEL_CALIBRATION_PATH);
+    let origin = std::path::Path::new(dgem_model::SMALL_MODEL_CALIBRATION_PATH);
     let file = match dgem_core::hesitation::calibration::CalibrationFile::parse(
-        dgem_model::DEFAULT_MODEL_CALIBRATION,
+        dgem_model::SMALL_MODEL_CALIBRATION,
         origin,
     ) {
         Ok(f) => f,
@@ -389,7 +393,7 @@ fn load_file(
     path: PathBuf,
     spec: dgem_model::ModelSpec,
 ) -> Result<(Arc<LlamaBackend>, EngineConfig), Failure> {
-    let is_default = spec.sha256 == dgem_model::default_model().sha256;
+    let is_small = spec.sha256 == dgem_model::gemma3_270m().sha256;
     let calibration = calibration_for(args.calibration, &spec.card);
     let order_debias = order_debias_for(args.order_debias, &spec.card);
     let model_layout = spec
@@ -399,8 +403,8 @@ fn load_file(
     let id = spec.id;
     let note = (!spec.card.note.is_empty()).then_some(spec.card.note);
     let sha = (!spec.sha256.is_empty()).then_some(spec.sha256);
-    // Priors belong to one model's weights: key them by the verified sha256 of the
-    // default model, or by name, size and modification time of any other file.
+    // Priors belong to one model's weights: key them by the verified sha256 of a
+    // catalogued model, or by name, size and modification time of any other file.
     let key = match &sha {
         Some(h) => format!("{id}-{}", &h[..h.len().min(16)]),
         None => {
@@ -417,10 +421,10 @@ fn load_file(
         .join("priors")
         .join(format!("{key}.json"));
     let mut cfg = LlamaConfig::new(&path, id);
-    // Temperatures are shipped for the default model only: another
-    // catalogued model has none to apply (nothing to warn of), and a file of
-    // the user's is warned about.
-    let catalogued_other = sha.is_some() && !is_default;
+    // Temperatures are shipped for the small model only: another catalogued
+    // model has none to apply (nothing to warn of), and a file of the user's
+    // is warned about.
+    let catalogued_other = sha.is_some() && !is_small;
     let shipped = if args.model_calibration && !catalogued_other {
         shipped_temperature(sha.as_deref())
     } else {
@@ -509,8 +513,9 @@ fn verify_once(path: &std::path::Path, spec: &dgem_model::ModelSpec) -> Result<(
     }
     dgem_model::verify(path, spec, &Bar::new()).map_err(|e| {
         internal(anyhow::Error::new(e).context(format!(
-            "the cached model {} is damaged; run `dgem model pull --force`",
-            path.display()
+            "the cached model {} is damaged; run `dgem model pull {} --force`",
+            path.display(),
+            spec.card.name
         )))
     })?;
     // The stamp is only a cache: failing to write it costs a re-hash next time.
@@ -535,7 +540,7 @@ mod calibration_tests {
     fn auto_order_debias_follows_the_catalogued_model_and_the_user_overrides_it() {
         use dgem_core::order::{OrderDebias, DEFAULT_MAX_ORDERS};
         let qwen = dgem_model::qwen_coder_1_5b().card;
-        let gemma = dgem_model::default_model().card;
+        let gemma = dgem_model::gemma3_270m().card;
         let prior = OrderDebias::Prior {
             max_orders: DEFAULT_MAX_ORDERS,
         };
@@ -581,7 +586,7 @@ mod calibration_tests {
     #[test]
     fn auto_calibration_follows_the_catalogued_model_and_the_user_overrides_it() {
         let qwen = dgem_model::qwen_coder_1_5b().card;
-        let gemma = dgem_model::default_model().card;
+        let gemma = dgem_model::gemma3_270m().card;
         let custom = dgem_model::ModelCard::default();
         assert_eq!(
             calibration_for(CalibrationMode::Auto, &qwen),

@@ -28,9 +28,9 @@ pub struct VllmArgs {
     #[arg(long, env = "DGEM_BACKEND", value_name = "vllm=URL")]
     pub backend: Option<String>,
     /// The served model's tokenizer: a `tokenizer.json` or a `.gguf` (its
-    /// vocabulary metadata only). Default: the embedded Gemma 3 GGUF from the
-    /// model cache, which has the same 262,144-token Gemma vocabulary as
-    /// DiffusionGemma; pass DiffusionGemma's own `tokenizer.json` when you have it.
+    /// vocabulary metadata only). Default: the small embedded model's GGUF
+    /// (`gemma3-270m`, Gemma 3) from the model cache, which has the same
+    /// 262,144-token Gemma vocabulary as DiffusionGemma; pass DiffusionGemma's own `tokenizer.json` when you have it.
     #[arg(long, env = "DGEM_TOKENIZER", value_name = "PATH")]
     pub tokenizer: Option<PathBuf>,
     /// `model` sent to vLLM (its `--served-model-name`).
@@ -177,7 +177,7 @@ pub fn shared_decider(
 }
 
 #[cfg(feature = "vllm")]
-/// Build the vLLM decider for `url`; the default tokenizer (the embedded
+/// Build the vLLM decider for `url`; the default tokenizer (the small embedded
 /// GGUF) is pulled on first use within `pull_timeout_s` (`--pull-timeout`),
 /// as `fetch` says.
 ///
@@ -192,15 +192,17 @@ pub fn decider(
 ) -> Result<VllmDecider, Failure> {
     let path = match &args.tokenizer {
         Some(p) => p.clone(),
+        // The small model's tokenizer: Gemma 3's, the family of
+        // DiffusionGemma's vocabulary (the default embedded model is Qwen).
         None => crate::pull::fetch(
-            &dgem_model::default_model(),
+            &dgem_model::gemma3_270m(),
             crate::pull::config(pull_timeout_s),
             fetch,
         )
         .map_err(|e| {
             internal(
                 anyhow::Error::new(e)
-                    .context("could not fetch the default tokenizer (the embedded GGUF)"),
+                    .context("could not fetch the default tokenizer (the small embedded model's GGUF, gemma3-270m)"),
             )
         })?,
     };

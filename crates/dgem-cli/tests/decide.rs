@@ -349,6 +349,8 @@ fn damaged_cached_model_is_refused_not_used() {
                 "ticket=x",
                 "--context",
                 "512",
+                "--model",
+                "gemma3-270m",
             ])
             .output()
             .expect("run")
@@ -393,9 +395,9 @@ fn studio_with_a_missing_templates_folder_exits_1() {
     assert!(err.contains("/nonexistent/policies"), "{err}");
 }
 
-/// Regression: the default 270M file passed with `--model` lost its
-/// plain-words note (and sha256), so its near-chance numbers came without
-/// the caveat the cached default carries.
+/// Regression: the 270M file (then the default model) passed with `--model`
+/// lost its plain-words note (and sha256), so its near-chance numbers came
+/// without the caveat the cached catalogued model carries.
 #[test]
 fn default_model_passed_by_path_keeps_its_note() {
     let Some(m) = model() else {

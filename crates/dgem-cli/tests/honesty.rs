@@ -6,7 +6,8 @@
 //!   options in, and every answer says how order-sensitive it was;
 //! - `--labels letters` reports the option's name as `label`, the letter as
 //!   `slot_label`, and calibrates letter reads like word reads;
-//! - the shipped temperatures apply to the default model and are reported.
+//! - the shipped temperatures apply to the small model (gemma3-270m) and are
+//!   reported.
 //!
 //! They need `DGEM_TEST_MODEL` (set by `scripts/test`).
 

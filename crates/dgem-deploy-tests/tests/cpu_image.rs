@@ -117,15 +117,16 @@ fn built_with(bake: &str) -> (Vec<String>, String, Image) {
     (names, base, image(&c))
 }
 
-/// The file name the CLI caches the default model under, read from the
-/// dgem-model crate, so that the name baked into the image cannot drift.
-fn default_model_file() -> String {
+/// The file name the CLI caches the small model (the one the image bakes)
+/// under, read from the dgem-model crate, so that the name baked into the
+/// image cannot drift.
+fn small_model_file() -> String {
     let spec = std::fs::read_to_string(repo_root().join("crates/dgem-model/src/spec.rs"))
         .expect("dgem-model spec.rs");
     spec.lines()
         .find_map(|l| l.trim().strip_prefix("let file_name = \""))
         .and_then(|l| l.strip_suffix("\";"))
-        .expect("`let file_name = \"…\";` in default_model()")
+        .expect("`let file_name = \"…\";` in gemma3_270m()")
         .to_string()
 }
 
@@ -297,7 +298,7 @@ fn final_image_serves_as_non_root_with_a_health_check() {
 
 #[test]
 fn model_is_baked_unless_the_arg_says_not() {
-    let file = default_model_file();
+    let file = small_model_file();
     assert_eq!(file, "gemma-3-270m-q4_k_m.gguf");
     let (args, stages) = stages();
     assert_eq!(
@@ -335,7 +336,9 @@ fn model_is_baked_unless_the_arg_says_not() {
     let pulled = format!("{model_dir}/{file}");
     assert_eq!(
         pull,
-        &format!("dgem model pull && test \"$(dgem model path)\" = {pulled}")
+        &format!(
+            "dgem model pull gemma3-270m && test \"$(dgem model path gemma3-270m)\" = {pulled}"
+        )
     );
 
     // Baked (the default and DGEM_BAKE_MODEL=1): copied from the model stage,
@@ -354,12 +357,17 @@ fn model_is_baked_unless_the_arg_says_not() {
         assert!(!img.all.iter().any(|i| i.args.contains("python3-pip")));
     }
 
-    // DGEM_BAKE_MODEL=0: nothing from the model stage, no DGEM_MODEL_PATH (a
-    // path to a missing file would stop the server), pip for the first start.
+    // DGEM_BAKE_MODEL=0: nothing from the model stage, pip for the first
+    // start.
     let (names, _, img) = built_with("0");
     assert_eq!(names, ["runtime-base", "bake-0", "runtime"]);
     assert!(!img.all.iter().any(|i| i.args.contains("--from=model")));
-    assert_eq!(img.env.get("DGEM_MODEL_PATH"), None);
+    // The small model by its catalogue name (a path to a missing file would
+    // stop the server), pulled on the first start.
+    assert_eq!(
+        img.env.get("DGEM_MODEL_PATH").map(String::as_str),
+        Some("gemma3-270m")
+    );
     assert!(img.all.iter().any(|i| i.keyword == "RUN"
         && i.args
             .contains("--no-install-recommends python3 python3-pip")));

@@ -3,7 +3,7 @@
 //! `dgem calibrate` fits a post-hoc temperature per question type
 //! (temperature scaling, Guo et al. 2017: `p_k ← exp(ln p_k / T)`,
 //! renormalised; the answer never changes, only how sure it is). A file fitted
-//! for the embedded default model ships with dgem; [`ModelTemperature`] holds
+//! for the small embedded model (Gemma 3 270M) ships with dgem; [`ModelTemperature`] holds
 //! it, bound to that model's sha256, and the engine applies it after every
 //! read (and says so in `diagnostics.calibration`). A model with another
 //! sha256 is refused: [`ModelTemperature::for_model`] says why, and nothing is
@@ -121,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn the_shipped_file_is_pinned_to_the_default_model() {
+    fn the_shipped_file_is_pinned_to_the_small_model() {
         let text = include_str!("../../dgem-model/calibration/gemma-3-270m-q4_k_m.json");
         let f = CalibrationFile::parse(text, std::path::Path::new("shipped")).expect("parses");
         assert_eq!(

@@ -108,8 +108,8 @@ mod tests {
         let entries = list_in(dir.path());
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
         let n = known_models().len();
-        assert_eq!(ids[0], "gemma-3-270m-q4_k_m");
-        assert_eq!(ids[1], "qwen2.5-coder-1.5b-instruct-q4_k_m");
+        assert_eq!(ids[0], "qwen2.5-coder-1.5b-instruct-q4_k_m");
+        assert_eq!(ids[1], "gemma-3-270m-q4_k_m");
         assert_eq!(ids[n..], ["alpha", "zeta"]);
         assert!(!entries[0].present);
         assert!(entries[..n].iter().all(|e| e.known));

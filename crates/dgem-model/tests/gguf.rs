@@ -223,6 +223,6 @@ fn real_default_model_when_available() -> Result<(), ModelError> {
     assert_eq!(info.block_count, Some(18), "{info:?}");
     assert_eq!(info.embedding_length, Some(640), "{info:?}");
     assert_eq!(info.context_length, Some(32_768), "{info:?}");
-    verify(path, &dgem_model::default_model(), &NoProgress)?;
+    verify(path, &dgem_model::gemma3_270m(), &NoProgress)?;
     Ok(())
 }

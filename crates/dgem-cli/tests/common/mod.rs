@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The catalogue name of the small model the suite runs (`DGEM_TEST_MODEL` is
+/// its file): `dgem_model::SMALL_MODEL_NAME`.
+pub const SMALL_MODEL: &str = "gemma3-270m";
+
 /// The repository root (templates and data are resolved from there).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -42,9 +46,12 @@ pub fn one_model_run() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Run `dgem` from the repository root. With a model, the cache dir points at the
-/// model's folder so the default-model path is exercised; without, at a folder
-/// that does not exist (commands that need no model must not touch it).
-/// Runs with a model are serialized by [`MODEL_RUNS`].
+/// model's folder and `DGEM_MODEL_PATH` (what `--model` reads) names the small
+/// catalogued model, so the catalogue path is exercised as a user runs it
+/// (`--model gemma3-270m`; the default model is the 1.1 GB qwen2.5-coder-1.5b,
+/// which the suite never fetches); without, at a folder that does not exist
+/// (commands that need no model must not touch it). Runs with a model are
+/// serialized by [`MODEL_RUNS`].
 pub fn dgem(args: &[&str], model: Option<&str>) -> Output {
     let _one_at_a_time = model.map(|_| one_model_run());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
@@ -52,10 +59,12 @@ pub fn dgem(args: &[&str], model: Option<&str>) -> Output {
         .args(args)
         .env_remove("DGEM_MODEL_PATH");
     match model {
-        Some(m) => cmd.env(
-            "DGEM_MODEL_DIR",
-            Path::new(m).parent().expect("model has a folder"),
-        ),
+        Some(m) => cmd
+            .env(
+                "DGEM_MODEL_DIR",
+                Path::new(m).parent().expect("model has a folder"),
+            )
+            .env("DGEM_MODEL_PATH", SMALL_MODEL),
         None => cmd.env("DGEM_MODEL_DIR", "/nonexistent/dgem-test-cache"),
     };
     cmd.output().expect("run dgem")

@@ -133,9 +133,11 @@ pub async fn serve_templates(
         .arg("--templates")
         .arg(templates)
         .args(extra)
-        // The default-model path (cache folder), as a user runs it: the
-        // embedded model's plain-words note is then part of every decision.
-        .env_remove("DGEM_MODEL_PATH")
+        // The small catalogued model from the cache folder, as a user names
+        // it (`--model gemma3-270m`): the embedded model's plain-words note
+        // is then part of every decision. The default model (the 1.1 GB
+        // qwen2.5-coder-1.5b) is never fetched by the suite.
+        .env("DGEM_MODEL_PATH", crate::common::SMALL_MODEL)
         .env(
             "DGEM_MODEL_DIR",
             std::path::Path::new(model)

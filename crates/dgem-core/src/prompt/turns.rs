@@ -36,7 +36,7 @@ pub struct ChatTurns {
 
 impl ChatTurns {
     /// Gemma's turn markers ([`GEMMA_USER_TURN`], [`GEMMA_MODEL_TURN`]): what
-    /// the embedded default (Gemma 3 270M) and DiffusionGemma read.
+    /// the small embedded model (Gemma 3 270M) and DiffusionGemma read.
     pub fn gemma() -> Self {
         Self {
             user_open: GEMMA_USER_TURN.to_owned(),
