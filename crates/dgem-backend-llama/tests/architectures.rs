@@ -293,7 +293,7 @@ async fn a_template_llama_cpp_does_not_recognise_falls_back_to_plain_turns() {
     assert_eq!(backend.turns_origin(), TurnsOrigin::Plain);
 }
 
-/// Runs only with `DGEM_TEST_MODEL`: the default Gemma 3 270M base GGUF has no
+/// Runs only with `DGEM_TEST_MODEL`: the small model's Gemma 3 270M base GGUF has no
 /// chat template, and keeps exactly Gemma's turns (and the label-row readout).
 #[tokio::test]
 async fn gemma3_base_without_a_template_keeps_gemma_turns() {

@@ -452,7 +452,7 @@ fn a_figure_agrees_with_its_receipt_only_at_the_decimals_shown() {
     assert_eq!(marker_start("<!-- figure -->"), None);
 }
 
-/// The temperatures dgem ships for the default model are the ones the last
+/// The temperatures dgem ships for the small model (gemma3-270m) are the ones the last
 /// refit in `scripts/receipts` gave (its fit file, `fitted_at_unix` aside), so
 /// the shipped file and `calibration_shipped.md` cannot drift apart.
 #[test]

@@ -1,6 +1,6 @@
 //! Tests of the GGUF header reader and the text-model check on handcrafted
 //! headers (`dgem_testkit::gguf`) and, when `DGEM_TEST_MODEL` points at it, on
-//! the real default model.
+//! the real small model (Gemma 3 270M, the suite's).
 
 use std::path::Path;
 
@@ -208,7 +208,8 @@ fn huge_lengths_are_refused_without_allocating() {
     assert!(err.to_string().contains("Given: 99"), "{err}");
 }
 
-/// Runs only when `DGEM_TEST_MODEL` names the real default model file.
+/// Runs only when `DGEM_TEST_MODEL` names the real small model file (the
+/// 270M, the default until qwen2.5-coder-1.5b took its place).
 #[test]
 fn real_default_model_when_available() -> Result<(), ModelError> {
     let Some(path) = std::env::var_os("DGEM_TEST_MODEL") else {
