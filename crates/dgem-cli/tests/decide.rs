@@ -350,7 +350,7 @@ fn damaged_cached_model_is_refused_not_used() {
                 "--context",
                 "512",
                 "--model",
-                "gemma3-270m",
+                common::SMALL_MODEL,
             ])
             .output()
             .expect("run")

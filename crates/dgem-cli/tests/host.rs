@@ -16,7 +16,7 @@ fn dgem(args: &[&str], model: &str, dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dgem"))
         .current_dir(common::root())
         .args(args)
-        .env("DGEM_MODEL_PATH", "gemma3-270m")
+        .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
         .env_remove("DGEM_USE_HOST")
         .env("DGEM_HOST", "0.0.0.0")
         .env("DGEM_MODEL_DIR", Path::new(model).parent().unwrap())

@@ -528,7 +528,7 @@ impl Serve {
             .current_dir(common::root())
             .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
             .env("DGEM_MODEL_DIR", Path::new(model).parent().unwrap())
-            .env("DGEM_MODEL_PATH", "gemma3-270m")
+            .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
             .env("DGEM_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

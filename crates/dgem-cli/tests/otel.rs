@@ -121,7 +121,7 @@ async fn a_decision_is_exported_as_nested_spans() {
             "ticket=I was charged twice",
             "--json",
         ])
-        .env("DGEM_MODEL_PATH", "gemma3-270m")
+        .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
         .env("DGEM_MODEL_DIR", &dir)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
         .env("OTEL_SERVICE_NAME", "dgem-test")
@@ -215,7 +215,7 @@ async fn without_an_endpoint_nothing_is_sent() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
         .current_dir(root())
         .args(["decide", "-t", "support_triage", "-v", "ticket=x"])
-        .env("DGEM_MODEL_PATH", "gemma3-270m")
+        .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
         .env("DGEM_MODEL_DIR", &dir)
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

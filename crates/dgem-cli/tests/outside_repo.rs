@@ -187,7 +187,7 @@ fn mcp_over_stdio_from_a_temp_folder_lists_and_decides_the_built_ins() {
         .current_dir(tmp.path())
         .arg("mcp")
         .env_remove("DGEM_TEMPLATES")
-        .env("DGEM_MODEL_PATH", "gemma3-270m")
+        .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
         .env("DGEM_MODEL_DIR", Path::new(&m).parent().unwrap())
         .env("DGEM_LOG", "warn")
         .stdin(Stdio::piped())

@@ -16,7 +16,7 @@ fn dgem_env(args: &[&str], m: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dgem"));
     cmd.current_dir(root())
         .args(args)
-        .env("DGEM_MODEL_PATH", "gemma3-270m")
+        .env("DGEM_MODEL_PATH", common::SMALL_MODEL)
         .env("DGEM_MODEL_DIR", Path::new(m).parent().expect("folder"));
     for (k, v) in env {
         cmd.env(k, v);

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The catalogue name of the small model the suite runs (`DGEM_TEST_MODEL` is
-/// its file): `dgem_model::SMALL_MODEL_NAME`.
-pub const SMALL_MODEL: &str = "gemma3-270m";
+/// its file).
+pub const SMALL_MODEL: &str = dgem_model::SMALL_MODEL_NAME;
 
 /// The repository root (templates and data are resolved from there).
 pub fn root() -> PathBuf {
