@@ -52,6 +52,7 @@ fn read(tok: &dyn Tokenizer, head: &str, suffix: &str) -> anyhow::Result<Sequenc
         }],
         tokens,
         reuse_points: Vec::new(),
+        policy_point: None,
     })
 }
 

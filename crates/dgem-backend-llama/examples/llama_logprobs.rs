@@ -57,6 +57,7 @@ fn at_end(tokens: &[TokenId], labels: Vec<Vec<TokenId>>) -> Vec<SequenceRead> {
             vocab: true,
         }],
         reuse_points: Vec::new(),
+        policy_point: None,
     }]
 }
 

@@ -276,6 +276,7 @@ impl LlamaBackend {
             }],
             // The engine's prompt evaluation reads its cached prefix here.
             reuse_points: if cached > 0 { vec![cached] } else { Vec::new() },
+            policy_point: None,
         };
         validate(
             std::slice::from_ref(&read),
@@ -421,6 +422,7 @@ mod tests {
                 vocab: true,
             }],
             reuse_points: Vec::new(),
+            policy_point: None,
         }
     }
 

@@ -110,16 +110,6 @@ fn continuation_run(reads: &[SequenceRead]) -> usize {
     n
 }
 
-/// A read's policy point: the first of its reuse points when it has two or
-/// more (where a `schema_first` policy's shared prefix ends, before the
-/// model's turn; [`SequenceRead::reuse_points`]).
-fn policy_point(points: &[usize]) -> Option<usize> {
-    match points {
-        [first, _, ..] => Some(*first),
-        _ => None,
-    }
-}
-
 /// Positions `[first_row, end)` a read needs: rows `pos - 1` of its slots.
 fn span(read: &SequenceRead) -> Option<(usize, usize)> {
     let end = read.slots.iter().map(|s| s.pos).max()?;
@@ -163,8 +153,8 @@ pub(crate) struct Engine<'m> {
     snapshots: Snapshots,
     /// Policy prefixes kept on disk ([`kv_store`]).
     kv_store: Option<KvStore>,
-    /// The current read's policy point: the first of its reuse points when
-    /// it has two or more ([`kv_store`]).
+    /// The current read's policy point ([`SequenceRead::policy_point`],
+    /// [`kv_store`]).
     policy_point: Option<usize>,
     /// Most threads a call uses.
     max_threads: usize,
@@ -487,7 +477,7 @@ impl<'m> Engine<'m> {
         })?;
         // Logits exist only for rows decoded now: re-decode from the first slot row.
         let plan = self.plan(end, &read.reuse_points);
-        self.policy_point = policy_point(&read.reuse_points);
+        self.policy_point = read.policy_point;
         let start = self.keep_prefix(tokens, first, &plan)?;
         let rows_of = |vocab_only: bool| {
             let mut rows: Vec<usize> = read

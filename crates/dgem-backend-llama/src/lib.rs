@@ -27,7 +27,7 @@
 //! let mut tokens = vec![2];
 //! tokens.extend(tok.encode("The capital of France is")?);
 //! let slot = SlotQuery { pos: tokens.len(), labels: vec![tok.encode(" Paris")?, tok.encode(" Rome")?], vocab: false };
-//! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot], reuse_points: Vec::new() }]).await?;
+//! let out = backend.forward(vec![SequenceRead { tokens, slots: vec![slot], reuse_points: Vec::new(), policy_point: None }]).await?;
 //! println!("{:?}", out.sequences[0][0].label_logprobs);
 //! # Ok(()) }
 //! ```

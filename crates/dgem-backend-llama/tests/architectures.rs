@@ -216,6 +216,7 @@ async fn label_rows_read_what_llama_cpp_logits_give_with_tied_and_untied_heads()
             }],
             tokens,
             reuse_points: Vec::new(),
+            policy_point: None,
         };
         let out = backend.forward(vec![read]).await.expect("a read");
         let slot = &out.sequences[0][0];

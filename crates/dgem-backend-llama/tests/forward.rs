@@ -262,6 +262,7 @@ async fn later_tokens_do_not_change_an_earlier_slot() {
                 },
             ],
             reuse_points: Vec::new(),
+            policy_point: None,
         }
     };
     let a = be
@@ -396,6 +397,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
             tokens: vec![],
             slots: vec![],
             reuse_points: Vec::new(),
+            policy_point: None,
         },
         SequenceRead {
             tokens: tokens.clone(),
@@ -405,6 +407,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 vocab: true,
             }],
             reuse_points: Vec::new(),
+            policy_point: None,
         },
         SequenceRead {
             tokens: tokens.clone(),
@@ -414,6 +417,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 vocab: true,
             }],
             reuse_points: Vec::new(),
+            policy_point: None,
         },
         SequenceRead {
             tokens: vec![2, 262_144],
@@ -423,6 +427,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 vocab: true,
             }],
             reuse_points: Vec::new(),
+            policy_point: None,
         },
         SequenceRead {
             tokens: vec![2; 1025],
@@ -432,6 +437,7 @@ async fn invalid_reads_and_timeouts_are_errors() {
                 vocab: true,
             }],
             reuse_points: Vec::new(),
+            policy_point: None,
         },
     ];
     for read in bad {
@@ -774,6 +780,7 @@ async fn a_policy_prefix_kept_on_disk_is_loaded_by_the_next_process_with_the_col
         assert_eq!(read.tokens.get(..head.len()), Some(&head[..]));
         // Two points: the first is the policy point, kept on disk.
         read.reuse_points = vec![head.len(), turn.len()];
+        read.policy_point = Some(head.len());
         (read, head.len())
     };
     let (a, point) = read_for("My invoice shows a charge I do not recognise.");

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use dgem_backend::{SlotQuery, SequenceRead};
-//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]], vocab: false }], reuse_points: Vec::new() };
+//! let read = SequenceRead { tokens: vec![2, 100, 200], slots: vec![SlotQuery { pos: 2, labels: vec![vec![7], vec![9]], vocab: false }], reuse_points: Vec::new(), policy_point: None };
 //! assert_eq!(read.slots[0].labels.len(), 2);
 //! ```
 #![deny(missing_docs)]
@@ -122,7 +122,8 @@ pub struct SequenceRead {
     pub slots: Vec<SlotQuery>,
     /// Prefix lengths (token counts, sorted) that later reads are expected to
     /// share with this one — where a policy's shared prompt ends, where the
-    /// model's turn starts. A hint for a backend with a prefix cache: it may
+    /// state ends (the questions of one decision read apart share it), where
+    /// the model's turn starts. A hint for a backend with a prefix cache: it may
     /// end a decode exactly there, so a later read with the same tokens up to
     /// that point reuses the whole prefix. The embedded backend's bits depend
     /// on how a prompt is split into decodes, so the same read with the same
@@ -130,6 +131,15 @@ pub struct SequenceRead {
     /// request alone. Empty: no hint.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reuse_points: Vec<usize>,
+    /// Where the policy's shared prefix ends (a token count, one of
+    /// `reuse_points`): the text every decision of the policy begins with,
+    /// under `schema_first`. A backend may keep that prefix between
+    /// processes (the embedded backend writes its KV state to disk). `None`
+    /// when the read begins with nothing a policy alone fixes, e.g. under
+    /// `document_first`, whose state comes first; its other reuse points (the
+    /// state's end, the model's turn) are then kept in memory only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_point: Option<usize>,
 }
 
 /// The model's reading of one slot.

@@ -109,6 +109,24 @@ pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
     }
 }
 
+/// Length in bytes of the leading text every [`chat_prompt`] of `state`
+/// under `layout` and `turns` shares whatever the questions: for
+/// `document_first` the user-turn opener, then the state in its tags, up to
+/// and including the `<instructions>` line; `None` for `schema_first`, whose
+/// questions come first. A causal reader that reads each question on a
+/// prompt of its own forks there: the state's KV state is computed once per
+/// decision and every question's prompt goes on from it. It is
+/// `prompt[..len]` of any such prompt.
+pub fn state_prefix_len(turns: &ChatTurns, layout: Layout, state: &str) -> Option<usize> {
+    match layout {
+        Layout::DocumentFirst => {
+            let content = document_first_content("", state);
+            Some(turns.user_open.len() + content.len() - "\n</instructions>".len())
+        }
+        Layout::SchemaFirst => None,
+    }
+}
+
 /// Length in bytes of the leading text every [`chat_prompt`] of `system`
 /// under `layout` and `turns` shares whatever the state: for `schema_first`
 /// the user-turn opener, the question block and the blank line after it;
@@ -272,6 +290,29 @@ mod tests {
             s,
             "<start_of_turn>user\nSYS\n\nSTATE<end_of_turn>\n<start_of_turn>model\n"
         );
+    }
+
+    #[test]
+    fn the_state_prefix_ends_at_the_instructions_line_whatever_the_questions() {
+        let chatml = ChatTurns {
+            user_open: "<|im_start|>user\n".into(),
+            model_open: "<|im_end|>\n<|im_start|>assistant\n".into(),
+        };
+        for turns in [ChatTurns::gemma(), chatml, ChatTurns::plain()] {
+            let len = state_prefix_len(&turns, Layout::DocumentFirst, "STATE").unwrap_or_default();
+            let a = chat_prompt(&turns, Layout::DocumentFirst, "ONE QUESTION", "STATE");
+            let b = chat_prompt(&turns, Layout::DocumentFirst, "ANOTHER", "STATE");
+            assert_eq!(a[..len], b[..len]);
+            assert_eq!(
+                &a[..len],
+                format!(
+                    "{}<user_text>\nSTATE\n</user_text>\n\n<instructions>\n",
+                    turns.user_open
+                )
+            );
+            assert!(a[len..].starts_with("ONE QUESTION"), "{a}");
+            assert_eq!(state_prefix_len(&turns, Layout::SchemaFirst, "STATE"), None);
+        }
     }
 
     #[test]

@@ -2,10 +2,14 @@
 //! end of its group's prompt.
 //!
 //! The stage walk is the shared one ([`dgem_backend::walker`]): stages in order,
-//! `ask_if` skips, groups from [`chunk_groups`] (an `alone` question — set by
-//! the schema or by `isolate` — gets a prompt of its own; a causal read has no
-//! canvas, so the other questions of a stage always share one group), earlier
-//! answers prefilled in the model's turn. Each question is then scored in one of
+//! `ask_if` skips, groups from [`chunk_groups`] (an `alone` question gets a
+//! prompt of its own; a causal read has no canvas, so the other questions of
+//! a stage always share one group), earlier answers prefilled in the model's
+//! turn. `alone` comes from the schema, from `isolate`, and from [`apart`]:
+//! under `isolate: "auto"` with `document_first`, or `"all"`, every question
+//! of a schema that is not chained is read apart, its prompt going on from the
+//! state's end (a reuse point, so the state's KV is decoded once per
+//! decision). Each question is then scored in one of
 //! two ways ([`Scoring`]): from the one row after the cue when its options have
 //! first tokens of their own, else by the log-likelihood of each option's whole
 //! tokenization (one sequence per option, all sharing the prompt prefix, so the
@@ -18,11 +22,13 @@ use dgem_backend::{ForwardOutput, SequenceRead};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
-use dgem_core::prompt::{chat_prompt, policy_prefix_len, state_text, system_text, SystemTextSpec};
+use dgem_core::prompt::{
+    chat_prompt, policy_prefix_len, state_prefix_len, state_text, system_text, SystemTextSpec,
+};
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
 };
-use dgem_core::schema::{Question, ValidSchema};
+use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     python_random, python_randrange, resolve_cloze, ClozeSlot, READ_SEED_STRIDE,
 };
@@ -118,6 +124,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) vocab: bool,
     /// Option-order debiasing ([`dgem_core::order`]).
     pub(crate) order: OrderDebias,
+    /// Tokens of the state prefixes this decision's prompts begin with
+    /// ([`dgem_core::prompt::state_prefix_len`]): the state's and each
+    /// content-free state's, encoded once per decision.
+    pub(crate) state_ids: std::sync::Mutex<Vec<(String, std::sync::Arc<Vec<TokenId>>)>>,
 }
 
 impl Ctx<'_> {
@@ -195,9 +205,10 @@ impl Ctx<'_> {
     }
 
     /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded, with
-    /// the reuse points: the end of the policy prefix when its tokens begin
-    /// the prompt's (tokenizing may merge across the seam; then there is no
-    /// point there), and the end of the chat turn.
+    /// the reuse points: the end of the policy prefix (`schema_first`, also
+    /// the policy point) and the end of the state (`document_first`), each
+    /// when its tokens begin the prompt's (tokenizing may merge across the
+    /// seam; then there is no point there), and the end of the chat turn.
     fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, EngineError> {
         let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         let bos = tokens.len();
@@ -206,9 +217,17 @@ impl Ctx<'_> {
                 .encode(&text.text)
                 .map_err(dgem_core::CoreError::from)?,
         );
-        let mut reuse_points = Vec::with_capacity(2);
+        let mut reuse_points = Vec::with_capacity(3);
+        let mut policy_point = None;
         if let Some(prefix) = text.prefix_len.and_then(|n| text.text.get(..n)) {
             let ids = self.engine.prefix_tokens(self.tok, prefix)?;
+            if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
+                reuse_points.push(bos + ids.len());
+                policy_point = Some(bos + ids.len());
+            }
+        }
+        if let Some(prefix) = text.state_len.and_then(|n| text.text.get(..n)) {
+            let ids = self.state_tokens(prefix)?;
             if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
                 reuse_points.push(bos + ids.len());
             }
@@ -219,11 +238,37 @@ impl Ctx<'_> {
                 .encode(prefill)
                 .map_err(dgem_core::CoreError::from)?,
         );
+        reuse_points.sort_unstable();
         reuse_points.dedup();
         Ok(Prompt {
             tokens,
             reuse_points,
+            policy_point,
         })
+    }
+
+    /// Tokens of a state prefix (not BOS), encoded once per decision: the
+    /// state's text changes with every decision, so it is kept out of the
+    /// engine's policy prefix cache.
+    fn state_tokens(&self, prefix: &str) -> Result<std::sync::Arc<Vec<TokenId>>, EngineError> {
+        if let Ok(seen) = self.state_ids.lock() {
+            if let Some((_, ids)) = seen.iter().find(|(p, _)| p == prefix) {
+                return Ok(std::sync::Arc::clone(ids));
+            }
+        }
+        let ids = std::sync::Arc::new(
+            self.tok
+                .encode(prefix)
+                .map_err(dgem_core::CoreError::from)?,
+        );
+        if let Ok(mut seen) = self.state_ids.lock() {
+            // The state and the content-free states of calibration: a few.
+            if seen.len() >= 8 {
+                seen.remove(0);
+            }
+            seen.push((prefix.to_owned(), std::sync::Arc::clone(&ids)));
+        }
+        Ok(ids)
     }
 
     /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
@@ -234,10 +279,17 @@ impl Ctx<'_> {
             .map(|q| order::listed(q, &self.listing(q, r, t)))
             .collect();
         let refs: Vec<&Question> = shown.iter().collect();
+        // A prompt that lists one question (read apart) gives the answer
+        // format of a one-question schema, so that its text does not depend
+        // on how many questions the decision asks.
+        let format = match refs.len() {
+            1 => AnswerFormat::for_count(1),
+            _ => self.schema.format,
+        };
         let sys = system_text(&SystemTextSpec {
             questions: &refs,
             instructions: self.schema.instructions.as_deref(),
-            format: self.schema.format,
+            format,
             mode,
             chunked: false,
             wording: None,
@@ -246,6 +298,7 @@ impl Ctx<'_> {
         PromptText {
             text: chat_prompt(turns, self.schema.layout, &sys, state),
             prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
+            state_len: state_prefix_len(turns, self.schema.layout, state),
         }
     }
 
@@ -529,6 +582,24 @@ impl GroupReader for ClozeReader<'_> {
     }
 }
 
+/// `req` as a cloze read reads it: its questions apart
+/// ([`ValidSchema::with_questions_apart`]) unless it is chained; applied by
+/// [`Engine::decide`] and [`Engine::plan`] before anything else reads the
+/// schema. A schema whose stages cannot be scheduled (validation refuses a
+/// dependency cycle, so none reaches here) is left as it is, for the walker
+/// to refuse.
+pub(crate) fn apart(req: &DecideRequest) -> DecideRequest {
+    let chained = match dgem_core::stages::schedule(&req.schema) {
+        Ok(stages) => stages.len() > 1 || req.schema.sequential,
+        Err(_) => true,
+    };
+    DecideRequest {
+        schema: req.schema.clone().with_questions_apart(chained),
+        state: req.state.clone(),
+        seed: req.seed,
+    }
+}
+
 /// Decide with cloze reads (see the module docs).
 pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
     let schema = &req.schema;
@@ -545,6 +616,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             max_tokens: info.max_tokens,
             vocab: engine.config.vocab_diagnostics,
             order: engine.config.order_debias,
+            state_ids: std::sync::Mutex::default(),
         },
         state,
     };

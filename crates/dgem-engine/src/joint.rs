@@ -215,6 +215,7 @@ async fn run_reads(
                 tokens,
                 slots,
                 reuse_points: Vec::new(),
+                policy_point: None,
             }
         })
         .collect();

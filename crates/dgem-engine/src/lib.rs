@@ -10,7 +10,12 @@
 //! share a first token, one per option, scored by the log-likelihood of the whole
 //! option), all sharing the prompt prefix, sent together so the backend reuses
 //! the prefix KV cache. Questions marked `alone` (by the schema or by `isolate`)
-//! get a prompt of their own. Later stages (`depends_on`) see earlier answers
+//! get a prompt of their own; under `isolate: "auto"` with `document_first`
+//! (the default), and under `"all"`, every question of a schema that is not
+//! chained does, its prompt going on from the state's KV prefix
+//! ([`dgem_core::schema::ValidSchema::with_questions_apart`]), so that an
+//! answer does not depend on which other questions were asked. Later stages
+//! (`depends_on`) see earlier answers
 //! prefilled in the model's turn. [`Engine::plan`] resolves all of this without
 //! running the model. Because a
 //! causal read is deterministic, extra samples permute the order in which
@@ -218,8 +223,13 @@ impl Engine {
     /// `dgem_backend::shape`, which asks it the plain schema.
     #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        let req = self.with_model_layout(req);
+        let mut req = self.with_model_layout(req);
         let info = self.backend.info();
+        if info.attention == Attention::Causal {
+            // Before `multi` shaping and bracket routing, so that their parts
+            // and their `diagnostics.isolated` agree with the read.
+            req = cloze::apart(&req);
+        }
         if !info.supports_images && dgem_core::images::has_images(&req.state) {
             // Reading the parts' JSON as text would be a silently wrong answer.
             return Err(dgem_core::images::no_vision(&info.engine, &info.model_id).into());

@@ -128,7 +128,7 @@ impl Engine {
         // A plan shows the schema the reader reads: multi questions as their
         // yes/no slots (rules change answers, not reads).
         owned.schema = dgem_backend::shape::read_schema(&owned.schema)?.0;
-        let req = &owned;
+        let req = &crate::cloze::apart(&owned);
         if dgem_backend::brackets::routes(&req.schema) {
             return self.plan_routed(req, started);
         }
@@ -149,6 +149,7 @@ impl Engine {
             max_tokens: info.max_tokens,
             vocab: self.config.vocab_diagnostics,
             order: self.config.order_debias,
+            state_ids: std::sync::Mutex::default(),
         };
         let mode = self.label_mode();
         let stages = dgem_core::stages::schedule(schema)?;

@@ -117,10 +117,13 @@ async fn permuted_samples_map_back_to_original_options() {
     assert_eq!(team.answer_name(), "support");
     assert_eq!(team.aggregate.agreement, Some(1.0));
     assert!(team.aggregate.stderr.expect("n>1").abs() < 1e-9);
+    // One part per question: a causal read reads each question apart.
     let parts = &d.diagnostics.samples.parts;
-    assert_eq!(parts.len(), 1);
-    assert_eq!(parts[0].n, 4);
-    assert_eq!(parts[0].tops.len(), 4);
+    assert_eq!(parts.len(), 2);
+    for part in parts {
+        assert_eq!(part.n, 4);
+        assert_eq!(part.tops.len(), 4);
+    }
 }
 
 #[tokio::test]
@@ -185,7 +188,8 @@ async fn calibration_priors_are_cached_between_decisions() {
     let mut second = req;
     second.state = json!("two");
     let d = e.decide(second).await.expect("second");
-    assert_eq!(b.calls() - after_first, 1, "only the real read runs");
+    // One real read per question (each is read apart), no calibration read.
+    assert_eq!(b.calls() - after_first, 2, "only the real reads run");
     assert_eq!(d.diagnostics.timing.calibration_ms, 0.0);
 }
 

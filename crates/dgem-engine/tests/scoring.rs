@@ -1,6 +1,7 @@
 //! Option scoring and isolation on the scripted backend: multi-token options are
-//! scored by their whole tokenization, and `isolate` gives yes/no questions
-//! prompts of their own. Numbers come from the script, so they are exact.
+//! scored by their whole tokenization, and `isolate` gives questions prompts of
+//! their own (every question under `document_first`, the canvas rule under
+//! `schema_first`). Numbers come from the script, so they are exact.
 
 use std::sync::{Arc, Mutex};
 
@@ -85,7 +86,7 @@ async fn single_token_options_keep_the_one_row_read() {
 }
 
 #[tokio::test]
-async fn isolate_auto_gives_each_yes_no_question_its_own_prompt() {
+async fn isolate_auto_gives_every_question_its_own_prompt_under_document_first() {
     // Record the prompt each slot was read after.
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = seen.clone();
@@ -101,7 +102,8 @@ async fn isolate_auto_gives_each_yes_no_question_its_own_prompt() {
         .decide(req(policy.clone()))
         .await
         .expect("decision");
-    assert_eq!(d.diagnostics.isolated, ["urgent", "refund"]);
+    // A causal read under `document_first` reads every question apart.
+    assert_eq!(d.diagnostics.isolated, ["urgent", "refund", "team"]);
     assert_eq!(
         d.diagnostics.chunks,
         [vec!["urgent"], vec!["refund"], vec!["team"]]
@@ -113,6 +115,17 @@ async fn isolate_auto_gives_each_yes_no_question_its_own_prompt() {
     assert!(prompts[0].contains("Is it urgent?") && !prompts[0].contains("Which team?"));
     assert!(prompts[1].contains("Is a refund asked for?") && !prompts[1].contains("Is it urgent?"));
     assert!(prompts[2].contains("Which team?") && !prompts[2].contains("Is it urgent?"));
+    // Under `schema_first`, `auto` keeps the canvas rule: the two yes/no
+    // questions alone, the choice on a prompt of the rest (itself).
+    let mut sf = policy.clone();
+    sf["layout"] = json!("schema_first");
+    seen.lock().expect("lock").clear();
+    let d = dgem_testkit::engine(b.clone())
+        .decide(req(sf))
+        .await
+        .expect("decision");
+    assert_eq!(d.diagnostics.isolated, ["urgent", "refund"]);
+    assert_eq!(d.diagnostics.chunks.len(), 3);
     // isolate: none reads them jointly, from one prompt listing all three.
     let mut none = policy;
     none["isolate"] = json!("none");
@@ -177,9 +190,10 @@ async fn sixty_options_are_answered_through_brackets_with_all_options_scored() {
     assert_eq!(br.brackets, [20, 20, 20]);
     assert_eq!(br.finalists.len(), 6);
     assert!(br.finalists.contains(&"opt42".to_owned()));
-    // One decision for `urgent`, one round-1 pass over 3 brackets, one final.
-    assert_eq!(b.calls(), 3);
-    assert_eq!(d.diagnostics.timing.reads, 3);
+    // One decision for `urgent`, one round-1 pass over 3 brackets (each
+    // bracket read apart: 3 calls), one final.
+    assert_eq!(b.calls(), 5);
+    assert_eq!(d.diagnostics.timing.reads, 5);
     let ids: Vec<&String> = d.diagnostics.questions.keys().collect();
     assert_eq!(ids, ["urgent", "intent"], "sub-questions stay internal");
     let env = d.envelope();

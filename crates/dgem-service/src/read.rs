@@ -54,12 +54,15 @@ pub struct ReadOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[arg(long, value_name = "LAYOUT", value_parser = words::flag::<Layout>())]
     pub layout: Option<Layout>,
-    /// Which questions are read alone, each on its own canvas: "auto"
-    /// (default: the yes/no questions of a policy of 2 or 3 questions with
-    /// at least two of them), "noul" (every yes/no question), "none" or
-    /// "all"; "noul" and "all" apply to policies of 2 to 8 questions.
-    /// Reading alone costs a read per question and keeps one answer from
-    /// leaning on another. Wins over the policy's.
+    /// Which questions are read alone, each on a prompt (embedded model) or
+    /// canvas (vLLM) of its own: "auto" (default: the yes/no questions of a
+    /// policy of 2 or 3 questions with at least two of them; on the embedded
+    /// model under document_first, every question of a policy that is not
+    /// chained), "noul" (every yes/no question, policies of 2 to 8
+    /// questions), "none" or "all" (every question; at most 8 on the vLLM
+    /// canvas). Reading alone keeps one answer from leaning on another; under
+    /// document_first it costs each question's own text, elsewhere a read per
+    /// question. Wins over the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[arg(long, value_name = "RULE", value_parser = words::flag::<Isolate>())]
     pub isolate: Option<Isolate>,

@@ -6,7 +6,7 @@
 use dgem_backend::{BackendError, SequenceRead, SlotLogits};
 use dgem_core::tokenizer::TokenId;
 
-use super::{common_prefix, model_err, policy_point, pos_i32, span, token, Engine};
+use super::{common_prefix, model_err, pos_i32, span, token, Engine};
 
 impl Engine<'_> {
     /// Several reads sharing a prefix: the prefix on sequence 0 (canonical
@@ -37,7 +37,7 @@ impl Engine<'_> {
             return Ok(None);
         }
         let plan = self.plan(shared, &base.reuse_points);
-        self.policy_point = policy_point(&base.reuse_points);
+        self.policy_point = base.policy_point;
         let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
         self.decode_prompt(
             &base.tokens[..shared],

@@ -60,6 +60,7 @@ pub fn read_at_end(tokens: Vec<u32>, labels: Vec<Vec<u32>>) -> SequenceRead {
             vocab: true,
         }],
         reuse_points: Vec::new(),
+        policy_point: None,
     }
 }
 

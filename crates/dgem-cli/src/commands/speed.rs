@@ -3,7 +3,10 @@
 //!
 //! Each round runs, in this order: the **baseline** (the vendored llama.cpp
 //! decoding the cold decision's longest prompt in one batch on an empty KV
-//! cache, logits at the last row only, on the same model thread and context),
+//! cache, logits at the last row only, on the same model thread and context;
+//! when the decision makes one backend call per question read apart, the
+//! longest prompt of each call, each after the prefix it shares with the
+//! call before, which is cached first and not timed, the times summed),
 //! then dgem's decisions — **cold** (empty KV cache, calibration priors
 //! cached), **warm** (the same decision again), **first of policy** (a policy
 //! whose priors are not cached yet, empty KV cache), **1 question** vs **8
@@ -49,6 +52,11 @@
 //! on the known `schema_first` policy. Without it the disk store is off, so
 //! the cold rows stay cold.
 //!
+//! `--apart` measures only the long-state rows, as a receipt of their own:
+//! `baseline` (the 1-question prompt), `long_q1` and `long_q12` under
+//! `document_first`, and the same two under `schema_first`, where each
+//! question's prompt reads the state after its own policy prefix.
+//!
 //! Contention: `contended_1` is the cold decision while one other CPU-bound
 //! process runs (a shell busy loop the bench starts for the row and stops
 //! after it), `contended_all` the same with one busy loop per core; both are
@@ -93,6 +101,14 @@ pub struct SpeedArgs {
     /// too slow for the whole table, e.g. `--model qwen2.5-coder-1.5b`.
     #[arg(long)]
     pub one_read: bool,
+    /// Measure only the rows of questions read apart on a long state:
+    /// `baseline` (llama.cpp's evaluation of the 1-question prompt), then 1
+    /// and 12 questions under `document_first` (`long_q1`, `long_q12`: every
+    /// question's prompt goes on from the state's KV prefix, goal ≤ 3×) and
+    /// under `schema_first` (`long_q1_schema_first`, `long_q12_schema_first`:
+    /// the state is read after each question's own policy prefix).
+    #[arg(long, conflicts_with = "one_read")]
+    pub apart: bool,
 }
 
 /// One backend call as the recorder saw it.
@@ -171,9 +187,10 @@ fn triage(extra: &str, layout: Layout) -> Result<ValidSchema, Failure> {
     )
 }
 
-/// A policy of `n` yes/no questions about one ticket (for 1 vs 8 questions).
+/// A policy of `n` (at most 12) yes/no questions about one ticket (for 1 vs
+/// 8 questions, and 1 vs 12 on a long state).
 fn questions(n: usize) -> Result<ValidSchema, Failure> {
-    const ASKED: [&str; 8] = [
+    const ASKED: [&str; 12] = [
         "Does the customer ask for money back?",
         "Is a service down for the customer?",
         "Does the customer mention a deadline?",
@@ -182,6 +199,10 @@ fn questions(n: usize) -> Result<ValidSchema, Failure> {
         "Does the customer threaten to leave?",
         "Is a payment method mentioned?",
         "Does the ticket ask a how-to question?",
+        "Does the customer name a competitor?",
+        "Is more than one product affected?",
+        "Does the customer ask to talk to a person?",
+        "Has the customer written about this before?",
     ];
     let qs: Vec<Value> = ASKED
         .iter()
@@ -203,6 +224,9 @@ fn schema(raw: Value, layout: Layout) -> Result<ValidSchema, Failure> {
 }
 
 const TICKET_A: &str = "I was charged twice for my renewal this morning, please refund the duplicate charge before the weekend.";
+/// A ticket of about 2,000 characters, for 1 against 12 questions on a long
+/// state (each question read apart goes on from its shared KV prefix).
+const LONG_TICKET: &str = "Hello, I am writing on behalf of a team of forty people who have used your planning product for three years. Since the update last Tuesday our shared boards load slowly, sometimes taking a full minute, and twice this week the board for our largest client showed an empty column where yesterday's tasks had been. We reloaded the page, cleared the browser cache, tried two browsers and the desktop app, and the column came back only after an hour. Nobody on our side changed any setting. We also noticed that the invoice for this month lists fifty seats while we pay for forty, and the card on file was charged the higher amount on the first of the month. Our finance lead asked me to get the difference refunded and to confirm that the seat count will be corrected before the next cycle. On top of that, two of our managers cannot sign in with single sign-on since Monday: they see an error page that says the identity provider is not configured, although it worked for months and our administrator has not touched it. They are now using passwords, which our security policy does not allow for longer than a week. We have a client review on Friday that depends on the boards being complete and fast, so I would be grateful for a reply from someone who can look at the account today. I have attached nothing because your form does not accept files, but I can send screen recordings of the empty column and the slow loading if you tell me where. Please also let me know whether other customers have reported the same problem after the update, and whether there is a status page we can follow. If this cannot be fixed this week we will have to consider moving the client work to another tool, which none of us wants after three good years. Thank you for reading this long message; we appreciate the help your team gave us in the past. Our account is registered under the operations department, and our administrator can be reached at the usual address if you need to verify anything at all.";
 const TICKET_B: &str =
     "The export button has done nothing since yesterday's update and my report is due at noon.";
 
@@ -266,31 +290,98 @@ impl Bench {
     }
 
     /// A decision through the `prior` engine with the KV cache as the last
-    /// one left it: wall ms and the longest prompt it evaluated.
+    /// one left it: wall ms and the longest prompt of each of its calls.
     async fn warm_prior(
         &self,
         schema: &ValidSchema,
         ticket: &str,
-    ) -> Result<(f64, Vec<TokenId>), Failure> {
+    ) -> Result<(f64, Vec<Vec<TokenId>>), Failure> {
         self.recorder.take();
         let (wall_ms, _) = timed(&self.prior, schema, ticket).await?;
-        let prompt = self
-            .recorder
-            .take()
-            .first()
-            .and_then(|c| c.prompts.iter().max_by_key(|p| p.len()).cloned())
-            .unwrap_or_default();
-        Ok((wall_ms, prompt))
+        Ok((wall_ms, call_prompts(&self.recorder.take())))
     }
 
-    /// The longest prompt one decision of `schema` evaluates (its first call).
-    async fn prompt_of(&self, schema: &ValidSchema, ticket: &str) -> Result<Vec<TokenId>, Failure> {
-        let calls = self.cold(schema, ticket).await?.calls;
-        Ok(calls
-            .first()
-            .and_then(|c| c.prompts.iter().max_by_key(|p| p.len()).cloned())
-            .unwrap_or_default())
+    /// The longest prompt of each backend call of one cold decision of
+    /// `schema`, in call order (one call per question read apart).
+    async fn prompts_of(
+        &self,
+        schema: &ValidSchema,
+        ticket: &str,
+    ) -> Result<Vec<Vec<TokenId>>, Failure> {
+        Ok(call_prompts(&self.cold(schema, ticket).await?.calls))
     }
+
+    /// llama.cpp's own evaluation of a decision's prompts: each one after
+    /// what it shares with the one before (that prefix cached first, not
+    /// timed), as the engine reuses it. Ms summed, and the tokens evaluated.
+    async fn eval_prompts(&self, prompts: &[Vec<TokenId>]) -> Result<(f64, usize), Failure> {
+        let (mut ms, mut tokens) = (0.0, 0);
+        let mut before: &[TokenId] = &[];
+        for p in prompts {
+            let shared = p
+                .iter()
+                .zip(before)
+                .take_while(|(x, y)| x == y)
+                .count()
+                .min(p.len().saturating_sub(1));
+            let (t, _) = self
+                .backend
+                .prompt_eval(p.clone(), shared, Vec::new())
+                .await
+                .map_err(model_failure)?;
+            ms += t;
+            tokens += p.len() - shared;
+            before = p;
+        }
+        Ok((ms, tokens))
+    }
+}
+
+/// The longest prompt of each recorded call, in call order.
+fn call_prompts(calls: &[Call]) -> Vec<Vec<TokenId>> {
+    calls
+        .iter()
+        .filter_map(|c| c.prompts.iter().max_by_key(|p| p.len()).cloned())
+        .collect()
+}
+
+/// `--apart`: 1 against 12 questions on [`LONG_TICKET`], read apart, under
+/// each layout; every decision cold (empty KV cache, priors cached).
+async fn apart_rows(
+    b: &Bench,
+    [q1, q12]: [&ValidSchema; 2],
+    threads: Option<usize>,
+    args: &SpeedArgs,
+) -> Result<(), Failure> {
+    let sf = |s: &ValidSchema| s.clone().with_layout(Layout::SchemaFirst);
+    let (q1_sf, q12_sf) = (sf(q1), sf(q12));
+    // Warm-up: every policy's calibration priors.
+    for s in [q1, q12, &q1_sf, &q12_sf] {
+        b.cold(s, LONG_TICKET).await?;
+    }
+    let prompts = b.prompts_of(q1, LONG_TICKET).await?;
+    let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut evaluated = 0;
+    for round in 0..args.rounds {
+        let (base_ms, tokens) = b.eval_prompts(&prompts).await?;
+        evaluated = tokens;
+        let rows = [
+            ("baseline", None),
+            ("long_q1", Some(q1)),
+            ("long_q12", Some(q12)),
+            ("long_q1_schema_first", Some(&q1_sf)),
+            ("long_q12_schema_first", Some(&q12_sf)),
+        ];
+        for (row, schema) in rows {
+            let ms = match schema {
+                Some(s) => b.cold(s, LONG_TICKET).await?.wall_ms,
+                None => base_ms,
+            };
+            times.entry(row).or_default().push(ms);
+        }
+        eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
+    }
+    report(&times, evaluated, (0, 0), threads, args)
 }
 
 fn model_failure(e: BackendError) -> Failure {
@@ -350,7 +441,10 @@ async fn run_rounds(
     };
     let main = triage("", Layout::DocumentFirst)?;
     let sf = triage("", Layout::SchemaFirst)?;
-    let (q1, q8) = (questions(1)?, questions(8)?);
+    let (q1, q8, q12) = (questions(1)?, questions(8)?, questions(12)?);
+    if args.apart {
+        return apart_rows(&b, [&q1, &q12], threads, args).await;
+    }
     // Warm-up: priors of every cached-prior scenario, and the cold prompt.
     if !args.one_read {
         for s in [&main, &sf, &q1, &q8] {
@@ -366,23 +460,27 @@ async fn run_rounds(
                 .await?;
         }
     }
-    let prompt = if args.one_read {
+    // The baseline's prompts: one per backend call of the decision (one per
+    // question when they are read apart), each evaluated after what it
+    // shares with the one before.
+    let prompts = if args.one_read {
         b.backend.clear_cache().await.map_err(model_failure)?;
         b.warm_prior(&main, TICKET_A).await?.1
     } else {
-        b.prompt_of(&main, TICKET_A).await?
+        b.prompts_of(&main, TICKET_A).await?
     };
-    if prompt.is_empty() {
+    let Some(prompt) = prompts.first().filter(|p| !p.is_empty()) else {
         return Err(user(anyhow::anyhow!("the bench policy read no prompt")));
-    }
-    // The 8-question prompt is longer than the 1-question one (each question
-    // adds its text): print both so the q8/q1 ratio can be read against it.
+    };
+    // The 8-question decision evaluates more tokens than the 1-question one
+    // (each question adds its text): print both so the q8/q1 ratio can be
+    // read against them.
     let q_tokens = if args.one_read {
         (0, 0)
     } else {
         (
-            b.prompt_of(&q1, TICKET_A).await?.len(),
-            b.prompt_of(&q8, TICKET_A).await?.len(),
+            b.eval_prompts(&b.prompts_of(&q1, TICKET_A).await?).await?.1,
+            b.eval_prompts(&b.prompts_of(&q8, TICKET_A).await?).await?.1,
         )
     };
     // The cold prompt as text (BOS left out, chat markup written out), for
@@ -391,16 +489,14 @@ async fn run_rounds(
     let prompt_text = tok.decode(prompt.get(1..).unwrap_or_default());
     let cores = dgem_backend_llama::cpu::sample().map_or(2, |l| l.online);
     let mut times: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut prompt_tokens = 0;
     let mut push = |k: &'static str, v: f64| times.entry(k).or_default().push(v);
     for round in 0..args.rounds {
         if !args.one_read {
             tokenizer_rows(&b, &main, &tok, &prompt_text, round, &mut push).await?;
         }
-        let (base_ms, _) = b
-            .backend
-            .prompt_eval(prompt.clone(), 0, Vec::new())
-            .await
-            .map_err(model_failure)?;
+        let (base_ms, evaluated) = b.eval_prompts(&prompts).await?;
+        prompt_tokens = evaluated;
         push("baseline", base_ms);
         if !args.one_read {
             cyclic_rows(&b, [&main, &sf, &q1, &q8], round, &mut push).await?;
@@ -423,12 +519,24 @@ async fn run_rounds(
             .warm_prior(&sf, &format!("{TICKET_B} (Reference {}.)", 9_500 + round))
             .await?;
         push("prior_schema_first_cached", ms);
-        let shared = now.iter().zip(&before).take_while(|(x, y)| x == y).count();
-        let (new_ms, _) = b
-            .backend
-            .prompt_eval(now, shared, Vec::new())
-            .await
-            .map_err(model_failure)?;
+        // Each call's prompt after what the same call of the decision before
+        // left: the tokens new to this decision.
+        let mut new_ms = 0.0;
+        for (i, p) in now.into_iter().enumerate() {
+            let last = before.get(i).map_or(&[][..], Vec::as_slice);
+            let shared = p
+                .iter()
+                .zip(last)
+                .take_while(|(x, y)| x == y)
+                .count()
+                .min(p.len().saturating_sub(1));
+            let (t, _) = b
+                .backend
+                .prompt_eval(p, shared, Vec::new())
+                .await
+                .map_err(model_failure)?;
+            new_ms += t;
+        }
         push("new_tokens", new_ms);
         if args.one_read {
             // As a new process finds it: nothing in memory (the model loaded,
@@ -461,5 +569,5 @@ async fn run_rounds(
         }
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
-    report(&times, prompt.len(), q_tokens, threads, args)
+    report(&times, prompt_tokens, q_tokens, threads, args)
 }

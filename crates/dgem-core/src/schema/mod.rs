@@ -233,18 +233,26 @@ impl Question {
 /// Which questions are read alone when they do not state `alone` themselves
 /// (the original server's `isolate`, v0.3). In small requests a yes/no question
 /// read jointly tended to copy the previous yes/no answer; reading it alone costs
-/// one more read.
+/// one more read. On a canvas (vLLM) the rule is [`Isolate::resolve`]; a
+/// causal (embedded) reader also reads every question apart under `all`, and
+/// under `auto` when the layout is `document_first`
+/// ([`ValidSchema::with_questions_apart`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolate {
-    /// `noul` when the schema has 2..=[`ISOLATE_AUTO_MAX`] questions of which at
-    /// least two are yes/no, else `none` (default).
+    /// On a canvas, `noul` when the schema has 2..=[`ISOLATE_AUTO_MAX`]
+    /// questions of which at least two are yes/no, else `none`; on a causal
+    /// reader under `document_first`, every question of a schema that is not
+    /// chained (default).
     #[default]
     Auto,
-    /// Every yes/no question is read alone.
+    /// Every yes/no question is read alone (2 to [`ISOLATE_MAX_QUESTIONS`]
+    /// questions).
     Noul,
-    /// Nothing is isolated.
+    /// Nothing is isolated: the questions of a stage that do not state
+    /// `alone: true` share one prompt.
     None,
-    /// Every question is read alone.
+    /// Every question is read alone (on a canvas, 2 to
+    /// [`ISOLATE_MAX_QUESTIONS`] questions; on a causal reader, any count).
     All,
 }
 
@@ -352,7 +360,7 @@ crate::word_serde!(
     Isolate,
     "IsolateValue",
     format!(
-        "Which questions are read alone, each on its own canvas: `auto` (the yes/no questions, when a policy has 2 to {ISOLATE_AUTO_MAX} questions and at least two are yes/no), `noul` (every yes/no question), `none` or `all`; `noul` and `all` apply to policies of 2 to {ISOLATE_MAX_QUESTIONS} questions."
+        "Which questions are read alone, each on a prompt (embedded model) or canvas (vLLM) of its own: `auto` (the yes/no questions, when a policy has 2 to {ISOLATE_AUTO_MAX} questions and at least two are yes/no; on the embedded model under `document_first`, every question of a policy that is not chained), `noul` (every yes/no question), `none` (the questions share one prompt) or `all` (every question); `noul` applies to policies of 2 to {ISOLATE_MAX_QUESTIONS} questions, and so does `all` on the vLLM canvas."
     )
 );
 
@@ -375,6 +383,18 @@ pub enum AnswerFormat {
     Lines,
     /// `idlabel` joined by spaces; used for > 10 questions.
     Indexed,
+}
+
+impl AnswerFormat {
+    /// The format of a schema of `n` questions: `lines` up to
+    /// [`LINES_FORMAT_MAX_QUESTIONS`] (10), `indexed` above.
+    pub fn for_count(n: usize) -> Self {
+        if n <= LINES_FORMAT_MAX_QUESTIONS {
+            AnswerFormat::Lines
+        } else {
+            AnswerFormat::Indexed
+        }
+    }
 }
 
 /// Defaults that come from the deployment, not the schema.
@@ -512,6 +532,49 @@ impl ValidSchema {
         self
     }
 
+    /// The schema as a causal (embedded) reader reads it: each question that
+    /// does not state `alone` is read on a prompt of its own, whatever the
+    /// question count, so that no question sees another's text and an answer
+    /// does not move when questions are added, removed or reordered.
+    ///
+    /// - Under `isolate: "all"`, always.
+    /// - Under `"auto"`, when the layout is `document_first`: the state comes
+    ///   first, its KV state is computed once and every question's prompt
+    ///   goes on from it, so a question costs only its own text. Under
+    ///   `schema_first` the state follows each question's text and would be
+    ///   read once per question (a 3-question decision of Qwen2.5-Coder 1.5B
+    ///   took 2 to 3.7 times as long in two runs), so `auto` keeps the canvas rule
+    ///   ([`Isolate::resolve`]) there.
+    ///
+    /// The count limits of [`Isolate::resolve`] (2 to
+    /// [`ISOLATE_MAX_QUESTIONS`]) are the canvas's and do not apply. Only the
+    /// asked questions ([`Self::asked`]) are marked. Left as it is: a chained
+    /// schema (`chained`: more than one stage, or `sequential`), whose prompts
+    /// list every question on purpose so later answers can follow earlier
+    /// ones, and `chunk_prompt: "shared"`, which asks for the same. Questions
+    /// isolated under `auto` are flagged `alone_auto`, as [`Isolate::resolve`]
+    /// flags its own.
+    pub fn with_questions_apart(mut self, chained: bool) -> Self {
+        let apart = match self.isolate {
+            Isolate::All => true,
+            Isolate::Auto => self.layout == Layout::DocumentFirst,
+            Isolate::Noul | Isolate::None => false,
+        };
+        if !apart || chained || self.chunk_prompt == ChunkPrompt::Shared {
+            return self;
+        }
+        let auto = self.isolate == Isolate::Auto;
+        let asked: Option<Vec<String>> = self.ask.clone();
+        for q in &mut self.questions {
+            let is_asked = asked.as_ref().is_none_or(|ids| ids.contains(&q.id));
+            if q.alone.is_none() && is_asked {
+                q.alone = Some(true);
+                q.alone_auto = auto;
+            }
+        }
+        self
+    }
+
     /// The same settings over another set of questions (a part of this schema, or
     /// sub-questions built from it): `ask` is cleared, the answer format
     /// follows the new count, and `rules` are dropped (they apply to the
@@ -551,11 +614,7 @@ impl ValidSchema {
                 ));
             }
         }
-        let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
-            AnswerFormat::Lines
-        } else {
-            AnswerFormat::Indexed
-        };
+        let format = AnswerFormat::for_count(questions.len());
         Ok(ValidSchema {
             questions,
             ask: None,

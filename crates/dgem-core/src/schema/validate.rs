@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::{
     Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
-    LINES_FORMAT_MAX_QUESTIONS, MAX_ALTERNATIVES, MAX_ID_CHARS, MAX_QUESTIONS, MIN_ALTERNATIVES,
+    MAX_ALTERNATIVES, MAX_ID_CHARS, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
 use crate::error::SchemaError;
 use crate::hesitation::AfterRead;
@@ -68,11 +68,7 @@ impl ValidSchema {
         let ids: Vec<&str> = questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::from_object(obj, &ids, Some(raw_questions))?;
         let rules = crate::rules::Rules::from_object(obj, &questions)?;
-        let format = if questions.len() <= LINES_FORMAT_MAX_QUESTIONS {
-            AnswerFormat::Lines
-        } else {
-            AnswerFormat::Indexed
-        };
+        let format = AnswerFormat::for_count(questions.len());
         Ok(ValidSchema {
             instructions: obj.get("instructions").and_then(text_of),
             samples,

@@ -24,8 +24,13 @@ pub(crate) struct Prompt {
     /// BOS, the chat turn, the prefill.
     pub(crate) tokens: Vec<TokenId>,
     /// Sorted prefix lengths: where the policy's shared prefix ends
-    /// (`schema_first`), and where the model's turn starts (before the prefill).
+    /// (`schema_first`), where the state ends (`document_first`: every
+    /// question's prompt of the decision shares what comes before), and where
+    /// the model's turn starts (before the prefill).
     pub(crate) reuse_points: Vec<usize>,
+    /// Where the policy's shared prefix ends, when it is one of the reuse
+    /// points ([`SequenceRead::policy_point`]).
+    pub(crate) policy_point: Option<usize>,
 }
 
 /// A prompt's text before tokenizing.
@@ -35,6 +40,9 @@ pub(crate) struct PromptText {
     /// Bytes of `text` every decision of the policy shares
     /// ([`policy_prefix_len`]), if any.
     pub(crate) prefix_len: Option<usize>,
+    /// Bytes of `text` every prompt of the decision shares whatever it
+    /// lists ([`dgem_core::prompt::state_prefix_len`]), if any.
+    pub(crate) state_len: Option<usize>,
 }
 
 /// The sequences that read one question after `prompt`: one for first-token
@@ -82,6 +90,7 @@ pub(crate) fn question_sequences(
                     tokens,
                     slots,
                     reuse_points: reuse_points.clone(),
+                    policy_point: prompt.policy_point,
                 })
             })
             .collect(),
@@ -96,6 +105,7 @@ pub(crate) fn question_sequences(
                     vocab,
                 }],
                 reuse_points: reuse_points.clone(),
+                policy_point: prompt.policy_point,
             }])
         }
     }

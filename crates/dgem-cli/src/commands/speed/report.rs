@@ -10,7 +10,7 @@ use crate::failure::{user, Failure};
 
 /// Scenario names in print order; `ratio_to` names the scenario each one is
 /// divided by within a round.
-pub(super) const SCENARIOS: [(&str, &str, &str); 23] = [
+pub(super) const SCENARIOS: [(&str, &str, &str); 27] = [
     ("baseline", "llama.cpp prompt eval of the cold prompt", ""),
     ("cold", "cold decision, priors cached", "baseline"),
     ("warm", "same decision again (KV cached)", "baseline"),
@@ -46,6 +46,22 @@ pub(super) const SCENARIOS: [(&str, &str, &str); 23] = [
     ),
     ("q1", "1 question, cold", "baseline"),
     ("q8", "8 questions, cold", "q1"),
+    (
+        "long_q1",
+        "1 question, 2,000-character state, cold",
+        "baseline",
+    ),
+    ("long_q12", "12 questions, the same state, cold", "long_q1"),
+    (
+        "long_q1_schema_first",
+        "1 question, long state, schema_first, cold",
+        "baseline",
+    ),
+    (
+        "long_q12_schema_first",
+        "12 questions, long state, schema_first, cold",
+        "long_q1_schema_first",
+    ),
     ("schema_first_cold", "schema_first, cold", "baseline"),
     (
         "schema_first_cached",
@@ -151,6 +167,8 @@ pub(super) fn report(
             "prior_first_of_policy" => Some(2.0),
             // A known policy costs its new tokens.
             "prior_schema_first_cached" | "prior_schema_first_from_disk" => Some(1.2),
+            // Questions read apart share the state: 12 cost at most 3× one.
+            "long_q12" => Some(3.0),
             _ => None,
         };
         if let Some(g) = goal {

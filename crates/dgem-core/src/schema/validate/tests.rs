@@ -711,3 +711,46 @@ fn a_question_id_with_surrounding_spaces_is_refused_not_trimmed() {
         "question id ' x ' must not begin or end with whitespace; use 'x'",
     );
 }
+
+/// A causal reader's rule (`ValidSchema::with_questions_apart`): every asked
+/// question that does not state `alone` is read apart under `auto` with
+/// `document_first` and under `all` at any count; not under `schema_first`
+/// `auto`, `none`, a chained schema or `chunk_prompt: "shared"`.
+#[test]
+fn questions_are_read_apart_by_a_causal_reader_where_the_rule_says() {
+    let choice = |id: &str| json!({"id": id, "type": "choice", "options": ["x", "y"]});
+    let questions = |n: usize| (0..n).map(|i| choice(&format!("q{i}"))).collect::<Vec<_>>();
+    let apart = |v: Value, chained: bool| ok(v).with_questions_apart(chained).isolated();
+    let all12: Vec<String> = (0..12).map(|i| format!("q{i}")).collect();
+    // `auto`, document_first (the default layout): any count, no canvas limit.
+    assert_eq!(apart(json!({"questions": questions(12)}), false), all12);
+    assert_eq!(apart(json!({"questions": questions(1)}), false), ["q0"]);
+    // `all` under schema_first still reads apart; `auto` there keeps the
+    // canvas rule (nothing for choices).
+    let sf = |isolate: &str| json!({"questions": questions(3), "layout": "schema_first", "isolate": isolate});
+    assert_eq!(apart(sf("all"), false), ["q0", "q1", "q2"]);
+    assert!(apart(sf("auto"), false).is_empty());
+    assert!(apart(sf("none"), false).is_empty());
+    // `none` and `noul` (a choice is not yes/no) read nothing apart.
+    assert!(apart(json!({"questions": questions(3), "isolate": "none"}), false).is_empty());
+    assert!(apart(json!({"questions": questions(3), "isolate": "noul"}), false).is_empty());
+    // Chained, or a shared chunk prompt: left as written.
+    assert!(apart(json!({"questions": questions(3)}), true).is_empty());
+    assert!(apart(
+        json!({"questions": questions(3), "chunk_prompt": "shared"}),
+        false
+    )
+    .is_empty());
+    // An explicit `alone: false` wins; questions `ask` leaves out are not read.
+    let mut qs = questions(3);
+    qs[1]["alone"] = json!(false);
+    assert_eq!(
+        apart(json!({"questions": qs, "ask": ["q0", "q1"]}), false),
+        ["q0"]
+    );
+    // Flagged as `auto`'s own under `auto`, not under `all`.
+    let s = ok(json!({"questions": questions(2)})).with_questions_apart(false);
+    assert!(s.questions.iter().all(|q| q.alone_auto));
+    let s = ok(json!({"questions": questions(2), "isolate": "all"})).with_questions_apart(false);
+    assert!(s.questions.iter().all(|q| q.is_alone() && !q.alone_auto));
+}
