@@ -11,7 +11,8 @@
 //! option), all sharing the prompt prefix, sent together so the backend reuses
 //! the prefix KV cache. Questions marked `alone` (by the schema or by `isolate`)
 //! get a prompt of their own; under `isolate: "auto"` with `document_first`
-//! (the default), and under `"all"`, every question of a schema that is not
+//! (the built-in layout; a model's catalogue entry may choose another), and
+//! under `"all"`, every question of a schema that is not
 //! chained does, its prompt going on from the state's KV prefix
 //! ([`dgem_core::schema::ValidSchema::with_questions_apart`]), so that an
 //! answer does not depend on which other questions were asked. Later stages

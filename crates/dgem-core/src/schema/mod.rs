@@ -543,7 +543,7 @@ impl ValidSchema {
     ///   goes on from it, so a question costs only its own text. Under
     ///   `schema_first` the state follows each question's text and would be
     ///   read once per question (a 3-question decision of Qwen2.5-Coder 1.5B
-    ///   took 2 to 3.7 times as long in two runs), so `auto` keeps the canvas rule
+    ///   took 2.0 to 3.6 times as long in two runs), so `auto` keeps the canvas rule
     ///   ([`Isolate::resolve`]) there.
     ///
     /// The count limits of [`Isolate::resolve`] (2 to
