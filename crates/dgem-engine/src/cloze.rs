@@ -588,16 +588,13 @@ impl GroupReader for ClozeReader<'_> {
 /// schema. A schema whose stages cannot be scheduled (validation refuses a
 /// dependency cycle, so none reaches here) is left as it is, for the walker
 /// to refuse.
-pub(crate) fn apart(req: &DecideRequest) -> DecideRequest {
+pub(crate) fn apart(mut req: DecideRequest) -> DecideRequest {
     let chained = match dgem_core::stages::schedule(&req.schema) {
         Ok(stages) => stages.len() > 1 || req.schema.sequential,
         Err(_) => true,
     };
-    DecideRequest {
-        schema: req.schema.clone().with_questions_apart(chained),
-        state: req.state.clone(),
-        seed: req.seed,
-    }
+    req.schema = req.schema.with_questions_apart(chained);
+    req
 }
 
 /// Decide with cloze reads (see the module docs).

@@ -229,7 +229,7 @@ impl Engine {
         if info.attention == Attention::Causal {
             // Before `multi` shaping and bracket routing, so that their parts
             // and their `diagnostics.isolated` agree with the read.
-            req = cloze::apart(&req);
+            req = cloze::apart(req);
         }
         if !info.supports_images && dgem_core::images::has_images(&req.state) {
             // Reading the parts' JSON as text would be a silently wrong answer.

@@ -128,7 +128,7 @@ impl Engine {
         // A plan shows the schema the reader reads: multi questions as their
         // yes/no slots (rules change answers, not reads).
         owned.schema = dgem_backend::shape::read_schema(&owned.schema)?.0;
-        let req = &crate::cloze::apart(&owned);
+        let req = &crate::cloze::apart(owned);
         if dgem_backend::brackets::routes(&req.schema) {
             return self.plan_routed(req, started);
         }

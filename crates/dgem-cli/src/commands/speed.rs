@@ -318,22 +318,34 @@ impl Bench {
         let (mut ms, mut tokens) = (0.0, 0);
         let mut before: &[TokenId] = &[];
         for p in prompts {
-            let shared = p
-                .iter()
-                .zip(before)
-                .take_while(|(x, y)| x == y)
-                .count()
-                .min(p.len().saturating_sub(1));
-            let (t, _) = self
-                .backend
-                .prompt_eval(p.clone(), shared, Vec::new())
-                .await
-                .map_err(model_failure)?;
+            let (t, new) = self.eval_after(p, before).await?;
             ms += t;
-            tokens += p.len() - shared;
+            tokens += new;
             before = p;
         }
         Ok((ms, tokens))
+    }
+
+    /// llama.cpp's own evaluation of `prompt` after the prefix it shares
+    /// with `before` (cached first, not timed; at least its last token is
+    /// evaluated): ms, and the tokens evaluated.
+    async fn eval_after(
+        &self,
+        prompt: &[TokenId],
+        before: &[TokenId],
+    ) -> Result<(f64, usize), Failure> {
+        let shared = prompt
+            .iter()
+            .zip(before)
+            .take_while(|(x, y)| x == y)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        let (ms, _) = self
+            .backend
+            .prompt_eval(prompt.to_vec(), shared, Vec::new())
+            .await
+            .map_err(model_failure)?;
+        Ok((ms, prompt.len() - shared))
     }
 }
 
@@ -522,20 +534,9 @@ async fn run_rounds(
         // Each call's prompt after what the same call of the decision before
         // left: the tokens new to this decision.
         let mut new_ms = 0.0;
-        for (i, p) in now.into_iter().enumerate() {
+        for (i, p) in now.iter().enumerate() {
             let last = before.get(i).map_or(&[][..], Vec::as_slice);
-            let shared = p
-                .iter()
-                .zip(last)
-                .take_while(|(x, y)| x == y)
-                .count()
-                .min(p.len().saturating_sub(1));
-            let (t, _) = b
-                .backend
-                .prompt_eval(p, shared, Vec::new())
-                .await
-                .map_err(model_failure)?;
-            new_ms += t;
+            new_ms += b.eval_after(p, last).await?.0;
         }
         push("new_tokens", new_ms);
         if args.one_read {

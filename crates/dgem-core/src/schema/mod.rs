@@ -564,9 +564,9 @@ impl ValidSchema {
             return self;
         }
         let auto = self.isolate == Isolate::Auto;
-        let asked: Option<Vec<String>> = self.ask.clone();
+        let ask = &self.ask;
         for q in &mut self.questions {
-            let is_asked = asked.as_ref().is_none_or(|ids| ids.contains(&q.id));
+            let is_asked = ask.as_ref().is_none_or(|ids| ids.contains(&q.id));
             if q.alone.is_none() && is_asked {
                 q.alone = Some(true);
                 q.alone_auto = auto;
