@@ -27,9 +27,11 @@
 //!
 //! Several reads of one call that share a prompt are either run one after
 //! another through that cache, or (`batch_reads`) in **one** decode of their
-//! continuations: the shared prefix is decoded on sequence 0 (canonical chunks),
+//! continuations: the shared prefix, up to the last boundary of the canonical
+//! chunk plan in it (the fork), is decoded on sequence 0 (canonical chunks),
 //! copied to one sequence id per read with `seq_cp`, and every read's suffix
-//! goes in one batch under its own id.
+//! from the fork goes in one batch under its own id, as a prefix tree (a
+//! token the reads share goes in once).
 //!
 //! **Readout.** A slot's label probabilities come from the final hidden state
 //! of its row and the label tokens' rows of the output matrix

@@ -43,13 +43,23 @@ fn default_wording() -> &'static Wording {
     DEFAULT.get_or_init(Wording::default)
 }
 
-/// The question block for one read.
-pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
-    let w = spec.wording.unwrap_or_else(|| default_wording());
+/// The head of the question block: the lead sentence, then the policy's own
+/// instructions when it has any. Every question block of one policy begins
+/// with it, whichever questions the block lists.
+pub fn system_head(wording: Option<&Wording>, instructions: Option<&str>) -> String {
+    let w = wording.unwrap_or_else(|| default_wording());
     let mut out = format!("{}\n", w.lead);
-    if let Some(ins) = spec.instructions.map(str::trim).filter(|s| !s.is_empty()) {
+    if let Some(ins) = instructions.map(str::trim).filter(|s| !s.is_empty()) {
         let _ = write!(out, "\n{ins}\n");
     }
+    out
+}
+
+/// The question block for one read: [`system_head`], one paragraph per
+/// question with its labelled alternatives, the format line.
+pub fn system_text(spec: &SystemTextSpec<'_>) -> String {
+    let w = spec.wording.unwrap_or_else(|| default_wording());
+    let mut out = system_head(spec.wording, spec.instructions);
     for q in spec.questions {
         let _ = write!(out, "\nQuestion {}: {}\n", q.id, q.instructions.trim());
         let labels = labels_for(q, spec.mode);
@@ -125,6 +135,24 @@ pub fn state_prefix_len(turns: &ChatTurns, layout: Layout, state: &str) -> Optio
         }
         Layout::SchemaFirst => None,
     }
+}
+
+/// Length in bytes of the leading text every `document_first`
+/// [`chat_prompt`] of `state` under one policy shares whatever questions it
+/// lists: [`state_prefix_len`], then the question block's `head`
+/// ([`system_head`]) without its last newline (a blank line follows it, and a
+/// tokenizer may write the two newlines as one token). `None` for
+/// `schema_first`, whose policy prefix ([`policy_prefix_len`]) already holds
+/// the head. A causal reader that reads each question on a prompt of its own
+/// forks here rather than at the state's end, so the policy's lead and
+/// instructions are read once per decision too.
+pub fn head_prefix_len(
+    turns: &ChatTurns,
+    layout: Layout,
+    state: &str,
+    head: &str,
+) -> Option<usize> {
+    state_prefix_len(turns, layout, state).map(|n| n + head.trim_end_matches('\n').len())
 }
 
 /// Length in bytes of the leading text every [`chat_prompt`] of `system`
@@ -313,6 +341,55 @@ mod tests {
             assert!(a[len..].starts_with("ONE QUESTION"), "{a}");
             assert_eq!(state_prefix_len(&turns, Layout::SchemaFirst, "STATE"), None);
         }
+    }
+
+    #[test]
+    fn the_head_prefix_ends_before_the_first_question_whichever_are_listed() {
+        let s = triage();
+        let block = |qs: &[&Question], instructions: Option<&str>| {
+            system_text(&SystemTextSpec {
+                questions: qs,
+                instructions,
+                format: AnswerFormat::for_count(qs.len()),
+                mode: LabelMode::Letters,
+                chunked: false,
+                wording: None,
+            })
+        };
+        let (urgent, team) = (&s.questions[0], &s.questions[1]);
+        for instructions in [s.instructions.as_deref(), None] {
+            let head = system_head(None, instructions);
+            let turns = ChatTurns::gemma();
+            let len =
+                head_prefix_len(&turns, Layout::DocumentFirst, "STATE", &head).unwrap_or_default();
+            let prompts: Vec<String> = [vec![urgent], vec![team], vec![urgent, team]]
+                .iter()
+                .map(|qs| {
+                    let sys = block(qs, instructions);
+                    assert!(sys.starts_with(&head), "{sys}");
+                    chat_prompt(&turns, Layout::DocumentFirst, &sys, "STATE")
+                })
+                .collect();
+            for p in &prompts {
+                assert_eq!(p[..len], prompts[0][..len]);
+                // The blank line before the first question is left out: a
+                // tokenizer may write its two newlines as one token.
+                assert!(p[len..].starts_with("\n\nQuestion "), "{p}");
+            }
+            let state_len = state_prefix_len(&turns, Layout::DocumentFirst, "STATE");
+            assert_eq!(
+                state_len.map(|n| &prompts[0][n..len]),
+                Some(head.trim_end())
+            );
+            assert_eq!(
+                head_prefix_len(&turns, Layout::SchemaFirst, "STATE", &head),
+                None
+            );
+        }
+        assert_eq!(
+            system_head(None, Some("  Route support tickets. ")),
+            format!("{}\n\nRoute support tickets.\n", Wording::default().lead)
+        );
     }
 
     #[test]

@@ -23,7 +23,8 @@ use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
 use dgem_core::prompt::{
-    chat_prompt, policy_prefix_len, state_prefix_len, state_text, system_text, SystemTextSpec,
+    chat_prompt, head_prefix_len, policy_prefix_len, state_prefix_len, state_text, system_head,
+    system_text, SystemTextSpec,
 };
 use dgem_core::readout::{
     auto_extends, calibrate, entropy, mean_distribution, sample_plan, SlotRead,
@@ -206,9 +207,10 @@ impl Ctx<'_> {
 
     /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded, with
     /// the reuse points: the end of the policy prefix (`schema_first`, also
-    /// the policy point) and the end of the state (`document_first`), each
-    /// when its tokens begin the prompt's (tokenizing may merge across the
-    /// seam; then there is no point there), and the end of the chat turn.
+    /// the policy point), the end of the state and the end of the question
+    /// block's head after it (`document_first`), each when its tokens begin
+    /// the prompt's (tokenizing may merge across the seam; then there is no
+    /// point there), and the end of the chat turn.
     fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, EngineError> {
         let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         let bos = tokens.len();
@@ -226,10 +228,12 @@ impl Ctx<'_> {
                 policy_point = Some(bos + ids.len());
             }
         }
-        if let Some(prefix) = text.state_len.and_then(|n| text.text.get(..n)) {
-            let ids = self.state_tokens(prefix)?;
-            if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
-                reuse_points.push(bos + ids.len());
+        for len in [text.state_len, text.head_len] {
+            if let Some(prefix) = len.and_then(|n| text.text.get(..n)) {
+                let ids = self.state_tokens(prefix)?;
+                if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
+                    reuse_points.push(bos + ids.len());
+                }
             }
         }
         reuse_points.push(tokens.len());
@@ -299,6 +303,12 @@ impl Ctx<'_> {
             text: chat_prompt(turns, self.schema.layout, &sys, state),
             prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
             state_len: state_prefix_len(turns, self.schema.layout, state),
+            head_len: head_prefix_len(
+                turns,
+                self.schema.layout,
+                state,
+                &system_head(None, self.schema.instructions.as_deref()),
+            ),
         }
     }
 

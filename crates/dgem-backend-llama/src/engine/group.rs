@@ -32,6 +32,15 @@ impl Engine<'_> {
             .min()
             .unwrap_or(0)
             .min(first_row);
+        // Reads that part before their first slot row (a question's option
+        // listings) fork at a plan boundary; reads that share their whole
+        // prompt (the continuations of one sequence-scored slot) keep it on
+        // sequence 0, where a later call can reuse all of it.
+        let shared = if shared < first_row {
+            fork_point(shared, self.chunk, &base.reuse_points)
+        } else {
+            shared
+        };
         let continuation: usize = spans.iter().map(|&(_, end)| end - shared).sum();
         if shared + continuation > self.batch_capacity || shared == 0 {
             return Ok(None);
@@ -117,6 +126,28 @@ impl Engine<'_> {
     }
 }
 
+/// Where a group of reads forks: the last boundary of the canonical chunk
+/// plan (a multiple of `chunk`, or one of the reuse `points`) at or before
+/// `common`, the prefix every read of the group shares; `common` itself when
+/// there is none. Sequence 0 holds the prefix up to there, built in
+/// canonical chunks; everything after it goes into the one decode of the
+/// continuations. So a group costs one decode past its cached prefix, not a
+/// short canonical decode followed by the continuations; and the fork is a
+/// function of the reads' tokens and reuse points, never of the cache.
+fn fork_point(common: usize, chunk: usize, points: &[usize]) -> usize {
+    let multiple = common / chunk.max(1) * chunk.max(1);
+    let point = points
+        .iter()
+        .copied()
+        .filter(|&p| p <= common)
+        .max()
+        .unwrap_or(0);
+    match multiple.max(point) {
+        0 => common,
+        fork => fork,
+    }
+}
+
 /// One token of a [`ContinuationTree`].
 struct TreeNode {
     token: TokenId,
@@ -176,5 +207,24 @@ impl ContinuationTree {
             paths.push(path);
         }
         Self { nodes, paths }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fork_point;
+
+    #[test]
+    fn a_group_forks_at_the_last_plan_boundary_before_what_its_reads_share() {
+        // The last multiple of the chunk size.
+        assert_eq!(fork_point(477, 64, &[]), 448);
+        // A reuse point past it (the question block's head).
+        assert_eq!(fork_point(477, 64, &[424, 459, 520]), 459);
+        // Exactly at a boundary.
+        assert_eq!(fork_point(448, 64, &[424]), 448);
+        // No boundary before it: the shared prefix itself.
+        assert_eq!(fork_point(40, 64, &[]), 40);
+        assert_eq!(fork_point(40, 64, &[50]), 40);
+        assert_eq!(fork_point(0, 64, &[]), 0);
     }
 }

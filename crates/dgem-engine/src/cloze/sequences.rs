@@ -24,8 +24,9 @@ pub(crate) struct Prompt {
     /// BOS, the chat turn, the prefill.
     pub(crate) tokens: Vec<TokenId>,
     /// Sorted prefix lengths: where the policy's shared prefix ends
-    /// (`schema_first`), where the state ends (`document_first`: every
-    /// question's prompt of the decision shares what comes before), and where
+    /// (`schema_first`), where the state ends and where the question block's
+    /// head after it ends (`document_first`: every question's prompt of the
+    /// decision shares what comes before each), and where
     /// the model's turn starts (before the prefill).
     pub(crate) reuse_points: Vec<usize>,
     /// Where the policy's shared prefix ends, when it is one of the reuse
@@ -43,6 +44,10 @@ pub(crate) struct PromptText {
     /// Bytes of `text` every prompt of the decision shares whatever it
     /// lists ([`dgem_core::prompt::state_prefix_len`]), if any.
     pub(crate) state_len: Option<usize>,
+    /// Bytes of `text` every prompt of the decision shares whatever it
+    /// lists, the question block's head included
+    /// ([`dgem_core::prompt::head_prefix_len`]), if any.
+    pub(crate) head_len: Option<usize>,
 }
 
 /// The sequences that read one question after `prompt`: one for first-token
