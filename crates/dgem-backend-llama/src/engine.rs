@@ -31,7 +31,9 @@
 //! chunk plan in it (the fork), is decoded on sequence 0 (canonical chunks),
 //! copied to one sequence id per read with `seq_cp`, and every read's suffix
 //! from the fork goes in one batch under its own id, as a prefix tree (a
-//! token the reads share goes in once).
+//! token the reads share goes in once). Reads that share their whole prompt
+//! up to their first slot row (one sequence-scored slot's continuations)
+//! keep all of it on sequence 0 instead, for a later call to reuse.
 //!
 //! **Readout.** A slot's label probabilities come from the final hidden state
 //! of its row and the label tokens' rows of the output matrix

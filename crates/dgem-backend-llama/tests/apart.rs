@@ -1,8 +1,9 @@
 //! Questions read apart on the embedded model (questions must not see each
 //! other). Under `isolate: auto` and `document_first` a causal read gives
 //! every question of a schema that is not chained a prompt listing only
-//! itself, and every such prompt goes on from the state's KV prefix,
-//! decoded once and reused exactly at the state's end. So an answer does not
+//! itself, and every such prompt goes on from the KV prefix of the state and
+//! the question block's head (the lead sentence and the policy's
+//! instructions), decoded once and reused exactly where the head ends. So an answer does not
 //! move when the request's other questions are reordered, added or removed,
 //! or when it is asked alone: the bar is 0.05 of total variation; these reads
 //! (one per question, the default `samples`) give the same bits. Runs when
@@ -11,11 +12,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use dgem_backend::Backend;
+use async_trait::async_trait;
+use dgem_backend::{Backend, BackendError, BackendInfo, ForwardOutput, SequenceRead};
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
-use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use dgem_core::prompt::{chat_prompt, head_prefix_len, state_text, system_head};
+use dgem_core::schema::{Layout, SchemaDefaults, ValidSchema};
+use dgem_core::tokenizer::Tokenizer;
 use dgem_engine::{DecideRequest, Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -40,9 +44,34 @@ fn question(id: &str) -> Value {
     }
 }
 
+const INSTRUCTIONS: &str = "Sort customer tickets. Answer from the ticket text only.";
+
+/// Keeps every read the engine sends, then reads it.
+#[derive(Debug)]
+struct Recorder {
+    inner: Arc<LlamaBackend>,
+    reads: Mutex<Vec<SequenceRead>>,
+}
+
+#[async_trait]
+impl Backend for Recorder {
+    fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        self.inner.tokenizer()
+    }
+    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
+        if let Ok(mut seen) = self.reads.lock() {
+            seen.extend(reads.iter().cloned());
+        }
+        self.inner.forward(reads).await
+    }
+}
+
 fn schema(ids: &[&str], isolate: &str) -> ValidSchema {
     let v = json!({
-        "instructions": "Sort customer tickets. Answer from the ticket text only.",
+        "instructions": INSTRUCTIONS,
         "questions": ids.iter().map(|id| question(id)).collect::<Vec<_>>(),
         "isolate": isolate,
     });
@@ -94,15 +123,46 @@ async fn an_answer_read_apart_does_not_move_when_other_questions_change() {
     cfg.context_size = 1024;
     cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     cfg.kv_store = Some(store.path().to_path_buf());
-    let backend: Arc<dyn Backend> = Arc::new(LlamaBackend::load(cfg).expect("model loads"));
+    let recorder = Arc::new(Recorder {
+        inner: Arc::new(LlamaBackend::load(cfg).expect("model loads")),
+        reads: Mutex::default(),
+    });
+    let backend: Arc<dyn Backend> = recorder.clone();
     let engine = Engine::new(backend, EngineConfig::default());
     let state = "The mobile app crashes every time I open my invoices, and I was charged twice.";
+    // Where every question's prompt of a decision on `state` forks: after the
+    // state and the question block's head, in tokens.
+    let tok = recorder.tokenizer();
+    let text = state_text(&json!({ "ticket": state }));
+    let head = system_head(None, Some(INSTRUCTIONS));
+    let turns = &recorder.info().chat_turns;
+    let len = head_prefix_len(turns, Layout::DocumentFirst, &text, &head).expect("a head point");
+    let prompt = chat_prompt(turns, Layout::DocumentFirst, &head, &text);
+    let mut fork: Vec<u32> = tok.bos_id().into_iter().collect();
+    fork.extend(tok.encode(&prompt[..len]).expect("tokens"));
     let all = ["urgent", "team", "sentiment", "surface"];
     let mut alone = BTreeMap::new();
     for id in all {
         let (p, isolated) = decide(&engine, &[id], "auto", state).await;
         assert_eq!(isolated, vec![id.to_owned()]);
         alone.insert(id.to_owned(), p[id].clone());
+    }
+    // Every read of the state (not the content-free reads of calibration)
+    // has the head's end as a reuse point, and reads of different questions
+    // share the prompt up to it.
+    let reads = recorder.reads.lock().map(|r| r.clone()).unwrap_or_default();
+    let of_state: Vec<&SequenceRead> = reads
+        .iter()
+        .filter(|r| r.tokens.starts_with(&fork))
+        .collect();
+    assert!(of_state.len() >= all.len(), "{} reads", of_state.len());
+    for read in &of_state {
+        assert!(
+            read.reuse_points.contains(&fork.len()),
+            "{:?} lacks the head's end {}",
+            read.reuse_points,
+            fork.len()
+        );
     }
     let requests: [&[&str]; 3] = [
         &all,
@@ -122,7 +182,7 @@ async fn an_answer_read_apart_does_not_move_when_other_questions_change() {
             );
         }
     }
-    // The state's end is a reuse point kept in memory only: a
+    // The state's and the head's ends are reuse points kept in memory only: a
     // `document_first` read has no policy point, so nothing of a state is
     // written to the disk store (it holds policy prefixes).
     let kept = std::fs::read_dir(store.path()).expect("store").count();

@@ -122,8 +122,9 @@ pub struct SequenceRead {
     pub slots: Vec<SlotQuery>,
     /// Prefix lengths (token counts, sorted) that later reads are expected to
     /// share with this one — where a policy's shared prompt ends, where the
-    /// state ends (the questions of one decision read apart share it), where
-    /// the model's turn starts. A hint for a backend with a prefix cache: it may
+    /// state ends and where the question block's head after it ends (the
+    /// questions of one decision read apart share both), where the model's
+    /// turn starts. A hint for a backend with a prefix cache: it may
     /// end a decode exactly there, so a later read with the same tokens up to
     /// that point reuses the whole prefix. The embedded backend's bits depend
     /// on how a prompt is split into decodes, so the same read with the same
@@ -137,7 +138,8 @@ pub struct SequenceRead {
     /// processes (the embedded backend writes its KV state to disk). `None`
     /// when the read begins with nothing a policy alone fixes, e.g. under
     /// `document_first`, whose state comes first; its other reuse points (the
-    /// state's end, the model's turn) are then kept in memory only.
+    /// state's end, the head's end, the model's turn) are then kept in memory
+    /// only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy_point: Option<usize>,
 }

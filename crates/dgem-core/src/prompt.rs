@@ -123,10 +123,9 @@ pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
 /// under `layout` and `turns` shares whatever the questions: for
 /// `document_first` the user-turn opener, then the state in its tags, up to
 /// and including the `<instructions>` line; `None` for `schema_first`, whose
-/// questions come first. A causal reader that reads each question on a
-/// prompt of its own forks there: the state's KV state is computed once per
-/// decision and every question's prompt goes on from it. It is
-/// `prompt[..len]` of any such prompt.
+/// questions come first. [`head_prefix_len`] extends it past the question
+/// block's head, where a causal reader that reads each question on a prompt
+/// of its own forks. It is `prompt[..len]` of any such prompt.
 pub fn state_prefix_len(turns: &ChatTurns, layout: Layout, state: &str) -> Option<usize> {
     match layout {
         Layout::DocumentFirst => {

@@ -103,8 +103,11 @@ pub(crate) fn text_key(
 /// every stored key: v2 reads label logits from the final hidden state and the
 /// label rows of the output matrix (priors of v1, read from llama.cpp's full
 /// output head, differ in the last digits and are not reused); v3 pools each
-/// label's surface forms (case, `true`/`false`, spellings of a sequence).
-const READOUT_VERSION: &[u8] = b"readout-v3|";
+/// label's surface forms (case, `true`/`false`, spellings of a sequence);
+/// v4 reads `document_first` prompts with a reuse point at the end of the
+/// question block's head, which moves their chunk plan and so the last
+/// digits of a content-free read.
+const READOUT_VERSION: &[u8] = b"readout-v4|";
 
 fn digest(key: &PriorKey) -> String {
     let mut h = Sha256::new();

@@ -8,8 +8,9 @@
 //! turn. `alone` comes from the schema, from `isolate`, and from [`apart`]:
 //! under `isolate: "auto"` with `document_first`, or `"all"`, every question
 //! of a schema that is not chained is read apart, its prompt going on from the
-//! state's end (a reuse point, so the state's KV is decoded once per
-//! decision). Each question is then scored in one of
+//! end of the question block's head after the state (a reuse point, so the
+//! KV of the state, the lead sentence and the policy's instructions is
+//! decoded once per decision). Each question is then scored in one of
 //! two ways ([`Scoring`]): from the one row after the cue when its options have
 //! first tokens of their own, else by the log-likelihood of each option's whole
 //! tokenization (one sequence per option, all sharing the prompt prefix, so the
@@ -126,8 +127,9 @@ pub(crate) struct Ctx<'a> {
     /// Option-order debiasing ([`dgem_core::order`]).
     pub(crate) order: OrderDebias,
     /// Tokens of the state prefixes this decision's prompts begin with
-    /// ([`dgem_core::prompt::state_prefix_len`]): the state's and each
-    /// content-free state's, encoded once per decision.
+    /// ([`dgem_core::prompt::state_prefix_len`], and with the question
+    /// block's head, [`dgem_core::prompt::head_prefix_len`]): the state's and
+    /// each content-free state's, encoded once per decision.
     pub(crate) state_ids: std::sync::Mutex<Vec<(String, std::sync::Arc<Vec<TokenId>>)>>,
 }
 
@@ -228,11 +230,23 @@ impl Ctx<'_> {
                 policy_point = Some(bos + ids.len());
             }
         }
-        for len in [text.state_len, text.head_len] {
-            if let Some(prefix) = len.and_then(|n| text.text.get(..n)) {
+        // The head's end, or just after the blank line that follows it where
+        // a tokenizer writes the head's last character and that blank line as
+        // one token (a BPE that merges `.\n\n`).
+        let head = text.head_len.map(|n| {
+            let after_blank = Some(n + 2).filter(|&m| text.text.get(n..m) == Some("\n\n"));
+            [Some(n), after_blank]
+        });
+        for candidates in [[text.state_len, None]].into_iter().chain(head) {
+            for prefix in candidates
+                .iter()
+                .flatten()
+                .filter_map(|&n| text.text.get(..n))
+            {
                 let ids = self.state_tokens(prefix)?;
                 if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
                     reuse_points.push(bos + ids.len());
+                    break;
                 }
             }
         }
@@ -266,8 +280,9 @@ impl Ctx<'_> {
                 .map_err(dgem_core::CoreError::from)?,
         );
         if let Ok(mut seen) = self.state_ids.lock() {
-            // The state and the content-free states of calibration: a few.
-            if seen.len() >= 8 {
+            // The state and the content-free states of calibration, each up
+            // to its end and up to the question block's head: a few.
+            if seen.len() >= 16 {
                 seen.remove(0);
             }
             seen.push((prefix.to_owned(), std::sync::Arc::clone(&ids)));
@@ -290,25 +305,26 @@ impl Ctx<'_> {
             1 => AnswerFormat::for_count(1),
             _ => self.schema.format,
         };
+        let instructions = self.schema.instructions.as_deref();
         let sys = system_text(&SystemTextSpec {
             questions: &refs,
-            instructions: self.schema.instructions.as_deref(),
+            instructions,
             format,
             mode,
             chunked: false,
             wording: None,
         });
+        let head = system_head(None, instructions);
         let turns = &self.engine.backend.info().chat_turns;
         PromptText {
             text: chat_prompt(turns, self.schema.layout, &sys, state),
             prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
             state_len: state_prefix_len(turns, self.schema.layout, state),
-            head_len: head_prefix_len(
-                turns,
-                self.schema.layout,
-                state,
-                &system_head(None, self.schema.instructions.as_deref()),
-            ),
+            // Only where the block really begins with that head.
+            head_len: sys
+                .starts_with(&head)
+                .then(|| head_prefix_len(turns, self.schema.layout, state, &head))
+                .flatten(),
         }
     }
 

@@ -13,7 +13,8 @@
 //! get a prompt of their own; under `isolate: "auto"` with `document_first`
 //! (the built-in layout; a model's catalogue entry may choose another), and
 //! under `"all"`, every question of a schema that is not
-//! chained does, its prompt going on from the state's KV prefix
+//! chained does, its prompt going on from the KV prefix of the state and the
+//! question block's head
 //! ([`dgem_core::schema::ValidSchema::with_questions_apart`]), so that an
 //! answer does not depend on which other questions were asked. Later stages
 //! (`depends_on`) see earlier answers

@@ -1,7 +1,7 @@
 //! Several reads sharing a prompt, read in one decode of their continuations
-//! (`batch_reads`): the shared prefix on sequence 0, then every read's suffix
-//! as a prefix tree under its own sequence id (moved from `engine.rs`
-//! unchanged; the module docs of [`super`] explain the layout).
+//! (`batch_reads`): the shared prefix up to the fork ([`fork_point`]) on
+//! sequence 0, then every read's tokens from the fork as a prefix tree under
+//! its own sequence id (the module docs of [`super`] explain the layout).
 
 use dgem_backend::{BackendError, SequenceRead, SlotLogits};
 use dgem_core::tokenizer::TokenId;
@@ -9,10 +9,11 @@ use dgem_core::tokenizer::TokenId;
 use super::{common_prefix, model_err, pos_i32, span, token, Engine};
 
 impl Engine<'_> {
-    /// Several reads sharing a prefix: the prefix on sequence 0 (canonical
-    /// chunks, through the cache), then every read's continuation in one
-    /// decode under its own sequence id. `None` when they do not fit (the
-    /// caller then reads them one by one).
+    /// Several reads sharing a prefix: the prefix up to the fork on sequence
+    /// 0 (canonical chunks, through the cache), then every read's tokens from
+    /// the fork in one decode under its own sequence id. Returns the slots and
+    /// the positions reused (needed by the reads, not decoded now). `None`
+    /// when they do not fit (the caller then reads them one by one).
     #[allow(clippy::type_complexity)]
     pub(super) fn read_group(
         &mut self,
@@ -41,8 +42,9 @@ impl Engine<'_> {
         } else {
             shared
         };
-        let continuation: usize = spans.iter().map(|&(_, end)| end - shared).sum();
-        if shared + continuation > self.batch_capacity || shared == 0 {
+        // The batch holds each token the reads share past the fork once.
+        let tree = ContinuationTree::new(group, &spans, shared);
+        if shared + tree.nodes.len() > self.batch_capacity || shared == 0 {
             return Ok(None);
         }
         let plan = self.plan(shared, &base.reuse_points);
@@ -57,7 +59,7 @@ impl Engine<'_> {
             &base.reuse_points,
             &mut |_, _, _| Ok(()),
         )?;
-        let result = self.decode_continuations(group, &spans, shared);
+        let result = self.decode_continuations(group, &tree, shared);
         // Sequences 1.. are scratch: drop them whatever happened.
         for seq in 1..=group.len() {
             let _ = self
@@ -66,8 +68,12 @@ impl Engine<'_> {
         }
         match result {
             Ok(slots) => {
-                let reused = start + (group.len() - 1) * shared;
-                Ok(Some((slots, reused)))
+                // Positions the reads needed less those decoded now: the
+                // cached prefix, the shared prefix for every read but the
+                // first, and the tree's shared tokens.
+                let needed: usize = spans.iter().map(|&(_, end)| end).sum();
+                let decoded = shared.saturating_sub(start) + tree.nodes.len();
+                Ok(Some((slots, needed.saturating_sub(decoded))))
             }
             Err(e) => {
                 self.reset();
@@ -83,7 +89,7 @@ impl Engine<'_> {
     fn decode_continuations(
         &mut self,
         group: &[SequenceRead],
-        spans: &[(usize, usize)],
+        tree: &ContinuationTree,
         shared: usize,
     ) -> Result<Vec<Vec<SlotLogits>>, BackendError> {
         let seqs: Vec<i32> = (1..=group.len()).map(|s| s as i32).collect();
@@ -92,7 +98,6 @@ impl Engine<'_> {
                 .copy_kv_cache_seq(0, seq, Some(0), u32::try_from(shared).ok())
                 .map_err(|e| model_err("kv seq_cp", e))?;
         }
-        let tree = ContinuationTree::new(group, spans, shared);
         self.batch.clear();
         self.outputs.clear();
         for (i, node) in tree.nodes.iter().enumerate() {

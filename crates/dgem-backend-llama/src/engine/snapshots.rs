@@ -7,8 +7,9 @@
 //! ends each decision holding the last listing only, and the next state of the
 //! same policy re-decodes every listing's policy text. So when a canonical
 //! decode ends at one of the read's reuse points (where a `schema_first`
-//! policy's prefix ends, where a `document_first` state ends, where the
-//! model's turn begins), sequence 0's state
+//! policy's prefix ends, where a `document_first` state ends and where the
+//! question block's head after it ends, where the model's turn begins),
+//! sequence 0's state
 //! for `[0, point)` is copied out ([`LlamaContext::state_seq_get`]) with the
 //! tokens and the chain of chunk ends that built it. A later read whose own
 //! chunk plan agrees with that chain restores the copy into an emptied cache

@@ -104,7 +104,8 @@ pub struct SpeedArgs {
     /// Measure only the rows of questions read apart on a long state:
     /// `baseline` (llama.cpp's evaluation of the 1-question prompt), then 1
     /// and 12 questions under `document_first` (`long_q1`, `long_q12`: every
-    /// question's prompt goes on from the state's KV prefix, goal ≤ 3×) and
+    /// question's prompt goes on from the KV prefix of the state and the
+    /// question block's head, goal ≤ 3×) and
     /// under `schema_first` (`long_q1_schema_first`, `long_q12_schema_first`:
     /// the state is read after each question's own policy prefix).
     #[arg(long, conflicts_with = "one_read")]
