@@ -12,18 +12,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
-use dgem_backend::{Backend, BackendError, BackendInfo, ForwardOutput, SequenceRead};
+use dgem_backend::{Backend, SequenceRead};
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 use dgem_core::prompt::{chat_prompt, head_prefix_len, state_text, system_head};
 use dgem_core::schema::{Layout, SchemaDefaults, ValidSchema};
-use dgem_core::tokenizer::Tokenizer;
 use dgem_engine::{DecideRequest, Engine, EngineConfig};
 use serde_json::{json, Value};
 
-use common::model_path;
+use common::{model_path, Recorder};
 
 /// Four questions of every scoring path: yes/no, a choice whose options have
 /// first tokens of their own, an ordinal score, and a choice whose options
@@ -45,29 +43,6 @@ fn question(id: &str) -> Value {
 }
 
 const INSTRUCTIONS: &str = "Sort customer tickets. Answer from the ticket text only.";
-
-/// Keeps every read the engine sends, then reads it.
-#[derive(Debug)]
-struct Recorder {
-    inner: Arc<LlamaBackend>,
-    reads: Mutex<Vec<SequenceRead>>,
-}
-
-#[async_trait]
-impl Backend for Recorder {
-    fn info(&self) -> &BackendInfo {
-        self.inner.info()
-    }
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.inner.tokenizer()
-    }
-    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
-        if let Ok(mut seen) = self.reads.lock() {
-            seen.extend(reads.iter().cloned());
-        }
-        self.inner.forward(reads).await
-    }
-}
 
 fn schema(ids: &[&str], isolate: &str) -> ValidSchema {
     let v = json!({
@@ -123,10 +98,7 @@ async fn an_answer_read_apart_does_not_move_when_other_questions_change() {
     cfg.context_size = 1024;
     cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     cfg.kv_store = Some(store.path().to_path_buf());
-    let recorder = Arc::new(Recorder {
-        inner: Arc::new(LlamaBackend::load(cfg).expect("model loads")),
-        reads: Mutex::default(),
-    });
+    let recorder = Recorder::new(LlamaBackend::load(cfg).expect("model loads"));
     let backend: Arc<dyn Backend> = recorder.clone();
     let engine = Engine::new(backend, EngineConfig::default());
     let state = "The mobile app crashes every time I open my invoices, and I was charged twice.";
@@ -150,7 +122,7 @@ async fn an_answer_read_apart_does_not_move_when_other_questions_change() {
     // Every read of the state (not the content-free reads of calibration)
     // has the head's end as a reuse point, and reads of different questions
     // share the prompt up to it.
-    let reads = recorder.reads.lock().map(|r| r.clone()).unwrap_or_default();
+    let reads = recorder.reads();
     let of_state: Vec<&SequenceRead> = reads
         .iter()
         .filter(|r| r.tokens.starts_with(&fork))

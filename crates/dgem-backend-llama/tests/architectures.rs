@@ -14,19 +14,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
-use dgem_backend::{
-    Backend, BackendError, BackendInfo, DecideRequest, ForwardOutput, SequenceRead, SlotQuery,
-};
+use dgem_backend::{Backend, DecideRequest, SequenceRead, SlotQuery};
 use dgem_backend_llama::{LlamaBackend, LlamaConfig, Readout, TurnsOrigin};
 use dgem_core::prompt::ChatTurns;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_core::tokenizer::Tokenizer;
 use dgem_engine::{Engine, EngineConfig};
 use dgem_testkit::gguf::tiny::{Arch, TinyModel};
 use serde_json::{json, Value};
+
+use common::Recorder;
 
 /// One tiny model and what it must give.
 struct Case {
@@ -123,29 +121,6 @@ fn policy() -> ValidSchema {
         ]
     });
     ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid policy")
-}
-
-/// Records the token sequences the engine sends, then reads them.
-#[derive(Debug)]
-struct Recorder {
-    inner: Arc<LlamaBackend>,
-    reads: Mutex<Vec<Vec<u32>>>,
-}
-
-#[async_trait]
-impl Backend for Recorder {
-    fn info(&self) -> &BackendInfo {
-        self.inner.info()
-    }
-    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
-        self.inner.tokenizer()
-    }
-    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
-        if let Ok(mut seen) = self.reads.lock() {
-            seen.extend(reads.iter().map(|r| r.tokens.clone()));
-        }
-        self.inner.forward(reads).await
-    }
 }
 
 /// The `answers` of one decision on `backend` (its envelope without timings).
@@ -247,20 +222,18 @@ async fn each_architecture_decides_with_valid_distributions_bit_identical_on_rep
     let dir = tempfile::tempdir().expect("tempdir");
     for case in cases() {
         let path = write(dir.path(), &case);
-        let recorder = Arc::new(Recorder {
-            inner: Arc::new(load(&path)),
-            reads: Mutex::new(Vec::new()),
-        });
+        let recorder = Recorder::new(load(&path));
         let first = decide(recorder.clone()).await;
         // The prompt wears the model's own turns around the policy and state
         // (compared as tokens: Phi-3's markers strip the whitespace after them).
         let tok = recorder.tokenizer();
         let ids = |text: &str| tok.encode(text).expect("encodes");
-        let sent = recorder.reads.lock().expect("reads").clone();
-        let prompt = sent
+        let sent = recorder.reads();
+        let prompt = &sent
             .iter()
-            .find(|tokens| tok.decode(tokens).contains("charged twice"))
-            .expect("a read of the state");
+            .find(|read| tok.decode(&read.tokens).contains("charged twice"))
+            .expect("a read of the state")
+            .tokens;
         let mut opening: Vec<u32> = tok.bos_id().into_iter().collect();
         opening.extend(ids(&case.turns.user_open));
         assert!(prompt.starts_with(&opening), "{}", case.name);

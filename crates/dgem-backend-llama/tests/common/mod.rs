@@ -3,10 +3,53 @@
 #![allow(dead_code, clippy::print_stderr)]
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use dgem_backend::{SequenceRead, SlotLogits, SlotQuery, VocabRead};
+use async_trait::async_trait;
+use dgem_backend::{
+    Backend, BackendError, BackendInfo, ForwardOutput, SequenceRead, SlotLogits, SlotQuery,
+    VocabRead,
+};
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 use dgem_core::tokenizer::Tokenizer;
+
+/// A backend that keeps every read the engine sends it, then reads it.
+#[derive(Debug)]
+pub struct Recorder {
+    pub inner: Arc<LlamaBackend>,
+    pub reads: Mutex<Vec<SequenceRead>>,
+}
+
+impl Recorder {
+    /// A recorder around `inner`, with nothing recorded yet.
+    pub fn new(inner: LlamaBackend) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Arc::new(inner),
+            reads: Mutex::default(),
+        })
+    }
+
+    /// Every read recorded so far, in the order sent.
+    pub fn reads(&self) -> Vec<SequenceRead> {
+        self.reads.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Backend for Recorder {
+    fn info(&self) -> &BackendInfo {
+        self.inner.info()
+    }
+    fn tokenizer(&self) -> Arc<dyn Tokenizer> {
+        self.inner.tokenizer()
+    }
+    async fn forward(&self, reads: Vec<SequenceRead>) -> Result<ForwardOutput, BackendError> {
+        if let Ok(mut seen) = self.reads.lock() {
+            seen.extend(reads.iter().cloned());
+        }
+        self.inner.forward(reads).await
+    }
+}
 
 /// The GGUF named by `DGEM_TEST_MODEL`, or `None` (with a note) when unset.
 pub fn model_path(test: &str) -> Option<PathBuf> {
