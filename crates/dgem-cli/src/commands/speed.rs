@@ -335,12 +335,7 @@ impl Bench {
         prompt: &[TokenId],
         before: &[TokenId],
     ) -> Result<(f64, usize), Failure> {
-        let shared = prompt
-            .iter()
-            .zip(before)
-            .take_while(|(x, y)| x == y)
-            .count()
-            .min(prompt.len().saturating_sub(1));
+        let shared = shared_before(prompt, before);
         let (ms, _) = self
             .backend
             .prompt_eval(prompt.to_vec(), shared, Vec::new())
@@ -348,6 +343,29 @@ impl Bench {
             .map_err(model_failure)?;
         Ok((ms, prompt.len() - shared))
     }
+}
+
+/// How much of `prompt` llama.cpp finds cached after `before`: the prefix
+/// they share, less at least the last token (evaluated for its logits).
+fn shared_before(prompt: &[TokenId], before: &[TokenId]) -> usize {
+    prompt
+        .iter()
+        .zip(before)
+        .take_while(|(x, y)| x == y)
+        .count()
+        .min(prompt.len().saturating_sub(1))
+}
+
+/// The tokens [`Bench::eval_prompts`] evaluates for `prompts`, without
+/// evaluating them.
+fn evaluated_tokens(prompts: &[Vec<TokenId>]) -> usize {
+    let mut before: &[TokenId] = &[];
+    let mut tokens = 0;
+    for p in prompts {
+        tokens += p.len() - shared_before(p, before);
+        before = p;
+    }
+    tokens
 }
 
 /// The longest prompt of each recorded call, in call order.
@@ -454,9 +472,9 @@ async fn run_rounds(
     };
     let main = triage("", Layout::DocumentFirst)?;
     let sf = triage("", Layout::SchemaFirst)?;
-    let (q1, q8, q12) = (questions(1)?, questions(8)?, questions(12)?);
+    let (q1, q8) = (questions(1)?, questions(8)?);
     if args.apart {
-        return apart_rows(&b, [&q1, &q12], threads, args).await;
+        return apart_rows(&b, [&q1, &questions(12)?], threads, args).await;
     }
     // Warm-up: priors of every cached-prior scenario, and the cold prompt.
     if !args.one_read {
@@ -492,8 +510,8 @@ async fn run_rounds(
         (0, 0)
     } else {
         (
-            b.eval_prompts(&b.prompts_of(&q1, TICKET_A).await?).await?.1,
-            b.eval_prompts(&b.prompts_of(&q8, TICKET_A).await?).await?.1,
+            evaluated_tokens(&b.prompts_of(&q1, TICKET_A).await?),
+            evaluated_tokens(&b.prompts_of(&q8, TICKET_A).await?),
         )
     };
     // The cold prompt as text (BOS left out, chat markup written out), for
@@ -572,4 +590,21 @@ async fn run_rounds(
         eprintln!("bench-speed: round {} of {} done", round + 1, args.rounds);
     }
     report(&times, prompt_tokens, q_tokens, threads, args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::evaluated_tokens;
+
+    #[test]
+    fn evaluated_tokens_count_each_prompt_past_what_the_one_before_left() {
+        // Alone: every token. After a prompt sharing 3 tokens: the other 2.
+        // The same prompt again: its last token, evaluated for its logits.
+        let a = vec![1, 2, 3, 4];
+        let b = vec![1, 2, 3, 7, 8];
+        assert_eq!(evaluated_tokens(std::slice::from_ref(&a)), 4);
+        assert_eq!(evaluated_tokens(&[a.clone(), b.clone()]), 4 + 2);
+        assert_eq!(evaluated_tokens(&[b.clone(), b]), 5 + 1);
+        assert_eq!(evaluated_tokens(&[]), 0);
+    }
 }
