@@ -7,7 +7,9 @@
 //!
 //! - **process start**: `dgem --version`, wall time;
 //! - **warm**: a decision in this process on an engine already loaded, with
-//!   the policy's priors read;
+//!   the policy's priors read and its order prior learned (both the host
+//!   and this engine first decide `PRIOR_DECISIONS` = 3 other tickets, the
+//!   states a learned prior needs; see `dgem_engine::policy_prior`);
 //! - **via host**: a `dgem host run` is started on a private socket folder
 //!   and read once for the policy's priors; each round then runs
 //!   `dgem decide … --json` as a shell would, wall time;
@@ -166,9 +168,14 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
             &dir,
         )?)
     };
-    // Priors and caches of the policy, once each way.
-    warm(0)?;
-    decide(1)?;
+    // Priors and caches of the policy, each way: `--order-debias prior` reads
+    // a policy's first PRIOR_DECISIONS distinct states in every listing to
+    // learn its prior, so the rounds start once both the host and this
+    // engine have read that many (tickets the rounds never use).
+    for i in 0..dgem_engine::policy_prior::PRIOR_DECISIONS as u32 {
+        warm(500 + i)?;
+        decide(600 + i)?;
+    }
     let alone = |n: u32| -> Result<f64, Failure> {
         let var = format!("ticket={}", ticket(n));
         timed(dgem(
