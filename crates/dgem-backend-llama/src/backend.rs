@@ -13,10 +13,11 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 use llama_cpp_2::model::params::LlamaModelParams;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::config::WorkerConfig;
 use crate::labels::{OutputRows, Readout};
 use crate::tokenizer::{load_model, LlamaTokenizer};
 use crate::turns::{chat_turns, TurnsOrigin};
-use crate::worker::{self, Job, JobKind, WorkerConfig};
+use crate::worker::{self, Job, JobKind};
 use crate::{LlamaConfig, LlamaError};
 
 /// A GGUF text model (Gemma 3 by default; any causal architecture llama.cpp

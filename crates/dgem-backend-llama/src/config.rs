@@ -161,3 +161,23 @@ pub enum LlamaError {
     #[error("model thread failed: {0}")]
     Thread(String),
 }
+
+/// What the thread needs to build its context.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerConfig {
+    /// Most threads a call uses ([`crate::LlamaConfig::n_threads`]).
+    pub n_threads: usize,
+    /// Lower the threads of a call while other processes keep cores busy
+    /// ([`crate::LlamaConfig::follow_load`], [`crate::cpu`]).
+    pub follow_load: bool,
+    pub context_size: usize,
+    pub logits_all: bool,
+    pub batch_reads: bool,
+    /// Canonical KV chunk size in tokens ([`crate::LlamaConfig::kv_chunk`]).
+    pub kv_chunk: usize,
+    /// Bytes of saved KV prefixes ([`crate::LlamaConfig::kv_snapshot_bytes`]).
+    pub kv_snapshot_bytes: usize,
+    /// Policy prefixes kept on disk ([`crate::LlamaConfig::kv_store`]): the
+    /// folder and the model's identity (sha256, else id, size and mtime).
+    pub kv_store: Option<(std::path::PathBuf, String)>,
+}

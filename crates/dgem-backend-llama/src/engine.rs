@@ -60,10 +60,10 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 
+use crate::config::WorkerConfig;
 use crate::labels::{CaptureHandle, OutputRows};
 use crate::readout::{pooled_label_logits, read_vocab, restricted_logprobs};
 use crate::runtime::runtime;
-use crate::worker::WorkerConfig;
 use crate::LlamaError;
 use kv_store::KvStore;
 use snapshots::Snapshots;

@@ -10,6 +10,7 @@ use dgem_backend::{BackendError, ForwardOutput, ForwardStats, SequenceRead};
 use llama_cpp_2::model::LlamaModel;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::config::WorkerConfig;
 use crate::engine::Engine;
 use crate::labels::{OutputRows, Readout};
 use crate::LlamaError;
@@ -41,26 +42,6 @@ pub(crate) struct Job {
     pub started: Option<oneshot::Sender<()>>,
     /// Where the result goes.
     pub reply: oneshot::Sender<Result<ForwardOutput, BackendError>>,
-}
-
-/// What the thread needs to build its context.
-#[derive(Debug, Clone)]
-pub(crate) struct WorkerConfig {
-    /// Most threads a call uses ([`crate::LlamaConfig::n_threads`]).
-    pub n_threads: usize,
-    /// Lower the threads of a call while other processes keep cores busy
-    /// ([`crate::LlamaConfig::follow_load`], [`crate::cpu`]).
-    pub follow_load: bool,
-    pub context_size: usize,
-    pub logits_all: bool,
-    pub batch_reads: bool,
-    /// Canonical KV chunk size in tokens ([`crate::LlamaConfig::kv_chunk`]).
-    pub kv_chunk: usize,
-    /// Bytes of saved KV prefixes ([`crate::LlamaConfig::kv_snapshot_bytes`]).
-    pub kv_snapshot_bytes: usize,
-    /// Policy prefixes kept on disk ([`crate::LlamaConfig::kv_store`]): the
-    /// folder and the model's identity (sha256, else id, size and mtime).
-    pub kv_store: Option<(std::path::PathBuf, String)>,
 }
 
 /// Start the model thread; returns once its context exists and its readout

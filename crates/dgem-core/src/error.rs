@@ -58,7 +58,7 @@ pub enum TemplateError {
     /// Variables the template reads with no `default` were not given (or
     /// were `null`): the policy would hold Go's `<no value>` (or `null`) in
     /// their place and be decided on ([`crate::template::render_strict`]).
-    #[error("{}", crate::template::unset_message(.name, .missing, .given))]
+    #[error("{}", unset_message(.name, .missing, .given))]
     Unset {
         /// Template name.
         name: String,
@@ -89,4 +89,38 @@ pub enum CoreError {
     /// The tokenizer failed.
     #[error(transparent)]
     Tokenize(#[from] TokenizeError),
+}
+
+/// What Go's `text/template` writes for a missing value: the placeholder a
+/// policy would be decided on, which [`TemplateError::Unset`] names.
+pub(crate) const NO_VALUE: &str = "<no value>";
+
+/// The message of [`TemplateError::Unset`]: template `name`, the variables
+/// `missing` (each with the nearest of `given` when one is near), and the
+/// variables `given`. It names no transport: callers add how to give a
+/// variable (`-v`, `variables`) and how to opt out.
+pub(crate) fn unset_message(name: &str, missing: &[String], given: &[String]) -> String {
+    let named: Vec<String> = missing
+        .iter()
+        .map(
+            |m| match crate::suggest::closest_variable(m, given.iter().map(String::as_str)) {
+                Some(g) => format!("`{m}` (did you misspell it as `{g}`?)"),
+                None => format!("`{m}`"),
+            },
+        )
+        .collect();
+    let (was, has) = if missing.len() == 1 {
+        ("was", "has")
+    } else {
+        ("were", "have")
+    };
+    let given = if given.is_empty() {
+        "no variables were given".to_string()
+    } else {
+        format!("the variables given are [{}]", given.join(", "))
+    };
+    format!(
+        "template `{name}` reads {}, which {was} not given and {has} no `default` there, so the policy would be decided on a placeholder ({NO_VALUE}, or null through toJson); {given}",
+        named.join(", ")
+    )
 }

@@ -24,7 +24,6 @@ use serde_json::Value as Json;
 
 use crate::error::TemplateError;
 
-pub(crate) use unset::unset_message;
 pub use unset::{render_strict, unset_variables};
 
 /// Render template `text` (named `name` in errors) with `vars` as the data map.

@@ -35,6 +35,7 @@ pub mod breaker;
 pub mod composite;
 pub mod envelope;
 pub mod error;
+pub mod forward;
 pub mod remote;
 pub mod replica;
 pub mod reply;
@@ -45,8 +46,9 @@ pub mod vertex;
 
 pub use breaker::{Breaker, BreakerConfig, BreakerState};
 pub use error::GatewayError;
+pub use forward::{Forward, Forwarded};
 pub use remote::{RemoteConfig, RemoteDgem};
-pub use replica::{Forward, Forwarded, Kind, Replica};
+pub use replica::{Kind, Replica};
 pub use routing::{
     BackendSpec, BackendStatus, Gateway, GatewayConfig, RouteConfig, Routed, VERTEX_FIRST,
 };

@@ -26,7 +26,7 @@ use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
 use serde_json::{json, Value};
 
 use crate::auth::BearerSource;
-use crate::replica::{phase, status_fails_over, Forward, Forwarded};
+use crate::forward::{phase, status_fails_over, Forward, Forwarded};
 
 /// Settings of one remote dgem.
 #[derive(Clone)]
@@ -154,7 +154,7 @@ impl RemoteDgem {
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let passed: Vec<(String, String)> = crate::replica::PASSED_HEADERS
+        let passed: Vec<(String, String)> = crate::forward::PASSED_HEADERS
             .iter()
             .filter_map(|h| {
                 resp.headers()

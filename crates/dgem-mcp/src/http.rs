@@ -28,15 +28,12 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tracing::Instrument as _;
 
+pub use crate::jsonrpc::MCP_MAX_BODY_BYTES;
 use crate::server::DecisionServer;
 use dgem_engine::templates::TemplateDir;
 
 /// The route MCP is served at (also with a trailing slash).
 pub const MCP_PATH: &str = "/mcp";
-
-/// Largest JSON-RPC request body accepted on `/mcp`, in bytes (1 MiB; larger
-/// bodies get 413).
-pub const MCP_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Longest one `/mcp` request may take before it is answered 504 (a decision on
 /// the embedded CPU model takes seconds; this bounds a stuck one).

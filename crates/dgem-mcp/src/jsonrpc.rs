@@ -5,7 +5,7 @@
 //! | what is wrong | HTTP | code |
 //! |---|---|---|
 //! | `Content-Type` is not `application/json` | 415 | -32600 Invalid Request |
-//! | body over [`crate::MCP_MAX_BODY_BYTES`] | 413 | -32600 Invalid Request |
+//! | body over [`MCP_MAX_BODY_BYTES`] | 413 | -32600 Invalid Request |
 //! | not JSON, not UTF-8, or a duplicate key | 400 | -32700 Parse error |
 //! | JSON, but not one request object (a batch, a scalar) | 400 | -32600 Invalid Request |
 //! | `jsonrpc` is not `"2.0"`, `method` missing or not a string | 400 | -32600 Invalid Request |
@@ -21,6 +21,10 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
+
+/// Largest JSON-RPC request body accepted on `/mcp`, in bytes (1 MiB; larger
+/// bodies get 413).
+pub const MCP_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// JSON-RPC 2.0 "Parse error".
 pub const PARSE_ERROR: i64 = -32700;
@@ -227,7 +231,7 @@ pub async fn guard(req: Request, next: Next) -> Response {
         );
     }
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, crate::MCP_MAX_BODY_BYTES).await {
+    let bytes = match axum::body::to_bytes(body, MCP_MAX_BODY_BYTES).await {
         Ok(b) => b,
         Err(e) => {
             let too_large = std::error::Error::source(&e)
@@ -237,7 +241,7 @@ pub async fn guard(req: Request, next: Next) -> Response {
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!(
                         "invalid request: the body is over {} bytes",
-                        crate::MCP_MAX_BODY_BYTES
+                        MCP_MAX_BODY_BYTES
                     ),
                 )
             } else {

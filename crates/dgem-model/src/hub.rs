@@ -215,8 +215,7 @@ fn choose(r: &HubRef, info: &Info) -> Result<(String, Option<String>, Option<u64
         None => {
             // The rule `--model hf:…` applies to a cached repository too.
             let names: Vec<String> = ggufs.iter().map(|s| s.rfilename.clone()).collect();
-            let picked = crate::stores::pick_gguf(&names)
-                .and_then(|n| ggufs.iter().find(|s| s.rfilename == n));
+            let picked = pick_gguf(&names).and_then(|n| ggufs.iter().find(|s| s.rfilename == n));
             match (picked, ggufs.as_slice()) {
                 (Some(one), _) => one,
                 (None, []) => {
@@ -376,6 +375,23 @@ async fn pull_async(
         )));
     }
     Ok(path)
+}
+
+/// The file a repository reference without a file name means: the only
+/// GGUF, else the only `Q4_K_M` one. `None` when there is no such single file.
+pub(crate) fn pick_gguf(names: &[String]) -> Option<&str> {
+    match names {
+        [one] => Some(one.as_str()),
+        _ => {
+            let mut q4 = names
+                .iter()
+                .filter(|n| n.to_ascii_lowercase().contains("q4_k_m"));
+            match (q4.next(), q4.next()) {
+                (Some(one), None) => Some(one.as_str()),
+                _ => None,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

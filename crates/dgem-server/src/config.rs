@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use dgem_core::schema::{Isolate, Layout, SamplePolicy, SchemaDefaults, MAX_SAMPLES};
 use dgem_core::words::{self, Word};
 use thiserror::Error;
@@ -65,6 +66,36 @@ pub struct ConfigError {
     pub expected: std::borrow::Cow<'static, str>,
     /// The value found.
     pub given: String,
+}
+
+/// Check one configured origin: `*`, or `scheme://host[:port]` with an
+/// `http` or `https` scheme and no path (what a browser sends in `Origin`).
+///
+/// # Errors
+/// [`ConfigError`] naming `var`, the form and the value given.
+pub fn check_origin(var: &'static str, origin: &str) -> Result<(), ConfigError> {
+    let bad = || {
+        ConfigError {
+        var,
+        expected: "`*` or comma-separated origins such as `https://app.example.com` or `http://localhost:3000` (scheme and host, no path)".into(),
+        given: origin.to_string(),
+    }
+    };
+    if origin == "*" {
+        return Ok(());
+    }
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .ok_or_else(bad)?;
+    let host_ok = !rest.is_empty()
+        && !rest.contains(['/', '?', '#', ' ', '@'])
+        && HeaderValue::from_str(origin).is_ok();
+    if host_ok {
+        Ok(())
+    } else {
+        Err(bad())
+    }
 }
 
 /// Everything the server needs besides the engine.
@@ -238,7 +269,7 @@ impl ServeConfig {
                 .map(str::to_string)
                 .collect();
             for o in &c.cors_origins {
-                crate::cors::check_origin(env::DGEM_CORS_ORIGINS, o)?;
+                check_origin(env::DGEM_CORS_ORIGINS, o)?;
             }
         }
         Ok(c)

@@ -18,42 +18,11 @@ use std::time::Duration;
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::config::ConfigError;
-
 /// How long a browser may cache a preflight answer.
 pub const MAX_AGE: Duration = Duration::from_secs(600);
 
-/// Check one configured origin: `*`, or `scheme://host[:port]` with an
-/// `http` or `https` scheme and no path (what a browser sends in `Origin`).
-///
-/// # Errors
-/// [`ConfigError`] naming `var`, the form and the value given.
-pub fn check_origin(var: &'static str, origin: &str) -> Result<(), ConfigError> {
-    let bad = || {
-        ConfigError {
-        var,
-        expected: "`*` or comma-separated origins such as `https://app.example.com` or `http://localhost:3000` (scheme and host, no path)".into(),
-        given: origin.to_string(),
-    }
-    };
-    if origin == "*" {
-        return Ok(());
-    }
-    let rest = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"))
-        .ok_or_else(bad)?;
-    let host_ok = !rest.is_empty()
-        && !rest.contains(['/', '?', '#', ' ', '@'])
-        && HeaderValue::from_str(origin).is_ok();
-    if host_ok {
-        Ok(())
-    } else {
-        Err(bad())
-    }
-}
-
-/// The CORS layer for `origins` (already checked by [`check_origin`]);
+/// The CORS layer for `origins` (already checked by
+/// [`crate::config::check_origin`]);
 /// `None` when there are none (CORS off). `*` anywhere allows any origin.
 pub fn layer(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
@@ -92,6 +61,7 @@ pub fn layer(origins: &[String]) -> Option<CorsLayer> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::check_origin;
 
     #[test]
     fn origins_are_scheme_and_host_only() {

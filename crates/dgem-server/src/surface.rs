@@ -17,67 +17,14 @@
 //! JSON 404 for an unknown route. Connection-level limits (header-read
 //! timeout, connection cap, shutdown deadline) are [`crate::conn`]'s.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::{middleware, Router};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use crate::config::ServeConfig;
-use crate::{health, layers as mw, state::key_digest};
-
-/// What every route of a listener shares: accepted keys (as sha256 digests),
-/// the whole-request time limit and the body size limit.
-#[derive(Clone)]
-pub struct Guard {
-    key_digests: Arc<Vec<[u8; 32]>>,
-    /// Limit on one whole request (queue and model time included).
-    pub request_timeout: Duration,
-    /// Largest request body, bytes.
-    pub max_body_bytes: usize,
-}
-
-impl std::fmt::Debug for Guard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guard")
-            .field(
-                "keys",
-                &format_args!("[{} redacted]", self.key_digests.len()),
-            )
-            .field("request_timeout", &self.request_timeout)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .finish()
-    }
-}
-
-impl Guard {
-    /// A guard accepting `keys` (none = an open server) with the given limits.
-    pub fn new(keys: &[String], request_timeout: Duration, max_body_bytes: usize) -> Self {
-        Self {
-            key_digests: Arc::new(keys.iter().map(|k| key_digest(k.as_bytes())).collect()),
-            request_timeout,
-            max_body_bytes,
-        }
-    }
-
-    /// The guard of `config`: `API_KEY`/`DGEM_SERVER_KEY`, `REQUEST_TIMEOUT_S`,
-    /// `MAX_BODY_BYTES`.
-    pub fn from_config(config: &ServeConfig) -> Self {
-        Self::new(
-            &config.api_keys,
-            config.request_timeout,
-            config.max_body_bytes,
-        )
-    }
-
-    /// Digests of the accepted keys; empty = open.
-    pub(crate) fn key_digests(&self) -> &[[u8; 32]] {
-        &self.key_digests
-    }
-}
+pub use crate::layers::Guard;
+use crate::{health, layers as mw};
 
 /// `layers` of routes, in priority order, with `GET /metrics`, the JSON 404
 /// and the whole layer stack of the module docs. A request the first router

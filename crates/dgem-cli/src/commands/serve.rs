@@ -141,7 +141,7 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     if !args.cors_origins.is_empty() {
         for o in &args.cors_origins {
-            dgem_server::cors::check_origin("--cors-origin", o).map_err(user)?;
+            dgem_server::config::check_origin("--cors-origin", o).map_err(user)?;
         }
         config.cors_origins = args.cors_origins.clone();
     }

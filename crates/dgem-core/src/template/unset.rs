@@ -39,10 +39,7 @@
 use serde_json::{Map, Value as Json};
 
 use super::{execute, parse, template_variables};
-use crate::error::TemplateError;
-
-/// What Go's `text/template` writes for a missing value.
-const NO_VALUE: &str = "<no value>";
+use crate::error::{TemplateError, NO_VALUE};
 
 /// What a caller's `<no value>` text is probed as (same length, so `printf`
 /// widths and `len` see the same text).
@@ -176,36 +173,6 @@ fn rewrite_no_value(v: &Json) -> Json {
         ),
         other => other.clone(),
     }
-}
-
-/// The message of [`TemplateError::Unset`]: template `name`, the variables
-/// `missing` (each with the nearest of `given` when one is near), and the
-/// variables `given`. It names no transport: callers add how to give a
-/// variable (`-v`, `variables`) and how to opt out.
-pub(crate) fn unset_message(name: &str, missing: &[String], given: &[String]) -> String {
-    let named: Vec<String> = missing
-        .iter()
-        .map(
-            |m| match crate::vars::closest_variable(m, given.iter().map(String::as_str)) {
-                Some(g) => format!("`{m}` (did you misspell it as `{g}`?)"),
-                None => format!("`{m}`"),
-            },
-        )
-        .collect();
-    let (was, has) = if missing.len() == 1 {
-        ("was", "has")
-    } else {
-        ("were", "have")
-    };
-    let given = if given.is_empty() {
-        "no variables were given".to_string()
-    } else {
-        format!("the variables given are [{}]", given.join(", "))
-    };
-    format!(
-        "template `{name}` reads {}, which {was} not given and {has} no `default` there, so the policy would be decided on a placeholder ({NO_VALUE}, or null through toJson); {given}",
-        named.join(", ")
-    )
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub use list::{LocalModel, Store};
 
 use crate::env::{DGEM_LMSTUDIO_DIR, DGEM_OLLAMA_DIR, OLLAMA_MODELS};
 use crate::error::ModelError;
+pub(crate) use crate::hub::pick_gguf;
 
 /// Where each store keeps its models.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,23 +168,6 @@ pub(crate) fn refused(reference: &str, detail: impl Into<String>) -> ModelError 
     ModelError::Reference {
         reference: reference.to_owned(),
         detail: detail.into(),
-    }
-}
-
-/// The file a repository reference without a file name means: the only
-/// GGUF, else the only `Q4_K_M` one. `None` when there is no such single file.
-pub(crate) fn pick_gguf(names: &[String]) -> Option<&str> {
-    match names {
-        [one] => Some(one.as_str()),
-        _ => {
-            let mut q4 = names
-                .iter()
-                .filter(|n| n.to_ascii_lowercase().contains("q4_k_m"));
-            match (q4.next(), q4.next()) {
-                (Some(one), None) => Some(one.as_str()),
-                _ => None,
-            }
-        }
     }
 }
 
