@@ -230,11 +230,11 @@ impl<'m> Engine<'m> {
     }
 
     /// Set this call's threads from the load on the machine now
-    /// ([`crate::cpu::threads_for`]). Thread counts change no number (see
+    /// ([`crate::cpu::threads_for`] of [`crate::cpu::sample_settled`]). Thread counts change no number (see
     /// [`crate::cpu`]).
     fn pick_threads(&mut self) {
         let want = if self.follow_load {
-            crate::cpu::threads_for(self.max_threads, crate::cpu::sample())
+            crate::cpu::threads_for(self.max_threads, crate::cpu::sample_settled())
         } else {
             self.max_threads
         };
