@@ -29,19 +29,9 @@
 
 use serde_json::{json, Map, Value};
 
+pub use crate::error::AdhocError;
 use crate::prompt::python_json;
 use crate::schema::QuestionKind;
-
-/// A question that cannot be converted; `field` is the path (`questions.urgent`,
-/// `questions[2]`), `message` says what is allowed and what was given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct AdhocError {
-    /// Path of the offending value.
-    pub field: String,
-    /// What is wrong, with the allowed forms and the value given.
-    pub message: String,
-}
 
 fn err(field: String, message: String) -> AdhocError {
     AdhocError { field, message }

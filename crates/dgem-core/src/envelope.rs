@@ -64,6 +64,18 @@ pub struct AnswerOut {
     pub constrained: Option<f64>,
 }
 
+/// What applying the rules did to one group of tied questions (diagnostics
+/// `constraints`).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Constrained {
+    /// The questions the group ties, in schema order.
+    pub questions: Vec<String>,
+    /// Rules of the group, as indices into the policy's `rules`.
+    pub rules: Vec<usize>,
+    /// Probability mass the rules removed, `1 − Z`, in [0, 1].
+    pub mass_removed: f64,
+}
+
 /// A Stage-2 answer written over a Stage-1 one (the cascade's write-back).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Resolution {
@@ -166,18 +178,6 @@ impl AnswerOut {
         } else {
             score_value(&a.mean, &values)
         })
-    }
-
-    /// The chat-route answer object: its type's shape
-    /// ([`crate::kinds`]).
-    ///
-    /// For a score question, `score` is the wire's **1-based expected position**
-    /// `Σ (i+1)·p_i` (level `i` counted from 0), `level` the most probable level's
-    /// name, and — only when every level name parses as a number — `value`, the
-    /// expected level **value** `Σ v_i·p_i` (levels `"20".."24"` read near 22, not
-    /// near 3). A `multi` answer's shape is written by its type (`kinds/multi.rs`).
-    pub fn to_chat_json(&self) -> Value {
-        crate::kinds::of(self.question.kind).chat_json(self)
     }
 
     /// The chat-route answer object around a type's own keys (`kind_keys`):
@@ -472,7 +472,7 @@ pub struct Diagnostics {
     /// What the policy's rules did, one entry per group of tied questions
     /// ([`crate::rules`]; absent when no rule applied).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub constraints: Vec<crate::rules::Constrained>,
+    pub constraints: Vec<Constrained>,
 }
 
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per

@@ -91,6 +91,17 @@ pub enum CoreError {
     Tokenize(#[from] TokenizeError),
 }
 
+/// A question that cannot be converted; `field` is the path (`questions.urgent`,
+/// `questions[2]`), `message` says what is allowed and what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AdhocError {
+    /// Path of the offending value.
+    pub field: String,
+    /// What is wrong, with the allowed forms and the value given.
+    pub message: String,
+}
+
 /// What Go's `text/template` writes for a missing value: the placeholder a
 /// policy would be decided on, which [`TemplateError::Unset`] names.
 pub(crate) const NO_VALUE: &str = "<no value>";

@@ -35,6 +35,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::envelope::AnswerOut;
+pub use crate::envelope::Constrained;
 use crate::readout::{argmax, entropy, normalized_entropy};
 use crate::schema::{Question, QuestionKind};
 
@@ -83,18 +84,6 @@ pub struct Rule {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(transparent)]
 pub struct Rules(pub Vec<Rule>);
-
-/// What applying the rules did to one group of tied questions (diagnostics
-/// `constraints`).
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Constrained {
-    /// The questions the group ties, in schema order.
-    pub questions: Vec<String>,
-    /// Rules of the group, as indices into the policy's `rules`.
-    pub rules: Vec<usize>,
-    /// Probability mass the rules removed, `1 − Z`, in [0, 1].
-    pub mass_removed: f64,
-}
 
 /// A rule over one group's questions: each condition as the position of its
 /// question in the group and a mask of the answers that make it hold.

@@ -5,11 +5,13 @@
 //! An item is correct iff **every** expected slot's answer equals the expected
 //! value (case-insensitive, `yes≡true`, `no≡false`). A `multi` question's
 //! expected value is the list of options that apply; it is scored as one
-//! yes/no label slot per option, with per-label F1 ([`super::multilabel`]).
+//! yes/no label slot per option, with per-label F1 ([`multilabel`]).
 //!
 //! Each slot records its question type and the path its options were scored
 //! by, and the report adds the per-path and per-type figures of
 //! [`super::quality`] (table "By scoring path and type").
+
+pub mod multilabel;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,7 +87,7 @@ pub struct SlotOut {
     /// in receipts written before paths were recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scoring: Option<ScoringPath>,
-    /// For a label slot of a `multi` question (`super::multilabel`): that
+    /// For a label slot of a `multi` question (`multilabel`): that
     /// question's id; absent for every other slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multi: Option<String>,
@@ -176,7 +178,7 @@ fn check_expected(
             });
         };
         if want.is_array() || q.kind == dgem_core::schema::QuestionKind::Multi {
-            super::multilabel::expected_set(q, want).map_err(|message| BenchError::Item {
+            multilabel::expected_set(q, want).map_err(|message| BenchError::Item {
                 id: row.id.clone(),
                 message: format!("`expected.{slot}`: {message}"),
             })?;
@@ -230,10 +232,10 @@ async fn decide_row(
     item.extended = extended(&t.decision);
     for (slot, want) in &row.expected {
         if let Some(q) = multis.get(slot) {
-            // One yes/no label slot per option (`super::multilabel`).
-            let gold = super::multilabel::expected_set(q, want).unwrap_or_default();
+            // One yes/no label slot per option (`multilabel`).
+            let gold = multilabel::expected_set(q, want).unwrap_or_default();
             let a = t.decision.answers.get(slot).and_then(Option::as_ref);
-            let labels = super::multilabel::label_slots(q, &gold, a, &t.decision.diagnostics);
+            let labels = multilabel::label_slots(q, &gold, a, &t.decision.diagnostics);
             item.slots.extend(labels);
             continue;
         }
@@ -362,7 +364,7 @@ pub fn summarize(items: &[BenchItem], decisions_per_s: f64) -> Summary {
     }
     let quality = quality::report(&slots.iter().map(|s| s.scored()).collect::<Vec<_>>());
     m.extend(quality.overall.clone());
-    let multilabel = super::multilabel::figures(&ok);
+    let multilabel = multilabel::figures(&ok);
     if let Some((figures, _)) = &multilabel {
         m.extend(figures.clone());
     }

@@ -4,13 +4,13 @@
 //! report tables.
 
 pub mod bench;
+pub use bench::multilabel;
 pub mod calibration;
 pub mod compare;
 pub mod intents;
 pub mod jev;
 pub mod jev_plan;
 pub mod jev_run;
-pub mod multilabel;
 pub mod permutation;
 pub mod quality;
 pub mod rerank;

@@ -26,7 +26,6 @@ pub mod proxy;
 #[cfg(feature = "bench")]
 mod proxy_load;
 #[cfg(feature = "bench")]
-mod proxy_report;
 pub mod render;
 pub mod serve;
 #[cfg(all(feature = "bench", feature = "embedded"))]

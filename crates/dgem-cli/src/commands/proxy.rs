@@ -18,6 +18,8 @@
 //! hop, the readout and the envelope. No number is asserted by a test:
 //! machines are noisy.
 
+mod report;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +32,8 @@ use dgem_server::{AppState, ServeConfig};
 use serde_json::{json, Value};
 
 use super::proxy_load::{self, Call, Phase};
-use super::proxy_report::{self, Level};
 use crate::failure::{internal, user, Failure};
+use report::Level;
 
 /// Arguments of `dgem bench-proxy`.
 #[derive(Debug, Args)]
@@ -162,7 +164,7 @@ pub fn run(args: ProxyArgs) -> Result<(), Failure> {
         |p| p.display().to_string(),
     );
     let levels = rt.block_on(bench(&fake, decider, &args))?;
-    proxy_report::report(&levels, &args, &tokenizer)
+    report::report(&levels, &args, &tokenizer)
 }
 
 /// Start the server, record a decision of each ticket, measure every level.

@@ -5,9 +5,9 @@
 use serde_json::{json, Map, Value};
 
 use super::{by_name, AdhocAt, Kind, Names};
-use crate::adhoc::AdhocError;
 use crate::brackets::MAX_BRACKET_OPTIONS;
 use crate::envelope::AnswerOut;
+use crate::error::AdhocError;
 use crate::error::SchemaError;
 use crate::json::shown;
 use crate::schema::validate::list_field;

@@ -17,8 +17,8 @@ mod score;
 
 use serde_json::{json, Map, Value};
 
-use crate::adhoc::AdhocError;
 use crate::envelope::AnswerOut;
+use crate::error::AdhocError;
 use crate::error::SchemaError;
 use crate::schema::{Alternative, Question, QuestionKind, MAX_ALTERNATIVES};
 
@@ -96,6 +96,34 @@ pub(crate) trait Kind: Sync {
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
 }
 
+/// The names of a kind, each read from its module ([`of`]), so that
+/// `crate::schema` does not depend on the kinds' modules.
+impl QuestionKind {
+    /// The type name written in answers on the chat route (`noul`, `choice`,
+    /// `score`, `multi`).
+    pub fn wire_name(self) -> &'static str {
+        of(self).names().wire
+    }
+
+    /// The canonical name in policies (`boolean`, `choice`, `score`, `multi`).
+    pub fn as_str(self) -> &'static str {
+        of(self).names().canonical
+    }
+
+    /// Every accepted spelling of this kind, canonical name first. The single
+    /// source of the type names every surface accepts (`boolean`, `bool` and
+    /// `noul` are one type).
+    pub fn aliases(self) -> &'static [&'static str] {
+        of(self).names().aliases
+    }
+
+    /// What an ad-hoc question of this kind answers, in a few words, for
+    /// schema and tool descriptions (`yes/no`, `one option of \`criteria\``, …).
+    pub fn summary(self) -> &'static str {
+        of(self).names().summary
+    }
+}
+
 /// The module of `kind`.
 pub(crate) fn of(kind: QuestionKind) -> &'static dyn Kind {
     match kind {
@@ -103,6 +131,22 @@ pub(crate) fn of(kind: QuestionKind) -> &'static dyn Kind {
         QuestionKind::Choice => &choice::Choice,
         QuestionKind::Score => &score::Score,
         QuestionKind::Multi => &multi::Multi,
+    }
+}
+
+/// The answer's shapes on the wire, written by its type's module ([`of`]),
+/// so that `crate::envelope` does not depend on the kinds' modules.
+impl AnswerOut {
+    /// The chat-route answer object: its type's shape
+    /// ([`crate::kinds`]).
+    ///
+    /// For a score question, `score` is the wire's **1-based expected position**
+    /// `Σ (i+1)·p_i` (level `i` counted from 0), `level` the most probable level's
+    /// name, and — only when every level name parses as a number — `value`, the
+    /// expected level **value** `Σ v_i·p_i` (levels `"20".."24"` read near 22, not
+    /// near 3). A `multi` answer's shape is written by its type (`kinds/multi.rs`).
+    pub fn to_chat_json(&self) -> Value {
+        of(self.question.kind).chat_json(self)
     }
 }
 

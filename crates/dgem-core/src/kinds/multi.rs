@@ -17,14 +17,17 @@
 //!   [0, 1], the set's hesitation over `K` options;
 //! - per option, its own entropy `H(p_i)` and hesitation `H(p_i)/ln 2`.
 
+mod read;
+
+pub use read::MultiRead;
+
 use indexmap::IndexMap;
-use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use super::choice::{options_adhoc, options_of, options_wire};
 use super::{AdhocAt, Kind, Names};
-use crate::adhoc::AdhocError;
 use crate::envelope::AnswerOut;
+use crate::error::AdhocError;
 use crate::error::SchemaError;
 use crate::readout::{argmax, entropy, Aggregate};
 use crate::schema::{Alternative, Question, QuestionKind, Selection, ValidSchema, MAX_ID_CHARS};
@@ -32,26 +35,6 @@ use crate::schema::{Alternative, Question, QuestionKind, Selection, ValidSchema,
 /// Separator between a `multi` question's id and its option in the id of
 /// the option's yes/no sub-question.
 pub const OPTION_ID_SEPARATOR: &str = "__";
-
-/// A `multi` answer's reads: one yes/no aggregate per option, and the
-/// options selected.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MultiRead {
-    /// Per option, in option order: the `[yes, no]` aggregate of its slot.
-    pub options: Vec<Aggregate>,
-    /// Selected options (indices), in option order.
-    pub selected: Vec<usize>,
-}
-
-impl MultiRead {
-    /// Each option's probability of applying, in [0, 1], in option order.
-    pub fn applies(&self) -> Vec<f64> {
-        self.options
-            .iter()
-            .map(|a| a.mean.first().copied().unwrap_or(0.0))
-            .collect()
-    }
-}
 
 /// The options selected from `p` (each option's probability of applying):
 ///

@@ -4,8 +4,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{AdhocAt, Kind, Names};
-use crate::adhoc::AdhocError;
 use crate::envelope::AnswerOut;
+use crate::error::AdhocError;
 use crate::error::SchemaError;
 use crate::json::shown;
 use crate::readout::score_expectation;

@@ -9,16 +9,17 @@
 mod by_kind;
 mod isolation;
 pub mod request_samples;
+mod valid;
 pub(crate) mod validate;
 mod wire;
 
 pub use by_kind::ByKind;
 pub use isolation::Isolate;
+pub use valid::ValidSchema;
 
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::error::SchemaError;
 use crate::words::Word;
 
 /// Most questions one schema may hold (serving.md §3.6 `MAX_QUESTIONS`).
@@ -84,30 +85,6 @@ impl QuestionKind {
             Self::Multi => Self::Boolean,
             other => other,
         }
-    }
-
-    /// The type name written in answers on the chat route (`noul`, `choice`,
-    /// `score`, `multi`).
-    pub fn wire_name(self) -> &'static str {
-        crate::kinds::of(self).names().wire
-    }
-
-    /// The canonical name in policies (`boolean`, `choice`, `score`, `multi`).
-    pub fn as_str(self) -> &'static str {
-        crate::kinds::of(self).names().canonical
-    }
-
-    /// Every accepted spelling of this kind, canonical name first. The single
-    /// source of the type names every surface accepts (`boolean`, `bool` and
-    /// `noul` are one type).
-    pub fn aliases(self) -> &'static [&'static str] {
-        crate::kinds::of(self).names().aliases
-    }
-
-    /// What an ad-hoc question of this kind answers, in a few words, for
-    /// schema and tool descriptions (`yes/no`, `one option of \`criteria\``, …).
-    pub fn summary(self) -> &'static str {
-        crate::kinds::of(self).names().summary
     }
 
     /// Every kind as `wire name (summary)`, joined: the one description of
@@ -343,152 +320,5 @@ impl Default for SchemaDefaults {
             layout_stated: false,
             isolate: Isolate::Auto,
         }
-    }
-}
-
-/// A schema that passed every rule of serving.md §3.1.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct ValidSchema {
-    /// Questions in template order (1..=64).
-    pub questions: Vec<Question>,
-    /// Global rubric text, if any.
-    pub instructions: Option<String>,
-    /// Sample policy.
-    pub samples: SamplePolicy,
-    /// Denoise steps per read (1..=8).
-    pub steps: u32,
-    /// Thought budget in tokens (0..=4096).
-    pub think: u32,
-    /// On a backend that cannot think, answer without the thought and add a
-    /// warning to `diagnostics.warnings`, instead of refusing a `think`
-    /// above 0 (default false).
-    pub think_optional: bool,
-    /// The policy reads an image of the state: a decision whose state holds
-    /// no image is refused, naming `images` ([`crate::images::check_required`];
-    /// default false).
-    pub requires_image: bool,
-    /// Subset of question ids to answer (dependencies included), or `None` for all.
-    pub ask: Option<Vec<String>>,
-    /// Max canvas rows per chunk (≥ 8), if set.
-    pub chunk_rows: Option<usize>,
-    /// Chunk prompt mode.
-    pub chunk_prompt: ChunkPrompt,
-    /// Run chunks in order, prefilling earlier answers.
-    pub sequential: bool,
-    /// Prompt layout.
-    pub layout: Layout,
-    /// Whether `layout` was stated — by the policy, a request override
-    /// ([`Self::with_layout`]) or the deployment
-    /// ([`SchemaDefaults::layout_stated`]) — rather than left at the built-in
-    /// default. A reader may then use the layout its model reads best (the
-    /// embedded engine's `EngineConfig::model_layout`). Not sent upstream;
-    /// the wire form ([`Self::to_wire`]) always states the layout.
-    #[serde(skip)]
-    pub layout_stated: bool,
-    /// Answer template format, from the total question count.
-    pub format: AnswerFormat,
-    /// The isolation rule as requested (before `auto` was resolved).
-    pub isolate: Isolate,
-    /// Post-read settings (temperature, abstention). They change nothing the
-    /// model reads and are not sent upstream: the decision's caller applies
-    /// them (see [`crate::hesitation`]).
-    pub after: crate::hesitation::AfterRead,
-    /// Rules between answers (`rules`): applied to the joint distribution of
-    /// the questions they tie after the read ([`crate::rules`]). Empty when
-    /// the policy states none.
-    #[serde(skip_serializing_if = "crate::rules::Rules::is_empty")]
-    pub rules: crate::rules::Rules,
-    /// The policy (template) the schema was rendered from, for metric labels
-    /// and logs; `None` for ad-hoc questions. Not part of the schema's rules
-    /// and never sent upstream.
-    #[serde(skip)]
-    pub policy: Option<String>,
-}
-
-impl ValidSchema {
-    /// Look a question up by id.
-    pub fn question(&self, id: &str) -> Option<&Question> {
-        self.questions.iter().find(|q| q.id == id)
-    }
-
-    /// The questions to answer: those named by `ask`, else all, in template order.
-    pub fn asked(&self) -> Vec<&Question> {
-        match &self.ask {
-            Some(ids) => self
-                .questions
-                .iter()
-                .filter(|q| ids.iter().any(|a| a == &q.id))
-                .collect(),
-            None => self.questions.iter().collect(),
-        }
-    }
-
-    /// Override the layout (request > template > deployment, reference.md §1.6).
-    pub fn with_layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self.layout_stated = true;
-        self
-    }
-
-    /// The same settings over another set of questions (a part of this schema, or
-    /// sub-questions built from it): `ask` is cleared, the answer format
-    /// follows the new count, and `rules` are dropped (they apply to the
-    /// whole decision's answers, not to a part's). `alone` flags are kept as the questions carry them.
-    ///
-    /// # Errors
-    /// [`SchemaError`] when `questions` is empty, over [`MAX_QUESTIONS`], has a
-    /// duplicate id, or a question depends on one outside the set.
-    pub fn with_questions(&self, questions: Vec<Question>) -> Result<ValidSchema, SchemaError> {
-        if questions.is_empty() || questions.len() > MAX_QUESTIONS {
-            return Err(SchemaError::new(
-                "questions",
-                format!(
-                    "a part of a schema needs 1 to {MAX_QUESTIONS} questions (got {})",
-                    questions.len()
-                ),
-            ));
-        }
-        for (i, q) in questions.iter().enumerate() {
-            if questions[..i].iter().any(|p| p.id == q.id) {
-                return Err(SchemaError::new(
-                    "questions",
-                    format!("duplicate question id '{}'", q.id),
-                ));
-            }
-            if let Some(dep) = q
-                .depends_on
-                .iter()
-                .find(|d| !questions.iter().any(|p| &p.id == *d))
-            {
-                return Err(SchemaError::new(
-                    "questions",
-                    format!(
-                        "question '{}' depends on '{dep}', which is not in this part of the schema",
-                        q.id
-                    ),
-                ));
-            }
-        }
-        let format = AnswerFormat::for_count(questions.len());
-        Ok(ValidSchema {
-            questions,
-            ask: None,
-            format,
-            rules: crate::rules::Rules::default(),
-            ..self.clone()
-        })
-    }
-
-    /// Name the policy the schema came from (see [`ValidSchema::policy`]).
-    pub fn with_policy(mut self, name: impl Into<String>) -> Self {
-        self.policy = Some(name.into());
-        self
-    }
-
-    /// Override the sample policy (e.g. from `dgem decide --samples`).
-    pub fn with_samples(mut self, samples: SamplePolicy) -> Self {
-        self.samples = samples;
-        self
     }
 }

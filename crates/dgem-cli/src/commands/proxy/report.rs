@@ -6,8 +6,8 @@ use dgem_bench::metrics::percentile;
 use dgem_bench::receipt::{now_unix, VersionInfo};
 use serde_json::{json, Value};
 
-use super::proxy::{ProxyArgs, TICKETS};
-use super::proxy_load::Phase;
+use super::super::proxy_load::Phase;
+use super::{ProxyArgs, TICKETS};
 use crate::failure::{internal, user, Failure};
 
 /// Receipt format tag.

@@ -25,9 +25,9 @@ use serde_json::Value;
 use dgem_core::envelope::{AnswerOut, Diagnostics};
 use dgem_core::schema::{Question, QuestionKind};
 
-use super::bench::{BenchItem, SlotOut};
-use super::normalize_answer;
-use super::quality::ScoringPath;
+use super::super::normalize_answer;
+use super::super::quality::ScoringPath;
+use super::{BenchItem, SlotOut};
 use crate::report::{fmt_metric, pct, Table};
 
 /// Separator between a `multi` question's id and an option in a label slot's key.
