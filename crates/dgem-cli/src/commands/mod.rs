@@ -25,7 +25,6 @@ pub mod plan;
 pub mod proxy;
 #[cfg(feature = "bench")]
 mod proxy_load;
-#[cfg(feature = "bench")]
 pub mod render;
 pub mod serve;
 #[cfg(all(feature = "bench", feature = "embedded"))]
