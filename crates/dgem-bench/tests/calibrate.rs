@@ -9,8 +9,8 @@ use dgem_bench::calibrate::{
 };
 use dgem_bench::receipt::ModelInfo;
 use dgem_bench::suites::bench::{BenchItem, SlotOut};
-use dgem_core::hesitation::calibration::{CalibrationError, CalibrationFile, Evaluation};
-use dgem_core::hesitation::temperature::scale;
+use dgem_core::after::calibration::{CalibrationError, CalibrationFile, Evaluation};
+use dgem_core::after::temperature::scale;
 use dgem_core::schema::QuestionKind;
 use dgem_core::slots::python_random;
 use indexmap::IndexMap;

@@ -12,7 +12,7 @@ use dgem_bench::runner::{self, NoProgress, RunConfig};
 use dgem_bench::suites::bench::BenchRow;
 use dgem_bench::suites::Decider;
 use dgem_bench::BenchError;
-use dgem_core::hesitation::calibration::policy_hash;
+use dgem_core::after::calibration::policy_hash;
 use dgem_core::schema::QuestionKind;
 use dgem_testkit::{scripts, ScriptedBackend};
 

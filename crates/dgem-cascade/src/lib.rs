@@ -18,10 +18,10 @@
 //! and [`provider::vertex::VertexGemini`] (Gemini on Vertex AI), picked with
 //! [`provider_from_spec`]. Behaviour follows the original dgem cascade.
 
+pub mod after;
 pub mod config;
 pub mod error;
 pub mod expand;
-pub mod finish;
 pub mod gate;
 pub mod options;
 pub mod prompt;
@@ -29,13 +29,14 @@ pub mod provider;
 pub mod run;
 pub mod summary;
 
+pub use after::{
+    inject_if_asked, run_after, AfterOutcome, AfterRequest, AfterSetup, CalibrationUse,
+    CASCADE_FAILED,
+};
 pub use config::{provider_from_spec, Stage2Config};
 pub use error::{CascadeError, Stage2Error};
 pub use expand::{
     inject_catch_all, is_catch_all, suggest, ExpansionOptions, Suggestion, SuggestionSource,
-};
-pub use finish::{
-    finish, inject_if_asked, AfterSetup, CalibrationUse, Finished, Hesitation, CASCADE_FAILED,
 };
 pub use gate::{gate, GateVerdict};
 pub use options::{CascadeMode, CascadeOptions, PriorMode, ThresholdMode};

@@ -175,7 +175,7 @@ fn limit(seconds: f64) -> Option<std::time::Duration> {
 #[cfg(feature = "embedded")]
 fn shipped_temperature(sha256: Option<&str>) -> Option<dgem_engine::ModelTemperature> {
     let origin = std::path::Path::new(dgem_model::SMALL_MODEL_CALIBRATION_PATH);
-    let file = match dgem_core::hesitation::calibration::CalibrationFile::parse(
+    let file = match dgem_core::after::calibration::CalibrationFile::parse(
         dgem_model::SMALL_MODEL_CALIBRATION,
         origin,
     ) {

@@ -34,7 +34,7 @@ pub struct AnswerOut {
     /// The averaged (and, if enabled, calibrated) distribution.
     pub aggregate: Aggregate,
     /// Post-hoc temperature applied to `aggregate` after the read, if any
-    /// (see [`crate::hesitation::temperature`]).
+    /// (see [`crate::after::temperature`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
     /// Set when a Stage-2 model answered this question (the cascade); the

@@ -30,10 +30,10 @@
 #![deny(missing_docs)]
 
 pub mod adhoc;
+pub mod after;
 pub mod brackets;
 pub mod envelope;
 pub mod error;
-pub mod hesitation;
 pub mod image_state;
 pub mod images;
 pub mod json;

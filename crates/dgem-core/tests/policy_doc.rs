@@ -497,7 +497,7 @@ fn the_limits_table_matches_the_constants() {
         ("MAX_RULE_CHECKS", dgem_core::rules::MAX_RULE_CHECKS as f64),
         (
             "MAX_TEMPERATURE",
-            dgem_core::hesitation::temperature::MAX_TEMPERATURE,
+            dgem_core::after::temperature::MAX_TEMPERATURE,
         ),
         (
             "MAX_RENDER_BYTES",
@@ -590,8 +590,8 @@ fn every_key_the_validator_reads_is_in_a_table() {
     let settings = include_str!("../src/schema/validate/settings.rs");
     let select = include_str!("../src/schema/validate/select.rs");
     let rules = include_str!("../src/rules/parse.rs");
-    let after = include_str!("../src/hesitation/mod.rs");
-    let abstain = include_str!("../src/hesitation/abstain.rs");
+    let after = include_str!("../src/after/mod.rs");
+    let abstain = include_str!("../src/after/abstain.rs");
     let payload = include_str!("../src/payload.rs");
     let mut keys: BTreeSet<String> = BTreeSet::new();
     for src in [validate, settings, select, rules, after] {

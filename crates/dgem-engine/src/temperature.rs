@@ -9,9 +9,9 @@
 //! sha256 is refused: [`ModelTemperature::for_model`] says why, and nothing is
 //! applied. Bracket-routed questions are scaled in their brackets' reads.
 
+use dgem_core::after::calibration::CalibrationFile;
+use dgem_core::after::temperature::{rescale, Temperature};
 use dgem_core::envelope::CalibrationDiagnostics;
-use dgem_core::hesitation::calibration::CalibrationFile;
-use dgem_core::hesitation::temperature::{rescale, Temperature};
 
 use crate::Decision;
 
@@ -86,7 +86,7 @@ impl ModelTemperature {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dgem_core::hesitation::calibration::{FittedTemperature, CALIBRATION_FORMAT};
+    use dgem_core::after::calibration::{FittedTemperature, CALIBRATION_FORMAT};
     use dgem_core::schema::QuestionKind;
 
     fn file(sha: Option<&str>) -> CalibrationFile {

@@ -129,7 +129,7 @@ impl DecisionServer {
         if let Some(m) = r.structured.as_object_mut() {
             m.extend(decided.extra());
         }
-        if let Some(c) = &decided.finished.cascade {
+        if let Some(c) = &decided.after.cascade {
             r.text.push_str(&format!(
                 "\nCascade ({}): escalated {} of {} answers{}{}",
                 c.mode.as_str(),
@@ -147,7 +147,7 @@ impl DecisionServer {
                 }
             ));
         }
-        for sg in decided.finished.suggestions.iter().flatten() {
+        for sg in decided.after.suggestions.iter().flatten() {
             r.text.push_str(&format!(
                 "\nSuggested new option for `{}` ({}): {} — {}",
                 sg.question_id,

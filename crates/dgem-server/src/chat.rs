@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use dgem_cascade::Hesitation;
+use dgem_cascade::AfterRequest;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::DecideRequest;
 use serde_json::{json, Value};
@@ -213,7 +213,7 @@ pub struct ChatRequest {
     /// [`NO_EFFECT_FIELDS`] the request carried.
     pub ignored: Vec<String>,
     /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention.
-    pub hesitation: Hesitation,
+    pub after: AfterRequest,
     /// Set for a `response_format` of type `json_schema`: the reply's content
     /// is the requested object and the envelope goes in `dgem`
     /// ([`crate::structured`]).
@@ -221,7 +221,7 @@ pub struct ChatRequest {
 }
 
 /// The request's [`AFTER_FIELDS`], checked against `schema`.
-fn hesitation_of(req: &Value, schema: &ValidSchema) -> Result<Hesitation, ApiError> {
+fn after_of(req: &Value, schema: &ValidSchema) -> Result<AfterRequest, ApiError> {
     let obj: serde_json::Map<String, Value> = AFTER_FIELDS
         .iter()
         .filter_map(|k| {
@@ -235,9 +235,9 @@ fn hesitation_of(req: &Value, schema: &ValidSchema) -> Result<Hesitation, ApiErr
         })
         .collect();
     if obj.is_empty() {
-        return Ok(Hesitation::default());
+        return Ok(AfterRequest::default());
     }
-    Hesitation::from_object(&obj, schema).map_err(|e| {
+    AfterRequest::from_object(&obj, schema).map_err(|e| {
         let field = e.field.replacen("temperature", "temperature_by_type", 1);
         let message = if field == e.field {
             e.message
@@ -335,7 +335,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         .filter(|m| !m.is_empty())
         .unwrap_or(DEFAULT_MODEL)
         .to_string();
-    let hesitation = hesitation_of(req, &schema)?;
+    let after = after_of(req, &schema)?;
     Ok(ChatRequest {
         schema,
         state,
@@ -344,7 +344,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         stream,
         stream_usage,
         ignored,
-        hesitation,
+        after,
         structured,
     })
 }
@@ -527,7 +527,7 @@ async fn respond(
     // The policy's own post-read keys are its client's to apply here (see
     // AFTER_FIELDS): only the request's extension keys run.
     let mut schema = req.schema.clone();
-    schema.after = dgem_core::hesitation::AfterRead::default();
+    schema.after = dgem_core::after::AfterRead::default();
     let decided_on = req.state.clone();
     let mut timed = decide::run(
         state,
@@ -539,7 +539,7 @@ async fn respond(
         Flavor::Chat,
     )
     .await?;
-    let extra = if req.hesitation.is_empty() {
+    let extra = if req.after.is_empty() {
         None
     } else {
         // The decision service's one post-read call, on the request as read.
@@ -551,11 +551,11 @@ async fn respond(
                 seed: req.seed,
             },
             backend: None,
-            hesitation: req.hesitation,
+            after: req.after,
             warnings: Vec::new(),
         };
-        let finished = dgem_service::finish(state.after(), &prepared, &mut timed.decision).await;
-        finished.to_json()
+        let after = dgem_service::run_after(state.after(), &prepared, &mut timed.decision).await;
+        after.to_json()
     };
     let body = response_body(&req.model, &timed, extra, req.structured.as_ref())?;
     let mut resp = if req.stream {

@@ -146,11 +146,11 @@ fn describe() {
         "Gateway requests that failed, by error type."
     );
     describe_counter!(
-        dgem_cascade::finish::ABSTAINED_METRIC,
+        dgem_cascade::after::ABSTAINED_METRIC,
         "Answers withheld by an abstention rule, by question type and reason (hesitation, confidence, cascade_failed, low_information)."
     );
     describe_counter!(
-        dgem_cascade::finish::ESCALATED_METRIC,
+        dgem_cascade::after::ESCALATED_METRIC,
         "Answers escalated to the Stage-2 model, by outcome (resolved, failed)."
     );
 }

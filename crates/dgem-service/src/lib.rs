@@ -37,5 +37,5 @@ pub use request::{
     gives_images, shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL,
     DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
-pub use service::{finish, Decided, Service};
+pub use service::{run_after, Decided, Service};
 pub use surface::Surface;

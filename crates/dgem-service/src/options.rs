@@ -13,7 +13,7 @@
 //! ([`dgem_core::words`]) whichever surface they come from. The others stay
 //! JSON here: a temperature is a number or an object by question type, an
 //! abstention floor a number or an object by question id, and their checks
-//! need the policy; [`dgem_cascade::Hesitation::from_object`] reads and
+//! need the policy; [`dgem_cascade::AfterRequest::from_object`] reads and
 //! checks them, with messages naming the key, the allowed values and the
 //! value received.
 
@@ -157,7 +157,7 @@ pub struct AfterOptions {
 
 impl AfterOptions {
     /// The keys given, as the request object
-    /// [`dgem_cascade::Hesitation::from_object`] and
+    /// [`dgem_cascade::AfterRequest::from_object`] and
     /// [`dgem_cascade::inject_if_asked`] read.
     pub fn to_object(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
@@ -169,7 +169,7 @@ impl AfterOptions {
     /// The options read from the post-read keys of `obj` (other keys are
     /// ignored; `null` is "not given"). The word-valued keys are checked
     /// here; the JSON-valued ones later, against the policy, by
-    /// [`dgem_cascade::Hesitation::from_object`].
+    /// [`dgem_cascade::AfterRequest::from_object`].
     ///
     /// # Errors
     /// [`ServiceError::Field`] naming the key, its allowed values and the

@@ -4,7 +4,7 @@
 //! validated once under the deployment's defaults, and the post-read options
 //! checked against it.
 
-use dgem_cascade::Hesitation;
+use dgem_cascade::AfterRequest;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::templates::TEMPLATE_SUFFIX;
 use dgem_engine::DecideRequest;
@@ -25,9 +25,9 @@ pub struct Prepared {
     /// The backend the request named, if any.
     pub backend: Option<String>,
     /// What to do after the read: cascade, temperature, abstention, expansion.
-    pub hesitation: Hesitation,
+    pub after: AfterRequest,
     /// Warnings for the decision's `diagnostics.warnings`, added by
-    /// [`crate::finish`] (e.g. the text variables an image stood in for).
+    /// [`crate::after`] (e.g. the text variables an image stood in for).
     pub warnings: Vec<String>,
 }
 
@@ -134,7 +134,7 @@ pub fn prepare(
         schema = schema.with_layout(l);
     }
 
-    let hesitation = Hesitation::from_object(&after, &schema)
+    let request_after = AfterRequest::from_object(&after, &schema)
         .map_err(ServiceError::from_schema_error)?
         .for_policy(&label, injected);
     Ok(Prepared {
@@ -145,7 +145,7 @@ pub fn prepare(
             seed: seed.unwrap_or(DEFAULT_SEED),
         },
         backend: backend.filter(|b| !b.is_empty()),
-        hesitation,
+        after: request_after,
         warnings,
     })
 }

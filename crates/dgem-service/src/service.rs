@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use dgem_cascade::{AfterSetup, Finished};
+use dgem_cascade::{AfterOutcome, AfterSetup};
 use dgem_core::schema::SchemaDefaults;
 use dgem_engine::{Decider, Decision, EngineError};
 use serde_json::{Map, Value};
@@ -37,7 +37,7 @@ pub struct Decided {
     /// The decision, after temperature, abstention and the cascade.
     pub decision: Decision,
     /// What the post-read did (cascade summary, calibration use, suggestions).
-    pub finished: Finished,
+    pub after: AfterOutcome,
     /// Wall time of the read and the post-read, in ms.
     pub elapsed_ms: f64,
 }
@@ -47,7 +47,7 @@ impl Decided {
     /// (`cascade`, `calibration`, `suggested_expansions`) when there are any.
     pub fn envelope(&self) -> Value {
         let mut envelope = self.decision.envelope();
-        if let (Some(extra), Some(m)) = (self.finished.to_json(), envelope.as_object_mut()) {
+        if let (Some(extra), Some(m)) = (self.after.to_json(), envelope.as_object_mut()) {
             m.extend(extra);
         }
         envelope
@@ -55,17 +55,21 @@ impl Decided {
 
     /// The post-read keys alone (empty when the post-read did nothing).
     pub fn extra(&self) -> Map<String, Value> {
-        self.finished.to_json().unwrap_or_default()
+        self.after.to_json().unwrap_or_default()
     }
 }
 
 /// The post-read of `decision`, made from `prepared`, under a deployment's
 /// `after` setup: the cascade, temperature, abstention and expansion that
-/// `prepared.hesitation` asks for ([`AfterSetup::finish`]). The one post-read
-/// call of every surface: [`Service::finish`] and [`Service::decide`] use it,
+/// `prepared.after` asks for ([`AfterSetup::run`]). The one post-read
+/// call of every surface: [`Service::run_after`] and [`Service::decide`] use it,
 /// and so does the chat route, which prepares its request from its own
 /// OpenAI-shaped body.
-pub async fn finish(after: &AfterSetup, prepared: &Prepared, decision: &mut Decision) -> Finished {
+pub async fn run_after(
+    after: &AfterSetup,
+    prepared: &Prepared,
+    decision: &mut Decision,
+) -> AfterOutcome {
     for w in &prepared.warnings {
         if !decision.diagnostics.warnings.contains(w) {
             decision.diagnostics.warnings.push(w.clone());
@@ -74,12 +78,12 @@ pub async fn finish(after: &AfterSetup, prepared: &Prepared, decision: &mut Deci
     let state = &prepared.request.state;
     let images = dgem_core::images::image_urls(state);
     after
-        .finish(
+        .run(
             decision,
             &prepared.request.schema,
             state,
             &images,
-            &prepared.hesitation,
+            &prepared.after,
         )
         .await
 }
@@ -140,11 +144,11 @@ impl Service {
     /// The post-read of `decision`, made from `prepared`: run once per
     /// decision, by [`Service::decide`] or by a surface that routes the read
     /// itself (the Studio API's backend router).
-    pub async fn finish(&self, prepared: &Prepared, decision: &mut Decision) -> Finished {
-        finish(&self.after, prepared, decision).await
+    pub async fn run_after(&self, prepared: &Prepared, decision: &mut Decision) -> AfterOutcome {
+        run_after(&self.after, prepared, decision).await
     }
 
-    /// Read `prepared` on `decider`, then [`Service::finish`].
+    /// Read `prepared` on `decider`, then [`Service::run_after`].
     ///
     /// # Errors
     /// The decider's [`EngineError`]; the post-read never fails (a Stage-2
@@ -156,11 +160,11 @@ impl Service {
     ) -> Result<Decided, EngineError> {
         let started = Instant::now();
         let mut decision = decider.decide(prepared.request.clone()).await?;
-        let finished = self.finish(&prepared, &mut decision).await;
+        let after = self.run_after(&prepared, &mut decision).await;
         Ok(Decided {
             label: prepared.label,
             decision,
-            finished,
+            after,
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }

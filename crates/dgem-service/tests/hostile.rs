@@ -573,7 +573,7 @@ fn suggest_expansions_on_an_ad_hoc_choice_injects_a_catch_all() {
             .map(|a| &a.name)
             .collect::<Vec<_>>()
     );
-    assert!(p.hesitation.expansion.is_some());
+    assert!(p.after.expansion.is_some());
     // Only yes/no questions: nothing to expand, and no panic.
     prep(json!({
         "questions": [{"id": "a", "type": "noul"}], "state": "x", "suggest_expansions": true
@@ -583,7 +583,7 @@ fn suggest_expansions_on_an_ad_hoc_choice_injects_a_catch_all() {
     let p =
         prep(json!({"questions": three_questions(), "state": "x", "suggest_expansions": false}))
             .expect("off");
-    assert!(p.hesitation.expansion.is_none());
+    assert!(p.after.expansion.is_none());
 }
 
 #[test]

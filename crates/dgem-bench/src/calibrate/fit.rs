@@ -5,7 +5,7 @@
 //! `NLL(T) = (1/n) Σ_i −ln softmax(ln max(p_i, 1e-12) / T)[g_i]` over
 //! T ∈ [0.05, 20] — temperature scaling (Guo et al. 2017, "On Calibration of
 //! Modern Neural Networks", §4.2), with the read's log-probabilities as logits,
-//! exactly as [`dgem_core::hesitation::temperature::scale`] applies it.
+//! exactly as [`dgem_core::after::temperature::scale`] applies it.
 //! With β = 1/T the logits are linear in β and log-sum-exp is convex, so NLL
 //! is convex in β, hence unimodal in ln T; a golden-section search on ln T
 //! (Kiefer 1953) over the bracket therefore finds the global minimum on it,
@@ -30,10 +30,10 @@
 
 use std::collections::BTreeSet;
 
-use dgem_core::hesitation::calibration::{
+use dgem_core::after::calibration::{
     Compared, Estimate, Scores, TypeCalibration, MIN_FITTED_TEMPERATURE,
 };
-use dgem_core::hesitation::temperature::{scale, MAX_TEMPERATURE};
+use dgem_core::after::temperature::{scale, MAX_TEMPERATURE};
 use dgem_core::readout::PROB_FLOOR;
 use dgem_core::slots::{python_random, python_randrange};
 use sha2::{Digest, Sha256};

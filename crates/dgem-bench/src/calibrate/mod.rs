@@ -1,7 +1,7 @@
 //! `dgem calibrate`: fit a post-hoc temperature per question type on labelled
 //! rows, report held-out calibration before and after, and build the
 //! calibration file that `decide`/`serve` load
-//! ([`dgem_core::hesitation::calibration`]).
+//! ([`dgem_core::after::calibration`]).
 //!
 //! The rows are `dgem bench` rows ([`BenchRow`]); each is decided by
 //! [`bench::run_item`] through the shared runner (so a killed run resumes from
@@ -17,7 +17,7 @@ pub mod svg;
 
 use std::path::Path;
 
-use dgem_core::hesitation::calibration::{
+use dgem_core::after::calibration::{
     policy_hash, CalibrationFile, Evaluation, HeldOut, PolicyRef, CALIBRATION_FORMAT,
 };
 use dgem_core::schema::{ByKind, QuestionKind};
@@ -293,7 +293,7 @@ pub fn calibration_file(
         model_id: model.id.clone(),
         model_sha256: model.sha256.clone(),
         policies: labelled.policies.clone(),
-        temperature: dgem_core::hesitation::Temperature(ByKind::from_fn(t)),
+        temperature: dgem_core::after::Temperature(ByKind::from_fn(t)),
         k: fitted.options.k(),
         rows: labelled.rows,
         fitted_at_unix,

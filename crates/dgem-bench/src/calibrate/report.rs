@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use dgem_core::hesitation::calibration::{CalibrationFile, Compared, Estimate};
+use dgem_core::after::calibration::{CalibrationFile, Compared, Estimate};
 use dgem_core::schema::QuestionKind;
 use serde_json::json;
 

@@ -5,8 +5,8 @@ use dgem_core::schema::SchemaDefaults;
 use serde_json::json;
 
 use super::*;
+use crate::after::AfterRequest;
 use crate::error::Stage2Error;
-use crate::finish::Hesitation;
 use crate::provider::Stage2Reply;
 use crate::testutil::{answer, decision};
 
@@ -617,16 +617,16 @@ fn option_errors_name_the_key_the_allowed_values_and_the_value() {
 }
 
 #[test]
-fn hesitation_reads_the_expansion_keys() {
+fn after_request_reads_the_expansion_keys() {
     let (s, _) = policy();
     let obj = json!({"suggest_expansions": true, "expansion_entropy": 0.6});
-    let h = Hesitation::from_object(obj.as_object().expect("object"), &s).expect("valid");
+    let h = AfterRequest::from_object(obj.as_object().expect("object"), &s).expect("valid");
     assert_eq!(h.expansion.as_ref().map(|e| e.entropy), Some(0.6));
-    assert!(h.is_empty(), "finish has nothing to do for expansion");
+    assert!(h.is_empty(), "run_after has nothing to do for expansion");
     let bad = json!({"suggest_expansions": "maybe"});
-    let e = Hesitation::from_object(bad.as_object().expect("object"), &s).expect_err("invalid");
+    let e = AfterRequest::from_object(bad.as_object().expect("object"), &s).expect_err("invalid");
     assert_eq!(e.field, "suggest_expansions");
     assert!(e.message.contains("Given: \"maybe\""), "{}", e.message);
-    let none = Hesitation::from_object(&Map::new(), &s).expect("valid");
+    let none = AfterRequest::from_object(&Map::new(), &s).expect("valid");
     assert_eq!(none.expansion, None);
 }

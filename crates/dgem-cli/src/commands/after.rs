@@ -6,7 +6,7 @@
 //! ([`dgem_service::AfterOptions`]), the same keys `/api/decide` and MCP take
 //! (`cascade_mode`, `temperature`, `abstain_above`, …). The word-valued ones
 //! are parsed by their types' own parse when the flag is read; the others are
-//! checked by [`dgem_cascade::Hesitation::from_object`], so every surface
+//! checked by [`dgem_cascade::AfterRequest::from_object`], so every surface
 //! checks them the same way.
 
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use dgem_cascade::AfterSetup;
-use dgem_core::hesitation::calibration::CalibrationFile;
+use dgem_core::after::calibration::CalibrationFile;
 use dgem_service::AfterOptions;
 use serde_json::{json, Map, Value};
 
@@ -178,7 +178,7 @@ fn gguf_provider(path: &str) -> Result<Arc<dyn dgem_cascade::Stage2>, Failure> {
 /// `--stage2-prior`, `--suggest-expansions`, `--expansion-entropy`), and
 /// `--expect`, the command line's repeatable form of `expected_answers`.
 #[derive(Debug, Clone, Args)]
-pub struct HesitationArgs {
+pub struct AfterArgs {
     #[command(flatten)]
     pub options: AfterOptions,
     /// Expected answer for `--cascade on_miss`, `QUESTION=VALUE` (repeatable).
@@ -186,7 +186,7 @@ pub struct HesitationArgs {
     pub expect: Vec<String>,
 }
 
-impl HesitationArgs {
+impl AfterArgs {
     /// The flags as the decision service's post-read options.
     ///
     /// # Errors

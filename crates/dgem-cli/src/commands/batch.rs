@@ -25,7 +25,7 @@ use dgem_bench::shard::Shard;
 use dgem_service::{Catalogue, DecisionRequest, ReadOptions, Service};
 use serde_json::{json, Map, Value};
 
-use crate::commands::after::{HesitationArgs, SetupArgs};
+use crate::commands::after::{AfterArgs, SetupArgs};
 use crate::commands::bench::{bench_err, RunCalibration};
 use crate::failure::{user, Failure};
 use crate::setup::{self, ModelArgs};
@@ -109,7 +109,7 @@ pub struct BatchArgs {
     #[command(flatten)]
     pub read: ReadOptions,
     #[command(flatten)]
-    pub after: HesitationArgs,
+    pub after: AfterArgs,
     #[command(flatten)]
     pub setup: SetupArgs,
     #[command(flatten)]

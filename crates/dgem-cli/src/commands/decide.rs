@@ -10,7 +10,7 @@ use dgem_core::vars::{load_vars_file, merge_vars, parse_var};
 use dgem_service::{Catalogue, Decided, DecisionRequest, ReadOptions, Service};
 use serde_json::{Map, Value};
 
-use crate::commands::after::{HesitationArgs, SetupArgs};
+use crate::commands::after::{AfterArgs, SetupArgs};
 use crate::commands::output;
 use crate::failure::{engine, internal, user, Failure};
 use crate::setup::{self, ModelArgs};
@@ -68,7 +68,7 @@ pub struct DecideArgs {
     #[arg(long)]
     pub plan: bool,
     #[command(flatten)]
-    pub after: HesitationArgs,
+    pub after: AfterArgs,
     #[command(flatten)]
     pub setup: SetupArgs,
     #[command(flatten)]
@@ -206,7 +206,7 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     if let Some(done) = via_host(&args, &found, &request)? {
         return done;
     }
-    let hesitation = &prepared.hesitation;
+    let hesitation = &prepared.after;
     let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
     let service = service.with_after(args.setup.setup_for(need_stage2)?);
     let engine_: std::sync::Arc<dyn dgem_engine::Decider> =
@@ -280,7 +280,7 @@ fn via_host(
 /// A user [`Failure`] when a calibration file asked for by name does not
 /// fit this model and policy; an internal one when JSON cannot be written.
 pub fn render(decided: &Decided, json: bool, stats: bool) -> Result<String, Failure> {
-    if let Some(c) = decided.finished.calibration.as_ref().filter(|c| !c.applied) {
+    if let Some(c) = decided.after.calibration.as_ref().filter(|c| !c.applied) {
         return Err(user(anyhow::anyhow!("`--calibration-file`: {}", c.reason)));
     }
     let mut out = String::new();
@@ -289,10 +289,10 @@ pub fn render(decided: &Decided, json: bool, stats: bool) -> Result<String, Fail
         out.push('\n');
     } else {
         out.push_str(&output::table(&decided.decision));
-        if let Some(c) = &decided.finished.cascade {
+        if let Some(c) = &decided.after.cascade {
             out.push_str(&output::cascade(c));
         }
-        if let Some(s) = &decided.finished.suggestions {
+        if let Some(s) = &decided.after.suggestions {
             out.push_str(&output::suggestions(s));
         }
         if stats {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::hesitation::temperature::Temperature;
+use crate::after::temperature::Temperature;
 
 /// How a decision's probabilities were calibrated, written as
 /// `diagnostics.calibration`:

@@ -3,7 +3,7 @@
 //! parse is in `validate.rs`, its wire form in `wire.rs`. Kept apart from the
 //! question types in `mod.rs`, which every other module of the crate reads,
 //! because a schema also holds the post-read settings
-//! ([`crate::hesitation::AfterRead`]) and the rules ([`crate::rules::Rules`]),
+//! ([`crate::after::AfterRead`]) and the rules ([`crate::rules::Rules`]),
 //! whose modules read those question types in turn.
 
 use serde::Serialize;
@@ -57,8 +57,8 @@ pub struct ValidSchema {
     pub isolate: Isolate,
     /// Post-read settings (temperature, abstention). They change nothing the
     /// model reads and are not sent upstream: the decision's caller applies
-    /// them (see [`crate::hesitation`]).
-    pub after: crate::hesitation::AfterRead,
+    /// them (see [`crate::after`]).
+    pub after: crate::after::AfterRead,
     /// Rules between answers (`rules`): applied to the joint distribution of
     /// the questions they tie after the read ([`crate::rules`]). Empty when
     /// the policy states none.

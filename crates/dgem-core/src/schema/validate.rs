@@ -17,8 +17,8 @@ use super::{
     Alternative, AnswerFormat, Isolate, Question, QuestionKind, SchemaDefaults, ValidSchema,
     MAX_ALTERNATIVES, MAX_ID_CHARS, MAX_QUESTIONS, MIN_ALTERNATIVES,
 };
+use crate::after::AfterRead;
 use crate::error::SchemaError;
-use crate::hesitation::AfterRead;
 use crate::stages::stage_levels;
 use text::{kind, py_list, py_repr, shown, text_of};
 

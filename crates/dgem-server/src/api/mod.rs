@@ -188,7 +188,7 @@ async fn decide_inner(
         .await?;
     tracing::Span::current().record("backend", routed.backend.as_str());
     // The backend router reads; the service applies the post-read once.
-    let finished = s.service.finish(&parsed, &mut routed.decision).await;
+    let after = s.service.run_after(&parsed, &mut routed.decision).await;
     let mut envelope = routed.decision.envelope();
     let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
     let answers = envelope
@@ -221,9 +221,9 @@ async fn decide_inner(
         "backend_target": routed.backend,
         "upstream_url": routed.upstream_url,
     });
-    let cascade_used = finished.cascade_model();
-    let suggested = finished.suggestions.as_ref().map(Vec::len);
-    if let (Some(extra), Some(m)) = (finished.to_json(), body.as_object_mut()) {
+    let cascade_used = after.cascade_model();
+    let suggested = after.suggestions.as_ref().map(Vec::len);
+    if let (Some(extra), Some(m)) = (after.to_json(), body.as_object_mut()) {
         m.extend(extra);
     }
     let mut resp = with_backend_used(Json(body).into_response(), &routed.backend);

@@ -286,8 +286,8 @@ fn isolation_counts_a_multi_question_in_slots() {
 
 #[test]
 fn a_multi_temperature_key_is_refused_naming_boolean() {
-    let e = crate::hesitation::Temperature::parse("temperature", &json!({"multi": 2}))
-        .expect_err("refused");
+    let e =
+        crate::after::Temperature::parse("temperature", &json!({"multi": 2})).expect_err("refused");
     assert!(e.message.contains("set `boolean`"), "{}", e.message);
 }
 

@@ -1,16 +1,16 @@
 //! The post-read pipeline every surface runs after Stage 1, in the original
 //! client's order: the cascade (on the raw, unscaled answers), then post-hoc
-//! temperature and abstention ([`dgem_core::hesitation`]).
+//! temperature and abstention ([`dgem_core::after`]).
 //!
 //! `decide`, `/api/decide` (serve and gateway), MCP `decide_policy` and the
-//! Studio all parse their request keys with [`Hesitation::from_object`] and call
-//! [`finish`], so one request means the same on every surface.
+//! Studio all parse their request keys with [`AfterRequest::from_object`] and call
+//! [`run_after`], so one request means the same on every surface.
 
 use dgem_backend::Decision;
 use std::sync::Arc;
 
-use dgem_core::hesitation::calibration::{policy_hash, CalibrationFile};
-use dgem_core::hesitation::{self, AfterRead, Temperature};
+use dgem_core::after::calibration::{policy_hash, CalibrationFile};
+use dgem_core::after::{self, AfterRead, Temperature};
 use dgem_core::schema::ValidSchema;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -30,14 +30,14 @@ pub const CASCADE_FAILED: &str = "cascade failed";
 
 /// What a request asks for after the read.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Hesitation {
+pub struct AfterRequest {
     /// The cascade, when `cascade_mode` asks for one.
     pub cascade: Option<CascadeOptions>,
     /// Taxonomy expansion, when `suggest_expansions` asks for it. The caller
     /// injects the catch-all options into the raw policy before the read
     /// ([`inject_if_asked`]) and records what it injected with
-    /// [`Hesitation::for_policy`]; [`AfterSetup::finish`] then runs
-    /// [`crate::expand::suggest`] ([`finish`] alone does not).
+    /// [`AfterRequest::for_policy`]; [`AfterSetup::run`] then runs
+    /// [`crate::expand::suggest`] ([`run_after`] alone does not).
     pub expansion: Option<ExpansionOptions>,
     /// The request's temperature and abstention rules (over the policy's).
     pub after: AfterRead,
@@ -69,7 +69,7 @@ pub fn inject_if_asked(
     })
 }
 
-impl Hesitation {
+impl AfterRequest {
     /// Read the keys `cascade_mode`, `cascade_threshold`,
     /// `cascade_threshold_mode`, `cascade_model`, `stage2_prior`,
     /// `expected_answers`, `suggest_expansions`, `expansion_entropy`,
@@ -119,16 +119,16 @@ impl Hesitation {
         self
     }
 
-    /// Whether the request asks [`finish`] for nothing (expansion, which
-    /// [`finish`] does not run, is not counted).
+    /// Whether the request asks [`run_after`] for nothing (expansion, which
+    /// [`run_after`] does not run, is not counted).
     pub fn is_empty(&self) -> bool {
         self.cascade.is_none() && self.after.is_identity()
     }
 }
 
-/// What [`finish`] did.
+/// What [`run_after`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Finished {
+pub struct AfterOutcome {
     /// The cascade's summary, when one was asked for.
     pub cascade: Option<CascadeSummary>,
     /// Answers withheld by abstention.
@@ -149,7 +149,7 @@ pub struct CalibrationUse {
     pub reason: String,
 }
 
-impl Finished {
+impl AfterOutcome {
     /// The Stage-2 model that wrote at least one answer, if any.
     pub fn cascade_model(&self) -> Option<String> {
         let c = self.cascade.as_ref()?;
@@ -191,16 +191,16 @@ pub struct AfterSetup {
 }
 
 impl AfterSetup {
-    /// [`finish`] with this deployment's provider and, when the decision's
+    /// [`run_after`] with this deployment's provider and, when the decision's
     /// model and policy match the calibration file, its temperatures.
-    pub async fn finish(
+    pub async fn run(
         &self,
         decision: &mut Decision,
         schema: &ValidSchema,
         state: &Value,
         images: &[String],
-        request: &Hesitation,
-    ) -> Finished {
+        request: &AfterRequest,
+    ) -> AfterOutcome {
         let (calibrated, usage) = match &self.calibration {
             None => (None, None),
             Some(file) => {
@@ -223,7 +223,7 @@ impl AfterSetup {
                 }
             }
         };
-        let mut done = finish(
+        let mut done = run_after(
             decision,
             schema,
             state,
@@ -266,15 +266,15 @@ impl AfterSetup {
 /// `calibrated` (a `dgem calibrate` file's) — and abstention. An escalated
 /// answer Stage 2 did not answer is withheld with [`CASCADE_FAILED`] when an
 /// abstention rule covers it. Never fails: cascade errors are in the summary.
-pub async fn finish(
+pub async fn run_after(
     decision: &mut Decision,
     schema: &ValidSchema,
     state: &Value,
     images: &[String],
-    request: &Hesitation,
+    request: &AfterRequest,
     calibrated: Option<Temperature>,
     stage2: Option<&dyn Stage2>,
-) -> Finished {
+) -> AfterOutcome {
     let policy = AfterRead {
         temperature: schema
             .after
@@ -300,9 +300,9 @@ pub async fn finish(
             }
         }
     }
-    let abstained = hesitation::apply(&mut decision.answers, &after, state);
+    let abstained = after::apply(&mut decision.answers, &after, state);
     record(decision, cascade.as_ref());
-    Finished {
+    AfterOutcome {
         cascade,
         abstained,
         calibration: None,

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use dgem_backend::Decision;
 use dgem_cascade::{
-    AfterSetup, Hesitation, Stage2, Stage2Error, Stage2Reply, Stage2Request, CASCADE_FAILED,
+    AfterRequest, AfterSetup, Stage2, Stage2Error, Stage2Reply, Stage2Request, CASCADE_FAILED,
 };
-use dgem_core::envelope::AnswerOut;
-use dgem_core::hesitation::calibration::{
+use dgem_core::after::calibration::{
     policy_hash, CalibrationFile, Evaluation, FittedTemperature, HeldOut, PolicyRef,
     TypeCalibration, CALIBRATION_FORMAT,
 };
+use dgem_core::envelope::AnswerOut;
 use dgem_core::readout::aggregate;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use indexmap::IndexMap;
@@ -86,7 +86,7 @@ impl Stage2 for Canned {
 async fn cascade_then_temperature_on_stage1_answers_only() {
     let s = schema(json!({}));
     let mut d = decision(&s, None);
-    let req = Hesitation::from_object(
+    let req = AfterRequest::from_object(
         &keys(json!({"cascade_mode": "entropy", "temperature": 2})),
         &s,
     )
@@ -97,7 +97,7 @@ async fn cascade_then_temperature_on_stage1_answers_only() {
         calibration: None,
     };
     let done = setup
-        .finish(&mut d, &s, &json!("the API is down"), &[], &req)
+        .run(&mut d, &s, &json!("the API is down"), &[], &req)
         .await;
     let summary = done.cascade.as_ref().expect("cascade ran");
     assert_eq!(summary.escalated_count, 1, "only `team` is over 0.35 nats");
@@ -122,10 +122,10 @@ async fn cascade_then_temperature_on_stage1_answers_only() {
 async fn no_provider_keeps_stage1_and_abstains_where_a_rule_asks() {
     let s = schema(json!({"abstain_below": {"team": 0.99}}));
     let mut d = decision(&s, None);
-    let req = Hesitation::from_object(&keys(json!({"cascade_mode": "entropy"})), &s)
+    let req = AfterRequest::from_object(&keys(json!({"cascade_mode": "entropy"})), &s)
         .expect("valid request");
     let done = AfterSetup::default()
-        .finish(&mut d, &s, &json!("the API is down"), &[], &req)
+        .run(&mut d, &s, &json!("the API is down"), &[], &req)
         .await;
     let summary = done.cascade.as_ref().expect("summary");
     assert!(summary.error.contains("configured"), "{}", summary.error);
@@ -180,9 +180,9 @@ async fn calibration_file_applies_to_its_model_and_policy_only() {
         stage2: None,
         calibration: Some(file(&s, "abc")),
     };
-    let req = Hesitation::default();
+    let req = AfterRequest::default();
     let mut d = decision(&s, Some("ABC"));
-    let done = setup.finish(&mut d, &s, &json!("ticket"), &[], &req).await;
+    let done = setup.run(&mut d, &s, &json!("ticket"), &[], &req).await;
     assert!(done.calibration.as_ref().expect("used").applied);
     assert_eq!(
         d.answers["urgent"].as_ref().expect("a").temperature,
@@ -191,12 +191,12 @@ async fn calibration_file_applies_to_its_model_and_policy_only() {
     // A request temperature wins over the file's.
     let mut d = decision(&s, Some("abc"));
     let req1 =
-        Hesitation::from_object(&keys(json!({"temperature": {"bool": 1}})), &s).expect("valid");
-    setup.finish(&mut d, &s, &json!("ticket"), &[], &req1).await;
+        AfterRequest::from_object(&keys(json!({"temperature": {"bool": 1}})), &s).expect("valid");
+    setup.run(&mut d, &s, &json!("ticket"), &[], &req1).await;
     assert_eq!(d.answers["urgent"].as_ref().expect("a").temperature, None);
     // Another model: not applied, and the reason names both sha256 values.
     let mut d = decision(&s, Some("def"));
-    let done = setup.finish(&mut d, &s, &json!("ticket"), &[], &req).await;
+    let done = setup.run(&mut d, &s, &json!("ticket"), &[], &req).await;
     let used = done.calibration.expect("reported");
     assert!(!used.applied);
     assert!(
@@ -208,23 +208,21 @@ async fn calibration_file_applies_to_its_model_and_policy_only() {
     // Another policy: not applied either.
     let other = schema(json!({"instructions": "another policy"}));
     let mut d = decision(&other, Some("abc"));
-    let done = setup
-        .finish(&mut d, &other, &json!("ticket"), &[], &req)
-        .await;
+    let done = setup.run(&mut d, &other, &json!("ticket"), &[], &req).await;
     assert!(!done.calibration.expect("reported").applied);
 }
 
 #[test]
 fn request_keys_are_checked_against_the_policy() {
     let s = schema(json!({}));
-    let e =
-        Hesitation::from_object(&keys(json!({"cascade_mode": "sometimes"})), &s).expect_err("mode");
+    let e = AfterRequest::from_object(&keys(json!({"cascade_mode": "sometimes"})), &s)
+        .expect_err("mode");
     assert_eq!(e.field, "cascade_mode");
     assert!(
         e.message.contains("sometimes") && e.message.contains("on_miss"),
         "{e}"
     );
-    let e = Hesitation::from_object(
+    let e = AfterRequest::from_object(
         &keys(json!({"cascade_mode": "on_miss", "expected_answers": {"tema": "billing"}})),
         &s,
     )
@@ -234,7 +232,7 @@ fn request_keys_are_checked_against_the_policy() {
         "{e}"
     );
     // Regression: an expected answer no question can give escalated it on every call.
-    let e = Hesitation::from_object(
+    let e = AfterRequest::from_object(
         &keys(json!({"cascade_mode": "on_miss", "expected_answers": {"team": "bogus"}})),
         &s,
     )
@@ -244,17 +242,17 @@ fn request_keys_are_checked_against_the_policy() {
         e.message.contains("billing, support, engineering") && e.message.contains("bogus"),
         "{e}"
     );
-    assert!(Hesitation::from_object(
+    assert!(AfterRequest::from_object(
         &keys(json!({"cascade_mode": "on_miss", "expected_answers": {"team": "Billing", "urgent": true}})),
         &s,
     )
     .is_ok());
-    let e = Hesitation::from_object(&keys(json!({"abstain_above": {"urgnet": 0.5}})), &s)
+    let e = AfterRequest::from_object(&keys(json!({"abstain_above": {"urgnet": 0.5}})), &s)
         .expect_err("unknown id");
     assert!(e.message.contains("urgnet"), "{e}");
-    let h = Hesitation::from_object(&keys(json!({"abstain_above": 0.5})), &s).expect("ok");
+    let h = AfterRequest::from_object(&keys(json!({"abstain_above": 0.5})), &s).expect("ok");
     assert_eq!(h.after.abstain.rule_for("team").above, Some(0.5));
-    assert!(Hesitation::from_object(&Map::new(), &s)
+    assert!(AfterRequest::from_object(&Map::new(), &s)
         .expect("empty")
         .is_empty());
 }
