@@ -275,7 +275,7 @@ impl LlamaBackend {
                 labels,
                 vocab: true,
             }],
-            // The engine's prompt evaluation reads its cached prefix here.
+            // The model thread's prompt evaluation reads its cached prefix here.
             reuse_points: if cached > 0 { vec![cached] } else { Vec::new() },
             policy_point: None,
         };

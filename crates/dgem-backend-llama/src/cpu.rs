@@ -13,7 +13,7 @@
 //! ([`crate::LlamaConfig::n_threads`]); its default,
 //! [`crate::default_threads`], is Rust's `available_parallelism`, which on
 //! Linux follows both the process's CPU affinity (`taskset`, cpusets) and a
-//! cgroup CPU quota (containers, Cloud Run). Before each call the engine
+//! cgroup CPU quota (containers, Cloud Run). Before each call the model thread
 //! samples the kernel's count of runnable tasks (`procs_running` in
 //! `/proc/stat`) and this process's own runnable threads (state `R` in
 //! `/proc/self/task/*/stat`); the others' count is the difference, and

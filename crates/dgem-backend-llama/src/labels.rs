@@ -22,9 +22,9 @@
 //!   final softcap as the model has them.
 //!
 //! Other architectures may treat the head's product further (a logit scale,
-//! an extra mask) or name no `result_norm`; the engine checks this readout
+//! an extra mask) or name no `result_norm`; the model thread checks this readout
 //! against llama.cpp's own logits once at load and reads from the head when
-//! they disagree (`crate::engine`, [`crate::Readout`]).
+//! they disagree (`crate::kv_context`, [`crate::Readout`]).
 //!
 //! The numbers are not bit-equal to llama.cpp's logits: ggml's Q8_0 matmul
 //! also quantizes `h` to 8 bits per block before its integer dot products,
@@ -78,7 +78,7 @@ pub enum Readout {
 }
 
 /// What the graph callback writes during one `llama_decode` (see the module
-/// docs). Owned by the engine through a raw pointer that llama.cpp holds as
+/// docs). Owned by the [`crate::kv_context`] context through a raw pointer that llama.cpp holds as
 /// its `cb_eval_user_data`; touched only on the model thread.
 #[derive(Debug, Default)]
 pub(crate) struct HiddenCapture {
@@ -112,11 +112,11 @@ impl HiddenCapture {
     }
 }
 
-/// The engine's [`HiddenCapture`], on the heap at a fixed address that
+/// The context's [`HiddenCapture`], on the heap at a fixed address that
 /// llama.cpp holds as its `cb_eval_user_data` for the life of the context.
 ///
 /// Owns the allocation (`Box::into_raw` / `Box::from_raw`); must outlive the
-/// context it was [`Self::register`]ed with (the engine drops the context
+/// context it was [`Self::register`]ed with (the model thread drops the context
 /// first: it is declared before this handle).
 #[derive(Debug)]
 pub(crate) struct CaptureHandle(*mut HiddenCapture);
@@ -135,7 +135,7 @@ impl CaptureHandle {
         &self,
         params: llama_cpp_2::context::params::LlamaContextParams,
     ) -> llama_cpp_2::context::params::LlamaContextParams {
-        // SAFETY: the pointer stays valid until `Drop`, which the engine runs
+        // SAFETY: the pointer stays valid until `Drop`, which the model thread runs
         // after dropping the context (field order); it is only dereferenced in
         // Rust through `get`, which needs `&mut self`, never during a decode.
         unsafe { params.with_cb_eval(Some(on_graph_node), self.0.cast()) }
@@ -144,7 +144,7 @@ impl CaptureHandle {
     /// The capture, between decodes.
     pub fn get(&mut self) -> &mut HiddenCapture {
         // SAFETY: valid from `new` to `Drop`; llama.cpp writes it only inside
-        // `llama_decode`, which the engine never runs while this borrow lives.
+        // `llama_decode`, which the model thread never runs while this borrow lives.
         unsafe { &mut *self.0 }
     }
 }
@@ -160,7 +160,7 @@ impl Drop for CaptureHandle {
 /// from C).
 ///
 /// # Safety
-/// `user_data` is the `*mut HiddenCapture` the engine registered, alive and
+/// `user_data` is the `*mut HiddenCapture` the context registered, alive and
 /// not otherwise borrowed while `llama_decode` runs; `t` is a valid tensor.
 pub(crate) unsafe extern "C" fn on_graph_node(
     t: *mut sys::ggml_tensor,
@@ -179,7 +179,7 @@ pub(crate) unsafe extern "C" fn on_graph_node(
     if ask {
         return true;
     }
-    // SAFETY: the engine's capture, not borrowed during a decode (contract).
+    // SAFETY: the context's capture, not borrowed during a decode (contract).
     let capture = unsafe { &mut *user_data.cast::<HiddenCapture>() };
     // SAFETY: `t` is computed (ask == false) and lives until we return.
     let (ty, ne0, ne1, contiguous, bytes) = unsafe {

@@ -35,7 +35,7 @@
 mod backend;
 mod config;
 pub mod cpu;
-mod engine;
+mod kv_context;
 mod labels;
 mod lines;
 mod readout;

@@ -1,4 +1,4 @@
-//! The model thread: owns the [`Engine`] and runs one job at a time from the
+//! The model thread: owns the [`KvContext`] and runs one job at a time from the
 //! bounded queue, replying on each job's oneshot.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,7 +11,7 @@ use llama_cpp_2::model::LlamaModel;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::WorkerConfig;
-use crate::engine::Engine;
+use crate::kv_context::KvContext;
 use crate::labels::{OutputRows, Readout};
 use crate::LlamaError;
 
@@ -95,12 +95,12 @@ fn run(
     readout: &OnceLock<Readout>,
     ready: &std::sync::mpsc::SyncSender<Result<(), LlamaError>>,
 ) {
-    let mut engine = match Engine::new(model, cfg, rows) {
-        Ok(mut engine) => {
+    let mut kv = match KvContext::new(model, cfg, rows) {
+        Ok(mut kv) => {
             let checked =
-                catch_unwind(AssertUnwindSafe(|| engine.check_readout())).unwrap_or_else(|_| {
-                    engine.reset();
-                    engine.read_from_head();
+                catch_unwind(AssertUnwindSafe(|| kv.check_readout())).unwrap_or_else(|_| {
+                    kv.reset();
+                    kv.read_from_head();
                     Readout::FullHead {
                         reason: "the readout check panicked".into(),
                     }
@@ -110,7 +110,7 @@ fn run(
             }
             let _ = readout.set(checked);
             let _ = ready.send(Ok(()));
-            engine
+            kv
         }
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -118,12 +118,12 @@ fn run(
         }
     };
     while let Some(job) = rx.blocking_recv() {
-        handle(&mut engine, job);
+        handle(&mut kv, job);
     }
     tracing::debug!("llama model thread stopping: queue closed");
 }
 
-fn handle(engine: &mut Engine<'_>, mut job: Job) {
+fn handle(kv: &mut KvContext<'_>, mut job: Job) {
     if job.reply.is_closed() {
         // The caller timed out or went away while the job waited.
         return;
@@ -136,21 +136,21 @@ fn handle(engine: &mut Engine<'_>, mut job: Job) {
     let queue_ms = started.duration_since(job.enqueued).as_secs_f64() * 1e3;
     let cancelled = || job.reply.is_closed();
     let result = catch_unwind(AssertUnwindSafe(|| match job.kind {
-        JobKind::Reads => engine.run_reads(&job.reads, &cancelled),
-        JobKind::PromptEval => engine.prompt_eval(&job.reads),
+        JobKind::Reads => kv.run_reads(&job.reads, &cancelled),
+        JobKind::PromptEval => kv.prompt_eval(&job.reads),
         JobKind::Reset => {
-            engine.forget();
+            kv.forget();
             Ok((Vec::new(), 0))
         }
     }))
     .unwrap_or_else(|_| {
-        engine.forget();
+        kv.forget();
         Err(BackendError::Model("llama.cpp call panicked".into()))
     });
     let forward_ms = match job.kind {
         // The baseline's time is its one `llama_decode`, as llama.cpp reports
         // prompt evaluation (not the cache clears around it).
-        JobKind::PromptEval => engine.last_decode_ms(),
+        JobKind::PromptEval => kv.last_decode_ms(),
         JobKind::Reads | JobKind::Reset => started.elapsed().as_secs_f64() * 1e3,
     };
     let result = result.map(|(sequences, cached_tokens)| ForwardOutput {

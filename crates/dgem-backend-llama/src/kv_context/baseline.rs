@@ -1,13 +1,13 @@
 //! The benchmark baseline on the model thread: llama.cpp's own evaluation of
-//! a prompt, optionally after a cached prefix (moved from `engine.rs`
+//! a prompt, optionally after a cached prefix (moved from `engine.rs`, now `kv_context.rs`
 //! unchanged).
 
 use dgem_backend::{BackendError, SequenceRead, SlotLogits};
 
-use super::{model_err, pos_i32, token, Engine};
+use super::{model_err, pos_i32, token, KvContext};
 use crate::readout::read_slot;
 
-impl Engine<'_> {
+impl KvContext<'_> {
     /// The benchmark baseline: llama.cpp's own prompt evaluation of
     /// `reads[0].tokens` on an empty cache — the whole prompt in one batch
     /// (llama.cpp splits it in ubatches of 512), logits at the last row only —

@@ -13,7 +13,7 @@
 //!   read's own reuse points ([`SequenceRead::reuse_points`], e.g. where a
 //!   policy's shared prefix ends), and the read's end — a function of the read
 //!   alone, never of the cache;
-//! - the engine remembers the chain of chunk ends that built the cached prefix
+//! - the context remembers the chain of chunk ends that built the cached prefix
 //!   (`bounds`); across calls a prefix is reused only up to a boundary where
 //!   that chain and the new read's own chunk plan agree, so a warm read
 //!   re-decodes exactly the chunks a cold read decodes last, in batches of the
@@ -121,8 +121,11 @@ fn span(read: &SequenceRead) -> Option<(usize, usize)> {
     Some((first, end))
 }
 
-/// Owns the context; lives on the model thread only.
-pub(crate) struct Engine<'m> {
+/// The model thread's llama.cpp context and its KV-cache bookkeeping (the
+/// canonical chunk chain, saved prefixes, the disk store); lives on the
+/// model thread only. Named apart from `dgem_engine::Engine`, the reader
+/// that turns a policy and a state into a decision over a backend.
+pub(crate) struct KvContext<'m> {
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     /// Tokens whose KV state sequence 0 currently holds, from position 0.
@@ -168,7 +171,7 @@ pub(crate) struct Engine<'m> {
     follow_load: bool,
 }
 
-impl<'m> Engine<'m> {
+impl<'m> KvContext<'m> {
     pub(crate) fn new(
         model: &'m LlamaModel,
         cfg: WorkerConfig,
@@ -503,11 +506,11 @@ impl<'m> Engine<'m> {
             &vocab_rows,
             &plan,
             &read.reuse_points,
-            &mut |engine, from, to| {
+            &mut |kv, from, to| {
                 for (slot, result) in read.slots.iter().zip(results.iter_mut()) {
                     let row = slot.pos.saturating_sub(1);
                     if (from..to).contains(&row) {
-                        *result = Some(engine.read_row(row - from, slot)?);
+                        *result = Some(kv.read_row(row - from, slot)?);
                     }
                 }
                 Ok(())

@@ -6,9 +6,9 @@
 use dgem_backend::{BackendError, SequenceRead, SlotLogits};
 use dgem_core::tokenizer::TokenId;
 
-use super::{common_prefix, model_err, pos_i32, span, token, Engine};
+use super::{common_prefix, model_err, pos_i32, span, token, KvContext};
 
-impl Engine<'_> {
+impl KvContext<'_> {
     /// Several reads sharing a prefix: the prefix up to the fork on sequence
     /// 0 (canonical chunks, through the cache), then every read's tokens from
     /// the fork in one decode under its own sequence id. Returns the slots and

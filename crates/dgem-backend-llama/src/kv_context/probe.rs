@@ -6,14 +6,14 @@
 //! softcapped as the GGUF says). An architecture whose graph does more after
 //! the product (a logit scale, a mask over part of the vocabulary) or names
 //! no `result_norm` node would give plausible but wrong probabilities; this
-//! check catches that before the first request and switches the engine to
+//! check catches that before the first request and switches the context to
 //! llama.cpp's logits ([`Readout::FullHead`]). The KV cache is emptied
 //! afterwards, so the check leaves no trace in later reads.
 
 use dgem_backend::BackendError;
 use dgem_core::tokenizer::TokenId;
 
-use super::{model_err, pos_i32, token, Engine};
+use super::{model_err, pos_i32, token, KvContext};
 use crate::labels::Readout;
 
 /// Tokens decoded by the check.
@@ -27,7 +27,7 @@ const TOLERANCE_ABS: f64 = 1e-3;
 /// quantizes the hidden state to 8 bits per block before its dot products).
 const TOLERANCE_REL: f64 = 0.05;
 
-impl Engine<'_> {
+impl KvContext<'_> {
     /// Check the label-row readout against llama.cpp's logits and choose the
     /// readout from then on (see the module docs); the cache is emptied.
     pub(crate) fn check_readout(&mut self) -> Readout {
