@@ -96,8 +96,9 @@ pub(crate) trait Kind: Sync {
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
 }
 
-/// The names of a kind, each read from its module ([`of`]), so that
-/// `crate::schema` does not depend on the kinds' modules.
+/// The names of a kind, each read from its module ([`of`]), and everything
+/// built on them (the parse of a type name, the accepted names), so that
+/// `crate::schema` neither calls nor names the kinds' modules.
 impl QuestionKind {
     /// The type name written in answers on the chat route (`noul`, `choice`,
     /// `score`, `multi`).
@@ -121,6 +122,43 @@ impl QuestionKind {
     /// schema and tool descriptions (`yes/no`, `one option of \`criteria\``, …).
     pub fn summary(self) -> &'static str {
         of(self).names().summary
+    }
+
+    /// Every kind as `wire name (summary)`, joined: the one description of
+    /// the question types the request schemas and tools give.
+    pub fn described() -> String {
+        let parts: Vec<String> = Self::ALL
+            .iter()
+            .map(|k| format!("{} ({})", k.wire_name(), k.summary()))
+            .collect();
+        parts.join(", ")
+    }
+
+    /// The kind a type name (or alias) names, exactly as spelled; `None` otherwise.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.aliases().contains(&name))
+    }
+
+    /// All accepted names, comma-separated, for error messages.
+    pub fn accepted_names() -> String {
+        Self::ALL
+            .iter()
+            .flat_map(|k| k.aliases().iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl std::str::FromStr for QuestionKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s).ok_or_else(|| {
+            format!(
+                "question type must be one of {}. Given: `{s}`",
+                Self::accepted_names()
+            )
+        })
     }
 }
 

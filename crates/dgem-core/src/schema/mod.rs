@@ -86,43 +86,6 @@ impl QuestionKind {
             other => other,
         }
     }
-
-    /// Every kind as `wire name (summary)`, joined: the one description of
-    /// the question types the request schemas and tools give.
-    pub fn described() -> String {
-        let parts: Vec<String> = Self::ALL
-            .iter()
-            .map(|k| format!("{} ({})", k.wire_name(), k.summary()))
-            .collect();
-        parts.join(", ")
-    }
-
-    /// The kind a type name (or alias) names, exactly as spelled; `None` otherwise.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.aliases().contains(&name))
-    }
-
-    /// All accepted names, comma-separated, for error messages.
-    pub fn accepted_names() -> String {
-        Self::ALL
-            .iter()
-            .flat_map(|k| k.aliases().iter().copied())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-impl std::str::FromStr for QuestionKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::parse(s).ok_or_else(|| {
-            format!(
-                "question type must be one of {}. Given: `{s}`",
-                Self::accepted_names()
-            )
-        })
-    }
 }
 
 /// One allowed answer: a yes/no side, an option or a score level.
