@@ -18,6 +18,10 @@ use std::time::Duration;
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+/// Kept here too, where it was: `check_origin` now lives with the other
+/// settings checks in [`crate::config`].
+pub use crate::config::check_origin;
+
 /// How long a browser may cache a preflight answer.
 pub const MAX_AGE: Duration = Duration::from_secs(600);
 
@@ -61,7 +65,6 @@ pub fn layer(origins: &[String]) -> Option<CorsLayer> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::check_origin;
 
     #[test]
     fn origins_are_scheme_and_host_only() {
