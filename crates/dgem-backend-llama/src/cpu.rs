@@ -17,10 +17,11 @@
 //! samples the kernel's count of runnable tasks (`procs_running` in
 //! `/proc/stat`) and this process's own runnable threads (state `R` in
 //! `/proc/self/task/*/stat`); the others' count is the difference, and
-//! [`threads_for`] gives `clamp(online CPUs − others, 1, ceiling)`. While the
-//! first sample shows others, it samples again after 1 and 3 ms and keeps the
-//! fewest ([`sample_settled`]), so that a task runnable for an instant (the
-//! caller that just sent the request) is not taken for a busy neighbour. On a large
+//! [`threads_for`] gives `clamp(online CPUs − others, 1, ceiling)`. While that
+//! would give fewer than `ceiling` threads, it samples twice more, after 1 and
+//! 3 ms, and follows the median ([`sample_settled`], [`settle`]), so that a
+//! task runnable for an instant (the caller that just sent the request) is
+//! not taken for a busy neighbour. On a large
 //! host where a container has a small quota, busy neighbours lower the count
 //! only once they leave fewer free CPUs than the quota.
 //!
@@ -64,42 +65,52 @@ pub fn threads_for(ceiling: usize, load: Option<CpuLoad>) -> usize {
     load.online.saturating_sub(load.others()).clamp(1, ceiling)
 }
 
-/// Pauses between the samples of [`sample_settled`], 4 ms in all at most.
+/// Pauses before the second and third samples of [`sample_settled`]: about
+/// 4 ms in all (plus timer slack and two reads of `/proc`).
 pub const SETTLE_PAUSES: [Duration; 2] = [Duration::from_millis(1), Duration::from_millis(3)];
 
-/// The load a call should follow: [`sample`], and while other processes
-/// seem to hold CPUs, up to two more samples after the [`SETTLE_PAUSES`],
-/// keeping the one with the fewest others ([`quieter`]).
+/// The load a call with at most `ceiling` threads should follow:
+/// [`settle`] over [`sample`], pausing [`SETTLE_PAUSES`] between samples.
 ///
 /// One sample counts whatever is runnable at that instant, and the moment a
-/// request arrives is the moment its sender is: measured with `dgem
-/// bench-host` on the 1.5B, a warm host read most decisions at 1 thread
-/// because the `dgem decide` that had just written to its socket was still
-/// runnable, and took 861 ms against 445 ms in process (485 ms with
-/// `--follow-load off`). A task runnable for a moment is gone a millisecond
-/// later; a CPU-bound neighbour is runnable in every sample, so it still
-/// lowers the count.
-pub fn sample_settled() -> Option<CpuLoad> {
-    let mut best = sample()?;
-    for pause in SETTLE_PAUSES {
-        if best.others() == 0 {
-            break;
-        }
+/// request arrives is the moment its sender is: with one sample, a warm host
+/// read most decisions at 1 thread because the `dgem decide` that had just
+/// written to its socket was still runnable (`dgem bench-host` on the 1.5B,
+/// one run: 861 ms via the host against 445 ms in process; 485 ms with
+/// `--follow-load off`).
+pub fn sample_settled(ceiling: usize) -> Option<CpuLoad> {
+    settle(ceiling, sample(), |pause| {
         std::thread::sleep(pause);
-        if let Some(next) = sample() {
-            best = quieter(best, next);
-        }
-    }
-    Some(best)
+        sample()
+    })
 }
 
-/// Of two samples, the one with fewer other runnable tasks (`a` on a tie).
-pub fn quieter(a: CpuLoad, b: CpuLoad) -> CpuLoad {
-    if b.others() < a.others() {
-        b
-    } else {
-        a
+/// The load to follow, from a `first` sample and, only while `first` would
+/// lower the threads below `ceiling`, two more from `next` (called with the
+/// pause to wait first): the median of the three by [`CpuLoad::others`].
+///
+/// A task runnable for an instant (the caller that just sent the request, a
+/// thread between two system calls) is in one sample and not the median; a
+/// CPU-bound neighbour is in every sample, and one runnable most of the time
+/// is in the median as often as in a single sample. On an idle machine, or
+/// one whose free CPUs already cover `ceiling`, nothing more is sampled.
+/// `None` when `first` is (no `/proc`); a failed later sample counts as
+/// `first` again.
+pub fn settle(
+    ceiling: usize,
+    first: Option<CpuLoad>,
+    mut next: impl FnMut(Duration) -> Option<CpuLoad>,
+) -> Option<CpuLoad> {
+    let first = first?;
+    if threads_for(ceiling, Some(first)) >= ceiling.max(1) {
+        return Some(first);
     }
+    let mut three = [first; 3];
+    for (slot, pause) in three.iter_mut().skip(1).zip(SETTLE_PAUSES) {
+        *slot = next(pause).unwrap_or(first);
+    }
+    three.sort_by_key(CpuLoad::others);
+    Some(three[1])
 }
 
 /// Sample the load now; `None` where `/proc` cannot be read or parsed.
@@ -192,25 +203,69 @@ mod tests {
 
     #[test]
     fn a_waiting_caller_counted_in_one_sample_does_not_halve_the_threads() {
-        // The request's sender is runnable in the first sample only; the
-        // settled load is the quieter sample, which leaves both threads.
+        // The request's sender is runnable in the first sample only.
         let first = CpuLoad {
             online: 2,
             running: 2,
             own_running: 1,
         };
-        let later = CpuLoad {
+        let quiet = CpuLoad {
             online: 2,
             running: 1,
             own_running: 1,
         };
         assert_eq!(threads_for(2, Some(first)), 1);
-        assert_eq!(quieter(first, later), later);
-        assert_eq!(threads_for(2, Some(quieter(first, later))), 2);
-        // A busy neighbour is in every sample, so it still takes its core.
-        assert_eq!(threads_for(2, Some(quieter(first, first))), 1);
-        assert_eq!(later.others(), 0);
-        assert_eq!(first.others(), 1);
+        let mut pauses = Vec::new();
+        let settled = settle(2, Some(first), |p| {
+            pauses.push(p);
+            Some(quiet)
+        });
+        assert_eq!(settled, Some(quiet));
+        assert_eq!(threads_for(2, settled), 2);
+        assert_eq!(pauses, SETTLE_PAUSES.to_vec());
+    }
+
+    #[test]
+    fn a_neighbour_in_most_samples_still_takes_its_core() {
+        let busy = CpuLoad {
+            online: 2,
+            running: 2,
+            own_running: 1,
+        };
+        let quiet = CpuLoad { running: 1, ..busy };
+        // Busy in every sample, or in two of three: the median is busy.
+        assert_eq!(settle(2, Some(busy), |_| Some(busy)), Some(busy));
+        let mut later = [quiet, busy].into_iter();
+        assert_eq!(settle(2, Some(busy), |_| later.next()), Some(busy));
+        // A failed later sample counts as the first.
+        assert_eq!(settle(2, Some(busy), |_| None), Some(busy));
+    }
+
+    #[test]
+    fn nothing_more_is_sampled_when_the_first_already_allows_the_ceiling() {
+        let idle = CpuLoad {
+            online: 2,
+            running: 1,
+            own_running: 1,
+        };
+        // A large host with others running but free CPUs to spare.
+        let roomy = CpuLoad {
+            online: 64,
+            running: 30,
+            own_running: 1,
+        };
+        for load in [idle, roomy] {
+            let mut calls = 0;
+            assert_eq!(
+                settle(2, Some(load), |_| {
+                    calls += 1;
+                    None
+                }),
+                Some(load)
+            );
+            assert_eq!(calls, 0, "{load:?}");
+        }
+        assert_eq!(settle(2, None, |_| Some(idle)), None);
     }
 
     #[test]

@@ -237,7 +237,10 @@ impl<'m> KvContext<'m> {
     /// [`crate::cpu`]).
     fn pick_threads(&mut self) {
         let want = if self.follow_load {
-            crate::cpu::threads_for(self.max_threads, crate::cpu::sample_settled())
+            crate::cpu::threads_for(
+                self.max_threads,
+                crate::cpu::sample_settled(self.max_threads),
+            )
         } else {
             self.max_threads
         };
