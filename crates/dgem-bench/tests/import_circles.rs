@@ -3,25 +3,39 @@
 //! Every source file of a crate (`crates/*/src`, reached from `lib.rs` or
 //! `main.rs` through its `mod` declarations; modules under `#[cfg(test)]`
 //! left out) is a node. A file depends on another when its code names an item
-//! the other file defines: through a `use` (a re-export included) or a path
-//! in code (`crate::…`, `super::…`, `self::…`, or a child module's name). A
-//! path is followed through re-exports (`pub use`) to the file that defines
-//! the item. Two files of which one is the other's ancestor module (`lib.rs`
-//! and any file, `kinds/mod.rs` and `kinds/choice.rs`) are not compared: a
-//! parent declares its children and re-exports them, and a child uses the
-//! helpers its parent shares; that is the module tree itself.
+//! the other file defines:
+//! - through a `use` (any visibility), or a path in code, in an attribute or
+//!   in a macro's arguments (`crate::…`, `super::…`, `self::…`, or a child
+//!   module's name), followed through `use` items, glob imports included, to
+//!   the module that defines the item;
+//! - or by calling, as `Type::function(…)` with `Type` in this crate, an
+//!   associated function whose name only one file of the crate defines
+//!   (`QuestionKind::parse(…)`). Names several files define (`new`,
+//!   `as_str`) are not followed, nor are calls in method syntax
+//!   (`x.wire_name()`): without the compiler's type information the callee
+//!   is unknown, and a method's name alone (`get`, `is_empty`) matches the
+//!   standard library's as often as the crate's. Such a dependency is the
+//!   reviewer's to see.
+//!
+//! Two files of which one is the other's ancestor module (`lib.rs` and any
+//! file, `kinds/mod.rs` and `kinds/choice.rs`) are not compared: a parent
+//! declares its children and re-exports them, and a child uses the helpers
+//! its parent shares; that is the module tree itself. So the check is about
+//! files, not whole module subtrees: `schema/validate.rs` may ask `kinds` for
+//! a type's rules while `kinds` reads `schema`'s question types, since
+//! `schema/mod.rs` (the file `kinds` depends on) depends on neither.
 //!
 //! The test fails on any circle among the rest, naming each file of the
 //! circle and the paths that make each of its edges. A circle is mended by
-//! moving the item both sides need to a file that depends on neither (or by
-//! making one file the other's child); see the commit that cut the last ones
-//! for examples.
+//! moving the item both sides need to a file that depends on neither, or by
+//! making one file the other's child.
 //!
-//! The parse is `syn`'s (a full Rust parser); macro bodies are token streams
-//! and are not looked into, except for the macro's own path.
+//! The parse is `syn`'s (a full Rust parser); attribute and macro arguments
+//! are token streams, scanned for `crate`/`super`/`self` paths only.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use syn::punctuated::Punctuated;
 use syn::visit::Visit;
 
 type ModPath = Vec<String>;
@@ -30,37 +44,50 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Whether `attrs` hold a `#[cfg(…)]` that names `test` (and not `not`):
-/// code that only a test build compiles.
+/// Whether a `cfg` predicate holds only in a test build: `test`, or
+/// `all(…)` with a member that does.
+fn test_only(meta: &syn::Meta) -> bool {
+    match meta {
+        syn::Meta::Path(p) => p.is_ident("test"),
+        syn::Meta::List(l) if l.path.is_ident("all") => l
+            .parse_args_with(Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+            .is_ok_and(|metas| metas.iter().any(test_only)),
+        _ => false,
+    }
+}
+
+/// Whether `attrs` hold a `#[cfg(…)]` that only a test build satisfies.
 fn is_test(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| {
-        a.path().is_ident("cfg")
-            && a.meta.require_list().is_ok_and(|l| {
-                let text = l.tokens.to_string();
-                let mut words = text.split(|c: char| !(c.is_alphanumeric() || c == '_'));
-                words.clone().any(|w| w == "test") && !words.any(|w| w == "not")
-            })
+        a.path().is_ident("cfg") && a.parse_args::<syn::Meta>().is_ok_and(|m| test_only(&m))
     })
 }
 
-/// One crate's files: module path → (file, parsed source).
-struct Crate {
-    name: String,
-    files: BTreeMap<ModPath, (PathBuf, syn::File)>,
-    /// Every module path, files' and inline modules'.
-    modules: BTreeSet<ModPath>,
-    /// Per module, the names it re-exports (`pub use`) and the module path
-    /// where each really is (the module itself when the name is a module).
-    reexports: BTreeMap<ModPath, BTreeMap<String, ModPath>>,
+/// What one module (a file or an inline `mod`) holds.
+#[derive(Default)]
+struct Module {
+    /// Names of the items it defines (types, functions, constants, traits,
+    /// macros; its child modules are in [`Crate::modules`]).
+    defines: BTreeSet<String>,
+    /// Names its `use` items bring in, with the path written.
+    uses: BTreeMap<String, ModPath>,
+    /// Paths of its glob imports (`use a::*`).
+    globs: Vec<ModPath>,
 }
 
-/// The file a `mod name;` declared in `decl` (module `path`) lives in.
-fn child_file(decl: &Path, is_dir_owner: bool, name: &str) -> Option<PathBuf> {
-    let dir = if is_dir_owner {
-        decl.parent()?.to_path_buf()
-    } else {
-        decl.parent()?.join(decl.file_stem()?)
-    };
+/// One crate's files and modules.
+struct Crate {
+    name: String,
+    /// File nodes: module path → (file, parsed source).
+    files: BTreeMap<ModPath, (PathBuf, syn::File)>,
+    /// Every module, files' and inline ones'.
+    modules: BTreeMap<ModPath, Module>,
+    /// Method and associated-function names → the files defining one.
+    methods: BTreeMap<String, BTreeSet<ModPath>>,
+}
+
+/// The file a `mod name;` lives in, for a module whose children are in `dir`.
+fn child_file(dir: &Path, name: &str) -> Option<PathBuf> {
     let flat = dir.join(format!("{name}.rs"));
     let nested = dir.join(name).join("mod.rs");
     if flat.exists() {
@@ -86,42 +113,76 @@ fn load_crate(src: &Path) -> Crate {
     let mut c = Crate {
         name,
         files: BTreeMap::new(),
-        modules: BTreeSet::new(),
-        reexports: BTreeMap::new(),
+        modules: BTreeMap::new(),
+        methods: BTreeMap::new(),
     };
-    let mut todo = vec![(Vec::new(), root_file)];
-    while let Some((path, file)) = todo.pop() {
+    let mut todo = vec![(Vec::new(), root_file, true)];
+    while let Some((path, file, is_root)) = todo.pop() {
         let text = std::fs::read_to_string(&file).expect("a source file is readable");
         let ast = syn::parse_file(&text)
             .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
-        let owner = matches!(
-            file.file_name().and_then(|n| n.to_str()),
-            Some("lib.rs" | "main.rs" | "mod.rs")
-        );
-        collect_modules(&mut c, &path, &ast.items, &file, owner, &mut todo);
+        // The crate root and `mod.rs` keep their children beside them; a
+        // `foo.rs` keeps them in `foo/`.
+        let dir = match file.parent() {
+            Some(d) if is_root || file.file_name().is_some_and(|n| n == "mod.rs") => {
+                d.to_path_buf()
+            }
+            Some(d) => d.join(file.file_stem().unwrap_or_default()),
+            None => PathBuf::new(),
+        };
+        collect(&mut c, &path, &path, &ast.items, &file, &dir, &mut todo);
         c.files.insert(path, (file, ast));
     }
     c
 }
 
-/// Record the modules of `items` (in module `path`, from `file`), queue the
-/// files they declare, and record the re-exports.
-fn collect_modules(
+/// Record module `path` (in file node `node`) from its `items`: the names it
+/// defines and imports, its methods, its child modules (queuing the files
+/// they live in, under `dir`).
+fn collect(
     c: &mut Crate,
+    node: &ModPath,
     path: &ModPath,
     items: &[syn::Item],
     file: &Path,
-    owner: bool,
-    todo: &mut Vec<(ModPath, PathBuf)>,
+    dir: &Path,
+    todo: &mut Vec<(ModPath, PathBuf, bool)>,
 ) {
-    c.modules.insert(path.clone());
+    c.modules.entry(path.clone()).or_default();
     for item in items {
+        let ident = match item {
+            syn::Item::Const(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Enum(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Fn(i) if !is_test(&i.attrs) => Some(&i.sig.ident),
+            syn::Item::Static(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Struct(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Trait(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Type(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Union(i) if !is_test(&i.attrs) => Some(&i.ident),
+            syn::Item::Macro(i) => i.ident.as_ref(),
+            _ => None,
+        };
+        if let Some(ident) = ident {
+            if let Some(m) = c.modules.get_mut(path) {
+                m.defines.insert(ident.to_string());
+            }
+        }
         match item {
+            // Inherent methods only: a trait's (`default`, `fmt`) is also
+            // every derive's and every other implementor's.
+            syn::Item::Impl(i) if !is_test(&i.attrs) && i.trait_.is_none() => {
+                for it in &i.items {
+                    if let syn::ImplItem::Fn(f) = it {
+                        method(c, node, &f.sig.ident);
+                    }
+                }
+            }
             syn::Item::Mod(m) if !is_test(&m.attrs) => {
                 let mut child = path.clone();
                 child.push(m.ident.to_string());
+                let child_dir = dir.join(m.ident.to_string());
                 match &m.content {
-                    Some((_, inner)) => collect_modules(c, &child, inner, file, owner, todo),
+                    Some((_, inner)) => collect(c, node, &child, inner, file, &child_dir, todo),
                     None => {
                         assert!(
                             !m.attrs.iter().any(|a| a.path().is_ident("path")),
@@ -129,23 +190,25 @@ fn collect_modules(
                             file.display(),
                             m.ident
                         );
-                        let f =
-                            child_file(file, owner, &m.ident.to_string()).unwrap_or_else(|| {
-                                panic!("{}: no file for `mod {}`", file.display(), m.ident)
-                            });
-                        c.modules.insert(child.clone());
-                        todo.push((child, f));
+                        let f = child_file(dir, &m.ident.to_string()).unwrap_or_else(|| {
+                            panic!("{}: no file for `mod {}`", file.display(), m.ident)
+                        });
+                        c.modules.entry(child.clone()).or_default();
+                        todo.push((child, f, false));
                     }
                 }
             }
-            syn::Item::Use(u) if !matches!(u.vis, syn::Visibility::Inherited) => {
+            syn::Item::Use(u) if !is_test(&u.attrs) => {
                 let mut out = Vec::new();
                 use_paths(&u.tree, &mut Vec::new(), &mut out);
-                for (full, name) in out {
-                    c.reexports
-                        .entry(path.clone())
-                        .or_default()
-                        .insert(name, full_as_pending(&full));
+                if let Some(m) = c.modules.get_mut(path) {
+                    for (full, name) in out {
+                        if name == "*" {
+                            m.globs.push(full);
+                        } else {
+                            m.uses.insert(name, full);
+                        }
+                    }
                 }
             }
             _ => {}
@@ -153,12 +216,11 @@ fn collect_modules(
     }
 }
 
-/// A re-export's target kept as its written segments until every module is
-/// known (resolved in [`resolve_reexports`]); marked by a leading `"\0"`.
-fn full_as_pending(full: &[String]) -> ModPath {
-    let mut p = vec!["\0".to_string()];
-    p.extend(full.iter().cloned());
-    p
+fn method(c: &mut Crate, node: &ModPath, ident: &syn::Ident) {
+    c.methods
+        .entry(ident.to_string())
+        .or_default()
+        .insert(node.clone());
 }
 
 /// The paths of a `use` tree, each with the name it brings in (`*` for a glob).
@@ -170,17 +232,14 @@ fn use_paths(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(ModPa
             prefix.pop();
         }
         syn::UseTree::Name(n) => {
-            let mut full = prefix.clone();
             let name = n.ident.to_string();
-            if name != "self" {
-                full.push(name.clone());
-            }
-            let shown = if name == "self" {
-                prefix.last().cloned().unwrap_or_default()
+            if name == "self" {
+                out.push((prefix.clone(), prefix.last().cloned().unwrap_or_default()));
             } else {
-                name
-            };
-            out.push((full, shown));
+                let mut full = prefix.clone();
+                full.push(name.clone());
+                out.push((full, name));
+            }
         }
         syn::UseTree::Rename(r) => {
             let mut full = prefix.clone();
@@ -199,11 +258,13 @@ fn use_paths(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(ModPa
 }
 
 impl Crate {
-    /// Where path `segments`, written in module `at`, leads: the module
-    /// holding the item it names (re-exports followed), or `None` when it
-    /// leaves the crate.
+    /// Where `segments`, written in module `at`, lead: the module that
+    /// defines the item they name, or `None` when they leave the crate.
     fn resolve(&self, at: &ModPath, segments: &[String], depth: usize) -> Option<ModPath> {
-        let (mut cur, rest): (ModPath, &[String]) = match segments.first().map(String::as_str) {
+        if depth > 16 {
+            return None;
+        }
+        let (start, rest): (ModPath, &[String]) = match segments.first().map(String::as_str) {
             Some("crate") => (Vec::new(), &segments[1..]),
             Some("self") => (at.clone(), &segments[1..]),
             Some("super") => {
@@ -215,111 +276,144 @@ impl Crate {
                 }
                 (cur, &segments[i..])
             }
-            Some(first) => {
-                let mut child = at.clone();
-                child.push(first.to_string());
-                if self.modules.contains(&child) {
-                    (at.clone(), segments)
-                } else {
-                    return None;
-                }
-            }
+            Some(_) => (at.clone(), segments),
             None => return None,
         };
+        // A bare first segment must be a child module or a name `at` imports.
+        if !matches!(
+            segments.first().map(String::as_str),
+            Some("crate" | "self" | "super")
+        ) {
+            let first = &segments[0];
+            let mut child = at.clone();
+            child.push(first.clone());
+            let known = self
+                .modules
+                .get(at)
+                .is_some_and(|m| m.uses.contains_key(first) || m.defines.contains(first));
+            if !self.modules.contains_key(&child) && !known {
+                return None;
+            }
+        }
+        self.walk(start, rest, depth)
+    }
+
+    /// Follow `rest` from module `cur`.
+    fn walk(&self, mut cur: ModPath, rest: &[String], depth: usize) -> Option<ModPath> {
         for (i, seg) in rest.iter().enumerate() {
             let mut next = cur.clone();
             next.push(seg.clone());
-            if self.modules.contains(&next) {
+            if self.modules.contains_key(&next) {
                 cur = next;
                 continue;
             }
-            // An item `cur` defines itself, unless it re-exports the name.
-            let Some(target) = self.reexports.get(&cur).and_then(|r| r.get(seg)) else {
-                return Some(cur);
-            };
-            if target.first().map(String::as_str) == Some("\0") {
-                // Not resolved yet (a later round of `resolve_reexports`).
-                return None;
-            }
-            if depth > 8 || target == &cur {
+            let m = self.modules.get(&cur)?;
+            if m.defines.contains(seg) {
                 return Some(cur);
             }
-            // A re-exported module: go on inside it; an item: its module.
-            if target.last() == Some(seg) && self.modules.contains(target) {
-                let mut more = vec!["crate".to_string()];
-                more.extend(target.iter().cloned());
-                more.extend(rest[i + 1..].iter().cloned());
-                return self.resolve(&Vec::new(), &more, depth + 1);
+            if let Some(written) = m.uses.get(seg) {
+                // Resolve the import where it is written, then go on inside
+                // it when it names a module.
+                let mut full = written.clone();
+                full.extend(rest[i + 1..].iter().cloned());
+                return self.resolve(&cur, &full, depth + 1);
             }
-            return Some(target.clone());
+            for g in &m.globs {
+                let Some(g) = self.resolve(&cur, g, depth + 1) else {
+                    continue;
+                };
+                if let Some(gm) = self.modules.get(&g) {
+                    let mut child = g.clone();
+                    child.push(seg.clone());
+                    if gm.defines.contains(seg)
+                        || gm.uses.contains_key(seg)
+                        || self.modules.contains_key(&child)
+                    {
+                        return self.walk(g, &rest[i..], depth + 1);
+                    }
+                }
+            }
+            // An item the parse cannot see (made by a derive or a macro):
+            // it is `cur`'s.
+            return Some(cur);
         }
         Some(cur)
     }
 
-    /// Resolve every pending re-export target to the module of its item.
-    fn resolve_reexports(&mut self) {
-        for _round in 0..4 {
-            let snapshot = self.reexports.clone();
-            for (at, names) in &snapshot {
-                for (name, target) in names {
-                    if target.first().map(String::as_str) != Some("\0") {
-                        continue;
-                    }
-                    let written = &target[1..];
-                    let resolved = self.resolve(at, written, 0).map(|mut m| {
-                        // `pub use a::b` where `b` is a module names the module.
-                        if let Some(last) = written.last() {
-                            let mut as_module = m.clone();
-                            as_module.push(last.clone());
-                            if self.modules.contains(&as_module) {
-                                m = as_module;
-                            }
-                        }
-                        m
-                    });
-                    if let Some(m) = resolved {
-                        if let Some(r) = self.reexports.get_mut(at) {
-                            r.insert(name.clone(), m);
-                        }
-                    }
-                }
-            }
-        }
-        for names in self.reexports.values_mut() {
-            names.retain(|_, t| t.first().map(String::as_str) != Some("\0"));
-        }
-    }
-
-    /// The file node a module path lives in: its longest prefix that is a file.
+    /// The file node a module lives in: its longest prefix that is a file.
     fn file_of(&self, module: &ModPath) -> Option<ModPath> {
         (0..=module.len())
             .rev()
             .map(|n| module[..n].to_vec())
             .find(|p| self.files.contains_key(p))
     }
-}
 
-/// The paths a file's code names, each with the module it is written in.
-struct Names<'c> {
-    krate: &'c Crate,
-    at: ModPath,
-    out: Vec<(ModPath, ModPath)>,
-}
-
-impl Names<'_> {
-    fn push(&mut self, segments: ModPath) {
-        if segments.is_empty() {
-            return;
-        }
-        self.out.push((self.at.clone(), segments));
+    /// The one file defining method or associated function `name`, if only
+    /// one does.
+    fn method_file(&self, name: &str) -> Option<&ModPath> {
+        let files = self.methods.get(name)?;
+        (files.len() == 1).then(|| files.iter().next()).flatten()
     }
 }
 
-impl<'ast> Visit<'ast> for Names<'_> {
-    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
-        if is_test(&m.attrs) {
-            return;
+/// `crate`/`super`/`self` paths in a token stream's text (an attribute's or
+/// a macro's arguments, where `::` is printed with spaces around it), e.g.
+/// `crate :: template :: unset_message (…)`.
+fn paths_in_tokens(text: &str) -> Vec<ModPath> {
+    let joined = text
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" ::", "::");
+    joined
+        .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == ':'))
+        .filter_map(|word| {
+            let segments: ModPath = word
+                .trim_matches(':')
+                .split("::")
+                .map(str::to_string)
+                .collect();
+            let rooted = matches!(
+                segments.first().map(String::as_str),
+                Some("crate" | "super" | "self")
+            );
+            (rooted && segments.len() > 1 && segments.iter().all(|x| !x.is_empty()))
+                .then_some(segments)
+        })
+        .collect()
+}
+
+/// What a file's code names: paths (with the module they are written in)
+/// and the associated functions it calls.
+struct Names {
+    at: ModPath,
+    paths: Vec<(ModPath, ModPath)>,
+    /// Associated functions called as `Type::name(…)`, `Type` in this crate.
+    calls: BTreeSet<String>,
+    /// Paths of two or more segments (`Type::function`), with the module
+    /// they are written in: their last segment may be an associated function.
+    assoc: Vec<(ModPath, ModPath)>,
+}
+
+impl<'ast> Visit<'ast> for Names {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let test = match item {
+            syn::Item::Fn(i) => is_test(&i.attrs),
+            syn::Item::Impl(i) => is_test(&i.attrs),
+            syn::Item::Use(i) => is_test(&i.attrs),
+            syn::Item::Const(i) => is_test(&i.attrs),
+            syn::Item::Static(i) => is_test(&i.attrs),
+            syn::Item::Struct(i) => is_test(&i.attrs),
+            syn::Item::Enum(i) => is_test(&i.attrs),
+            syn::Item::Trait(i) => is_test(&i.attrs),
+            syn::Item::Mod(i) => is_test(&i.attrs),
+            _ => false,
+        };
+        if !test {
+            syn::visit::visit_item(self, item);
         }
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         if let Some((_, items)) = &m.content {
             self.at.push(m.ident.to_string());
             for item in items {
@@ -333,54 +427,78 @@ impl<'ast> Visit<'ast> for Names<'_> {
         let mut out = Vec::new();
         use_paths(&u.tree, &mut Vec::new(), &mut out);
         for (full, _) in out {
-            self.push(full);
-        }
-    }
-
-    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-        if !is_test(&f.attrs) {
-            syn::visit::visit_item_fn(self, f);
-        }
-    }
-
-    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
-        if !is_test(&i.attrs) {
-            syn::visit::visit_item_impl(self, i);
+            self.paths.push((self.at.clone(), full));
         }
     }
 
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segments: ModPath = p.segments.iter().map(|s| s.ident.to_string()).collect();
-        self.push(segments);
+        if segments.len() >= 2 {
+            self.assoc.push((self.at.clone(), segments.clone()));
+        }
+        self.paths.push((self.at.clone(), segments));
         syn::visit::visit_path(self, p);
+    }
+
+    fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
+        if let syn::Meta::List(l) = &a.meta {
+            for p in paths_in_tokens(&l.tokens.to_string()) {
+                self.paths.push((self.at.clone(), p));
+            }
+        }
+        syn::visit::visit_attribute(self, a);
+    }
+
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        for p in paths_in_tokens(&m.tokens.to_string()) {
+            self.paths.push((self.at.clone(), p));
+        }
+        syn::visit::visit_macro(self, m);
     }
 }
 
 /// Edges between file nodes that are not ancestor and descendant, each with
-/// the paths that make it.
+/// what makes it (a path, or `::name()` for an associated function).
 fn edges(c: &Crate) -> BTreeMap<(ModPath, ModPath), BTreeSet<String>> {
     let mut out: BTreeMap<(ModPath, ModPath), BTreeSet<String>> = BTreeMap::new();
+    let mut add = |from: &ModPath, to: ModPath, why: String| {
+        let related = to.starts_with(from) || from.starts_with(&to);
+        if !related {
+            out.entry((from.clone(), to)).or_default().insert(why);
+        }
+    };
     for (node, (_, ast)) in &c.files {
         let mut names = Names {
-            krate: c,
             at: node.clone(),
-            out: Vec::new(),
+            paths: Vec::new(),
+            calls: BTreeSet::new(),
+            assoc: Vec::new(),
         };
         for item in &ast.items {
             names.visit_item(item);
         }
-        for (at, segments) in names.out {
-            let Some(target) = names.krate.resolve(&at, &segments, 0) else {
-                continue;
-            };
-            let Some(to) = c.file_of(&target) else {
-                continue;
-            };
-            let related = to.starts_with(node) || node.starts_with(&to);
-            if !related {
-                out.entry((node.clone(), to))
-                    .or_default()
-                    .insert(segments.join("::"));
+        for (at, segments) in names.paths {
+            let target = c.resolve(&at, &segments, 0).and_then(|t| c.file_of(&t));
+            if let Some(to) = target {
+                add(node, to, segments.join("::"));
+            }
+        }
+        // `Type::function(…)` where `Type` is `Self` or in this crate: an
+        // associated function, followed when its name is unique.
+        for (at, segments) in names.assoc {
+            let (last, prefix) = segments.split_last().expect("two or more segments");
+            // The prefix must name a type of this crate, not a module (a
+            // module's function is a path, resolved above).
+            let names_module = |m: &ModPath| m.last() == prefix.last();
+            let in_crate = prefix.first().is_some_and(|f| f == "Self")
+                || c.resolve(&at, prefix, 0).is_some_and(|m| !names_module(&m));
+            if in_crate {
+                names.calls.insert(last.clone());
+            }
+        }
+        for call in names.calls {
+            if let Some(to) = c.method_file(&call) {
+                add(node, to.clone(), format!("::{call}()"));
             }
         }
     }
@@ -459,8 +577,7 @@ fn show(c: &Crate, m: &ModPath) -> String {
 
 /// The circles of one crate, described; empty when there are none.
 fn crate_circles(src: &Path) -> Vec<String> {
-    let mut c = load_crate(src);
-    c.resolve_reexports();
+    let c = load_crate(src);
     let e = edges(&c);
     let mut adj: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
     for (a, b) in e.keys() {
@@ -518,48 +635,146 @@ fn no_crate_has_an_import_circle_between_its_files() {
     );
 }
 
-/// The check finds a circle where there is one: two sibling files that name
-/// each other's items, through a re-export on one side.
-#[test]
-fn a_circle_between_two_sibling_files_is_found() {
+/// A scratch crate: `files` as (path under `src/`, text).
+fn scratch(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let src = dir.path().join("demo").join("src");
-    std::fs::create_dir_all(&src).expect("mkdir");
-    std::fs::write(
-        src.join("lib.rs"),
-        "mod a;\nmod b;\npub use a::Alpha;\npub fn top() {}\n",
-    )
-    .expect("write");
-    std::fs::write(
-        src.join("a.rs"),
-        "use crate::b::Beta;\npub struct Alpha(pub Beta);\n",
-    )
-    .expect("write");
-    std::fs::write(
-        src.join("b.rs"),
-        "pub struct Beta;\npub fn f(x: crate::Alpha) -> crate::Alpha { crate::top(); x }\n",
-    )
-    .expect("write");
+    for (path, text) in files {
+        let p = src.join(path);
+        std::fs::create_dir_all(p.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    (dir, src)
+}
+
+/// The one circle of a scratch crate, or a failure naming what was found.
+fn one_circle(files: &[(&str, &str)]) -> String {
+    let (_dir, src) = scratch(files);
     let found = crate_circles(&src);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert!(found[0].starts_with("demo: "), "{}", found[0]);
-    assert!(found[0].contains("a.rs -> "), "{}", found[0]);
-    assert!(found[0].contains("crate::b::Beta"), "{}", found[0]);
-    assert!(found[0].contains("crate::Alpha"), "{}", found[0]);
+    found[0].clone()
+}
+
+/// Two sibling files that name each other's items through a re-export: found,
+/// with each edge's path; gone once one file is the other's child.
+#[test]
+fn a_circle_between_two_sibling_files_is_found() {
+    let circle = one_circle(&[
+        (
+            "lib.rs",
+            "mod a;\nmod b;\npub use a::Alpha;\npub fn top() {}\n",
+        ),
+        ("a.rs", "use crate::b::Beta;\npub struct Alpha(pub Beta);\n"),
+        (
+            "b.rs",
+            "pub struct Beta;\npub fn f(x: crate::Alpha) -> crate::Alpha { crate::top(); x }\n",
+        ),
+    ]);
+    assert!(circle.starts_with("demo: "), "{circle}");
+    assert!(circle.contains("crate::b::Beta"), "{circle}");
+    assert!(circle.contains("crate::Alpha"), "{circle}");
     // `crate::top` is lib.rs's own item, the ancestor of both: not an edge.
-    assert!(!found[0].contains("crate::top"), "{}", found[0]);
-    // Made a child of `a`, `b` is in the module tree of `a`: no circle.
-    std::fs::create_dir_all(src.join("a")).expect("mkdir");
-    std::fs::rename(src.join("b.rs"), src.join("a").join("b.rs")).expect("mv");
-    std::fs::write(
-        src.join("lib.rs"),
-        "mod a;\npub use a::Alpha;\npub fn top() {}\n",
-    )
-    .expect("write");
-    std::fs::write(
-        src.join("a.rs"),
-        "mod b;\nuse b::Beta;\npub struct Alpha(pub Beta);\n",
-    )
-    .expect("write");
+    assert!(!circle.contains("crate::top"), "{circle}");
+    // Made a child of `a` (the `foo.rs` + `foo/` layout), `b` is in `a`'s
+    // module tree: no circle, while a third file that both name still has
+    // its edges (here it closes no circle).
+    let (_dir, src) = scratch(&[
+        ("lib.rs", "mod a;\nmod c;\npub use a::Alpha;\n"),
+        (
+            "a.rs",
+            "mod b;\nuse b::Beta;\npub struct Alpha(pub Beta);\n",
+        ),
+        (
+            "a/b.rs",
+            "pub struct Beta;\npub fn f(x: crate::Alpha) -> crate::Alpha { x }\n",
+        ),
+        ("c.rs", "pub fn g(_: crate::Alpha) {}\n"),
+    ]);
+    assert!(crate_circles(&src).is_empty());
+    let c = load_crate(&src);
+    let e = edges(&c);
+    assert!(
+        e.contains_key(&(vec!["c".to_string()], vec!["a".to_string()])),
+        "{:?}",
+        e.keys()
+    );
+}
+
+/// Edges made by `super::`/`self::` in a `mod.rs` layout, a glob re-export,
+/// a re-exported module, and a private import reached through the parent.
+#[test]
+fn paths_are_followed_through_every_kind_of_import() {
+    // super:: from a mod.rs child, through a glob re-export of the parent.
+    let circle = one_circle(&[
+        ("lib.rs", "mod p;\nmod q;\n"),
+        (
+            "p/mod.rs",
+            "mod types;\npub use types::*;\npub fn uses_q() { crate::q::Q::go(); }\n",
+        ),
+        (
+            "p/types.rs",
+            "pub struct Thing;\npub fn f() { crate::q::Q::go(); }\n",
+        ),
+        (
+            "q.rs",
+            "pub struct Q;\nimpl Q { pub fn go() {} }\npub fn g(_: super::p::Thing) {}\n",
+        ),
+    ]);
+    assert!(circle.contains("p/types.rs"), "{circle}");
+    assert!(circle.contains("super::p::Thing"), "{circle}");
+    // A re-exported module (`pub use inner::deep`), and a private import
+    // that a child reaches with `super::`.
+    let circle = one_circle(&[
+        ("lib.rs", "mod inner;\nmod x;\npub use inner::deep;\n"),
+        ("inner/mod.rs", "pub mod deep;\n"),
+        (
+            "inner/deep.rs",
+            "pub struct D;\npub fn h() { crate::x::y::Y; }\n",
+        ),
+        ("x.rs", "mod y;\nuse crate::deep::D as Dee;\n"),
+        ("x/y.rs", "pub struct Y;\npub fn k(_: super::Dee) {}\n"),
+    ]);
+    assert!(circle.contains("inner/deep.rs"), "{circle}");
+    assert!(circle.contains("x/y.rs"), "{circle}");
+    assert!(circle.contains("super::Dee"), "{circle}");
+}
+
+/// Edges the item paths alone do not show: a path inside an attribute's or
+/// a macro's arguments, and a call of an associated function only one file
+/// defines.
+#[test]
+fn attribute_paths_and_unique_methods_make_edges() {
+    let circle = one_circle(&[
+        ("lib.rs", "mod err;\nmod tmpl;\n"),
+        (
+            "err.rs",
+            "#[error(\"{}\", crate::tmpl::message(.name))]\npub struct E;\n\
+             pub fn show() -> String { format!(\"{}\", crate::tmpl::other()) }\n",
+        ),
+        (
+            "tmpl.rs",
+            "pub fn message() {}\npub fn other() {}\npub fn t(_: crate::err::E) {}\n",
+        ),
+    ]);
+    assert!(circle.contains("crate::tmpl::message"), "{circle}");
+    assert!(circle.contains("crate::tmpl::other"), "{circle}");
+    let circle = one_circle(&[
+        ("lib.rs", "mod kind;\nmod names;\n"),
+        (
+            "kind.rs",
+            "pub enum Kind { A }\npub fn f(k: Kind) -> &'static str { Kind::wire_label(&k) }\n",
+        ),
+        (
+            "names.rs",
+            "impl crate::kind::Kind { pub fn wire_label(&self) -> &'static str { \"a\" } }\n",
+        ),
+    ]);
+    assert!(circle.contains("::wire_label()"), "{circle}");
+    // A test-only module or import makes no edge.
+    let (_dir, src) = scratch(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "pub struct A;\n#[cfg(test)]\nuse crate::b::B;\n#[cfg(all(test, unix))]\nmod t { fn f(_: crate::b::B) {} }\n"),
+        ("b.rs", "pub struct B;\npub fn g(_: crate::a::A) {}\n"),
+    ]);
     assert!(crate_circles(&src).is_empty());
 }
