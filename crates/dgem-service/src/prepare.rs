@@ -27,7 +27,7 @@ pub struct Prepared {
     /// What to do after the read: cascade, temperature, abstention, expansion.
     pub after: AfterRequest,
     /// Warnings for the decision's `diagnostics.warnings`, added by
-    /// [`crate::after`] (e.g. the text variables an image stood in for).
+    /// [`crate::run_after`] (e.g. the text variables an image stood in for).
     pub warnings: Vec<String>,
 }
 

@@ -206,8 +206,8 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     if let Some(done) = via_host(&args, &found, &request)? {
         return done;
     }
-    let hesitation = &prepared.after;
-    let need_stage2 = hesitation.cascade.is_some() || hesitation.expansion.is_some();
+    let after = &prepared.after;
+    let need_stage2 = after.cascade.is_some() || after.expansion.is_some();
     let service = service.with_after(args.setup.setup_for(need_stage2)?);
     let engine_: std::sync::Arc<dyn dgem_engine::Decider> =
         match crate::vllm::backend_url(&args.vllm)? {
