@@ -3,8 +3,8 @@
 //!
 //! Loading a GGUF and building its first caches is most of a one-shot call:
 //! on 2 cores, `dgem bench-host` measured a 1.5B `dgem decide` that loads the
-//! model at 1,539 ms, one answered by a warm host at 491 ms, and a warm
-//! decision in process at 474 ms (medians, with the model file in the page
+//! model at 1,584 ms, one answered by a warm host at 431 ms, and a warm
+//! decision in process at 414 ms (medians, with the model file in the page
 //! cache; `benchmarks/results/qwen2.5-coder-1.5b/host.json`). `dgem host start` starts a background process that loads the
 //! model once, with the model flags it was given, and answers decisions on
 //! a Unix socket. `dgem decide` with the same model flags finds the socket
