@@ -11,8 +11,10 @@ use dgem_backend::Backend;
 #[cfg(feature = "embedded")]
 use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 #[cfg(feature = "embedded")]
+use dgem_engine::CalibrationMode;
+use dgem_engine::Engine;
+#[cfg(feature = "embedded")]
 use dgem_engine::EngineConfig;
-use dgem_engine::{CalibrationMode, Engine};
 
 use crate::failure::{internal, user, Failure};
 #[cfg(feature = "embedded")]
@@ -40,7 +42,8 @@ pub fn parse_on_off_flag(s: &str) -> Result<bool, String> {
 }
 pub use args::ModelArgs;
 use flags::parse_on_off;
-pub use flags::OrderDebiasArg;
+#[cfg(feature = "embedded")]
+use flags::OrderDebiasArg;
 
 /// The refusal of a build without llama.cpp (Cargo feature `embedded`) when
 /// a command needs the model in process.
