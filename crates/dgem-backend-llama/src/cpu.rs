@@ -18,8 +18,8 @@
 //! `/proc/stat`) and this process's own runnable threads (state `R` in
 //! `/proc/self/task/*/stat`); the others' count is the difference, and
 //! [`threads_for`] gives `clamp(online CPUs − others, 1, ceiling)`. While that
-//! would give fewer than `ceiling` threads, it samples twice more, after 1 and
-//! 3 ms, and follows the median ([`sample_settled`], [`settle`]), so that a
+//! would give fewer threads than it could, it samples twice more, after 1 ms
+//! and a further 3 ms, and follows the median ([`sample_settled`], [`settle`]), so that a
 //! task runnable for an instant (the caller that just sent the request) is
 //! not taken for a busy neighbour. On a large
 //! host where a container has a small quota, busy neighbours lower the count
@@ -86,14 +86,16 @@ pub fn sample_settled(ceiling: usize) -> Option<CpuLoad> {
 }
 
 /// The load to follow, from a `first` sample and, only while `first` would
-/// lower the threads below `ceiling`, two more from `next` (called with the
-/// pause to wait first): the median of the three by [`CpuLoad::others`].
+/// give fewer threads than the most any load could (`ceiling`, or the CPUs
+/// online when fewer), two more from `next` (called with the pause to wait
+/// first): the median of the three by [`CpuLoad::others`].
 ///
 /// A task runnable for an instant (the caller that just sent the request, a
 /// thread between two system calls) is in one sample and not the median; a
 /// CPU-bound neighbour is in every sample, and one runnable most of the time
-/// is in the median as often as in a single sample. On an idle machine, or
-/// one whose free CPUs already cover `ceiling`, nothing more is sampled.
+/// is counted nearly as often as with a single sample (when it is in the
+/// first and in one of the next two). On an idle machine, or one whose free
+/// CPUs already cover `ceiling`, nothing more is sampled.
 /// `None` when `first` is (no `/proc`); a failed later sample counts as
 /// `first` again.
 pub fn settle(
@@ -102,7 +104,10 @@ pub fn settle(
     mut next: impl FnMut(Duration) -> Option<CpuLoad>,
 ) -> Option<CpuLoad> {
     let first = first?;
-    if threads_for(ceiling, Some(first)) >= ceiling.max(1) {
+    // The most threads any load could give: the ceiling, or the CPUs online
+    // when `--threads` asks for more.
+    let best = first.online.clamp(1, ceiling.max(1));
+    if threads_for(ceiling, Some(first)) >= best {
         return Some(first);
     }
     let mut three = [first; 3];
@@ -254,6 +259,24 @@ mod tests {
             running: 30,
             own_running: 1,
         };
+        // `--threads 4` on 2 idle cores: 2 threads is the most it can get.
+        let over = CpuLoad {
+            online: 2,
+            running: 1,
+            own_running: 1,
+        };
+        let mut calls = 0;
+        assert_eq!(
+            settle(4, Some(over), |_| {
+                calls += 1;
+                None
+            }),
+            Some(over)
+        );
+        assert_eq!(
+            calls, 0,
+            "an idle machine is sampled once whatever the ceiling"
+        );
         for load in [idle, roomy] {
             let mut calls = 0;
             assert_eq!(
