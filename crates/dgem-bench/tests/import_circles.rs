@@ -1,21 +1,28 @@
 //! No file-level import circle inside a crate.
 //!
-//! Every source file of a crate (`crates/*/src`, reached from `lib.rs` or
-//! `main.rs` through its `mod` declarations; modules under `#[cfg(test)]`
-//! left out) is a node. A file depends on another when its code names an item
-//! the other file defines:
-//! - through a `use` (any visibility), or a path in code, in an attribute or
-//!   in a macro's arguments (`crate::…`, `super::…`, `self::…`, or a child
-//!   module's name), followed through `use` items, glob imports included, to
-//!   the module that defines the item;
+//! Every source file of a crate is a node: the files reached from
+//! `crates/*/src/lib.rs` (or `main.rs` where there is no `lib.rs`) through
+//! their `mod` declarations, modules under `#[cfg(test)]` left out (`src/bin`
+//! and, beside a `lib.rs`, `main.rs` are not read). A file depends on
+//! another when it names an item the other file defines:
+//! - through a `use` (any visibility) or a path in code (`crate::…`,
+//!   `super::…`, `self::…`, a child module's name, or a name the module
+//!   defines or imports), followed through `use` items, glob imports and
+//!   re-exported modules to the module that defines the item;
+//! - through a `crate::…`, `super::…` or `self::…` path written in an
+//!   attribute's or a macro's arguments, string literals included (e.g.
+//!   `#[error("{}", crate::template::message(..))]`, `format!`, serde's
+//!   `with = "crate::…"`): those are token streams, and only such paths are
+//!   looked for in them;
 //! - or by calling, as `Type::function(…)` with `Type` in this crate, an
-//!   associated function whose name only one file of the crate defines
-//!   (`QuestionKind::parse(…)`). Names several files define (`new`,
-//!   `as_str`) are not followed, nor are calls in method syntax
-//!   (`x.wire_name()`): without the compiler's type information the callee
-//!   is unknown, and a method's name alone (`get`, `is_empty`) matches the
-//!   standard library's as often as the crate's. Such a dependency is the
-//!   reviewer's to see.
+//!   associated function whose name only one file of the crate defines in an
+//!   inherent `impl` (`QuestionKind::parse(…)`). Names several files define
+//!   (`new`, `as_str`), and names any trait declares or implements
+//!   (`default`, `from_str`), are not followed, nor are calls in method
+//!   syntax (`x.wire_name()`): without the compiler's type information the
+//!   callee is unknown, and a method's name alone (`get`, `is_empty`)
+//!   matches the standard library's as often as the crate's. Such a
+//!   dependency is the reviewer's to see.
 //!
 //! Two files of which one is the other's ancestor module (`lib.rs` and any
 //! file, `kinds/mod.rs` and `kinds/choice.rs`) are not compared: a parent
@@ -28,17 +35,23 @@
 //! The test fails on any circle among the rest, naming each file of the
 //! circle and the paths that make each of its edges. A circle is mended by
 //! moving the item both sides need to a file that depends on neither, or by
-//! making one file the other's child.
+//! making one file the other's child. A `#[path]` on a module is refused,
+//! since the check does not follow it.
 //!
-//! The parse is `syn`'s (a full Rust parser); attribute and macro arguments
-//! are token streams, scanned for `crate`/`super`/`self` paths only.
+//! The parse is `syn`'s (a full Rust parser).
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use syn::ext::IdentExt as _;
 use syn::punctuated::Punctuated;
 use syn::visit::Visit;
 
 type ModPath = Vec<String>;
+
+/// An identifier as the name it stands for (`r#type` is `type`).
+fn name(ident: &syn::Ident) -> String {
+    ident.unraw().to_string()
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -82,8 +95,11 @@ struct Crate {
     files: BTreeMap<ModPath, (PathBuf, syn::File)>,
     /// Every module, files' and inline ones'.
     modules: BTreeMap<ModPath, Module>,
-    /// Method and associated-function names → the files defining one.
+    /// Inherent method and associated-function names → the files defining one.
     methods: BTreeMap<String, BTreeSet<ModPath>>,
+    /// Names of functions in trait definitions and trait impls: never
+    /// followed, since every implementor (and every derive) has them too.
+    trait_fns: BTreeSet<String>,
 }
 
 /// The file a `mod name;` lives in, for a module whose children are in `dir`.
@@ -115,6 +131,7 @@ fn load_crate(src: &Path) -> Crate {
         files: BTreeMap::new(),
         modules: BTreeMap::new(),
         methods: BTreeMap::new(),
+        trait_fns: BTreeSet::new(),
     };
     let mut todo = vec![(Vec::new(), root_file, true)];
     while let Some((path, file, is_root)) = todo.pop() {
@@ -164,34 +181,51 @@ fn collect(
         };
         if let Some(ident) = ident {
             if let Some(m) = c.modules.get_mut(path) {
-                m.defines.insert(ident.to_string());
+                m.defines.insert(name(ident));
+            }
+        }
+        if let syn::Item::Trait(t) = item {
+            for ti in &t.items {
+                if let syn::TraitItem::Fn(f) = ti {
+                    c.trait_fns.insert(name(&f.sig.ident));
+                }
             }
         }
         match item {
-            // Inherent methods only: a trait's (`default`, `fmt`) is also
-            // every derive's and every other implementor's.
-            syn::Item::Impl(i) if !is_test(&i.attrs) && i.trait_.is_none() => {
+            // Inherent methods are followed; a trait's (`default`, `fmt`) is
+            // also every derive's and every other implementor's.
+            syn::Item::Impl(i) if !is_test(&i.attrs) => {
                 for it in &i.items {
-                    if let syn::ImplItem::Fn(f) = it {
-                        method(c, node, &f.sig.ident);
+                    match it {
+                        syn::ImplItem::Fn(f) if i.trait_.is_some() => {
+                            c.trait_fns.insert(name(&f.sig.ident));
+                        }
+                        syn::ImplItem::Fn(f) if !is_test(&f.attrs) => {
+                            method(c, node, &f.sig.ident);
+                        }
+                        _ => {}
                     }
                 }
             }
             syn::Item::Mod(m) if !is_test(&m.attrs) => {
+                let mod_name = name(&m.ident);
                 let mut child = path.clone();
-                child.push(m.ident.to_string());
-                let child_dir = dir.join(m.ident.to_string());
+                child.push(mod_name.clone());
+                let child_dir = dir.join(&mod_name);
+                assert!(
+                    !m.attrs.iter().any(|a| a.path().is_ident("path")
+                        || (a.path().is_ident("cfg_attr")
+                            && a.meta
+                                .require_list()
+                                .is_ok_and(|l| { l.tokens.to_string().contains("path =") }))),
+                    "{}: `#[path]` on `mod {mod_name}` is not followed by this check",
+                    file.display(),
+                );
                 match &m.content {
                     Some((_, inner)) => collect(c, node, &child, inner, file, &child_dir, todo),
                     None => {
-                        assert!(
-                            !m.attrs.iter().any(|a| a.path().is_ident("path")),
-                            "{}: `#[path]` on `mod {}` is not followed by this check",
-                            file.display(),
-                            m.ident
-                        );
-                        let f = child_file(dir, &m.ident.to_string()).unwrap_or_else(|| {
-                            panic!("{}: no file for `mod {}`", file.display(), m.ident)
+                        let f = child_file(dir, &mod_name).unwrap_or_else(|| {
+                            panic!("{}: no file for `mod {mod_name}`", file.display())
                         });
                         c.modules.entry(child.clone()).or_default();
                         todo.push((child, f, false));
@@ -218,7 +252,7 @@ fn collect(
 
 fn method(c: &mut Crate, node: &ModPath, ident: &syn::Ident) {
     c.methods
-        .entry(ident.to_string())
+        .entry(name(ident))
         .or_default()
         .insert(node.clone());
 }
@@ -227,26 +261,26 @@ fn method(c: &mut Crate, node: &ModPath, ident: &syn::Ident) {
 fn use_paths(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(ModPath, String)>) {
     match tree {
         syn::UseTree::Path(p) => {
-            prefix.push(p.ident.to_string());
+            prefix.push(name(&p.ident));
             use_paths(&p.tree, prefix, out);
             prefix.pop();
         }
         syn::UseTree::Name(n) => {
-            let name = n.ident.to_string();
-            if name == "self" {
+            let item = name(&n.ident);
+            if item == "self" {
                 out.push((prefix.clone(), prefix.last().cloned().unwrap_or_default()));
             } else {
                 let mut full = prefix.clone();
-                full.push(name.clone());
-                out.push((full, name));
+                full.push(item.clone());
+                out.push((full, item));
             }
         }
         syn::UseTree::Rename(r) => {
             let mut full = prefix.clone();
             if r.ident != "self" {
-                full.push(r.ident.to_string());
+                full.push(name(&r.ident));
             }
-            out.push((full, r.rename.to_string()));
+            out.push((full, name(&r.rename)));
         }
         syn::UseTree::Glob(_) => out.push((prefix.clone(), "*".into())),
         syn::UseTree::Group(g) => {
@@ -259,8 +293,9 @@ fn use_paths(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(ModPa
 
 impl Crate {
     /// Where `segments`, written in module `at`, lead: the module that
-    /// defines the item they name, or `None` when they leave the crate.
-    fn resolve(&self, at: &ModPath, segments: &[String], depth: usize) -> Option<ModPath> {
+    /// defines the item they name, and whether they name that module itself;
+    /// `None` when they leave the crate.
+    fn resolve(&self, at: &ModPath, segments: &[String], depth: usize) -> Option<(ModPath, bool)> {
         if depth > 16 {
             return None;
         }
@@ -276,30 +311,34 @@ impl Crate {
                 }
                 (cur, &segments[i..])
             }
-            Some(_) => (at.clone(), segments),
-            None => return None,
+            // A bare first segment: a child module, or a name `at` defines
+            // or imports (through a glob too).
+            Some(first) if self.has_name(at, first, depth) => (at.clone(), segments),
+            _ => return None,
         };
-        // A bare first segment must be a child module or a name `at` imports.
-        if !matches!(
-            segments.first().map(String::as_str),
-            Some("crate" | "self" | "super")
-        ) {
-            let first = &segments[0];
-            let mut child = at.clone();
-            child.push(first.clone());
-            let known = self
-                .modules
-                .get(at)
-                .is_some_and(|m| m.uses.contains_key(first) || m.defines.contains(first));
-            if !self.modules.contains_key(&child) && !known {
-                return None;
-            }
-        }
         self.walk(start, rest, depth)
     }
 
-    /// Follow `rest` from module `cur`.
-    fn walk(&self, mut cur: ModPath, rest: &[String], depth: usize) -> Option<ModPath> {
+    /// Whether module `m` has `name`: a child module, an item it defines, or
+    /// a name it imports, directly or through its globs.
+    fn has_name(&self, m: &ModPath, name: &str, depth: usize) -> bool {
+        let mut child = m.clone();
+        child.push(name.to_string());
+        let Some(module) = self.modules.get(m) else {
+            return false;
+        };
+        self.modules.contains_key(&child)
+            || module.defines.contains(name)
+            || module.uses.contains_key(name)
+            || (depth < 16
+                && module.globs.iter().any(|g| {
+                    self.resolve(m, g, depth + 1)
+                        .is_some_and(|(g, _)| self.has_name(&g, name, depth + 1))
+                }))
+    }
+
+    /// Follow `rest` from module `cur` (see [`Crate::resolve`]).
+    fn walk(&self, mut cur: ModPath, rest: &[String], depth: usize) -> Option<(ModPath, bool)> {
         for (i, seg) in rest.iter().enumerate() {
             let mut next = cur.clone();
             next.push(seg.clone());
@@ -309,7 +348,7 @@ impl Crate {
             }
             let m = self.modules.get(&cur)?;
             if m.defines.contains(seg) {
-                return Some(cur);
+                return Some((cur, false));
             }
             if let Some(written) = m.uses.get(seg) {
                 // Resolve the import where it is written, then go on inside
@@ -319,25 +358,18 @@ impl Crate {
                 return self.resolve(&cur, &full, depth + 1);
             }
             for g in &m.globs {
-                let Some(g) = self.resolve(&cur, g, depth + 1) else {
+                let Some((g, _)) = self.resolve(&cur, g, depth + 1) else {
                     continue;
                 };
-                if let Some(gm) = self.modules.get(&g) {
-                    let mut child = g.clone();
-                    child.push(seg.clone());
-                    if gm.defines.contains(seg)
-                        || gm.uses.contains_key(seg)
-                        || self.modules.contains_key(&child)
-                    {
-                        return self.walk(g, &rest[i..], depth + 1);
-                    }
+                if self.has_name(&g, seg, depth + 1) {
+                    return self.walk(g, &rest[i..], depth + 1);
                 }
             }
             // An item the parse cannot see (made by a derive or a macro):
             // it is `cur`'s.
-            return Some(cur);
+            return Some((cur, false));
         }
-        Some(cur)
+        Some((cur, true))
     }
 
     /// The file node a module lives in: its longest prefix that is a file.
@@ -351,6 +383,9 @@ impl Crate {
     /// The one file defining method or associated function `name`, if only
     /// one does.
     fn method_file(&self, name: &str) -> Option<&ModPath> {
+        if self.trait_fns.contains(name) {
+            return None;
+        }
         let files = self.methods.get(name)?;
         (files.len() == 1).then(|| files.iter().next()).flatten()
     }
@@ -406,6 +441,9 @@ impl<'ast> Visit<'ast> for Names {
             syn::Item::Enum(i) => is_test(&i.attrs),
             syn::Item::Trait(i) => is_test(&i.attrs),
             syn::Item::Mod(i) => is_test(&i.attrs),
+            syn::Item::Type(i) => is_test(&i.attrs),
+            syn::Item::Union(i) => is_test(&i.attrs),
+            syn::Item::Macro(i) => is_test(&i.attrs),
             _ => false,
         };
         if !test {
@@ -413,9 +451,21 @@ impl<'ast> Visit<'ast> for Names {
         }
     }
 
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let test = match item {
+            syn::ImplItem::Fn(f) => is_test(&f.attrs),
+            syn::ImplItem::Const(c) => is_test(&c.attrs),
+            syn::ImplItem::Type(t) => is_test(&t.attrs),
+            _ => false,
+        };
+        if !test {
+            syn::visit::visit_impl_item(self, item);
+        }
+    }
+
     fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
         if let Some((_, items)) = &m.content {
-            self.at.push(m.ident.to_string());
+            self.at.push(name(&m.ident));
             for item in items {
                 self.visit_item(item);
             }
@@ -432,7 +482,7 @@ impl<'ast> Visit<'ast> for Names {
     }
 
     fn visit_path(&mut self, p: &'ast syn::Path) {
-        let segments: ModPath = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        let segments: ModPath = p.segments.iter().map(|s| name(&s.ident)).collect();
         if segments.len() >= 2 {
             self.assoc.push((self.at.clone(), segments.clone()));
         }
@@ -478,7 +528,9 @@ fn edges(c: &Crate) -> BTreeMap<(ModPath, ModPath), BTreeSet<String>> {
             names.visit_item(item);
         }
         for (at, segments) in names.paths {
-            let target = c.resolve(&at, &segments, 0).and_then(|t| c.file_of(&t));
+            let target = c
+                .resolve(&at, &segments, 0)
+                .and_then(|(t, _)| c.file_of(&t));
             if let Some(to) = target {
                 add(node, to, segments.join("::"));
             }
@@ -489,9 +541,9 @@ fn edges(c: &Crate) -> BTreeMap<(ModPath, ModPath), BTreeSet<String>> {
             let (last, prefix) = segments.split_last().expect("two or more segments");
             // The prefix must name a type of this crate, not a module (a
             // module's function is a path, resolved above).
-            let names_module = |m: &ModPath| m.last() == prefix.last();
             let in_crate = prefix.first().is_some_and(|f| f == "Self")
-                || c.resolve(&at, prefix, 0).is_some_and(|m| !names_module(&m));
+                || c.resolve(&at, prefix, 0)
+                    .is_some_and(|(_, is_module)| !is_module);
             if in_crate {
                 names.calls.insert(last.clone());
             }
@@ -700,8 +752,10 @@ fn a_circle_between_two_sibling_files_is_found() {
     );
 }
 
-/// Edges made by `super::`/`self::` in a `mod.rs` layout, a glob re-export,
-/// a re-exported module, and a private import reached through the parent.
+/// Edges made by `super::` and `self::` (in `mod.rs` and flat files), a glob
+/// re-export and a glob import, a re-exported module, a private import
+/// reached through the parent, and an inline module's child file; and none
+/// made by a module path in call position.
 #[test]
 fn paths_are_followed_through_every_kind_of_import() {
     // super:: from a mod.rs child, through a glob re-export of the parent.
@@ -737,6 +791,38 @@ fn paths_are_followed_through_every_kind_of_import() {
     assert!(circle.contains("inner/deep.rs"), "{circle}");
     assert!(circle.contains("x/y.rs"), "{circle}");
     assert!(circle.contains("super::Dee"), "{circle}");
+    // `self::` in a mod.rs, a bare name a glob brings in, and the child file
+    // of an inline module (`mod o { mod c; }` lives in `o/c.rs`).
+    let circle = one_circle(&[
+        ("lib.rs", "mod m;\nmod n;\nmod o { pub mod c; }\n"),
+        ("m/mod.rs", "mod inner;\npub use self::inner::g;\n"),
+        (
+            "m/inner.rs",
+            "use crate::o::c::*;\npub fn g() { let _ = Cee; }\n",
+        ),
+        ("o/c.rs", "pub struct Cee;\npub fn h() { crate::n::k(); }\n"),
+        ("n.rs", "pub fn k() { crate::m::g(); }\n"),
+    ]);
+    assert!(circle.contains("m/inner.rs"), "{circle}");
+    assert!(circle.contains("o/c.rs"), "{circle}");
+    assert!(circle.contains("Cee"), "{circle}");
+    assert!(circle.contains("crate::m::g"), "{circle}");
+    // A module path in call position (`crate::n::k()`, `super::f()`) is a
+    // function, not an associated one: no edge to a lone `impl` fn `k`.
+    let (_dir, src) = scratch(&[
+        ("lib.rs", "mod a;\nmod b;\n"),
+        ("a.rs", "pub fn k() {}\npub fn f() { crate::a::k(); }\n"),
+        (
+            "b.rs",
+            "pub struct B;\nimpl B { pub fn k() {} }\npub fn g() { crate::a::k(); }\n",
+        ),
+    ]);
+    let c = load_crate(&src);
+    let e = edges(&c);
+    let a = vec!["a".to_string()];
+    let b = vec!["b".to_string()];
+    assert!(!e.contains_key(&(a.clone(), b.clone())), "{:?}", e.keys());
+    assert!(e.contains_key(&(b, a)), "{:?}", e.keys());
 }
 
 /// Edges the item paths alone do not show: a path inside an attribute's or
@@ -770,11 +856,29 @@ fn attribute_paths_and_unique_methods_make_edges() {
         ),
     ]);
     assert!(circle.contains("::wire_label()"), "{circle}");
-    // A test-only module or import makes no edge.
+    // Test-only code makes no edge (a module, an import, an impl's fn); code
+    // a non-test build compiles does (`any(test, …)`, a feature named like a
+    // test).
+    let test_only = "pub struct A;\n#[cfg(test)]\nuse crate::b::B;\n\
+        #[cfg(all(test, unix))]\nmod t { fn f(_: crate::b::B) {} }\n\
+        impl A {\n#[cfg(test)]\nfn h(_: crate::b::B) {} }\n";
     let (_dir, src) = scratch(&[
         ("lib.rs", "mod a;\nmod b;\n"),
-        ("a.rs", "pub struct A;\n#[cfg(test)]\nuse crate::b::B;\n#[cfg(all(test, unix))]\nmod t { fn f(_: crate::b::B) {} }\n"),
+        ("a.rs", test_only),
         ("b.rs", "pub struct B;\npub fn g(_: crate::a::A) {}\n"),
     ]);
     assert!(crate_circles(&src).is_empty());
+    for built in [
+        "#[cfg(any(test, unix))]\nuse crate::b::B;\n",
+        "#[cfg(feature = \"test-utils\")]\nuse crate::b::B;\n",
+        "use crate::b::B;\n",
+    ] {
+        let text = format!("pub struct A;\n{built}");
+        let circle = one_circle(&[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", &text),
+            ("b.rs", "pub struct B;\npub fn g(_: crate::a::A) {}\n"),
+        ]);
+        assert!(circle.contains("crate::b::B"), "{built}: {circle}");
+    }
 }
