@@ -98,7 +98,8 @@ pub(crate) trait Kind: Sync {
 
 /// The names of a kind, each read from its module ([`of`]), and everything
 /// built on them (the parse of a type name, the accepted names), so that
-/// `crate::schema` neither calls nor names the kinds' modules.
+/// `schema/mod.rs` neither calls nor names the kinds' modules (the schema's
+/// parse and wire form, in `schema/validate.rs` and `schema/wire.rs`, do).
 impl QuestionKind {
     /// The type name written in answers on the chat route (`noul`, `choice`,
     /// `score`, `multi`).
