@@ -178,12 +178,16 @@ fn task_state(stat: &str) -> Option<char> {
 mod tests {
     use super::*;
 
-    fn load(online: usize, running: usize, own_running: usize) -> Option<CpuLoad> {
-        Some(CpuLoad {
+    fn cpu(online: usize, running: usize, own_running: usize) -> CpuLoad {
+        CpuLoad {
             online,
             running,
             own_running,
-        })
+        }
+    }
+
+    fn load(online: usize, running: usize, own_running: usize) -> Option<CpuLoad> {
+        Some(cpu(online, running, own_running))
     }
 
     #[test]
@@ -209,16 +213,7 @@ mod tests {
     #[test]
     fn a_waiting_caller_counted_in_one_sample_does_not_halve_the_threads() {
         // The request's sender is runnable in the first sample only.
-        let first = CpuLoad {
-            online: 2,
-            running: 2,
-            own_running: 1,
-        };
-        let quiet = CpuLoad {
-            online: 2,
-            running: 1,
-            own_running: 1,
-        };
+        let (first, quiet) = (cpu(2, 2, 1), cpu(2, 1, 1));
         assert_eq!(threads_for(2, Some(first)), 1);
         let mut pauses = Vec::new();
         let settled = settle(2, Some(first), |p| {
@@ -232,12 +227,7 @@ mod tests {
 
     #[test]
     fn a_neighbour_in_most_samples_still_takes_its_core() {
-        let busy = CpuLoad {
-            online: 2,
-            running: 2,
-            own_running: 1,
-        };
-        let quiet = CpuLoad { running: 1, ..busy };
+        let (busy, quiet) = (cpu(2, 2, 1), cpu(2, 1, 1));
         // Busy in every sample, or in two of three: the median is busy.
         assert_eq!(settle(2, Some(busy), |_| Some(busy)), Some(busy));
         let mut later = [quiet, busy].into_iter();
@@ -248,45 +238,19 @@ mod tests {
 
     #[test]
     fn nothing_more_is_sampled_when_the_first_already_allows_the_ceiling() {
-        let idle = CpuLoad {
-            online: 2,
-            running: 1,
-            own_running: 1,
-        };
+        let idle = cpu(2, 1, 1);
         // A large host with others running but free CPUs to spare.
-        let roomy = CpuLoad {
-            online: 64,
-            running: 30,
-            own_running: 1,
-        };
-        // `--threads 4` on 2 idle cores: 2 threads is the most it can get.
-        let over = CpuLoad {
-            online: 2,
-            running: 1,
-            own_running: 1,
-        };
-        let mut calls = 0;
-        assert_eq!(
-            settle(4, Some(over), |_| {
+        let roomy = cpu(64, 30, 1);
+        // Last: `--threads 4` on 2 idle cores, where 2 threads is the most
+        // any load could give.
+        for (ceiling, first) in [(2, idle), (2, roomy), (4, idle)] {
+            let mut calls = 0;
+            let settled = settle(ceiling, Some(first), |_| {
                 calls += 1;
                 None
-            }),
-            Some(over)
-        );
-        assert_eq!(
-            calls, 0,
-            "an idle machine is sampled once whatever the ceiling"
-        );
-        for load in [idle, roomy] {
-            let mut calls = 0;
-            assert_eq!(
-                settle(2, Some(load), |_| {
-                    calls += 1;
-                    None
-                }),
-                Some(load)
-            );
-            assert_eq!(calls, 0, "{load:?}");
+            });
+            assert_eq!(settled, Some(first));
+            assert_eq!(calls, 0, "ceiling {ceiling}, {first:?}");
         }
         assert_eq!(settle(2, None, |_| Some(idle)), None);
     }
