@@ -8,11 +8,12 @@
 //! only the last few tokens of a prompt moved `yes` from 0.4513 to 0.4528. So the shape of
 //! every decode is made a function of the tokens alone, never of what the KV
 //! cache held before the call:
-//! - the prompt is decoded in **canonical chunks**: its boundaries are the
-//!   multiples of `C` (= [`WorkerConfig::kv_chunk`]) at absolute positions, the
-//!   read's own reuse points ([`SequenceRead::reuse_points`], e.g. where a
-//!   policy's shared prefix ends), and the read's end — a function of the read
-//!   alone, never of the cache;
+//! - the prompt is decoded in **canonical chunks** ([`canonical_plan`]): its
+//!   boundaries are the multiples of `C` (= [`WorkerConfig::kv_chunk`]) at
+//!   absolute positions before the read's first reuse point, the read's own
+//!   reuse points ([`SequenceRead::reuse_points`], e.g. where a policy's
+//!   shared prefix ends), and the read's end — a function of the read alone,
+//!   never of the cache;
 //! - the context remembers the chain of chunk ends that built the cached prefix
 //!   (`bounds`); across calls a prefix is reused only up to a boundary where
 //!   that chain and the new read's own chunk plan agree, so a warm read
@@ -112,6 +113,32 @@ fn continuation_run(reads: &[SequenceRead]) -> usize {
         n += 1;
     }
     n
+}
+
+/// The chunk plan of `tokens[..end]` for a read whose reuse points are
+/// `points`: the multiples of `chunk` below the read's first reuse point (all
+/// those below `end` when it declares none), every reuse point in `(0, end)`,
+/// and `end`; sorted. Past its first reuse point a read's text is its own
+/// (the state after a policy's prefix; the question block's head and one
+/// question after a state), so it is decoded from one reuse point to the
+/// next in one batch: what a decision adds to a known prefix costs one
+/// decode, the least llama.cpp can do, and not one per 64-token boundary
+/// plus one for what follows the last. Before it, the multiples let prompts
+/// that begin alike without a declared point (the option listings of one
+/// `schema_first` policy) share what they share.
+fn canonical_plan(chunk: usize, end: usize, points: &[usize]) -> Vec<usize> {
+    let chunk = chunk.max(1);
+    let first = points.iter().copied().filter(|&p| p > 0).min();
+    let below = first.unwrap_or(usize::MAX).min(end);
+    let mut plan: Vec<usize> = (1..)
+        .map(|k| k * chunk)
+        .take_while(|&b| b < below)
+        .chain(points.iter().copied().filter(|&p| p > 0 && p < end))
+        .chain(std::iter::once(end))
+        .collect();
+    plan.sort_unstable();
+    plan.dedup();
+    plan
 }
 
 /// Positions `[first_row, end)` a read needs: rows `pos - 1` of its slots.
@@ -328,18 +355,9 @@ impl<'m> KvContext<'m> {
         self.bounds.last().copied().unwrap_or(0)
     }
 
-    /// The chunk plan of `tokens[..end]`: every multiple of the chunk size
-    /// below `end`, every reuse point in `(0, end)`, and `end`; sorted.
+    /// The chunk plan of `tokens[..end]` ([`canonical_plan`]).
     fn plan(&self, end: usize, points: &[usize]) -> Vec<usize> {
-        let mut plan: Vec<usize> = (1..)
-            .map(|k| k * self.chunk)
-            .take_while(|&b| b < end)
-            .chain(points.iter().copied().filter(|&p| p > 0 && p < end))
-            .chain(std::iter::once(end))
-            .collect();
-        plan.sort_unstable();
-        plan.dedup();
-        plan
+        canonical_plan(self.chunk, end, points)
     }
 
     /// Make sequence 0 hold `tokens[..start]` for the largest reusable
@@ -582,5 +600,35 @@ impl<'m> KvContext<'m> {
             label_logprobs: restricted_logprobs(&label_logits),
             vocab,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_plan;
+
+    #[test]
+    fn a_read_is_chunked_only_before_its_first_reuse_point() {
+        // No point: every multiple below the end.
+        assert_eq!(canonical_plan(64, 200, &[]), vec![64, 128, 192, 200]);
+        // A policy prefix of 225 tokens, then a state of 41: the state and
+        // the cues after it are one batch, not 256 and 260 and the end.
+        assert_eq!(
+            canonical_plan(64, 266, &[225]),
+            vec![64, 128, 192, 225, 266]
+        );
+        // A state's end and its head's end (document_first): multiples in
+        // the state only.
+        assert_eq!(
+            canonical_plan(64, 700, &[300, 340]),
+            vec![64, 128, 192, 256, 300, 340, 700]
+        );
+        // A point at or past the end still stops the multiples there.
+        assert_eq!(canonical_plan(64, 130, &[130]), vec![64, 128, 130]);
+        assert_eq!(canonical_plan(64, 130, &[500]), vec![64, 128, 130]);
+        // The plan of a prefix agrees with the whole read's up to it.
+        let whole = canonical_plan(64, 500, &[225, 400]);
+        let part = canonical_plan(64, 300, &[225, 400]);
+        assert_eq!(&whole[..part.len() - 1], &part[..part.len() - 1]);
     }
 }

@@ -124,9 +124,11 @@ pub struct SequenceRead {
     /// share with this one — where a policy's shared prompt ends, where the
     /// state ends and where the question block's head after it ends (the
     /// questions of one decision read apart share both), where the model's
-    /// turn starts. A hint for a backend with a prefix cache: it may
-    /// end a decode exactly there, so a later read with the same tokens up to
-    /// that point reuses the whole prefix. The embedded backend's bits depend
+    /// turn starts when later stages of a chained policy prefill it. A hint
+    /// for a backend with a prefix cache: it may end a decode exactly there,
+    /// so a later read with the same tokens up to that point reuses the
+    /// whole prefix (the embedded backend also decodes from the last point
+    /// to the slots in one batch). The embedded backend's bits depend
     /// on how a prompt is split into decodes, so the same read with the same
     /// points always gives the same bits, and points must be a function of the
     /// request alone. Empty: no hint.

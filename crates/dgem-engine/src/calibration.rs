@@ -106,8 +106,10 @@ pub(crate) fn text_key(
 /// label's surface forms (case, `true`/`false`, spellings of a sequence);
 /// v4 reads `document_first` prompts with a reuse point at the end of the
 /// question block's head, which moves their chunk plan and so the last
-/// digits of a content-free read.
-const READOUT_VERSION: &[u8] = b"readout-v4|";
+/// digits of a content-free read; v5 decodes a prompt in 64-token chunks
+/// only before its first reuse point, and from its last one to the slots in
+/// one batch (no point at the end of an unchained policy's chat turn).
+const READOUT_VERSION: &[u8] = b"readout-v5|";
 
 fn digest(key: &PriorKey) -> String {
     let mut h = Sha256::new();

@@ -130,6 +130,15 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The policy is read in stages (a dependency between questions, or
+    /// `sequential`): later stages prefill earlier answers after the chat
+    /// turn. A schema the stages cannot be scheduled for counts as chained,
+    /// as in [`apart`].
+    fn chained(&self) -> bool {
+        self.schema.sequential
+            || dgem_core::stages::schedule(self.schema).map_or(true, |s| s.len() > 1)
+    }
+
     fn schema_index(&self, q: &Question) -> usize {
         self.schema
             .questions
@@ -208,7 +217,11 @@ impl Ctx<'_> {
     /// the policy point), the end of the state and the end of the question
     /// block's head after it (`document_first`), each when its tokens begin
     /// the prompt's (tokenizing may merge across the seam; then there is no
-    /// point there), and the end of the chat turn.
+    /// point there), and, for a chained policy only, the end of the chat
+    /// turn, which every later stage's prompt (the same turn, earlier answers
+    /// prefilled) shares. An unchained prompt shares nothing past its last
+    /// other point with any other decision's, so what follows it is decoded
+    /// in one batch with the slots' rows.
     fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, EngineError> {
         let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         let bos = tokens.len();
@@ -246,7 +259,9 @@ impl Ctx<'_> {
                 }
             }
         }
-        reuse_points.push(tokens.len());
+        if self.chained() {
+            reuse_points.push(tokens.len());
+        }
         tokens.extend(
             self.tok
                 .encode(prefill)

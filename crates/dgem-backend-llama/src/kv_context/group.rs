@@ -132,15 +132,20 @@ impl KvContext<'_> {
 }
 
 /// Where a group of reads forks: the last boundary of the canonical chunk
-/// plan (a multiple of `chunk`, or one of the reuse `points`) at or before
-/// `common`, the prefix every read of the group shares; `common` itself when
-/// there is none. Sequence 0 holds the prefix up to there, built in
+/// plan ([`super::canonical_plan`]: a multiple of `chunk` before the first
+/// reuse point, or one of the reuse `points`) at or before `common`, the
+/// prefix every read of the group shares; `common` itself when there is none. Sequence 0 holds the prefix up to there, built in
 /// canonical chunks; everything after it goes into the one decode of the
 /// continuations. So a group costs one decode past its cached prefix, not a
 /// short canonical decode followed by the continuations; and the fork is a
 /// function of the reads' tokens and reuse points, never of the cache.
 fn fork_point(common: usize, chunk: usize, points: &[usize]) -> usize {
-    let multiple = common / chunk.max(1) * chunk.max(1);
+    let chunk = chunk.max(1);
+    let multiple = match points.iter().copied().filter(|&p| p > 0).min() {
+        // The last multiple strictly before the first reuse point.
+        Some(first) => (common / chunk * chunk).min((first - 1) / chunk * chunk),
+        None => common / chunk * chunk,
+    };
     let point = points
         .iter()
         .copied()
@@ -223,10 +228,18 @@ mod tests {
     fn a_group_forks_at_the_last_plan_boundary_before_what_its_reads_share() {
         // The last multiple of the chunk size.
         assert_eq!(fork_point(477, 64, &[]), 448);
-        // A reuse point past it (the question block's head).
+        // The last reuse point (the question block's head): no multiple
+        // counts past the first point.
         assert_eq!(fork_point(477, 64, &[424, 459, 520]), 459);
+        assert_eq!(fork_point(477, 64, &[424]), 424);
         // Exactly at a boundary.
-        assert_eq!(fork_point(448, 64, &[424]), 448);
+        assert_eq!(fork_point(448, 64, &[]), 448);
+        assert_eq!(fork_point(448, 64, &[500]), 448);
+        // A multiple before the first point, none after it.
+        assert_eq!(fork_point(300, 64, &[225]), 225);
+        assert_eq!(fork_point(220, 64, &[225]), 192);
+        assert_eq!(fork_point(300, 64, &[256]), 256);
+        assert_eq!(fork_point(300, 64, &[257]), 257);
         // No boundary before it: the shared prefix itself.
         assert_eq!(fork_point(40, 64, &[]), 40);
         assert_eq!(fork_point(40, 64, &[50]), 40);

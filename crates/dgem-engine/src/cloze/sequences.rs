@@ -26,8 +26,8 @@ pub(crate) struct Prompt {
     /// Sorted prefix lengths: where the policy's shared prefix ends
     /// (`schema_first`), where the state ends and where the question block's
     /// head after it ends (`document_first`: every question's prompt of the
-    /// decision shares what comes before each), and where
-    /// the model's turn starts (before the prefill).
+    /// decision shares what comes before each), and, for a chained policy,
+    /// where the model's turn starts (before the prefill).
     pub(crate) reuse_points: Vec<usize>,
     /// Where the policy's shared prefix ends, when it is one of the reuse
     /// points ([`SequenceRead::policy_point`]).
