@@ -76,8 +76,13 @@ const FLASH_ATTN_DISABLED: i32 = 0;
 /// llama sequence ids available: 0 holds the cached prefix, 1.. the batched reads.
 const MAX_SEQS: usize = 16;
 /// Reads whose tokens agree up to this many tokens before their first slot row
-/// are batched together (a question's cue, an option's continuation).
-const MAX_CONTINUATION: usize = 48;
+/// are batched together (a question's cues, an option's continuation, the
+/// option listings of one question: a choice with a line of description per
+/// option differs from its next listing for some 70 tokens). Past it a read
+/// goes alone: in one batch every token attends over every cell the batch
+/// fills, its own read's or not, so long tails would cost more than they
+/// share.
+const MAX_CONTINUATION: usize = 256;
 
 fn model_err(what: &str, e: impl std::fmt::Display) -> BackendError {
     BackendError::Model(format!("{what}: {e}"))

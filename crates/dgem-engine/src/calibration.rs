@@ -108,7 +108,9 @@ pub(crate) fn text_key(
 /// question block's head, which moves their chunk plan and so the last
 /// digits of a content-free read; v5 decodes a prompt in 64-token chunks
 /// only before its first reuse point, and from its last one to the slots in
-/// one batch (no point at the end of an unchained policy's chat turn).
+/// one batch (no point at the end of an unchained policy's chat turn), and
+/// batches a question's option listings as one prefix tree when they differ
+/// for up to 256 tokens (was 48).
 const READOUT_VERSION: &[u8] = b"readout-v5|";
 
 fn digest(key: &PriorKey) -> String {
