@@ -75,7 +75,8 @@ pub struct LlamaConfig {
     /// 2.2× one instead of 2.4× (`dgem bench-speed`).
     pub batch_reads: bool,
     /// Canonical KV chunk size in tokens: prompts are decoded in chunks that end
-    /// at multiples of it and at each read's reuse points, and a prefix cached
+    /// at multiples of it before each read's first reuse point and at its
+    /// reuse points (`kv_context::canonical_plan`), and a prefix cached
     /// by an earlier call is reused only up to a chunk end both reads' chunk
     /// plans share, so a warm read decodes in batches of the same shape as a
     /// cold one and gives the same bits. Smaller: more reuse between prompts

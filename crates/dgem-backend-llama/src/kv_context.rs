@@ -104,15 +104,32 @@ fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
 
 /// How many reads from the start of `reads` to batch: consecutive reads that
 /// agree with the first up to at most [`MAX_CONTINUATION`] tokens before their
-/// first slot row, at most `MAX_SEQS - 1` of them.
+/// first slot row, and at least up to the first read's last reuse point
+/// before its first slot row (so a group forks where its reads' own text
+/// begins: a question's listings after the question block's head, the
+/// questions of one prompt at their cues; the option listings of a
+/// `schema_first` policy, which differ inside the policy's prefix, and
+/// content-free prompts of different states go one at a time, each
+/// restoring its own prefix from a snapshot or the disk store), at most
+/// `MAX_SEQS - 1` of them.
 fn continuation_run(reads: &[SequenceRead]) -> usize {
     let Some(first) = reads.first() else {
         return 0;
     };
+    let own_text = span(first).map_or(0, |(row, _)| {
+        first
+            .reuse_points
+            .iter()
+            .copied()
+            .filter(|&p| p <= row)
+            .max()
+            .unwrap_or(0)
+    });
     let mut n = 1;
     for read in reads.iter().skip(1).take(MAX_SEQS - 2) {
         let Some((row, _)) = span(read) else { break };
-        if common_prefix(&first.tokens, &read.tokens) + MAX_CONTINUATION < row {
+        let common = common_prefix(&first.tokens, &read.tokens);
+        if common + MAX_CONTINUATION < row || common < own_text {
             break;
         }
         n += 1;
@@ -610,7 +627,53 @@ impl<'m> KvContext<'m> {
 
 #[cfg(test)]
 mod tests {
-    use super::canonical_plan;
+    use super::{canonical_plan, continuation_run};
+    use dgem_backend::{SequenceRead, SlotQuery};
+
+    /// A read of `len` tokens that are `0..len` up to `differ`, other ids
+    /// after it, with one slot at its end and reuse points `points`.
+    fn read(len: u32, differ: u32, points: &[usize]) -> SequenceRead {
+        SequenceRead {
+            tokens: (0..len)
+                .map(|i| if i < differ { i } else { 10_000 + i })
+                .collect(),
+            slots: vec![SlotQuery {
+                pos: len as usize,
+                labels: vec![vec![1], vec![2]],
+                vocab: false,
+            }],
+            reuse_points: points.to_vec(),
+            policy_point: None,
+        }
+    }
+
+    #[test]
+    fn reads_are_batched_when_they_differ_only_past_the_last_reuse_point() {
+        let first = read(300, 300, &[100, 120]);
+        // Listings of one question after the head's end (120).
+        assert_eq!(
+            continuation_run(&[first.clone(), read(300, 130, &[100, 120])]),
+            2
+        );
+        // Differing inside the prefix before the head's end: one at a time.
+        assert_eq!(
+            continuation_run(&[first.clone(), read(300, 110, &[100, 120])]),
+            1
+        );
+        // More than 256 tokens of their own before the slot: one at a time.
+        let long = read(600, 600, &[100]);
+        assert_eq!(continuation_run(&[long.clone(), read(600, 300, &[100])]), 1);
+        assert_eq!(continuation_run(&[long, read(600, 400, &[100])]), 2);
+        // No reuse point: the length rule alone.
+        assert_eq!(
+            continuation_run(&[read(300, 300, &[]), read(300, 50, &[])]),
+            2
+        );
+        assert_eq!(
+            continuation_run(&[read(300, 300, &[]), read(300, 40, &[])]),
+            1
+        );
+    }
 
     #[test]
     fn a_read_is_chunked_only_before_its_first_reuse_point() {

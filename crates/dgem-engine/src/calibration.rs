@@ -48,8 +48,10 @@ impl FromStr for CalibrationMode {
     }
 }
 
-/// Cache key: the content-free sequence and the label ids read at its end.
-pub(crate) type PriorKey = (Vec<TokenId>, Vec<Vec<TokenId>>);
+/// Cache key: the content-free sequence, the label ids read at its end, and
+/// whether the policy is chained (its prompts' chunk plan has a point at the
+/// end of the chat turn, so the same tokens give other last digits).
+pub(crate) type PriorKey = (Vec<TokenId>, Vec<Vec<TokenId>>, bool);
 
 /// Bounded LRU of calibration priors, optionally backed by a JSON file so that
 /// one-shot CLI runs do not recompute them (keys are sha256 digests of the
@@ -69,13 +71,15 @@ pub(crate) struct PriorCache {
 }
 
 /// Digest of what a question's priors depend on, before tokenizing: the
-/// content-free prompt texts, the prefill, the cue and label ids, the scoring.
+/// content-free prompt texts, the prefill, the cue and label ids, the
+/// scoring, whether the policy is chained (see [`PriorKey`]).
 pub(crate) fn text_key(
     texts: &[&str],
     prefill: &str,
     cue: &[TokenId],
     labels: &[Vec<TokenId>],
     scoring: &str,
+    chained: bool,
 ) -> [u8; 32] {
     let mut h = Sha256::new();
     for t in texts {
@@ -96,6 +100,9 @@ pub(crate) fn text_key(
     }
     h.update(b"|");
     h.update(scoring.as_bytes());
+    if chained {
+        h.update(b"|chained");
+    }
     h.finalize().into()
 }
 
@@ -124,6 +131,9 @@ fn digest(key: &PriorKey) -> String {
         for t in label {
             h.update(t.to_le_bytes());
         }
+    }
+    if key.2 {
+        h.update(b"|chained");
     }
     hex::encode(h.finalize())
 }
@@ -206,17 +216,53 @@ mod tests {
     #[test]
     fn text_keys_tell_apart_every_input_of_a_prior() {
         let texts = ["a", "b"];
-        let base = text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "FirstToken");
+        let base = text_key(
+            &texts,
+            "p",
+            &[1, 2],
+            &[vec![3], vec![4]],
+            "FirstToken",
+            false,
+        );
         assert_eq!(
             base,
-            text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "FirstToken")
+            text_key(
+                &texts,
+                "p",
+                &[1, 2],
+                &[vec![3], vec![4]],
+                "FirstToken",
+                false
+            )
         );
         let others = [
-            text_key(&["ab"], "p", &[1, 2], &[vec![3], vec![4]], "FirstToken"),
-            text_key(&texts, "", &[1, 2], &[vec![3], vec![4]], "FirstToken"),
-            text_key(&texts, "p", &[1], &[vec![3], vec![4]], "FirstToken"),
-            text_key(&texts, "p", &[1, 2], &[vec![3, 4]], "FirstToken"),
-            text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "Sequence"),
+            text_key(
+                &["ab"],
+                "p",
+                &[1, 2],
+                &[vec![3], vec![4]],
+                "FirstToken",
+                false,
+            ),
+            text_key(
+                &texts,
+                "",
+                &[1, 2],
+                &[vec![3], vec![4]],
+                "FirstToken",
+                false,
+            ),
+            text_key(&texts, "p", &[1], &[vec![3], vec![4]], "FirstToken", false),
+            text_key(&texts, "p", &[1, 2], &[vec![3, 4]], "FirstToken", false),
+            text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "Sequence", false),
+            text_key(
+                &texts,
+                "p",
+                &[1, 2],
+                &[vec![3], vec![4]],
+                "FirstToken",
+                true,
+            ),
         ];
         for k in others {
             assert_ne!(k, base);
@@ -240,23 +286,24 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dgem-priors-{}", std::process::id()));
         let file = dir.join("p.json");
         let mut c = PriorCache::new(4, Some(file.clone()));
-        c.put((vec![1, 2], vec![vec![7]]), vec![0.25, 0.75]);
+        c.put((vec![1, 2], vec![vec![7]], false), vec![0.25, 0.75]);
         c.save();
         let mut again = PriorCache::new(4, Some(file));
         assert_eq!(
-            again.get(&(vec![1, 2], vec![vec![7]])),
+            again.get(&(vec![1, 2], vec![vec![7]], false)),
             Some(vec![0.25, 0.75])
         );
-        assert_eq!(again.get(&(vec![1, 3], vec![vec![7]])), None);
+        assert_eq!(again.get(&(vec![1, 3], vec![vec![7]], false)), None);
+        assert_eq!(again.get(&(vec![1, 2], vec![vec![7]], true)), None);
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn cache_evicts_least_recent() {
         let mut c = PriorCache::new(1, None);
-        c.put((vec![1], vec![]), vec![0.5, 0.5]);
-        c.put((vec![2], vec![]), vec![0.1, 0.9]);
-        assert!(c.get(&(vec![1], vec![])).is_none());
-        assert_eq!(c.get(&(vec![2], vec![])), Some(vec![0.1, 0.9]));
+        c.put((vec![1], vec![], false), vec![0.5, 0.5]);
+        c.put((vec![2], vec![], false), vec![0.1, 0.9]);
+        assert!(c.get(&(vec![1], vec![], false)).is_none());
+        assert_eq!(c.get(&(vec![2], vec![], false)), Some(vec![0.1, 0.9]));
     }
 }

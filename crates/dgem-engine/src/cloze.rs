@@ -122,6 +122,11 @@ pub(crate) struct Ctx<'a> {
     pub(crate) vocab: bool,
     /// Option-order debiasing ([`dgem_core::order`]).
     pub(crate) order: OrderDebias,
+    /// The policy is read in stages ([`chained`]): its prompts have a reuse
+    /// point at the end of the chat turn, so its reads' chunk plans, and
+    /// the last digits of their numbers, differ from an unchained policy's
+    /// with the same text; the prior keys say which.
+    pub(crate) chained: bool,
     /// Tokens of the state prefixes this decision's prompts begin with
     /// ([`dgem_core::prompt::state_prefix_len`], and with the question
     /// block's head, [`dgem_core::prompt::head_prefix_len`]): the state's and
@@ -130,15 +135,6 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The policy is read in stages (a dependency between questions, or
-    /// `sequential`): later stages prefill earlier answers after the chat
-    /// turn. A schema the stages cannot be scheduled for counts as chained,
-    /// as in [`apart`].
-    fn chained(&self) -> bool {
-        self.schema.sequential
-            || dgem_core::stages::schedule(self.schema).map_or(true, |s| s.len() > 1)
-    }
-
     fn schema_index(&self, q: &Question) -> usize {
         self.schema
             .questions
@@ -259,7 +255,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        if self.chained() {
+        if self.chained {
             reuse_points.push(tokens.len());
         }
         tokens.extend(
@@ -399,12 +395,19 @@ impl GroupReader for ClozeReader<'_> {
 /// dependency cycle, so none reaches here) is left as it is, for the walker
 /// to refuse.
 pub(crate) fn apart(mut req: DecideRequest) -> DecideRequest {
-    let chained = match dgem_core::stages::schedule(&req.schema) {
-        Ok(stages) => stages.len() > 1 || req.schema.sequential,
-        Err(_) => true,
-    };
+    let chained = chained(&req.schema);
     req.schema = req.schema.with_questions_apart(chained);
     req
+}
+
+/// Whether `schema` is read in stages (a dependency between questions, or
+/// `sequential`), later stages prefilling earlier answers after the chat
+/// turn. A schema the stages cannot be scheduled for counts as chained.
+pub(crate) fn chained(schema: &ValidSchema) -> bool {
+    match dgem_core::stages::schedule(schema) {
+        Ok(stages) => stages.len() > 1 || schema.sequential,
+        Err(_) => true,
+    }
 }
 
 /// Decide with cloze reads (see the module docs).
@@ -423,6 +426,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             max_tokens: info.max_tokens,
             vocab: engine.config.vocab_diagnostics,
             order: engine.config.order_debias,
+            chained: chained(schema),
             state_ids: std::sync::Mutex::default(),
         },
         state,

@@ -149,6 +149,7 @@ impl Engine {
             max_tokens: info.max_tokens,
             vocab: self.config.vocab_diagnostics,
             order: self.config.order_debias,
+            chained: crate::cloze::chained(schema),
             state_ids: std::sync::Mutex::default(),
         };
         let mode = self.label_mode();

@@ -134,7 +134,8 @@ impl KvContext<'_> {
 /// Where a group of reads forks: the last boundary of the canonical chunk
 /// plan ([`super::canonical_plan`]: a multiple of `chunk` before the first
 /// reuse point, or one of the reuse `points`) at or before `common`, the
-/// prefix every read of the group shares; `common` itself when there is none. Sequence 0 holds the prefix up to there, built in
+/// prefix every read of the group shares; `common` itself when there is
+/// none. Sequence 0 holds the prefix up to there, built in
 /// canonical chunks; everything after it goes into the one decode of the
 /// continuations. So a group costs one decode past its cached prefix, not a
 /// short canonical decode followed by the continuations; and the fork is a

@@ -41,16 +41,19 @@ pub struct ModelArgs {
     /// Context size in tokens (the longest prompt one read may hold).
     #[arg(long, env = "DGEM_CONTEXT", default_value_t = 4096)]
     pub context: usize,
-    /// KV-cache reuse granularity in tokens: prompts are decoded in chunks that
-    /// end at multiples of it (and where a `schema_first` policy's prefix and
-    /// the model's turn begin), and a prefix cached by an earlier request is
-    /// reused only up to a chunk end both requests share, which keeps every
-    /// request's numbers bit-identical whatever the cache held. Smaller: more
-    /// reuse between prompts that begin alike, more decode calls on a cold one.
+    /// KV-cache reuse granularity in tokens: a prompt is decoded in chunks
+    /// that end at multiples of it up to its first reuse point (where a
+    /// `schema_first` policy's prefix or a `document_first` state ends), then
+    /// from one reuse point to the next, and a prefix cached by an earlier
+    /// request is reused only up to a chunk end both requests share, which
+    /// keeps every request's numbers bit-identical whatever the cache held.
+    /// Smaller: more reuse between prompts that begin alike, more decode
+    /// calls on a cold one.
     #[arg(long = "kv-chunk", env = "DGEM_KV_CHUNK", default_value_t = DEFAULT_KV_CHUNK, value_name = "TOKENS")]
     pub kv_chunk: usize,
     /// MiB of KV state kept as snapshots of prompt prefixes (where a
-    /// `schema_first` policy's prefix ends, where the model's turn begins) and
+    /// `schema_first` policy's prefix ends, where a `document_first` state
+    /// and the question block's head after it end) and
     /// restored instead of decoded when a later read starts the same way: with
     /// order debiasing each decision reads one prompt per option listing, and
     /// the cache keeps one. Answers are bit-identical either way; 0 turns it off.

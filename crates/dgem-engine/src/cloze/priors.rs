@@ -48,7 +48,7 @@ impl Ctx<'_> {
                 &ids(&rq.slot.cue),
                 &labels,
                 format!("{:?}", rq.slot.scoring).as_bytes(),
-                &[u8::from(self.calibrate)],
+                &[u8::from(self.calibrate), u8::from(self.chained)],
             ]);
             priors.push(store.get(&key).map(|(p, _)| p));
             keys.push(key);
@@ -87,6 +87,7 @@ impl Ctx<'_> {
                     &q.slot.cue,
                     &q.slot.labels,
                     &format!("{:?}", q.slot.scoring),
+                    self.chained,
                 )
             })
             .collect();
@@ -134,7 +135,7 @@ impl Ctx<'_> {
                         .flat_map(|s| s.tokens.iter().copied())
                 })
                 .collect();
-            (toks, qs[qi].slot.labels.clone())
+            (toks, qs[qi].slot.labels.clone(), self.chained)
         };
         let mut priors: Vec<Option<Vec<f64>>> = {
             let mut cache = self.engine.priors.lock().map_err(|_| {
