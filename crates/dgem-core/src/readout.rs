@@ -37,8 +37,19 @@ pub fn restricted_softmax(logits: &[f64]) -> Vec<f64> {
         .collect();
     let max = clean.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let exps: Vec<f64> = clean.iter().map(|&x| (x - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
+    let sum = order_free_sum(&exps);
     exps.iter().map(|e| e / sum).collect()
+}
+
+/// The sum of `xs` added smallest first, so that it is the same to the last
+/// bit whatever order `xs` comes in: every renormalisation of a distribution
+/// over options goes through it, so that a policy listing the same options in
+/// another order gets the same numbers, permuted (a left-to-right sum of
+/// three or more terms can differ in the last bit between orders).
+pub fn order_free_sum(xs: &[f64]) -> f64 {
+    let mut terms = xs.to_vec();
+    terms.sort_by(f64::total_cmp);
+    terms.iter().sum()
 }
 
 /// `ln Σ exp(x)` over the finite entries of `xs`, computed stably (the largest
@@ -189,7 +200,7 @@ pub fn calibrate(p: &[f64], prior: &[f64]) -> Vec<f64> {
         .zip(prior)
         .map(|(a, b)| a / b.max(PROB_FLOOR))
         .collect();
-    let sum: f64 = raw.iter().sum();
+    let sum = order_free_sum(&raw);
     if sum > 0.0 && sum.is_finite() {
         raw.iter().map(|x| x / sum).collect()
     } else {
@@ -209,7 +220,7 @@ pub fn mean_distribution(dists: &[Vec<f64>]) -> Vec<f64> {
             *m += x / n;
         }
     }
-    let sum: f64 = mean.iter().sum();
+    let sum = order_free_sum(&mean);
     if sum > 0.0 {
         mean.iter_mut().for_each(|m| *m /= sum);
     }

@@ -287,3 +287,51 @@ fn prior_reads_once_and_estimates_from_every_listing() {
     );
     assert_eq!(OrderSensitivity::prior().method, "policy_prior");
 }
+
+/// Regression: pooling summed the renormalising term in the policy's option
+/// order, so the same listings read for a policy that lists its options in
+/// another order gave `medium` 0.3894261115258126 once and
+/// 0.38942611152581263 the other time (the real-model order test of the CLI).
+#[test]
+fn pooled_and_prior_divided_reads_are_bit_identical_in_any_option_order() {
+    let reads = vec![
+        vec![
+            0.378_413_838_571_319_6,
+            0.232_160_049_902_867_9,
+            0.389_426_111_525_812_6,
+        ],
+        vec![0.31, 0.27, 0.42],
+        vec![0.450_000_1, 0.149_999_9, 0.4],
+    ];
+    let prior = vec![0.5, 0.3, 0.2];
+    let pooled = pool_orders(&reads);
+    let divided = divide_prior(&reads[0], &prior);
+    for perm in [
+        [0, 1, 2],
+        [2, 1, 0],
+        [1, 2, 0],
+        [0, 2, 1],
+        [2, 0, 1],
+        [1, 0, 2],
+    ] {
+        let permuted: Vec<Vec<f64>> = reads
+            .iter()
+            .map(|r| perm.iter().map(|&i| r[i]).collect())
+            .collect();
+        let again = pool_orders(&permuted);
+        let prior_p: Vec<f64> = perm.iter().map(|&i| prior[i]).collect();
+        let divided_again = divide_prior(&permuted[0], &prior_p);
+        for (j, &i) in perm.iter().enumerate() {
+            assert_eq!(
+                again[j].to_bits(),
+                pooled[i].to_bits(),
+                "pooled, order {perm:?}"
+            );
+            assert_eq!(
+                divided_again[j].to_bits(),
+                divided[i].to_bits(),
+                "divided, order {perm:?}"
+            );
+        }
+    }
+}
