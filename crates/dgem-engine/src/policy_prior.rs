@@ -27,7 +27,8 @@
 //!
 //! Priors are keyed by everything the read can depend on except the state:
 //! the prompt with the state left out, the prefill, the slot's cue, label
-//! ids and scoring, whether calibration is on, and dgem's read version; the
+//! ids and scoring, whether calibration is on, whether the policy is chained
+//! (its chunk plan differs), and dgem's read version; the
 //! store is a JSON file per model beside the calibration priors (written
 //! atomically: temp file, then rename). A change to any of these learns
 //! afresh.
@@ -61,12 +62,14 @@ pub const PSEUDO_DECISIONS: f64 = 1.0;
 
 /// Version of the estimate, mixed into every key: a change to how priors are
 /// read or estimated must not reuse stored ones.
-const VERSION: &[u8] = b"policy-prior-v1|readout-v5|";
+const VERSION: &[u8] = b"policy-prior-v2|readout-v5|";
 
 /// One question's learning so far.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Entry {
-    /// Sum over the decisions of each option's probability (own order).
+    /// Sum over the decisions of each option's probability, by position of
+    /// the canonical listing (v2; v1 kept the learning policy's own option
+    /// order, under a key every order of the same options shares).
     sum: Vec<f64>,
     /// sha256 (hex) of each state learned from, so a repeated state counts once.
     states: Vec<String>,
@@ -124,7 +127,7 @@ impl PolicyPriors {
         self.clock
     }
 
-    /// The learned prior of `key` (own option order, probabilities summing
+    /// The learned prior of `key` (by position of the canonical listing, probabilities summing
     /// to 1) once [`PRIOR_DECISIONS`] decisions were read, with that count:
     /// the mean read mixed with [`PSEUDO_DECISIONS`] of the uniform one.
     pub(crate) fn get(&mut self, key: &str) -> Option<(Vec<f64>, usize)> {
@@ -145,7 +148,7 @@ impl PolicyPriors {
         Some((prior, n))
     }
 
-    /// Add one decision's canonical read `p` (own option order) for `key`,
+    /// Add one decision's canonical read `p` (by position of the canonical listing) for `key`,
     /// read on the state whose [`state_digest`] is `state`. Ignored when that
     /// state was learned from already, when the prior is complete, or when
     /// `p` has another length than the earlier reads. Returns whether it was

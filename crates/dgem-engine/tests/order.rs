@@ -330,3 +330,55 @@ async fn samples_in_shuffled_listings_are_corrected_where_their_options_were_lis
         assert!((got - w).abs() < 1e-9, "{:?} vs {want:?}", a.aggregate.mean);
     }
 }
+
+/// Regression: the learned prior was stored in the option order of the
+/// policy that learned it, under a key that does not depend on that order
+/// (the prompt lists the canonical order), so a second policy listing the
+/// same options in another order divided its read by the prior of the wrong
+/// options. It is now stored by position of the canonical listing.
+#[tokio::test]
+async fn a_prior_learned_under_one_option_order_serves_another_order_of_the_same_options() {
+    let b = ScriptedBackend::new(biased_by_position_and_state);
+    let engine = debiasing(b, OrderDebias::parse("prior").expect("parses"));
+    for state in [
+        "favour low, one",
+        "favour high, two",
+        "favour medium, three",
+    ] {
+        read_state(&engine, state).await;
+    }
+    let by_name = |options: &[&str], state: &str| {
+        let r = DecideRequest {
+            state: json!(state),
+            ..req(options)
+        };
+        let engine = &engine;
+        let options: Vec<String> = options.iter().map(|s| (*s).to_string()).collect();
+        async move {
+            let d = engine.decide(r).await.expect("decision");
+            let a = d.answers["pick"].as_ref().expect("answered");
+            let json = a.to_chat_json();
+            assert_eq!(
+                json["order_sensitivity"]["method"], "policy_prior",
+                "{json}"
+            );
+            let mut p: Vec<(String, f64)> = options
+                .into_iter()
+                .zip(a.aggregate.mean.iter().copied())
+                .collect();
+            p.sort_by(|x, y| x.0.cmp(&y.0));
+            p
+        }
+    };
+    for state in [
+        "favour high, four",
+        "favour medium, five",
+        "favour low, six",
+    ] {
+        let own = by_name(&["low", "medium", "high"], state).await;
+        for other in [["high", "low", "medium"], ["medium", "high", "low"]] {
+            let p = by_name(&other, state).await;
+            assert_eq!(p, own, "{state}: options listed as {other:?}");
+        }
+    }
+}

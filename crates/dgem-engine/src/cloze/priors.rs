@@ -32,7 +32,6 @@ impl Ctx<'_> {
             EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
         })?;
         let ids = |ts: &[TokenId]| -> Vec<u8> { ts.iter().flat_map(|t| t.to_le_bytes()).collect() };
-        let canonical = qs.iter().map(|rq| rq.perm.clone()).collect();
         let mut keys = Vec::with_capacity(qs.len());
         let mut priors = Vec::with_capacity(qs.len());
         for rq in qs {
@@ -57,7 +56,6 @@ impl Ctx<'_> {
         Ok(Learned {
             keys,
             priors,
-            canonical,
             ready,
         })
     }
@@ -185,7 +183,8 @@ impl Ctx<'_> {
         Ok(priors.into_iter().map(Option::unwrap_or_default).collect())
     }
 
-    /// Add this decision's canonical reads (own option order) to the
+    /// Add this decision's canonical reads (by position of the canonical
+    /// listing) to the
     /// learning of each question still learning its prior
     /// ([`crate::policy_prior`]).
     pub(super) fn learn(
@@ -215,11 +214,10 @@ impl Ctx<'_> {
 pub(super) struct Learned {
     /// Per question, the key of its prior.
     pub(super) keys: Vec<String>,
-    /// Per question, its learned prior (own option order), once learned.
+    /// Per question, its learned prior by position of its canonical listing
+    /// (`p[i]` = the prior of the option listed at position `i`), once
+    /// learned.
     pub(super) priors: Vec<Option<Vec<f64>>>,
-    /// Per question, its canonical listing (`canonical[i]` = the option
-    /// listed at position `i`), the listing its prior was learned on.
-    pub(super) canonical: Vec<Vec<usize>>,
     /// Every question has one: read once.
     pub(super) ready: bool,
 }
@@ -229,13 +227,6 @@ impl Learned {
     /// (`at[i]` = the prior of the option listed at position `i`), once
     /// learned.
     pub(super) fn by_position(&self, qi: usize) -> Option<Vec<f64>> {
-        let prior = self.priors.get(qi)?.as_ref()?;
-        let canonical = self.canonical.get(qi)?;
-        Some(
-            canonical
-                .iter()
-                .map(|&o| prior.get(o).copied().unwrap_or(0.0))
-                .collect(),
-        )
+        self.priors.get(qi)?.clone()
     }
 }

@@ -100,12 +100,15 @@ impl Ctx<'_> {
                     // listing, the same as option by option).
                     read.probs = order::divide_prior(&read.probs, &at);
                 }
-                read.probs = order::unlist(&read.probs, &rq.perm);
                 if learning && *r == 0 && *t == 0 {
+                    // By position of the canonical listing: the prior's key
+                    // (the prompt with that listing) is the same for every
+                    // policy listing these options, in whatever own order.
                     if let Some(c) = canonical.get_mut(qi) {
                         *c = Some(read.probs.clone());
                     }
                 }
+                read.probs = order::unlist(&read.probs, &rq.perm);
                 if *t == 0 {
                     let pos = positions.get(range.start).copied().unwrap_or(0);
                     per_q.push(QRead {
