@@ -86,7 +86,7 @@ pub struct LlamaConfig {
     /// Most bytes of KV state kept as snapshots of prompt prefixes at reuse
     /// points (where a `schema_first` policy's prefix ends, where a
     /// `document_first` state ends and where the question block's head after
-    /// it ends, where the model's turn begins), restored instead of decoded when a later read starts
+    /// it ends, where a chained policy's turn ends), restored instead of decoded when a later read starts
     /// with the same prefix and chunk chain; the answers are the same bits
     /// either way. Needed because option-order debiasing reads one prompt per
     /// listing and the KV cache keeps one chain. 0 turns it off. Default

@@ -75,11 +75,11 @@ const MAX_UBATCH: usize = 512;
 const FLASH_ATTN_DISABLED: i32 = 0;
 /// llama sequence ids available: 0 holds the cached prefix, 1.. the batched reads.
 const MAX_SEQS: usize = 16;
-/// Reads whose tokens agree up to this many tokens before their first slot row
-/// are batched together (a question's cues, an option's continuation, the
-/// option listings of one question: a choice with a line of description per
-/// option differs from its next listing for some 70 tokens). Past it a read
-/// goes alone: in one batch every token attends over every cell the batch
+/// Reads are batched together only when each differs from the first for at
+/// most this many tokens before its first slot row (a question's cues, an
+/// option's continuation, the option listings of one question: a choice with
+/// a line of description per option differs from its next listing for some
+/// 70 tokens). A read that differs for longer goes alone: in one batch every token attends over every cell the batch
 /// fills, its own read's or not, so long tails would cost more than they
 /// share.
 const MAX_CONTINUATION: usize = 256;
@@ -109,8 +109,10 @@ fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
 /// begins: a question's listings after the question block's head, the
 /// questions of one prompt at their cues; the option listings of a
 /// `schema_first` policy, which differ inside the policy's prefix, and
-/// content-free prompts of different states go one at a time, each
-/// restoring its own prefix from a snapshot or the disk store), at most
+/// `document_first` content-free prompts of different states go one at a
+/// time, each restoring its own prefix from a snapshot or the disk store;
+/// `schema_first` content-free prompts of one listing share its policy prefix
+/// and are batched), at most
 /// `MAX_SEQS - 1` of them.
 fn continuation_run(reads: &[SequenceRead]) -> usize {
     let Some(first) = reads.first() else {

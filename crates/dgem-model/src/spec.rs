@@ -176,8 +176,8 @@ pub fn gemma3_270m() -> ModelSpec {
             licence_url: "https://ai.google.dev/gemma/terms".to_owned(),
             note: "embedded Gemma 3 270M base on CPU: it proves the pipeline on real weights but is near chance on real decisions, so expect low confidence; for real decisions use DiffusionGemma (vLLM) or the default model, qwen2.5-coder-1.5b (pass --model qwen2.5-coder-1.5b where a model is named for you), or another larger instruction-tuned GGUF (docs/models.md)".to_owned(),
             figures: vec![
-                "eval set, 60 slots, default corrections, questions read apart: slot accuracy 43.3 % (chance 38.9 %), ECE 0.090, Brier 0.604 (uniform 0.611) (benchmarks/results/quality_eval.json)".to_owned(),
-                "JevBench-style slice, 60 rows: accuracy 30.0 % (chance 33.7 %), ECE 0.157, Brier 0.682 (uniform 0.663) (benchmarks/results/quality_jevbench_slice60.json)".to_owned(),
+                "eval set, 60 slots, default corrections, questions read apart: slot accuracy 45.0 % (chance 38.9 %), ECE 0.085, Brier 0.599 (uniform 0.611) (benchmarks/results/quality_eval.json)".to_owned(),
+                "JevBench-style slice, 60 rows: accuracy 31.7 % (chance 33.7 %), ECE 0.229, Brier 0.685 (uniform 0.663) (benchmarks/results/quality_jevbench_slice60.json)".to_owned(),
             ],
             contextual_calibration: true,
             one_read_prior: false,
