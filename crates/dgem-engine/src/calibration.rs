@@ -215,54 +215,19 @@ mod tests {
 
     #[test]
     fn text_keys_tell_apart_every_input_of_a_prior() {
-        let texts = ["a", "b"];
-        let base = text_key(
-            &texts,
-            "p",
-            &[1, 2],
-            &[vec![3], vec![4]],
-            "FirstToken",
-            false,
-        );
+        let (texts, cue, labels) = (["a", "b"], [1, 2], [vec![3], vec![4]]);
+        let base = text_key(&texts, "p", &cue, &labels, "FirstToken", false);
         assert_eq!(
             base,
-            text_key(
-                &texts,
-                "p",
-                &[1, 2],
-                &[vec![3], vec![4]],
-                "FirstToken",
-                false
-            )
+            text_key(&texts, "p", &cue, &labels, "FirstToken", false)
         );
         let others = [
-            text_key(
-                &["ab"],
-                "p",
-                &[1, 2],
-                &[vec![3], vec![4]],
-                "FirstToken",
-                false,
-            ),
-            text_key(
-                &texts,
-                "",
-                &[1, 2],
-                &[vec![3], vec![4]],
-                "FirstToken",
-                false,
-            ),
-            text_key(&texts, "p", &[1], &[vec![3], vec![4]], "FirstToken", false),
-            text_key(&texts, "p", &[1, 2], &[vec![3, 4]], "FirstToken", false),
-            text_key(&texts, "p", &[1, 2], &[vec![3], vec![4]], "Sequence", false),
-            text_key(
-                &texts,
-                "p",
-                &[1, 2],
-                &[vec![3], vec![4]],
-                "FirstToken",
-                true,
-            ),
+            text_key(&["ab"], "p", &cue, &labels, "FirstToken", false),
+            text_key(&texts, "", &cue, &labels, "FirstToken", false),
+            text_key(&texts, "p", &[1], &labels, "FirstToken", false),
+            text_key(&texts, "p", &cue, &[vec![3, 4]], "FirstToken", false),
+            text_key(&texts, "p", &cue, &labels, "Sequence", false),
+            text_key(&texts, "p", &cue, &labels, "FirstToken", true),
         ];
         for k in others {
             assert_ne!(k, base);

@@ -141,22 +141,10 @@ impl KvContext<'_> {
 /// short canonical decode followed by the continuations; and the fork is a
 /// function of the reads' tokens and reuse points, never of the cache.
 fn fork_point(common: usize, chunk: usize, points: &[usize]) -> usize {
-    let chunk = chunk.max(1);
-    let multiple = match points.iter().copied().filter(|&p| p > 0).min() {
-        // The last multiple strictly before the first reuse point.
-        Some(first) => (common / chunk * chunk).min((first - 1) / chunk * chunk),
-        None => common / chunk * chunk,
-    };
-    let point = points
-        .iter()
-        .copied()
-        .filter(|&p| p <= common)
-        .max()
-        .unwrap_or(0);
-    match multiple.max(point) {
-        0 => common,
-        fork => fork,
-    }
+    // The plan of `common + 1` tokens: its boundaries before its end are
+    // exactly the plan's boundaries at or before `common`.
+    let plan = super::canonical_plan(chunk, common + 1, points);
+    plan.iter().rev().nth(1).copied().unwrap_or(common)
 }
 
 /// One token of a [`ContinuationTree`].
