@@ -98,6 +98,23 @@ fn token(t: TokenId) -> Result<LlamaToken, BackendError> {
         .map_err(|_| BackendError::InvalidRequest(format!("token id {t} out of range")))
 }
 
+/// The prefixes of `read` the disk store keeps ([`kv_store`]): its reuse
+/// points up to its policy point (the end of a `schema_first` policy's text
+/// and of the state's head after it, both fixed by the policy and the state's
+/// shape), none when it has no policy point.
+fn store_points(read: &SequenceRead) -> Vec<usize> {
+    read.policy_point.map_or_else(Vec::new, |point| {
+        let mut points: Vec<usize> = read
+            .reuse_points
+            .iter()
+            .copied()
+            .filter(|&p| p < point)
+            .collect();
+        points.push(point);
+        points
+    })
+}
+
 fn common_prefix(a: &[TokenId], b: &[TokenId]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -211,9 +228,9 @@ pub(crate) struct KvContext<'m> {
     snapshots: Snapshots,
     /// Policy prefixes kept on disk ([`kv_store`]).
     kv_store: Option<KvStore>,
-    /// The current read's policy point ([`SequenceRead::policy_point`],
-    /// [`kv_store`]).
-    policy_point: Option<usize>,
+    /// Where the current read's prefixes are kept on disk ([`kv_store`]):
+    /// its reuse points up to its policy point ([`store_points`]).
+    store_points: Vec<usize>,
     /// Most threads a call uses.
     max_threads: usize,
     /// Threads the context is set to now.
@@ -276,7 +293,7 @@ impl<'m> KvContext<'m> {
             kv_store: cfg
                 .kv_store
                 .map(|(dir, model)| KvStore::new(dir, &model, cfg.context_size)),
-            policy_point: None,
+            store_points: Vec::new(),
             max_threads: cfg.n_threads.max(1),
             threads: cfg.n_threads.max(1),
             follow_load: cfg.follow_load,
@@ -418,24 +435,25 @@ impl<'m> KvContext<'m> {
             // Refused: the cache is empty, decode from the start.
             return Ok(0);
         }
-        if let Some(point) = self.policy_point.filter(|&p| p > start && p <= want) {
-            let found = self
-                .kv_store
-                .as_ref()
-                .and_then(|s| s.find(tokens, point, plan));
-            if let Some((path, bounds)) = found {
-                self.reset();
-                if KvStore::load(&mut self.ctx, &path, &tokens[..point]) {
-                    self.cached = tokens[..point].to_vec();
-                    self.bounds = bounds;
-                    self.trusted = point;
-                    // Later reads of this process find it in memory.
-                    self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
-                    return Ok(point);
-                }
-                self.reset();
-                return Ok(0);
+        let stored = self.store_points.iter().rev().find_map(|&point| {
+            let store = self.kv_store.as_ref()?;
+            (point > start && point <= want)
+                .then(|| store.find(tokens, point, plan))
+                .flatten()
+                .map(|(path, bounds)| (point, path, bounds))
+        });
+        if let Some((point, path, bounds)) = stored {
+            self.reset();
+            if KvStore::load(&mut self.ctx, &path, &tokens[..point]) {
+                self.cached = tokens[..point].to_vec();
+                self.bounds = bounds;
+                self.trusted = point;
+                // Later reads of this process find it in memory.
+                self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
+                return Ok(point);
             }
+            self.reset();
+            return Ok(0);
         }
         let removed = self
             .ctx
@@ -507,7 +525,7 @@ impl<'m> KvContext<'m> {
                 if save_at.contains(&to) {
                     self.snapshots.save(&self.ctx, &self.cached, &self.bounds);
                 }
-                if self.policy_point == Some(to) {
+                if self.store_points.contains(&to) {
                     if let Some(store) = &self.kv_store {
                         store.save(&self.ctx, &self.cached, &self.bounds);
                     }
@@ -529,7 +547,7 @@ impl<'m> KvContext<'m> {
         })?;
         // Logits exist only for rows decoded now: re-decode from the first slot row.
         let plan = self.plan(end, &read.reuse_points);
-        self.policy_point = read.policy_point;
+        self.store_points = store_points(read);
         let start = self.keep_prefix(tokens, first, &plan)?;
         let rows_of = |vocab_only: bool| {
             let mut rows: Vec<usize> = read
@@ -629,7 +647,7 @@ impl<'m> KvContext<'m> {
 
 #[cfg(test)]
 mod tests {
-    use super::{canonical_plan, continuation_run};
+    use super::{canonical_plan, continuation_run, store_points};
     use dgem_backend::{SequenceRead, SlotQuery};
 
     /// A read of `len` tokens that are `0..len` up to `differ`, other ids
@@ -675,6 +693,20 @@ mod tests {
             continuation_run(&[read(300, 300, &[]), read(300, 40, &[])]),
             1
         );
+    }
+
+    #[test]
+    fn the_disk_store_keeps_the_reuse_points_up_to_the_policy_point() {
+        // schema_first on a JSON state: the policy's text ends at 225, the
+        // state's head (`{"ticket": `) at 230, a chained turn at 260.
+        let mut r = read(300, 300, &[225, 230, 260]);
+        r.policy_point = Some(230);
+        assert_eq!(store_points(&r), vec![225, 230]);
+        r.policy_point = Some(225);
+        assert_eq!(store_points(&r), vec![225]);
+        // document_first: no policy point, nothing on disk.
+        r.policy_point = None;
+        assert!(store_points(&r).is_empty());
     }
 
     #[test]

@@ -134,10 +134,13 @@ pub struct SequenceRead {
     /// request alone. Empty: no hint.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reuse_points: Vec<usize>,
-    /// Where the policy's shared prefix ends (a token count, one of
-    /// `reuse_points`): the text every decision of the policy begins with,
-    /// under `schema_first`. A backend may keep that prefix between
-    /// processes (the embedded backend writes its KV state to disk). `None`
+    /// The last of `reuse_points` that every decision of the policy on a
+    /// state of the same shape shares (a token count), under `schema_first`:
+    /// the end of the policy's own text, or, when the state is a JSON object,
+    /// the end of the state's head after it (its brace and first key,
+    /// `{"ticket": `). A backend may keep the prefixes up to it between
+    /// processes (the embedded backend writes the KV state at each reuse
+    /// point up to it to disk). `None`
     /// when the read begins with nothing a policy alone fixes, e.g. under
     /// `document_first`, whose state comes first; its other reuse points (the
     /// state's end, the head's end, the model's turn) are then kept in memory

@@ -167,6 +167,44 @@ pub fn policy_prefix_len(turns: &ChatTurns, layout: Layout, system: &str) -> Opt
     }
 }
 
+/// Length in bytes of the leading text a `schema_first` [`chat_prompt`] of
+/// `system` shares with the prompts of every state whose JSON object begins
+/// with the same key: [`policy_prefix_len`], then the state's opening brace,
+/// its first key and the `": "` after it (`{"ticket": ` of
+/// `{"ticket": "…"}`). Decisions of one policy usually send states of one
+/// shape, so a prefix cache can keep this part too and a new state's read
+/// starts at its first value. `None` for `document_first`, or when the state
+/// is not text of a JSON object with a first key and a value after it.
+pub fn state_head_len(
+    turns: &ChatTurns,
+    layout: Layout,
+    system: &str,
+    state: &str,
+) -> Option<usize> {
+    let prefix = policy_prefix_len(turns, layout, system)?;
+    let state = state.trim();
+    let rest = state.strip_prefix("{\"")?;
+    // The first key is a JSON string: its end is the first quote that no
+    // backslash escapes.
+    let mut escaped = false;
+    let close = rest.char_indices().find_map(|(i, c)| match c {
+        _ if escaped => {
+            escaped = false;
+            None
+        }
+        '\\' => {
+            escaped = true;
+            None
+        }
+        '"' => Some(i),
+        _ => None,
+    })?;
+    let head = "{\"".len() + close + "\": ".len();
+    let after = state.get(head..)?;
+    (state.get(head - "\": ".len()..head) == Some("\": ") && !after.is_empty())
+        .then_some(prefix + head)
+}
+
 /// A whole chat prompt ending where the model starts to answer: the user
 /// turn of [`user_content`] inside `turns`.
 pub fn chat_prompt(turns: &ChatTurns, layout: Layout, system: &str, state: &str) -> String {
@@ -417,5 +455,35 @@ mod tests {
             chat_prompt(&ChatTurns::gemma(), Layout::DocumentFirst, "SYS", "S"),
             gemma_chat_prompt(Layout::DocumentFirst, "SYS", "S")
         );
+    }
+
+    #[test]
+    fn the_state_head_ends_after_the_first_key_of_a_schema_first_json_state() {
+        let turns = ChatTurns::gemma();
+        let head = |layout, state: &str| {
+            state_head_len(&turns, layout, "SYS", state)
+                .map(|n| chat_prompt(&turns, layout, "SYS", state)[..n].to_owned())
+        };
+        let policy = "<start_of_turn>user\nSYS\n\n";
+        assert_eq!(
+            head(Layout::SchemaFirst, r#"{"ticket": "The export fails."}"#).as_deref(),
+            Some(format!("{policy}{{\"ticket\": ").as_str())
+        );
+        // An escaped quote belongs to the key; leading blanks are trimmed as
+        // the prompt trims them.
+        assert_eq!(
+            head(Layout::SchemaFirst, r#"  {"a \"b\"": 1}"#).as_deref(),
+            Some(format!(r#"{policy}{{"a \"b\"": "#).as_str())
+        );
+        for state in [
+            "plain text",
+            "{}",
+            r#"{"ticket": "#,
+            r#"{"ticket":"x"}"#,
+            r#"{"unterminated"#,
+        ] {
+            assert_eq!(head(Layout::SchemaFirst, state), None, "{state}");
+        }
+        assert_eq!(head(Layout::DocumentFirst, r#"{"ticket": "x"}"#), None);
     }
 }

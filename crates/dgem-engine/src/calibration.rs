@@ -117,8 +117,10 @@ pub(crate) fn text_key(
 /// only before its first reuse point, and from its last one to the slots in
 /// one batch (no point at the end of an unchained policy's chat turn), and
 /// batches a question's option listings as one prefix tree when they differ
-/// for up to 256 tokens (was 48).
-const READOUT_VERSION: &[u8] = b"readout-v5|";
+/// for up to 256 tokens (was 48); v6 adds a reuse point at the end of a
+/// `schema_first` JSON state's head (`{"ticket": `), which moves the chunk
+/// plan of such prompts.
+const READOUT_VERSION: &[u8] = b"readout-v6|";
 
 fn digest(key: &PriorKey) -> String {
     let mut h = Sha256::new();

@@ -22,8 +22,8 @@ use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
 use dgem_core::prompt::{
-    chat_prompt, head_prefix_len, policy_prefix_len, state_prefix_len, state_text, system_head,
-    system_text, SystemTextSpec,
+    chat_prompt, head_prefix_len, policy_prefix_len, state_head_len, state_prefix_len, state_text,
+    system_head, system_text, SystemTextSpec,
 };
 use dgem_core::readout::SlotRead;
 use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
@@ -209,8 +209,10 @@ impl Ctx<'_> {
     }
 
     /// BOS, then `text` (a [`Self::prompt_text`]) and `prefill` encoded, with
-    /// the reuse points: the end of the policy prefix (`schema_first`, also
-    /// the policy point), the end of the state and the end of the question
+    /// the reuse points: the end of the policy prefix and, past it, of the
+    /// state's head when the state is a JSON object (`schema_first`; the
+    /// later of the two is the policy point, the last one every decision
+    /// on a state of the same shape shares), the end of the state and the end of the question
     /// block's head after it (`document_first`), each when its tokens begin
     /// the prompt's (tokenizing may merge across the seam; then there is no
     /// point there), and, for a chained policy only, the end of the chat
@@ -233,6 +235,24 @@ impl Ctx<'_> {
             if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
                 reuse_points.push(bos + ids.len());
                 policy_point = Some(bos + ids.len());
+                // Past it, the state's head (`{"ticket": `), with the quote
+                // that opens a string value where the tokenizer writes it
+                // apart from the value's first word.
+                let head = text.state_head_len.map(|n| {
+                    let quoted = Some(n + 1).filter(|&m| text.text.get(n..m) == Some("\""));
+                    [quoted, Some(n)]
+                });
+                for n in head.iter().flatten().flatten() {
+                    let Some(prefix) = text.text.get(..*n) else {
+                        continue;
+                    };
+                    let ids = self.state_tokens(prefix)?;
+                    if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
+                        reuse_points.push(bos + ids.len());
+                        policy_point = Some(bos + ids.len());
+                        break;
+                    }
+                }
             }
         }
         // The head's end, or just after the blank line that follows it where
@@ -327,6 +347,7 @@ impl Ctx<'_> {
             text: chat_prompt(turns, self.schema.layout, &sys, state),
             prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
             state_len: state_prefix_len(turns, self.schema.layout, state),
+            state_head_len: state_head_len(turns, self.schema.layout, &sys, state),
             // Only where the block really begins with that head.
             head_len: sys
                 .starts_with(&head)

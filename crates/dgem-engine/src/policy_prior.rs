@@ -62,7 +62,7 @@ pub const PSEUDO_DECISIONS: f64 = 1.0;
 
 /// Version of the estimate, mixed into every key: a change to how priors are
 /// read or estimated must not reuse stored ones.
-const VERSION: &[u8] = b"policy-prior-v2|readout-v5|";
+const VERSION: &[u8] = b"policy-prior-v2|readout-v6|";
 
 /// One question's learning so far.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

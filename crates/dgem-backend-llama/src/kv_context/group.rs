@@ -6,7 +6,7 @@
 use dgem_backend::{BackendError, SequenceRead, SlotLogits};
 use dgem_core::tokenizer::TokenId;
 
-use super::{common_prefix, model_err, pos_i32, span, token, KvContext};
+use super::{common_prefix, model_err, pos_i32, span, store_points, token, KvContext};
 
 impl KvContext<'_> {
     /// Several reads sharing a prefix: the prefix up to the fork on sequence
@@ -48,7 +48,7 @@ impl KvContext<'_> {
             return Ok(None);
         }
         let plan = self.plan(shared, &base.reuse_points);
-        self.policy_point = base.policy_point;
+        self.store_points = store_points(base);
         let start = self.keep_prefix(&base.tokens[..shared], shared, &plan)?;
         self.decode_prompt(
             &base.tokens[..shared],

@@ -29,8 +29,9 @@ pub(crate) struct Prompt {
     /// decision shares what comes before each), and, for a chained policy,
     /// where the model's turn starts (before the prefill).
     pub(crate) reuse_points: Vec<usize>,
-    /// Where the policy's shared prefix ends, when it is one of the reuse
-    /// points ([`SequenceRead::policy_point`]).
+    /// The last reuse point every decision of the policy on a state of the
+    /// same shape shares ([`SequenceRead::policy_point`]): the end of the
+    /// state's head when it is one, else of the policy's shared prefix.
     pub(crate) policy_point: Option<usize>,
 }
 
@@ -48,6 +49,10 @@ pub(crate) struct PromptText {
     /// lists, the question block's head included
     /// ([`dgem_core::prompt::head_prefix_len`]), if any.
     pub(crate) head_len: Option<usize>,
+    /// Bytes of `text` every decision of the policy on a state whose JSON
+    /// object begins with the same key shares
+    /// ([`dgem_core::prompt::state_head_len`]), if any.
+    pub(crate) state_head_len: Option<usize>,
 }
 
 /// The sequences that read one question after `prompt`: one for first-token
