@@ -3,9 +3,10 @@
 //!
 //! The in-memory [`super::snapshots`] keep prefixes for the life of a
 //! process; a one-shot `dgem decide` starts empty and would decode its
-//! policy's text again. When a canonical decode ends at a read's **policy
-//! point** (where a `schema_first` policy's shared prefix ends, see
-//! [`dgem_backend::SequenceRead::policy_point`]),
+//! policy's text again. When a canonical decode ends at one of a read's
+//! reuse points up to its **policy point** (where a `schema_first` policy's
+//! shared prefix ends, and past it where a JSON state's head ends,
+//! `{"ticket": "`; see [`dgem_backend::SequenceRead::policy_point`]),
 //! sequence 0's state is also written to a file here with llama.cpp's own
 //! sequence-state format (`llama_state_seq_save_file`: a versioned header,
 //! the tokens, then the KV cells). A later read whose chunk plan reaches

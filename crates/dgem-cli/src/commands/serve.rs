@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// template in `--templates` whose policy text does not depend on its
     /// variables, so the first request of each does not pay for them (about
     /// 4× a later decision under the default `document_first` layout: 3.8× in
-    /// `tools/serve_load.py --startup`, 4.2× in `dgem bench-speed`).
+    /// `tools/serve_load.py --startup`, 4.3× in `dgem bench-speed`).
     /// `/ready` waits for it (`phase: warming_priors`); the priors persist per
     /// model, so a restart finds them on disk. Embedded model only.
     #[arg(long = "warm-priors", env = "DGEM_WARM_PRIORS")]
