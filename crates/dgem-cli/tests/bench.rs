@@ -360,3 +360,118 @@ fn plan_counts_integer_score_expected_as_mapped() {
     let o = dgem(&["plan", "-d", &d, "--allow-refused"], Some(&m));
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
 }
+
+/// Four permutation items, each asking its own question (the text carries
+/// `nonce`, so priors learned by an earlier run of the test are not found).
+fn permutation_rows(dir: &std::path::Path, nonce: &str) -> String {
+    let rows: String = (0..4)
+        .map(|i| {
+            let row = json!({
+                "id": format!("p{i}"), "regime": "consensus",
+                "state": format!("Ticket {i}: the checkout page returns 502 errors since the deploy."),
+                "instructions": format!("Pick the next step for case {i} ({nonce})."),
+                "options": [{"name": "roll_back", "description": "undo the deploy"},
+                            {"name": "wait", "description": "do nothing for now"},
+                            {"name": "close", "description": "close the ticket"}],
+                "expected": "roll_back"});
+            format!("{row}\n")
+        })
+        .collect();
+    let path = dir.join("perm.jsonl");
+    std::fs::write(&path, rows).expect("write");
+    path.to_str().expect("utf8").to_owned()
+}
+
+/// `bench-permutation --learn 3` under `--order-debias prior`: each item's
+/// question is first decided on three other items' states, so it has
+/// learned its prior and every shift reads one listing (the canonical one,
+/// whatever the shift: no answer flips). Without `--learn` every shift is a
+/// learning decision, read in all three listings. `--learn` must leave an
+/// item states other than its own.
+#[test]
+fn permutation_with_learning_states_reads_each_shift_once() {
+    let Some(m) = model() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nonce = dir
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("run")
+        .to_owned();
+    let d = permutation_rows(dir.path(), &nonce);
+    let run = |learn: &str, n: &str, out: &str| {
+        let out = dir.path().join(out);
+        let o = dgem(
+            &[
+                "bench-permutation",
+                "-d",
+                &d,
+                "-n",
+                n,
+                "--learn",
+                learn,
+                "--order-debias",
+                "prior",
+                "--calibration",
+                "off",
+                "-o",
+                out.to_str().expect("utf8"),
+            ],
+            Some(&m),
+        );
+        let receipt = std::fs::read_to_string(&out)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+        (o, receipt)
+    };
+    let (o, r) = run("4", "4", "refused.json");
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains(
+            "`--learn` must be below the number of items this run reads (4), so that every item learns from other items' states. Given: 4"
+        ),
+        "{}",
+        common::stderr(&o)
+    );
+    assert!(r.is_none());
+
+    let (o, r) = run("3", "4", "learned.json");
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let r = r.expect("receipt");
+    let metric = |r: &Value, k: &str| r["metrics"][k].as_f64().unwrap_or(-1.0);
+    assert_eq!(metric(&r, "one_read_share"), 1.0);
+    assert_eq!(metric(&r, "mean_listings"), 1.0);
+    assert_eq!(metric(&r, "flip_rate"), 0.0);
+    assert_eq!(r["settings"]["learn"], 3);
+    for item in r["items"].as_array().expect("items") {
+        assert_eq!(item["learned_from"], 3, "{item}");
+        assert_eq!(item["shifts"].as_array().map(Vec::len), Some(3), "{item}");
+    }
+
+    // The same questions with another nonce: nothing learned, every shift
+    // reads all three listings.
+    let d = permutation_rows(dir.path(), &format!("{nonce}-again"));
+    let out = dir.path().join("learning.json");
+    let o = dgem(
+        &[
+            "bench-permutation",
+            "-d",
+            &d,
+            "-n",
+            "2",
+            "--order-debias",
+            "prior",
+            "--calibration",
+            "off",
+            "-o",
+            out.to_str().expect("utf8"),
+        ],
+        Some(&m),
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
+    assert_eq!(metric(&r, "mean_listings"), 3.0);
+    assert_eq!(metric(&r, "one_read_share"), 0.0);
+    assert_eq!(metric(&r, "flip_rate"), 0.0);
+}

@@ -6,7 +6,17 @@
 //! * total variation distance ½·Σ|p − q| between the distributions of two shifts:
 //!   the maximum over all pairs, and the mean against the canonical order;
 //! * JSD over shifts (BALD decomposition, H(mean) − mean H);
-//! * canonical accuracy (shift 0) and the accuracy of the mean over shifts.
+//! * canonical accuracy (shift 0) and the accuracy of the mean over shifts;
+//! * what each decision cost: the option listings it read (`mean_listings`,
+//!   and `one_read_share`, the share of decisions that read one listing).
+//!
+//! With `learn` states (`dgem bench-permutation --learn N`) the item's
+//! question is first decided on N other states, as a policy's earlier
+//! decisions, before its shifts are read. Under `--order-debias prior` a
+//! question's first three distinct states are read in every listing and
+//! teach it its prior; later decisions read one listing. Each item has one
+//! state of its own, so without learning states every shift is such a
+//! learning decision; with three, every shift is a one-read decision.
 
 use std::collections::BTreeMap;
 
@@ -80,6 +90,10 @@ pub struct ShiftOut {
     pub probs: Vec<f64>,
     /// Wall time, ms.
     pub wall_ms: f64,
+    /// Option listings the decision read (1: one read; `cyclic` reads every
+    /// rotation); 0 in receipts written before it was recorded.
+    #[serde(default)]
+    pub listings: usize,
 }
 
 /// One item's outcome.
@@ -109,6 +123,10 @@ pub struct PermutationItem {
     pub mean_tvd_vs_canonical: f64,
     /// JSD over shifts, nats.
     pub jsd: f64,
+    /// Other states the question was decided on before its shifts
+    /// (`--learn`).
+    #[serde(default)]
+    pub learned_from: usize,
     /// Error, if the item could not be decided.
     pub error: Option<String>,
 }
@@ -151,7 +169,24 @@ pub fn score_shifts(item: &mut PermutationItem) {
     item.jsd = metrics::jsd(&dists);
 }
 
-/// Decide one row under every cyclic shift of its options.
+/// The variables of `row`'s template with its options rotated left by
+/// `shift` and `state` as the case.
+fn variables(row: &PermutationRow, shift: usize, state: &Value) -> Map<String, Value> {
+    let mut opts = row.options.clone();
+    opts.rotate_left(shift);
+    let mut vars = Map::new();
+    vars.insert("state".into(), state.clone());
+    vars.insert(
+        "instructions".into(),
+        Value::String(row.instructions.clone()),
+    );
+    vars.insert("options".into(), json!(opts));
+    vars
+}
+
+/// Decide one row under every cyclic shift of its options, after deciding
+/// its question (canonical order) on each of `learn` (other rows' states;
+/// see the module docs).
 ///
 /// # Errors
 /// Only engine failures that should stop the run.
@@ -159,6 +194,7 @@ pub async fn run_item(
     d: &Decider,
     template: &str,
     row: PermutationRow,
+    learn: &[Value],
 ) -> Result<PermutationItem, BenchError> {
     let mut item = PermutationItem {
         id: row.id.clone(),
@@ -173,19 +209,25 @@ pub async fn run_item(
         max_tvd: 0.0,
         mean_tvd_vs_canonical: 0.0,
         jsd: 0.0,
+        learned_from: 0,
         error: None,
     };
+    for state in learn {
+        let vars = variables(&row, 0, state);
+        let outcome = async {
+            let (schema, state) = d.prepare(&row.id, "option_select", template, &vars)?;
+            d.decide(&row.id, schema, state).await
+        }
+        .await;
+        if let Err(e) = outcome {
+            item.error = Some(item_error(e)?);
+            return Ok(item);
+        }
+        item.learned_from += 1;
+    }
     let k = row.options.len();
     for shift in 0..k {
-        let mut opts = row.options.clone();
-        opts.rotate_left(shift);
-        let mut vars = Map::new();
-        vars.insert("state".into(), row.state.clone());
-        vars.insert(
-            "instructions".into(),
-            Value::String(row.instructions.clone()),
-        );
-        vars.insert("options".into(), json!(opts));
+        let vars = variables(&row, shift, &row.state);
         let outcome = async {
             let (schema, state) = d.prepare(&row.id, "option_select", template, &vars)?;
             d.decide(&row.id, schema, state).await
@@ -213,10 +255,16 @@ pub async fn run_item(
             winner: a.answer_name().to_owned(),
             probs,
             wall_ms: t.wall_ms,
+            listings: a.order.as_ref().map_or(1, |o| o.orders),
         });
     }
     score_shifts(&mut item);
     Ok(item)
+}
+
+/// Mean of `g` over an item's shifts (0 when it has none).
+fn mean_of(item: &PermutationItem, g: impl Fn(&ShiftOut) -> f64) -> f64 {
+    metrics::mean(&item.shifts.iter().map(g).collect::<Vec<_>>())
 }
 
 /// Metrics, breakdown by regime, and tables.
@@ -237,6 +285,11 @@ pub fn summarize(items: &[PermutationItem], decisions_per_s: f64) -> Summary {
                 f(&|i| f64::from(u8::from(i.ensemble_correct))),
             ),
             ("mean_distinct_winners", f(&|i| i.distinct_winners as f64)),
+            ("mean_listings", f(&|i| mean_of(i, |s| s.listings as f64))),
+            (
+                "one_read_share",
+                f(&|i| mean_of(i, |s| f64::from(u8::from(s.listings == 1)))),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -350,12 +403,14 @@ mod tests {
                     winner: "a".into(),
                     probs: vec![0.8, 0.2],
                     wall_ms: 1.0,
+                    listings: 2,
                 },
                 ShiftOut {
                     shift: 1,
                     winner: "b".into(),
                     probs: vec![0.3, 0.7],
                     wall_ms: 1.0,
+                    listings: 1,
                 },
             ],
             correct: false,
@@ -365,6 +420,7 @@ mod tests {
             max_tvd: 0.0,
             mean_tvd_vs_canonical: 0.0,
             jsd: 0.0,
+            learned_from: 0,
             error: None,
         };
         score_shifts(&mut item);
@@ -378,6 +434,9 @@ mod tests {
         let s = summarize(&[item], 1.0);
         assert_eq!(s.metrics["flip_rate"], 1.0);
         assert_eq!(s.metrics["flip_rate.regime.r"], 1.0);
+        // One of the two decisions read one listing, the other two.
+        assert_eq!(s.metrics["mean_listings"], 1.5);
+        assert_eq!(s.metrics["one_read_share"], 0.5);
     }
 
     /// A case given as a JSON object is the template's `state` as is; any

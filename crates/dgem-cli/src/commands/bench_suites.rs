@@ -35,6 +35,15 @@ pub struct RerankArgs {
 pub struct PermutationArgs {
     #[command(flatten)]
     pub run: RunArgs,
+    /// Before an item's shifts, decide its question (options in their
+    /// canonical order) on the states of the N items after it among the
+    /// items this run reads (wrapping around), as a policy's earlier
+    /// decisions. Under `--order-debias prior` a question learns its prior
+    /// from its first 3 distinct states and reads one listing after them, so
+    /// `--learn 3` times one-read decisions; 0 (the default) leaves every
+    /// shift a learning decision.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub learn: usize,
 }
 
 /// Arguments of `dgem bench-compare`.
@@ -126,11 +135,20 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
     let a = &args.run;
     let template = Arc::new(bench_template("option_select")?);
     let p = prepare::<PermutationRow>(a, "data/permutation_suite.jsonl", true)?;
-    let st = settings(a, json!({"shifts": "cyclic, one per option"}));
+    let learn = learning_states(&p.dataset.rows, args.learn)?;
+    let mut st_extra = json!({"shifts": "cyclic, one per option"});
+    if args.learn > 0 {
+        st_extra["learn"] = json!(args.learn);
+    }
+    let st = settings(a, st_extra);
     let d = p.decider.clone();
+    let learn = Arc::new(learn);
     let outcome = execute(a, "permutation", &p, &st, move |_, row| {
-        let (d, t) = (d.clone(), template.clone());
-        async move { suites::permutation::run_item(&d, &t, row).await }
+        let (d, t, learn) = (d.clone(), template.clone(), learn.clone());
+        async move {
+            let states = learn.get(&row.id).cloned().unwrap_or_default();
+            suites::permutation::run_item(&d, &t, row, &states).await
+        }
     })?;
     let per = outcome
         .rows
@@ -151,6 +169,34 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
         &s,
         &["flip_rate", "mean_max_tvd", "canonical_accuracy"],
     )
+}
+
+/// `--learn`: for each row's id, the states of the `n` rows after it among
+/// `rows` (wrapping around).
+///
+/// # Errors
+/// A user error when `n` is not below the number of rows: a question must
+/// learn from states other than its own.
+fn learning_states(
+    rows: &[(usize, PermutationRow)],
+    n: usize,
+) -> Result<std::collections::HashMap<String, Vec<Value>>, Failure> {
+    if n > 0 && n >= rows.len() {
+        return Err(user(anyhow::anyhow!(
+            "`--learn` must be below the number of items this run reads ({}), so that every item learns from other items' states. Given: {n}",
+            rows.len()
+        )));
+    }
+    Ok(rows
+        .iter()
+        .enumerate()
+        .map(|(i, (_, row))| {
+            let states = (1..=n)
+                .map(|k| rows[(i + k) % rows.len()].1.state.clone())
+                .collect();
+            (row.id.clone(), states)
+        })
+        .collect())
 }
 
 /// Arguments of `dgem bench-jev`.
