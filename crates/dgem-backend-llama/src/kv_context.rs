@@ -348,6 +348,16 @@ impl<'m> KvContext<'m> {
         if let Some((point, path, bounds)) = stored {
             self.reset();
             if KvStore::load(&mut self.ctx, &path, &tokens[..point]) {
+                // The shorter prefixes of the same read stay as recent as the
+                // one loaded, so a state of another shape still finds its
+                // policy's.
+                if let Some(store) = &self.kv_store {
+                    for &p in self.store_points.iter().filter(|&&p| p < point) {
+                        if let Some((shorter, _)) = store.find(tokens, p, plan) {
+                            KvStore::touch(&shorter);
+                        }
+                    }
+                }
                 self.cached = tokens[..point].to_vec();
                 self.bounds = bounds;
                 self.trusted = point;

@@ -134,11 +134,33 @@ async fn a_new_state_of_the_same_shape_is_read_from_its_first_value_in_a_new_pro
 
     // A new process: the same first key loads the longer prefix, another
     // key the policy's; both with the cold bits.
+    // Regression (review): loading the head's file refreshed only that
+    // file, so the policy's own prefix aged and was pruned first. Age it,
+    // and see the next load make it recent again.
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .expect("store")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0));
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400);
+    for f in &files {
+        std::fs::File::options()
+            .append(true)
+            .open(f)
+            .and_then(|h| h.set_modified(old))
+            .expect("age the file");
+    }
     let second = load(&path, Some(dir.path()));
     let warm = second.forward(vec![b]).await.expect("same key");
     assert_eq!(warm.stats.cached_tokens, head, "{:?}", warm.stats);
     assert_eq!(warm.sequences, cold_b.sequences, "same bits as cold");
     drop(second);
+    for f in &files {
+        let modified = std::fs::metadata(f)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        assert!(modified > old, "{f:?} still looks unused");
+    }
     let third = load(&path, Some(dir.path()));
     let warm = third.forward(vec![other]).await.expect("another key");
     assert_eq!(warm.stats.cached_tokens, policy, "{:?}", warm.stats);

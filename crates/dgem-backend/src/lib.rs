@@ -122,6 +122,7 @@ pub struct SequenceRead {
     pub slots: Vec<SlotQuery>,
     /// Prefix lengths (token counts, sorted) that later reads are expected to
     /// share with this one — where a policy's shared prompt ends, where the
+    /// head of a JSON state after it ends (`{"ticket": "`), where the
     /// state ends and where the question block's head after it ends (the
     /// questions of one decision read apart share both), where the model's
     /// turn starts when later stages of a chained policy prefill it. A hint
@@ -137,8 +138,9 @@ pub struct SequenceRead {
     /// The last of `reuse_points` that every decision of the policy on a
     /// state of the same shape shares (a token count), under `schema_first`:
     /// the end of the policy's own text, or, when the state is a JSON object,
-    /// the end of the state's head after it (its brace and first key,
-    /// `{"ticket": `). A backend may keep the prefixes up to it between
+    /// the end of the state's head after it (its brace, first key and the
+    /// quote that opens a string value where the tokenizer writes it apart,
+    /// `{"ticket": "`). A backend may keep the prefixes up to it between
     /// processes (the embedded backend writes the KV state at each reuse
     /// point up to it to disk). `None`
     /// when the read begins with nothing a policy alone fixes, e.g. under

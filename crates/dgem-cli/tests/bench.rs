@@ -434,6 +434,27 @@ fn permutation_with_learning_states_reads_each_shift_once() {
         common::stderr(&o)
     );
     assert!(r.is_none());
+    // The learning states of a sharded run would depend on the split.
+    let o = dgem(
+        &[
+            "bench-permutation",
+            "-d",
+            &d,
+            "--learn",
+            "1",
+            "--shard",
+            "0/2",
+        ],
+        Some(&m),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains(
+            "`--learn` cannot be combined with `--shard`: an item's learning states would depend on the split. Given: --learn 1 --shard 0/2"
+        ),
+        "{}",
+        common::stderr(&o)
+    );
 
     let (o, r) = run("3", "4", "learned.json");
     assert!(o.status.success(), "{}", common::stderr(&o));

@@ -47,8 +47,10 @@ pub(crate) const FORMAT: &str = "dgem-kv-v1";
 /// Most prefix files kept in one store.
 pub(crate) const MAX_FILES: usize = 64;
 
-/// Most bytes of prefix files kept in one store (512 MiB: about 18 policies
-/// of 1,000 tokens on a 1.5B model at 28 KB a token).
+/// Most bytes of prefix files kept in one store (512 MiB: about 18 files of
+/// 1,000 tokens on a 1.5B model at 28 KB a token; a policy whose states are
+/// JSON objects keeps two, its own prefix and its state head's, more when
+/// its states begin with different keys).
 pub(crate) const MAX_BYTES: u64 = 512 << 20;
 
 /// The llama.cpp bindings this build's numbers come from (the
@@ -179,15 +181,19 @@ impl KvStore {
             Err(_) => false,
         };
         if ok {
-            // Most recently used: the last one a prune removes.
-            if let Ok(f) = std::fs::File::options().append(true).open(path) {
-                let _ = f.set_modified(std::time::SystemTime::now());
-            }
+            Self::touch(path);
         } else {
             tracing::warn!(path = %path.display(), "a kept policy prefix could not be loaded; removed");
             let _ = std::fs::remove_file(path);
         }
         ok
+    }
+
+    /// Mark `path` most recently used: the last one a prune removes.
+    pub(crate) fn touch(path: &Path) {
+        if let Ok(f) = std::fs::File::options().append(true).open(path) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
     }
 
     /// Remove the least recently used files past [`MAX_FILES`] or

@@ -135,8 +135,16 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
     let a = &args.run;
     let template = Arc::new(bench_template("option_select")?);
     let p = prepare::<PermutationRow>(a, "data/permutation_suite.jsonl", true)?;
+    if let (true, Some(shard)) = (args.learn > 0, &p.shard) {
+        return Err(user(anyhow::anyhow!(
+            "`--learn` cannot be combined with `--shard`: an item's learning states would depend on the split. Given: --learn {} --shard {shard}",
+            args.learn
+        )));
+    }
     let learn = learning_states(&p.dataset.rows, args.learn)?;
-    let mut st_extra = json!({"shifts": "cyclic, one per option"});
+    // `listings`: each shift records the listings it read (receipts and
+    // partial runs from before lack it, and are not resumed into this one).
+    let mut st_extra = json!({"shifts": "cyclic, one per option", "listings": "recorded"});
     if args.learn > 0 {
         st_extra["learn"] = json!(args.learn);
     }
@@ -150,10 +158,11 @@ pub fn run_permutation(args: PermutationArgs) -> Result<Outcome, Failure> {
             suites::permutation::run_item(&d, &t, row, &states).await
         }
     })?;
+    // Decisions per item: its shifts and its `--learn` decisions.
     let per = outcome
         .rows
         .iter()
-        .map(|i| i.shifts.len() as f64)
+        .map(|i| (i.shifts.len() + i.learned_from) as f64)
         .sum::<f64>()
         / outcome.rows.len().max(1) as f64;
     let s = suites::permutation::summarize(
