@@ -363,11 +363,11 @@ fn order_debias_for(
     given: OrderDebiasArg,
     card: &dgem_model::ModelCard,
 ) -> dgem_core::order::OrderDebias {
-    use dgem_core::order::{OrderDebias, PRIOR_LEARNING_ORDERS};
+    use dgem_core::order::{OrderDebias, DEFAULT_MAX_ORDERS};
     match given {
         OrderDebiasArg::Set(o) => o,
         OrderDebiasArg::Auto if card.one_read_prior => OrderDebias::Prior {
-            max_orders: PRIOR_LEARNING_ORDERS,
+            max_orders: DEFAULT_MAX_ORDERS,
         },
         OrderDebiasArg::Auto => OrderDebias::default(),
     }
@@ -429,11 +429,11 @@ mod calibration_tests {
 
     #[test]
     fn auto_order_debias_follows_the_catalogued_model_and_the_user_overrides_it() {
-        use dgem_core::order::{OrderDebias, PRIOR_LEARNING_ORDERS};
+        use dgem_core::order::{OrderDebias, DEFAULT_MAX_ORDERS};
         let qwen = dgem_model::qwen_coder_1_5b().card;
         let gemma = dgem_model::gemma3_270m().card;
         let prior = OrderDebias::Prior {
-            max_orders: PRIOR_LEARNING_ORDERS,
+            max_orders: DEFAULT_MAX_ORDERS,
         };
         assert_eq!(parse_order_debias("auto"), Ok(OrderDebiasArg::Auto));
         assert_eq!(order_debias_for(OrderDebiasArg::Auto, &qwen), prior);

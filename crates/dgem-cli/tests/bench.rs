@@ -386,7 +386,7 @@ fn permutation_rows(dir: &std::path::Path, nonce: &str) -> String {
 /// question is first decided on three other items' states, so it has
 /// learned its prior and every shift reads one listing (the canonical one,
 /// whatever the shift: no answer flips). Without `--learn` every shift is a
-/// learning decision, read in two listings. `--learn` must leave an
+/// learning decision, read in all three listings. `--learn` must leave an
 /// item states other than its own.
 #[test]
 fn permutation_with_learning_states_reads_each_shift_once() {
@@ -470,8 +470,7 @@ fn permutation_with_learning_states_reads_each_shift_once() {
     }
 
     // The same questions with another nonce: nothing learned, every shift
-    // is a learning decision, read in two listings (the canonical one and
-    // its rotation by half the list).
+    // reads all three listings.
     let d = permutation_rows(dir.path(), &format!("{nonce}-again"));
     let out = dir.path().join("learning.json");
     let o = dgem(
@@ -493,7 +492,7 @@ fn permutation_with_learning_states_reads_each_shift_once() {
     assert!(o.status.success(), "{}", common::stderr(&o));
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
-    assert_eq!(metric(&r, "mean_listings"), 2.0);
+    assert_eq!(metric(&r, "mean_listings"), 3.0);
     assert_eq!(metric(&r, "one_read_share"), 0.0);
     assert_eq!(metric(&r, "flip_rate"), 0.0);
 }

@@ -29,9 +29,8 @@
 //!    options: its position prior for that listing times its preference for
 //!    some label words. The cloze reader learns that vector per question from
 //!    the policy's own first decisions (`dgem_engine::policy_prior`: the
-//!    first three distinct states are read in [`PRIOR_LEARNING_ORDERS`]
-//!    evenly spaced cyclic listings and answered as `cyclic` answers them
-//!    with that many; the mean of their canonical-listing
+//!    first three distinct states are read in every cyclic listing and
+//!    answered as `cyclic` answers them; the mean of their canonical-listing
 //!    reads, with one uniform pseudo-decision mixed in, is the prior, kept on
 //!    disk), then reads every later state once,
 //!    in the canonical listing, and divides the read by it (batch
@@ -58,19 +57,6 @@ use crate::schema::{Question, QuestionKind};
 /// scores); longer lists are read at 6 evenly spaced shifts.
 pub const DEFAULT_MAX_ORDERS: usize = 6;
 
-/// Listings a decision that learns its policy's prior reads under `prior`
-/// (`--order-debias prior`): the canonical one and its rotation by half the
-/// list, so every option is read once in each half (first and last
-/// positions, where primacy and recency bias pull opposite ways), pooled.
-/// Chosen by measurement on Qwen2.5-Coder 1.5B's eval set (its default
-/// `schema_first`, a fresh model home): 2 listings gave 81.7 % slot accuracy,
-/// ECE 0.152, Brier 0.316, against 81.7 %, 0.152 and 0.314 with every
-/// listing (up to 6) in about two thirds of the wall time; one listing (the
-/// canonical read alone, raw or divided by the mean so far) gave 75.0 %.
-/// A new policy's first decision then costs two reads of a many-option
-/// question instead of up to six.
-pub const PRIOR_LEARNING_ORDERS: usize = 2;
-
 /// Order debiasing setting of one decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderDebias {
@@ -82,9 +68,9 @@ pub enum OrderDebias {
         max_orders: usize,
     },
     /// One read in the canonical listing, divided by the prior learned from
-    /// the question's first decisions, which are read in evenly spaced
-    /// cyclic listings (at most `max_orders`, [`PRIOR_LEARNING_ORDERS`] as
-    /// `prior` parses) until it is learned (module docs, item 3).
+    /// the question's first decisions, which are read in the cyclic
+    /// listings (at most `max_orders`) until it is learned (module docs,
+    /// item 3).
     Prior {
         /// Most listings a decision that learns the prior reads (at least 1).
         max_orders: usize,
@@ -147,7 +133,7 @@ impl OrderDebias {
             "off" | "none" | "1" => Ok(Self::Off),
             "cyclic" | "on" | "auto" => Ok(Self::default()),
             "prior" => Ok(Self::Prior {
-                max_orders: PRIOR_LEARNING_ORDERS,
+                max_orders: DEFAULT_MAX_ORDERS,
             }),
             other => match other.parse::<usize>() {
                 Ok(n) if (2..=26).contains(&n) => Ok(Self::Cyclic { max_orders: n }),

@@ -5,10 +5,8 @@
 //! ([`dgem_core::order::OrderDebias::Prior`]).
 //!
 //! The first [`PRIOR_DECISIONS`] decisions of a question (distinct states)
-//! are read in [`dgem_core::order::PRIOR_LEARNING_ORDERS`] evenly spaced
-//! cyclic listings (the canonical one and its rotation by half the list),
-//! as `cyclic` capped at that many reads them, and are answered by pooling
-//! those listings. One of those listings is the
+//! are read in every cyclic listing, exactly as `cyclic` reads them, and are
+//! answered by pooling those listings. One of those listings is the
 //! canonical one; its read of each state is kept. Their **mean**, with
 //! [`PSEUDO_DECISIONS`] of the uniform distribution mixed in, is the
 //! question's prior: what the model answers on average over the policy's

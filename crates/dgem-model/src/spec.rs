@@ -204,7 +204,7 @@ pub fn qwen_coder_1_5b() -> ModelSpec {
             hub: Some("hf:Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf".to_owned()),
             licence: "Apache-2.0".to_owned(),
             licence_url: "https://www.apache.org/licenses/LICENSE-2.0".to_owned(),
-            note: "embedded Qwen2.5-Coder 1.5B Instruct on CPU: it has real skill on decisions (23 to 43 points over chance on dgem's eval sets; a policy's first three decisions are read in two option orders and teach it the prior later ones divide out), but its confidence runs low and its score questions are unreliable, so act on confident answers and re-read or escalate hesitant ones (docs/models.md)".to_owned(),
+            note: "embedded Qwen2.5-Coder 1.5B Instruct on CPU: it has real skill on decisions (23 to 43 points over chance on dgem's eval sets; a policy's first three decisions read every option order and teach it the prior later ones divide out), but its confidence runs low and its score questions are unreliable, so act on confident answers and re-read or escalate hesitant ones (docs/models.md)".to_owned(),
             figures: vec![
                 "eval set, 60 slots, its defaults (one read with the policy's learned prior, schema_first): slot accuracy 81.7 % (chance 38.9 %), ECE 0.152, Brier 0.314 (uniform 0.611); cyclic order debiasing 70.0 %; read raw 48.3 % (benchmarks/results/qwen2.5-coder-1.5b/)".to_owned(),
                 "a new state of a known policy: 497 ms median on 2 cores (benchmarks/results/qwen2.5-coder-1.5b/speed_one_read.json)".to_owned(),

@@ -13,7 +13,7 @@
 //! With `learn` states (`dgem bench-permutation --learn N`) the item's
 //! question is first decided on N other states, as a policy's earlier
 //! decisions, before its shifts are read. Under `--order-debias prior` a
-//! question's first three distinct states are read in two listings and
+//! question's first three distinct states are read in every listing and
 //! teach it its prior; later decisions read one listing. Each item has one
 //! state of its own, so without learning states every shift is such a
 //! learning decision; with three, every shift is a one-read decision.

@@ -37,7 +37,7 @@
 //! once the policy's position prior is learned (the canonical listing read
 //! once, the prior divided out), `prior_first_of_policy` the first decision
 //! of a new policy under it (one of the decisions the prior is learned from:
-//! two listings read), divided by `prior_cold` (goal ≤ 2×).
+//! every cyclic listing read), divided by `prior_cold` (goal ≤ 2×).
 //! `prior_schema_first_cached` is a new state of a known `schema_first`
 //! policy (prior learned, its prefix cached by the decision just before),
 //! divided by `new_tokens`: llama.cpp's own evaluation of the tokens of that
@@ -448,7 +448,7 @@ async fn run_rounds(
         EngineConfig {
             calibration_store: None,
             order_debias: dgem_core::order::OrderDebias::Prior {
-                max_orders: dgem_core::order::PRIOR_LEARNING_ORDERS,
+                max_orders: dgem_core::order::DEFAULT_MAX_ORDERS,
             },
             ..config.clone()
         },
@@ -484,7 +484,7 @@ async fn run_rounds(
         }
     }
     // The `prior` engine learns each policy's prior from its first distinct
-    // states (read in two listings); later ones read once.
+    // states (read in every cyclic listing); later ones read once.
     for s in [&main, &sf] {
         for i in 0..dgem_engine::policy_prior::PRIOR_DECISIONS {
             b.cold_prior(s, &format!("{TICKET_B} (Earlier ticket {i}.)"))

@@ -105,9 +105,8 @@ pub struct ModelArgs {
     /// reads, so the answer does not depend on the order the policy lists its
     /// options in; a number 2..=26 caps the listings; `prior` reads the
     /// canonical listing once and divides out a prior learned from the
-    /// policy's first three decisions, which are read in two listings (the
-    /// canonical one and its rotation by half the list) and pooled (one
-    /// prompt per decision after those; the prior is kept with the
+    /// policy's first three decisions, which are read as `cyclic` reads them
+    /// (one prompt per decision after those; the prior is kept with the
     /// calibration priors); `off` reads the policy's own order once (faster,
     /// order-biased).
     #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "auto", value_parser = parse_order_debias, value_name = "auto|cyclic|prior|off|N")]

@@ -169,7 +169,7 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
         )?)
     };
     // Priors and caches of the policy, each way: `--order-debias prior` reads
-    // a policy's first PRIOR_DECISIONS distinct states in two listings to
+    // a policy's first PRIOR_DECISIONS distinct states in every listing to
     // learn its prior, so the rounds start once both the host and this
     // engine have read that many (tickets the rounds never use).
     for i in 0..dgem_engine::policy_prior::PRIOR_DECISIONS as u32 {
