@@ -759,13 +759,7 @@ async fn a_policy_prefix_kept_on_disk_is_loaded_by_the_next_process_with_the_col
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let load = |store: bool| {
-        let mut cfg = LlamaConfig::new(&path, "test-model");
-        cfg.context_size = 1024;
-        cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-        cfg.kv_store = store.then(|| dir.path().to_path_buf());
-        LlamaBackend::load(cfg).expect("model loads")
-    };
+    let load = |store: bool| common::backend_with_store(&path, store.then(|| dir.path()));
     let first = load(true);
     let tok = first.tokenizer();
     let policy = "Policy: send each message to the team that owns the product it names.";

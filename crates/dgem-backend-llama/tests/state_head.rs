@@ -13,20 +13,11 @@ mod common;
 use std::sync::Arc;
 
 use dgem_backend::{Backend, SequenceRead};
-use dgem_backend_llama::{LlamaBackend, LlamaConfig};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{CalibrationMode, DecideRequest, Engine, EngineConfig};
 use serde_json::{json, Value};
 
-use common::{model_path, Recorder};
-
-fn load(path: &std::path::Path, store: Option<&std::path::Path>) -> LlamaBackend {
-    let mut cfg = LlamaConfig::new(path, "test-model");
-    cfg.context_size = 1024;
-    cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
-    cfg.kv_store = store.map(std::path::Path::to_path_buf);
-    LlamaBackend::load(cfg).expect("model loads")
-}
+use common::{backend_with_store as load, model_path, Recorder};
 
 /// An engine over `recorder`: no order debiasing, no calibration, so a
 /// decision is one read.

@@ -172,7 +172,12 @@ fn jev_rows(dir: &std::path::Path, with_bad: bool) -> String {
         rows.push(json!({"id": "bad", "state": [1], "question": q("noul"),
                          "labels": ["yes", "no"], "expected": "no"}));
     }
-    let path = dir.join("rows.jsonl");
+    write_jsonl(dir, "rows.jsonl", &rows)
+}
+
+/// `rows` as a JSON Lines file `name` in `dir`; its path.
+fn write_jsonl(dir: &std::path::Path, name: &str, rows: &[Value]) -> String {
+    let path = dir.join(name);
     let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
     std::fs::write(&path, text).expect("write");
     path.to_str().expect("utf8").to_owned()
@@ -364,22 +369,19 @@ fn plan_counts_integer_score_expected_as_mapped() {
 /// Four permutation items, each asking its own question (the text carries
 /// `nonce`, so priors learned by an earlier run of the test are not found).
 fn permutation_rows(dir: &std::path::Path, nonce: &str) -> String {
-    let rows: String = (0..4)
+    let rows: Vec<Value> = (0..4)
         .map(|i| {
-            let row = json!({
+            json!({
                 "id": format!("p{i}"), "regime": "consensus",
                 "state": format!("Ticket {i}: the checkout page returns 502 errors since the deploy."),
                 "instructions": format!("Pick the next step for case {i} ({nonce})."),
                 "options": [{"name": "roll_back", "description": "undo the deploy"},
                             {"name": "wait", "description": "do nothing for now"},
                             {"name": "close", "description": "close the ticket"}],
-                "expected": "roll_back"});
-            format!("{row}\n")
+                "expected": "roll_back"})
         })
         .collect();
-    let path = dir.join("perm.jsonl");
-    std::fs::write(&path, rows).expect("write");
-    path.to_str().expect("utf8").to_owned()
+    write_jsonl(dir, "perm.jsonl", &rows)
 }
 
 /// `bench-permutation --learn 3` under `--order-debias prior`: each item's
@@ -399,13 +401,13 @@ fn permutation_with_learning_states_reads_each_shift_once() {
         .unwrap_or("run")
         .to_owned();
     let d = permutation_rows(dir.path(), &nonce);
-    let run = |learn: &str, n: &str, out: &str| {
+    let run = |d: &str, learn: &str, n: &str, out: &str| {
         let out = dir.path().join(out);
         let o = dgem(
             &[
                 "bench-permutation",
                 "-d",
-                &d,
+                d,
                 "-n",
                 n,
                 "--learn",
@@ -424,7 +426,7 @@ fn permutation_with_learning_states_reads_each_shift_once() {
             .and_then(|t| serde_json::from_str::<Value>(&t).ok());
         (o, receipt)
     };
-    let (o, r) = run("4", "4", "refused.json");
+    let (o, r) = run(&d, "4", "4", "refused.json");
     assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
     assert!(
         common::stderr(&o).contains(
@@ -456,7 +458,7 @@ fn permutation_with_learning_states_reads_each_shift_once() {
         common::stderr(&o)
     );
 
-    let (o, r) = run("3", "4", "learned.json");
+    let (o, r) = run(&d, "3", "4", "learned.json");
     assert!(o.status.success(), "{}", common::stderr(&o));
     let r = r.expect("receipt");
     let metric = |r: &Value, k: &str| r["metrics"][k].as_f64().unwrap_or(-1.0);
@@ -471,27 +473,11 @@ fn permutation_with_learning_states_reads_each_shift_once() {
 
     // The same questions with another nonce: nothing learned, every shift
     // reads all three listings.
-    let d = permutation_rows(dir.path(), &format!("{nonce}-again"));
-    let out = dir.path().join("learning.json");
-    let o = dgem(
-        &[
-            "bench-permutation",
-            "-d",
-            &d,
-            "-n",
-            "2",
-            "--order-debias",
-            "prior",
-            "--calibration",
-            "off",
-            "-o",
-            out.to_str().expect("utf8"),
-        ],
-        Some(&m),
-    );
+    // (`--learn 0` is the default.)
+    let again = permutation_rows(dir.path(), &format!("{nonce}-again"));
+    let (o, r) = run(&again, "0", "2", "learning.json");
     assert!(o.status.success(), "{}", common::stderr(&o));
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("receipt")).expect("json");
+    let r = r.expect("receipt");
     assert_eq!(metric(&r, "mean_listings"), 3.0);
     assert_eq!(metric(&r, "one_read_share"), 0.0);
     assert_eq!(metric(&r, "flip_rate"), 0.0);

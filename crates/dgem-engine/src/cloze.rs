@@ -230,49 +230,38 @@ impl Ctx<'_> {
         );
         let mut reuse_points = Vec::with_capacity(3);
         let mut policy_point = None;
-        if let Some(prefix) = text.prefix_len.and_then(|n| text.text.get(..n)) {
-            let ids = self.engine.prefix_tokens(self.tok, prefix)?;
-            if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
-                reuse_points.push(bos + ids.len());
-                policy_point = Some(bos + ids.len());
-                // Past it, the state's head (`{"ticket": `), with the quote
-                // that opens a string value where the tokenizer writes it
-                // apart from the value's first word.
-                let head = text.state_head_len.map(|n| {
-                    let quoted = Some(n + 1).filter(|&m| text.text.get(n..m) == Some("\""));
-                    [quoted, Some(n)]
-                });
-                for n in head.iter().flatten().flatten() {
-                    let Some(prefix) = text.text.get(..*n) else {
-                        continue;
-                    };
-                    let ids = self.state_tokens(prefix)?;
-                    if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
-                        reuse_points.push(bos + ids.len());
-                        policy_point = Some(bos + ids.len());
-                        break;
-                    }
-                }
+        // The policy's end and, past it, the state's head (`{"ticket": `),
+        // with the quote that opens a string value where the tokenizer writes
+        // it apart from the value's first word. Both texts are the same for
+        // every decision of the policy on states of one shape, so their
+        // tokens come from the engine's prefix cache.
+        let policy = |prefix: &str| self.engine.prefix_tokens(self.tok, prefix);
+        if let Some(end) = first_point(&tokens, bos, &text.text, [text.prefix_len], policy)? {
+            reuse_points.push(end);
+            policy_point = Some(end);
+            let head = text.state_head_len.map_or([None, None], |n| {
+                let quoted = Some(n + 1).filter(|&m| text.text.get(n..m) == Some("\""));
+                [quoted, Some(n)]
+            });
+            if let Some(end) = first_point(&tokens, bos, &text.text, head, policy)? {
+                reuse_points.push(end);
+                policy_point = Some(end);
             }
         }
-        // The head's end, or just after the blank line that follows it where
-        // a tokenizer writes the head's last character and that blank line as
-        // one token (a BPE that merges `.\n\n`).
-        let head = text.head_len.map(|n| {
+        // The state's end, and the head's end or just after the blank line
+        // that follows it where a tokenizer writes the head's last character
+        // and that blank line as one token (a BPE that merges `.\n\n`). Their
+        // texts hold the state, so their tokens are kept for this decision
+        // only.
+        let state = |prefix: &str| self.state_tokens(prefix);
+        if let Some(end) = first_point(&tokens, bos, &text.text, [text.state_len], state)? {
+            reuse_points.push(end);
+        }
+        if let Some(n) = text.head_len {
             let after_blank = Some(n + 2).filter(|&m| text.text.get(n..m) == Some("\n\n"));
-            [Some(n), after_blank]
-        });
-        for candidates in [[text.state_len, None]].into_iter().chain(head) {
-            for prefix in candidates
-                .iter()
-                .flatten()
-                .filter_map(|&n| text.text.get(..n))
+            if let Some(end) = first_point(&tokens, bos, &text.text, [Some(n), after_blank], state)?
             {
-                let ids = self.state_tokens(prefix)?;
-                if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
-                    reuse_points.push(bos + ids.len());
-                    break;
-                }
+                reuse_points.push(end);
             }
         }
         if self.chained {
@@ -373,6 +362,30 @@ impl Ctx<'_> {
         }
         Ok((all, ranges))
     }
+}
+
+/// The first of `candidates` (byte lengths of `text`) whose prefix of
+/// `text`, encoded by `encode`, begins `tokens` after BOS (`bos` tokens): the
+/// reuse point there, in tokens. Tokenizing may merge across a seam; a
+/// candidate whose tokens do not begin the prompt's gives no point.
+fn first_point(
+    tokens: &[TokenId],
+    bos: usize,
+    text: &str,
+    candidates: impl IntoIterator<Item = Option<usize>>,
+    encode: impl Fn(&str) -> Result<std::sync::Arc<Vec<TokenId>>, EngineError>,
+) -> Result<Option<usize>, EngineError> {
+    for prefix in candidates
+        .into_iter()
+        .flatten()
+        .filter_map(|n| text.get(..n))
+    {
+        let ids = encode(prefix)?;
+        if tokens.get(bos..bos + ids.len()) == Some(&ids[..]) {
+            return Ok(Some(bos + ids.len()));
+        }
+    }
+    Ok(None)
 }
 
 /// Earlier answers prefilled in the model's turn: each group's answer lines,

@@ -131,13 +131,14 @@ pub struct Engine {
     /// `--order-debias prior` ([`policy_prior`]); stored beside the
     /// calibration priors (`<store>.policy.json`).
     policy_priors: Mutex<policy_prior::PolicyPriors>,
-    /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix_len`]),
+    /// Tokens of recent policy prefixes ([`dgem_core::prompt::policy_prefix_len`],
+    /// and with a JSON state's head, [`dgem_core::prompt::state_head_len`]),
     /// so a decision of a cached policy does not tokenize its prefix twice.
     prefixes: Mutex<lru::LruCache<String, Arc<Vec<TokenId>>>>,
 }
 
 /// Policy prefixes whose tokens are kept (one per recently used policy and
-/// sample permutation).
+/// sample permutation, and one per state shape after it).
 const PREFIX_CACHE_ENTRIES: usize = 64;
 
 impl Engine {

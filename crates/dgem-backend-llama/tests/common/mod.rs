@@ -2,7 +2,7 @@
 //! points at a Gemma 3 GGUF.
 #![allow(dead_code, clippy::print_stderr)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -70,6 +70,17 @@ pub fn backend(path: &PathBuf) -> LlamaBackend {
     // These tests compare lone reads through the prefix cache; batched reads
     // (the default) have a test of their own.
     cfg.batch_reads = false;
+    LlamaBackend::load(cfg).expect("model loads")
+}
+
+/// A backend with a small context and two threads that keeps policy
+/// prefixes on disk in `store` (none when `None`), reads batched as by
+/// default.
+pub fn backend_with_store(path: &Path, store: Option<&Path>) -> LlamaBackend {
+    let mut cfg = LlamaConfig::new(path, "test-model");
+    cfg.context_size = 1024;
+    cfg.n_threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    cfg.kv_store = store.map(Path::to_path_buf);
     LlamaBackend::load(cfg).expect("model loads")
 }
 

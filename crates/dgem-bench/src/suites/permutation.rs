@@ -212,14 +212,13 @@ pub async fn run_item(
         learned_from: 0,
         error: None,
     };
+    let id = row.id.as_str();
+    let decide = |vars: Map<String, Value>| async move {
+        let (schema, state) = d.prepare(id, "option_select", template, &vars)?;
+        d.decide(id, schema, state).await
+    };
     for state in learn {
-        let vars = variables(&row, 0, state);
-        let outcome = async {
-            let (schema, state) = d.prepare(&row.id, "option_select", template, &vars)?;
-            d.decide(&row.id, schema, state).await
-        }
-        .await;
-        if let Err(e) = outcome {
+        if let Err(e) = decide(variables(&row, 0, state)).await {
             item.error = Some(item_error(e)?);
             return Ok(item);
         }
@@ -227,12 +226,7 @@ pub async fn run_item(
     }
     let k = row.options.len();
     for shift in 0..k {
-        let vars = variables(&row, shift, &row.state);
-        let outcome = async {
-            let (schema, state) = d.prepare(&row.id, "option_select", template, &vars)?;
-            d.decide(&row.id, schema, state).await
-        }
-        .await;
+        let outcome = decide(variables(&row, shift, &row.state)).await;
         let t = match outcome {
             Ok(t) => t,
             Err(e) => {
