@@ -128,11 +128,10 @@ async fn a_new_state_of_the_same_shape_is_read_from_its_first_value_in_a_new_pro
     // Regression (review): loading the head's file refreshed only that
     // file, so the policy's own prefix aged and was pruned first. Age it,
     // and see the next load make it recent again.
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
         .expect("store")
         .map(|e| e.expect("entry").path())
         .collect();
-    files.sort_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0));
     let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(86_400);
     for f in &files {
         std::fs::File::options()
