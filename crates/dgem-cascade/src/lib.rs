@@ -19,6 +19,7 @@
 //! [`provider_from_spec`]. Behaviour follows the original dgem cascade.
 
 pub mod after;
+pub mod after_options;
 pub mod config;
 pub mod error;
 pub mod expand;
@@ -33,6 +34,7 @@ pub use after::{
     inject_if_asked, run_after, AfterOutcome, AfterRequest, AfterSetup, CalibrationUse,
     CASCADE_FAILED,
 };
+pub use after_options::AfterOptions;
 pub use config::{provider_from_spec, Stage2Config};
 pub use error::{CascadeError, Stage2Error};
 pub use expand::{

@@ -37,6 +37,8 @@ pub mod error;
 pub mod image_state;
 pub mod images;
 pub mod json;
+#[cfg(feature = "schemars")]
+pub mod keys;
 pub mod kinds;
 pub mod labels;
 pub mod order;

@@ -21,7 +21,6 @@
 mod catalogue;
 mod error;
 pub mod keys;
-pub mod options;
 mod prepare;
 pub mod read;
 mod request;
@@ -29,8 +28,8 @@ mod service;
 mod surface;
 
 pub use catalogue::{alias_variables, check_unknown_variables, Catalogue, Rendered};
+pub use dgem_cascade::AfterOptions;
 pub use error::{ServiceError, TemplateFailure};
-pub use options::AfterOptions;
 pub use prepare::{prepare, Prepared};
 pub use read::ReadOptions;
 pub use request::{

@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ServiceError;
-use crate::options::AfterOptions;
 use crate::read::ReadOptions;
+use crate::AfterOptions;
 use crate::Surface;
 
 /// Template used when neither the request nor the route names one.
@@ -285,7 +285,7 @@ impl DecisionRequest {
             rules: given(obj, "rules").cloned(),
             backend: string("backend", "a string")?,
             read: ReadOptions::from_object(obj)?,
-            after: AfterOptions::from_object(obj)?,
+            after: AfterOptions::from_object(obj).map_err(ServiceError::from_schema_error)?,
             allow_missing_vars,
         })
     }

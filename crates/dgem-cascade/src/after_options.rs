@@ -13,21 +13,21 @@
 //! ([`dgem_core::words`]) whichever surface they come from. The others stay
 //! JSON here: a temperature is a number or an object by question type, an
 //! abstention floor a number or an object by question id, and their checks
-//! need the policy; [`dgem_cascade::AfterRequest::from_object`] reads and
+//! need the policy; [`crate::AfterRequest::from_object`] reads and
 //! checks them, with messages naming the key, the allowed values and the
 //! value received.
 
 use std::sync::OnceLock;
 
+use crate::options::{CascadeSwitch, PriorMode, ThresholdMode};
 use clap::Args;
-use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
 use dgem_core::words;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::error::ServiceError;
+use dgem_core::SchemaError;
 
 /// `s` as JSON when it parses (a number, an object), else as a JSON string:
 /// the value of a flag that takes a number or JSON (`--temperature 1.4`,
@@ -157,8 +157,8 @@ pub struct AfterOptions {
 
 impl AfterOptions {
     /// The keys given, as the request object
-    /// [`dgem_cascade::AfterRequest::from_object`] and
-    /// [`dgem_cascade::inject_if_asked`] read.
+    /// [`crate::AfterRequest::from_object`] and
+    /// [`crate::inject_if_asked`] read.
     pub fn to_object(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
             Ok(Value::Object(m)) => m,
@@ -169,20 +169,20 @@ impl AfterOptions {
     /// The options read from the post-read keys of `obj` (other keys are
     /// ignored; `null` is "not given"). The word-valued keys are checked
     /// here; the JSON-valued ones later, against the policy, by
-    /// [`dgem_cascade::AfterRequest::from_object`].
+    /// [`crate::AfterRequest::from_object`].
     ///
     /// # Errors
-    /// [`ServiceError::Field`] naming the key, its allowed values and the
-    /// value given, e.g. "`stage2_prior` must be one of [soft, none, full].
+    /// [`SchemaError`] naming the key, its allowed values and the value
+    /// given, e.g. "`stage2_prior` must be one of [soft, none, full].
     /// Given: \"strong\"".
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ServiceError> {
+    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, SchemaError> {
         static KEYS: OnceLock<Vec<String>> = OnceLock::new();
-        crate::keys::from_keys(obj, KEYS.get_or_init(Self::keys))
+        dgem_core::keys::from_keys(obj, KEYS.get_or_init(Self::keys))
     }
 
     /// The JSON keys of these options, as the derived schema names them.
     pub fn keys() -> Vec<String> {
-        crate::keys::properties::<Self>()
+        dgem_core::keys::properties::<Self>()
     }
 }
 
