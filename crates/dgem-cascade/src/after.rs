@@ -3,8 +3,10 @@
 //! temperature and abstention ([`dgem_core::after`]).
 //!
 //! `decide`, `/api/decide` (serve and gateway), MCP `decide_policy` and the
-//! Studio all parse their request keys with [`AfterRequest::from_object`] and call
-//! [`run_after`], so one request means the same on every surface.
+//! Studio all read their request keys as [`AfterOptions`] (each value by its
+//! type's one parse), make an [`AfterRequest`] of them with
+//! [`AfterRequest::from_options`] and call [`run_after`], so one request
+//! means the same on every surface.
 
 use dgem_backend::Decision;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use crate::expand::{ExpansionOptions, Suggestion};
 use crate::options::CascadeOptions;
 use crate::provider::{Stage2, Stage2Reply, Stage2Request};
 use crate::summary::CascadeSummary;
+use crate::AfterOptions;
 
 /// Reason given to an escalated answer whose Stage-2 call gave nothing, when
 /// an abstention rule covers it.
@@ -47,67 +50,64 @@ pub struct AfterRequest {
     pub injected: Vec<String>,
 }
 
-/// The raw policy `schema` as it is read for request `obj`: with a catch-all
-/// option added to each choice question that lacks one when the request sets
-/// `suggest_expansions` (see [`crate::expand::inject_catch_all`]); returns it
-/// and the question ids it changed.
-///
-/// # Errors
-/// [`SchemaError`] on `suggest_expansions` / `expansion_entropy` values
-/// outside their allowed ones.
-pub fn inject_if_asked(
-    obj: &Map<String, Value>,
-    schema: &Value,
-) -> Result<(Value, Vec<String>), SchemaError> {
-    let asked = ExpansionOptions::from_object(obj).map_err(|e| {
-        let crate::error::CascadeError::Invalid { field, .. } = &e;
-        SchemaError::new(field.clone(), e.to_string())
-    })?;
-    Ok(match asked {
+/// The raw policy `schema` as it is read for a request with post-read keys
+/// `keys`: with a catch-all option added to each choice question that lacks
+/// one when the request sets `suggest_expansions` (see
+/// [`crate::expand::inject_catch_all`]); returns it and the question ids it
+/// changed.
+pub fn inject_if_asked(keys: &AfterOptions, schema: &Value) -> (Value, Vec<String>) {
+    match ExpansionOptions::from_options(keys) {
         Some(_) => crate::expand::inject_catch_all(schema),
         None => (schema.clone(), Vec::new()),
-    })
+    }
 }
 
 impl AfterRequest {
-    /// Read the keys `cascade_mode`, `cascade_threshold`,
-    /// `cascade_threshold_mode`, `cascade_model`, `stage2_prior`,
-    /// `expected_answers`, `suggest_expansions`, `expansion_entropy`,
-    /// `temperature`, `abstain_below` and `abstain_above` from a request
-    /// object, checked against the policy `schema`.
+    /// What the post-read keys `keys` ask for on the policy `schema`: the
+    /// cascade, expansion, temperature and abstention, with what needs the
+    /// policy checked against it (the question ids of `expected_answers`,
+    /// with or without a cascade, and of `abstain_below` / `abstain_above`).
     ///
     /// # Errors
     /// [`SchemaError`] naming the key, its allowed values and the value
-    /// received (a caller error: HTTP 400, exit code 1).
-    pub fn from_object(
-        obj: &Map<String, Value>,
-        schema: &ValidSchema,
-    ) -> Result<Self, SchemaError> {
-        let invalid = |e: crate::error::CascadeError| {
-            let crate::error::CascadeError::Invalid { field, .. } = &e;
-            SchemaError::new(field.clone(), e.to_string())
-        };
-        let cascade = CascadeOptions::from_object(obj).map_err(invalid)?;
-        if let Some(c) = &cascade {
-            c.check(schema).map_err(invalid)?;
+    /// given, e.g. an `expected_answers` or `abstain_above` key that is no
+    /// question id.
+    pub fn from_options(keys: &AfterOptions, schema: &ValidSchema) -> Result<Self, SchemaError> {
+        // Expectations are checked with the cascade off too: one naming no
+        // question is a typo, whatever the mode.
+        if let Some(expected) = &keys.expected_answers {
+            crate::options::check_expected(&expected.0, schema).map_err(|e| {
+                let crate::error::CascadeError::Invalid { field, .. } = &e;
+                SchemaError::new(field.clone(), e.to_string())
+            })?;
         }
-        let mut expansion = ExpansionOptions::from_object(obj).map_err(invalid)?;
-        // `cascade_model` names the Stage-2 model for the expansion call too,
-        // with or without a cascade.
-        if let (Some(e), Some(Value::String(m))) = (expansion.as_mut(), obj.get("cascade_model")) {
-            if e.model.is_empty() {
-                e.model = m.trim().to_string();
-            }
-        }
+        let cascade = CascadeOptions::from_options(keys);
         let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
-        let after = AfterRead::from_object(obj, &ids, None)?;
+        let after = AfterRead::for_request(
+            keys.temperature.as_ref(),
+            keys.abstain_below.as_ref(),
+            keys.abstain_above.as_ref(),
+            &ids,
+        )?;
         Ok(Self {
             cascade,
-            expansion,
+            expansion: ExpansionOptions::from_options(keys),
             after,
             template: String::new(),
             injected: Vec::new(),
         })
+    }
+
+    /// [`AfterRequest::from_options`] of the post-read keys of a request
+    /// object (other keys are ignored), read by [`AfterOptions::from_object`].
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming the key, its allowed values and the value given.
+    pub fn from_object(
+        obj: &Map<String, Value>,
+        schema: &ValidSchema,
+    ) -> Result<Self, SchemaError> {
+        Self::from_options(&AfterOptions::from_object(obj)?, schema)
     }
 
     /// Name the template (for patch hints) and the questions whose

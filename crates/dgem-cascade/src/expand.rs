@@ -32,11 +32,12 @@ use std::time::{Duration, Instant};
 use dgem_backend::Decision;
 use dgem_core::envelope::AnswerOut;
 use dgem_core::schema::{QuestionKind, ValidSchema};
-use serde::Serialize;
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::error::CascadeError;
 use crate::provider::{Stage2, Stage2Request};
+use crate::AfterOptions;
 use prompt::expansion_prompt;
 
 /// The catch-all option [`inject_catch_all`] appends.
@@ -164,58 +165,66 @@ impl Default for ExpansionOptions {
 }
 
 impl ExpansionOptions {
-    /// Read `suggest_expansions` (JSON `true`/`false`, or the strings `true`,
-    /// `1`, `false`, `0` in any case) and `expansion_entropy` (a number > 0,
-    /// nats; absent or `null` is [`DEFAULT_EXPANSION_ENTROPY`]) from a
-    /// request object. `Ok(None)` when `suggest_expansions` is absent, `null`
-    /// or false; `expansion_entropy` is then not read.
-    ///
-    /// # Errors
-    /// [`CascadeError::Invalid`] naming the key, its allowed values and the
-    /// value received.
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Option<Self>, CascadeError> {
-        let on = match obj.get("suggest_expansions") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(v @ Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-                "true" | "1" => true,
-                "false" | "0" => false,
-                _ => return Err(bad_switch(v)),
-            },
-            Some(other) => return Err(bad_switch(other)),
-        };
-        if !on {
-            return Ok(None);
+    /// The expansion a request's typed keys ask for: `None` unless
+    /// `suggest_expansions` is true; `expansion_entropy` absent is
+    /// [`DEFAULT_EXPANSION_ENTROPY`], and `cascade_model` (trimmed) names
+    /// the Stage-2 model for the expansion call too, with or without a
+    /// cascade.
+    pub fn from_options(keys: &AfterOptions) -> Option<Self> {
+        if keys.suggest_expansions != Some(true) {
+            return None;
         }
-        let entropy = match obj.get("expansion_entropy") {
-            None | Some(Value::Null) => DEFAULT_EXPANSION_ENTROPY,
-            Some(v @ Value::Number(n)) => match n.as_f64() {
-                Some(t) if t > 0.0 && t.is_finite() => t,
-                _ => return Err(bad_entropy(v)),
-            },
-            Some(other) => return Err(bad_entropy(other)),
-        };
-        Ok(Some(Self {
-            entropy,
-            model: String::new(),
-        }))
+        Some(Self {
+            entropy: keys.expansion_entropy.unwrap_or(DEFAULT_EXPANSION_ENTROPY),
+            model: keys.stage2_model(),
+        })
     }
 }
 
-fn bad_switch(got: &Value) -> CascadeError {
-    CascadeError::invalid(
-        "suggest_expansions",
-        "true or false (or one of \"true\", \"1\", \"false\", \"0\")",
-        got.to_string(),
-    )
+/// What `suggest_expansions` accepts, for its messages.
+const SWITCH_VALUES: &str = "true or false (or one of \"true\", \"1\", \"false\", \"0\")";
+
+/// `suggest_expansions` written as a word: `true`/`1` or `false`/`0`, in
+/// any case, blanks trimmed.
+///
+/// # Errors
+/// "must be true or false (…). Given: …", the word shown as JSON.
+pub fn switch_word(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!(
+            "must be {SWITCH_VALUES}. Given: {}",
+            Value::String(s.to_string())
+        )),
+    }
 }
 
-fn bad_entropy(got: &Value) -> CascadeError {
-    CascadeError::invalid(
-        "expansion_entropy",
-        "a number of nats above 0 (absent uses 0.35)",
-        got.to_string(),
-    )
+/// `suggest_expansions` as written: JSON `true`/`false` or a
+/// [`switch_word`].
+///
+/// # Errors
+/// "must be true or false (…)" for any other value.
+pub fn switch_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(b)),
+        Value::String(s) => switch_word(&s).map(Some).map_err(de::Error::custom),
+        v => Err(de::Error::custom(format!(
+            "must be {SWITCH_VALUES}. Given: {v}"
+        ))),
+    }
+}
+
+/// What `expansion_entropy` accepts, for its messages.
+pub const ENTROPY_VALUES: &str = "a number of nats above 0 (absent uses 0.35)";
+
+/// `expansion_entropy` as written: a number of nats above 0.
+///
+/// # Errors
+/// "must be a number of nats above 0 (…)" for any other value.
+pub fn entropy_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    crate::options::number_or(d, ENTROPY_VALUES, |t| t > 0.0 && t.is_finite())
 }
 
 /// Why a choice slot is flagged, or `None` when it is not: `choice` is the

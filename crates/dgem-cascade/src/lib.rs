@@ -9,7 +9,7 @@
 //! fails the decision: Stage 1 stands and the summary says why.
 //!
 //! ```text
-//! request keys ──CascadeOptions::from_object──▶ CascadeOptions
+//! request keys ──AfterOptions──CascadeOptions::from_options──▶ CascadeOptions
 //! Decision ──gate──▶ escalated slots ──prompt + response_schema──▶ Stage2::resolve
 //!          ◀──AnswerOut::resolve── checked reply            ──▶ CascadeSummary
 //! ```

@@ -1,20 +1,25 @@
-//! The cascade's request keys.
+//! The cascade's request keys and what they make.
 //!
-//! Read from the decision request object, with the spellings the original
-//! dgem cascade accepted: `cascade_mode`, `cascade_threshold`,
+//! The keys are `cascade_mode`, `cascade_threshold`,
 //! `cascade_threshold_mode`, `cascade_model`, `stage2_prior` and
-//! `expected_answers`. String values compare case-insensitively.
+//! `expected_answers`, with the spellings the original dgem cascade
+//! accepted (word values compare case-insensitively). Their types and
+//! serde parses are here; they are read as fields of
+//! [`crate::AfterOptions`], and [`CascadeOptions::from_options`] makes the
+//! cascade they ask for.
 
 use std::time::Duration;
 
-use dgem_core::json::shown;
+use dgem_core::after::by_key::{self, Checks, OneOrByKey};
 use dgem_core::schema::ValidSchema;
 use dgem_core::words::{self, Word};
 use indexmap::IndexMap;
-use serde::Serialize;
-use serde_json::{Map, Value};
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::CascadeError;
+use crate::AfterOptions;
 
 /// Default threshold in nats for [`ThresholdMode::Nats`] (the original cascade's default).
 pub const DEFAULT_THRESHOLD_NATS: f64 = 0.35;
@@ -242,58 +247,30 @@ impl CascadeOptions {
         }
     }
 
-    /// Read the cascade keys of a request object. `Ok(None)` when
-    /// `cascade_mode` is absent, `null` or one of `off`, `none`, `false`, `""`
-    /// (JSON `false` too); the other keys are then not read.
-    ///
-    /// # Errors
-    /// [`CascadeError::Invalid`] naming the key, its allowed values and the
-    /// value received.
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Option<Self>, CascadeError> {
-        // Every key is checked, cascade on or off: a wrong type is refused
-        // even where it would not be used (`cascade_threshold: "abc"` without
-        // `cascade_mode` was accepted; issue 38).
-        let mode = word::<CascadeSwitch>("cascade_mode", obj.get("cascade_mode"))?
-            .and_then(CascadeSwitch::mode);
-        let threshold_mode =
-            word::<ThresholdMode>("cascade_threshold_mode", obj.get("cascade_threshold_mode"))?
-                .unwrap_or_default();
-        let threshold = match obj.get("cascade_threshold") {
-            None | Some(Value::Null) => threshold_mode.default_threshold(),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(t) if t > 0.0 && t.is_finite() => t,
-                _ => threshold_mode.default_threshold(),
-            },
-            Some(other) => {
-                return Err(CascadeError::invalid(
-                    "cascade_threshold",
-                    "a number (≤ 0 or absent uses the mode default)",
-                    other.to_string(),
-                ))
-            }
-        };
-        let model = match obj.get("cascade_model") {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.trim().to_string(),
-            Some(other) => {
-                return Err(CascadeError::invalid(
-                    "cascade_model",
-                    "a model name string",
-                    other.to_string(),
-                ))
-            }
-        };
-        let prior = word::<PriorMode>("stage2_prior", obj.get("stage2_prior"))?.unwrap_or_default();
-        let expected = parse_expected(obj.get("expected_answers"))?;
-        Ok(mode.map(|mode| Self {
+    /// The cascade a request's typed keys ask for, `None` when
+    /// `cascade_mode` is absent or off. Every key was checked when it was
+    /// read ([`AfterOptions::from_object`], or its flag): a threshold ≤ 0
+    /// uses the mode's default, and a model name is trimmed.
+    pub fn from_options(keys: &AfterOptions) -> Option<Self> {
+        let mode = keys.cascade_mode.and_then(CascadeSwitch::mode)?;
+        let threshold_mode = keys.cascade_threshold_mode.unwrap_or_default();
+        let threshold = keys
+            .cascade_threshold
+            .filter(|t| *t > 0.0 && t.is_finite())
+            .unwrap_or_else(|| threshold_mode.default_threshold());
+        Some(Self {
             mode,
             threshold,
             threshold_mode,
-            model,
-            prior,
-            expected,
+            model: keys.stage2_model(),
+            prior: keys.stage2_prior.unwrap_or_default(),
+            expected: keys
+                .expected_answers
+                .as_ref()
+                .map(|e| e.0.clone())
+                .unwrap_or_default(),
             deadline: None,
-        }))
+        })
     }
 
     /// Check the settings against the policy: every `expected_answers` key
@@ -303,40 +280,7 @@ impl CascadeOptions {
     /// [`CascadeError::Invalid`] on field `expected_answers`, listing the
     /// question ids and the unknown keys.
     pub fn check(&self, schema: &ValidSchema) -> Result<(), CascadeError> {
-        let unknown: Vec<&str> = self
-            .expected
-            .keys()
-            .filter(|k| schema.question(k).is_none())
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
-            return Err(CascadeError::invalid(
-                "expected_answers",
-                format!("keyed by question ids [{}]", ids.join(", ")),
-                format!("unknown ids [{}]", unknown.join(", ")),
-            ));
-        }
-        // An expectation no answer can meet would escalate that question on
-        // every call: refuse it, naming the allowed answers.
-        for (slot, want) in &self.expected {
-            let Some(q) = schema.question(slot) else {
-                continue;
-            };
-            if !q
-                .alternatives
-                .iter()
-                .any(|a| a.name.eq_ignore_ascii_case(want))
-            {
-                let names: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
-                return Err(CascadeError::invalid(
-                    format!("expected_answers.{slot}"),
-                    format!("one of [{}]", names.join(", ")),
-                    format!("`{want}`"),
-                ));
-            }
-        }
-        Ok(())
+        check_expected(&self.expected, schema)
     }
 
     /// The whole-call deadline for a call sending `image_count` images.
@@ -349,50 +293,143 @@ impl CascadeOptions {
     }
 }
 
-/// The value of word-valued key `field` (`None` when absent or `null`),
-/// through the type's one parse ([`words::from_value`], which its serde
-/// implementation calls too).
-fn word<T: Word>(field: &str, v: Option<&Value>) -> Result<Option<T>, CascadeError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => words::from_value::<T>(v)
-            .map(Some)
-            .map_err(|_| CascadeError::invalid(field, T::expected(), shown(v))),
+/// Check `expected_answers` against the policy: every key must be a
+/// question id and every answer one of its question's answers, whether or
+/// not a cascade is asked for (an expectation naming no question is a typo
+/// the caller should hear about).
+///
+/// # Errors
+/// [`CascadeError::Invalid`] on `expected_answers`, listing the question
+/// ids and the unknown keys, or on `expected_answers.ID`, listing the
+/// allowed answers.
+pub fn check_expected(
+    expected: &IndexMap<String, String>,
+    schema: &ValidSchema,
+) -> Result<(), CascadeError> {
+    let unknown: Vec<&str> = expected
+        .keys()
+        .filter(|k| schema.question(k).is_none())
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
+        return Err(CascadeError::invalid(
+            "expected_answers",
+            format!("keyed by question ids [{}]", ids.join(", ")),
+            format!("unknown ids [{}]", unknown.join(", ")),
+        ));
+    }
+    // An expectation no answer can meet would escalate that question on
+    // every call: refuse it, naming the allowed answers.
+    for (slot, want) in expected {
+        let Some(q) = schema.question(slot) else {
+            continue;
+        };
+        if !q
+            .alternatives
+            .iter()
+            .any(|a| a.name.eq_ignore_ascii_case(want))
+        {
+            let names: Vec<&str> = q.alternatives.iter().map(|a| a.name.as_str()).collect();
+            return Err(CascadeError::invalid(
+                format!("expected_answers.{slot}"),
+                format!("one of [{}]", names.join(", ")),
+                format!("`{want}`"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `expected_answers` as written: an object of question id → expected
+/// answer name (trimmed; `true`/`false` read as `yes`/`no`; `null`, `""`,
+/// `"—"` and `"-"` state no expectation and are dropped), in the order given.
+/// The ids and names are checked against the policy by [`check_expected`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct ExpectedAnswers(pub IndexMap<String, String>);
+
+impl<'de> Deserialize<'de> for ExpectedAnswers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let not_an_object = |v: &Value| -> Result<Option<String>, String> {
+            Err(format!(
+                "must be an object of question id → expected answer. Given: {v}"
+            ))
+        };
+        let answer = |v: &Value| {
+            match v {
+            Value::Null => Ok(None),
+            Value::Bool(true) => Ok(Some("yes".to_string())),
+            Value::Bool(false) => Ok(Some("no".to_string())),
+            Value::String(s) => Ok(Some(s.trim().to_string())),
+            other => Err(format!(
+                "must be an answer name string, true/false, or \"\"/\"—\"/\"-\" for none. Given: {other}"
+            )),
+        }
+        };
+        let read = by_key::read(
+            d,
+            &Checks {
+                one: &not_an_object,
+                key: &|_| Ok(()),
+                each: &answer,
+            },
+        )?;
+        let mut out = IndexMap::new();
+        if let OneOrByKey::ByKey(list) = read {
+            for (slot, want) in list {
+                match want {
+                    Some(w) if !NO_EXPECTATION.contains(&w.as_str()) => {
+                        out.insert(slot, w);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Self(out))
     }
 }
 
-fn parse_expected(v: Option<&Value>) -> Result<IndexMap<String, String>, CascadeError> {
-    let obj = match v {
-        None | Some(Value::Null) => return Ok(IndexMap::new()),
-        Some(Value::Object(m)) => m,
-        Some(other) => {
-            return Err(CascadeError::invalid(
-                "expected_answers",
-                "an object of question id → expected answer",
-                other.to_string(),
-            ))
-        }
-    };
-    let mut out = IndexMap::new();
-    for (slot, value) in obj {
-        let answer = match value {
-            Value::Null => continue,
-            Value::Bool(true) => "yes".to_string(),
-            Value::Bool(false) => "no".to_string(),
-            Value::String(s) => s.trim().to_string(),
-            other => {
-                return Err(CascadeError::invalid(
-                    format!("expected_answers.{slot}"),
-                    "an answer name string, true/false, or \"\"/\"—\"/\"-\" for none",
-                    other.to_string(),
-                ))
-            }
-        };
-        if !NO_EXPECTATION.contains(&answer.as_str()) {
-            out.insert(slot.clone(), answer);
-        }
+/// `cascade_threshold` as written: a number (≤ 0 uses the mode's default).
+///
+/// # Errors
+/// The "must be a number …" message for any other value.
+pub fn threshold_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    number_or(
+        d,
+        "a number (≤ 0 or absent uses the mode default)",
+        |_| true,
+    )
+}
+
+/// A number key's value (`null` is "not given"), refused with "must be
+/// {allowed}. Given: {value}" unless it is a number `ok` accepts.
+pub(crate) fn number_or<'de, D: Deserializer<'de>>(
+    d: D,
+    allowed: &str,
+    ok: impl Fn(f64) -> bool,
+) -> Result<Option<f64>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v => match v.as_f64() {
+            Some(x) if v.is_number() && ok(x) => Ok(Some(x)),
+            _ => Err(de::Error::custom(format!("must be {allowed}. Given: {v}"))),
+        },
     }
-    Ok(out)
+}
+
+/// `cascade_model` as written: a model name (a string).
+///
+/// # Errors
+/// "must be a model name string" for any other value.
+pub fn model_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s)),
+        v => Err(de::Error::custom(format!(
+            "must be a model name string. Given: {v}"
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -21,10 +21,10 @@ pub fn message(e: &clap::Error) -> Option<String> {
         _ => return None,
     };
     // Only a value parser's message in the key's shape ("must be ….
-    // Given: …"); other parsers keep clap's wording.
+    // Given: …", or "keys are …. Given: …" for an object's key); other
+    // parsers keep clap's wording.
     let why = std::error::Error::source(e)?.to_string();
-    why.starts_with("must be ")
-        .then(|| format!("`{flag}` {why}"))
+    (why.starts_with("must be ") || why.starts_with("keys are ")).then(|| format!("`{flag}` {why}"))
 }
 
 #[cfg(test)]
@@ -62,6 +62,25 @@ mod tests {
         assert_eq!(
             refused(&["--cascade=sometimes"]).as_deref(),
             Some("`--cascade` must be one of [off, entropy, on_miss] (or true/false). Given: `sometimes`")
+        );
+        // A number-or-JSON flag is read by its key's serde parse, with the
+        // key's words, an object's bad key included.
+        assert_eq!(
+            refused(&["--temperature", "50"]).as_deref(),
+            Some("`--temperature` must be a number from 0 to 20 (0 = not set, 1 = no change). Given: 50")
+        );
+        assert!(
+            refused(&["--temperature", r#"{"colour": 2}"#]).is_some_and(|m| m
+                .starts_with("`--temperature` keys are question types (")
+                && m.ends_with("Given: `colour`"))
+        );
+        assert_eq!(
+            refused(&["--abstain-below", "abc"]).as_deref(),
+            Some("`--abstain-below` must be a number from 0 to 1 (abstain when the answer's confidence is below it). Given: \"abc\"")
+        );
+        assert_eq!(
+            refused(&["--cascade-threshold", "inf"]).as_deref(),
+            Some("`--cascade-threshold` must be a finite number. Given: `inf`")
         );
         // Other refusals keep clap's words.
         assert_eq!(refused(&["--count", "x"]), None);

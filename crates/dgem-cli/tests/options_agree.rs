@@ -99,9 +99,10 @@ fn enumerated() -> [(&'static str, Vec<String>); 5] {
     ]
 }
 
-/// Whether the parsers accept `value` for `key`: the decision service's
-/// request parse and, for the cascade's keys, the cascade's own (with a
-/// cascade switched on, so that every key is read).
+/// Whether the request parse accepts `value` for `key`. It is the one
+/// parse: the cascade reads its keys through the same typed options
+/// (`AfterOptions`), so a cascade key is checked with a cascade switched on
+/// as well, where the cascade reads it.
 fn parser_accepts(key: &str, value: &Value) -> bool {
     let mut obj = Map::new();
     obj.insert(key.into(), value.clone());
@@ -112,11 +113,12 @@ fn parser_accepts(key: &str, value: &Value) -> bool {
     if key != "cascade_mode" {
         obj.insert("cascade_mode".into(), json!("entropy"));
     }
-    let cascade = CascadeOptions::from_object(&obj);
+    let cascade = dgem_service::AfterOptions::from_object(&obj)
+        .map(|keys| CascadeOptions::from_options(&keys));
     assert_eq!(
         service.is_ok(),
         cascade.is_ok(),
-        "the service and the cascade disagree on {key}={value}"
+        "the request and the cascade disagree on {key}={value}"
     );
     cascade.is_ok()
 }

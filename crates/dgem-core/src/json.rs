@@ -42,6 +42,29 @@ pub fn shown(v: &Value) -> String {
     format!("{cut}…")
 }
 
+/// `v`, given as request or policy key `field`, read by `T`'s serde
+/// implementation, the one parse of that key on every path. The error names
+/// where the fault sits: `field` itself, or `field.key` for a bad value
+/// inside an object (`temperature.choice`), followed by `T`'s "must be ….
+/// Given: …".
+///
+/// # Errors
+/// [`SchemaError`](crate::SchemaError) on that field, the message starting
+/// with it in backticks.
+pub fn from_value_at<T: serde::de::DeserializeOwned>(
+    field: &str,
+    v: &Value,
+) -> Result<T, crate::SchemaError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let at = if e.path().iter().next().is_none() {
+            field.to_string()
+        } else {
+            format!("{field}.{}", e.path())
+        };
+        crate::SchemaError::new(at.clone(), format!("`{at}` {}", e.inner()))
+    })
+}
+
 /// Parse `text` as JSON, refusing any object that repeats a key.
 ///
 /// # Errors

@@ -118,9 +118,7 @@ pub fn prepare(
     if let (Some(rule), Some(s)) = (isolate, schema.as_object_mut()) {
         s.insert("isolate".into(), Value::from(rule.as_str()));
     }
-    let after = after.to_object();
-    let (schema, injected) =
-        dgem_cascade::inject_if_asked(&after, &schema).map_err(ServiceError::from_schema_error)?;
+    let (schema, injected) = dgem_cascade::inject_if_asked(&after, &schema);
     let mut schema = ValidSchema::from_value(&schema, defaults)
         .map_err(|e| ServiceError::Schema {
             policy: label.clone(),
@@ -134,7 +132,7 @@ pub fn prepare(
         schema = schema.with_layout(l);
     }
 
-    let request_after = AfterRequest::from_object(&after, &schema)
+    let request_after = AfterRequest::from_options(&after, &schema)
         .map_err(ServiceError::from_schema_error)?
         .for_policy(&label, injected);
     Ok(Prepared {

@@ -159,7 +159,6 @@ fn wrong_type_failures(cases: &[(&str, Value)]) -> Vec<String> {
 /// without `cascade_mode`) accept any value silently: a wrong type should be
 /// refused whatever the other keys say.
 #[test]
-#[ignore = "KNOWN, left (pre-existing): wrong-typed post-read keys are silently accepted when their switch is off, e.g. `expansion_entropy: \"high\"`, `cascade_threshold: \"x\"`, `stage2_prior: \"loud\"`, `cascade_model: 5` without cascade_mode (dgem-cascade parsers return Ok(None) before reading them)"]
 fn switched_off_post_read_keys_with_wrong_types_are_refused() {
     let cases: Vec<(&str, Value)> = vec![
         ("expansion_entropy", json!("high")),
@@ -611,7 +610,6 @@ fn expected_answers_naming_an_unknown_question_is_refused_with_on_miss() {
 /// Without a cascade, `expected_answers` is not used; but a key naming no
 /// question is a typo the user should hear about, as with the cascade on.
 #[test]
-#[ignore = "KNOWN, left (pre-existing): `expected_answers: {\"urgent\": \"yes\"}` naming no question is silently ignored when `cascade_mode` is absent/off (dgem-cascade options.rs CascadeOptions::from_object returns Ok(None) before reading it)"]
 fn expected_answers_naming_an_unknown_question_is_refused_without_a_cascade() {
     let (field, _) = refused(json!({
         "questions": three_questions(), "state": "x", "expected_answers": {"urgent": "yes"}
@@ -705,11 +703,15 @@ fn keys_include_every_read_and_post_read_key_once() {
             &AfterOptions::keys()
                 .into_iter()
                 .map(|k| {
-                    // A value of each key's type: the word keys take names.
+                    // A value of each key's type: the word keys take names,
+                    // the others a name, an object or a switch, or a number.
                     let v = match k.as_str() {
                         "cascade_mode" => json!("entropy"),
                         "cascade_threshold_mode" => json!("nats"),
                         "stage2_prior" => json!("full"),
+                        "cascade_model" => json!("m"),
+                        "expected_answers" => json!({"a": "yes"}),
+                        "suggest_expansions" => json!(true),
                         _ => json!(1),
                     };
                     (k, v)

@@ -562,8 +562,9 @@ async fn a_missing_or_malformed_slot_falls_back_alone() {
     assert_eq!(out[0].source, SuggestionSource::Stage2);
 }
 
-fn read(v: Value) -> Result<Option<ExpansionOptions>, CascadeError> {
-    ExpansionOptions::from_object(v.as_object().expect("object"))
+fn read(v: Value) -> Result<Option<ExpansionOptions>, dgem_core::SchemaError> {
+    crate::AfterOptions::from_object(v.as_object().expect("object"))
+        .map(|keys| ExpansionOptions::from_options(&keys))
 }
 
 #[test]
@@ -574,7 +575,6 @@ fn options_are_read() {
         json!({"suggest_expansions": false}),
         json!({"suggest_expansions": "0"}),
         json!({"suggest_expansions": " False "}),
-        json!({"suggest_expansions": false, "expansion_entropy": "nonsense"}),
     ] {
         assert_eq!(read(off.clone()), Ok(None), "{off}");
     }
@@ -595,7 +595,7 @@ fn options_are_read() {
 
 #[test]
 fn option_errors_name_the_key_the_allowed_values_and_the_value() {
-    let err = |v: Value| read(v).expect_err("invalid").to_string();
+    let err = |v: Value| read(v).expect_err("invalid").message;
     assert_eq!(
         err(json!({"suggest_expansions": "yes"})),
         "`suggest_expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"). Given: \"yes\""
@@ -614,6 +614,12 @@ fn option_errors_name_the_key_the_allowed_values_and_the_value() {
             format!("`expansion_entropy` must be a number of nats above 0 (absent uses 0.35). Given: {shown}")
         );
     }
+    // A bad entropy is refused with expansion off too, as every post-read
+    // key is checked whether or not it is used.
+    assert!(
+        err(json!({"suggest_expansions": false, "expansion_entropy": "nonsense"}))
+            .starts_with("`expansion_entropy` must be")
+    );
 }
 
 #[test]

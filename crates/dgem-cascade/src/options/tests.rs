@@ -2,12 +2,13 @@ use super::*;
 use dgem_core::schema::SchemaDefaults;
 use serde_json::json;
 
-fn read(v: Value) -> Result<Option<CascadeOptions>, CascadeError> {
-    CascadeOptions::from_object(v.as_object().expect("object"))
+fn read(v: Value) -> Result<Option<CascadeOptions>, dgem_core::SchemaError> {
+    AfterOptions::from_object(v.as_object().expect("object"))
+        .map(|keys| CascadeOptions::from_options(&keys))
 }
 
 fn err(v: Value) -> String {
-    read(v).expect_err("must fail").to_string()
+    read(v).expect_err("must fail").message
 }
 
 #[test]

@@ -4,10 +4,11 @@
 //!
 //! The request flags are the decision service's post-read options
 //! ([`dgem_service::AfterOptions`]), the same keys `/api/decide` and MCP take
-//! (`cascade_mode`, `temperature`, `abstain_above`, …). The word-valued ones
-//! are parsed by their types' own parse when the flag is read; the others are
-//! checked by [`dgem_cascade::AfterRequest::from_object`], so every surface
-//! checks them the same way.
+//! (`cascade_mode`, `temperature`, `abstain_above`, …). Each flag's value is
+//! read by its type's own parse when the flag is read, the parse every
+//! surface uses, and refused in the key's words ("`--temperature` must be a
+//! number from 0 to 20 …"); what needs the policy (question ids) is checked
+//! by [`dgem_cascade::AfterRequest::from_options`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -190,21 +191,9 @@ impl AfterArgs {
     /// The flags as the decision service's post-read options.
     ///
     /// # Errors
-    /// Exit code 1 when an `--expect` value is not `QUESTION=VALUE`, or a
-    /// number flag is not a finite number.
+    /// Exit code 1 when an `--expect` value is not `QUESTION=VALUE`.
     pub fn to_options(&self) -> Result<AfterOptions, Failure> {
         let mut options = self.options.clone();
-        // JSON has no infinity or NaN: refuse them here, naming the flag.
-        for (flag, x) in [
-            ("--cascade-threshold", &options.cascade_threshold),
-            ("--expansion-entropy", &options.expansion_entropy),
-        ] {
-            if let Some(Value::String(s)) = x {
-                return Err(user(anyhow::anyhow!(
-                    "`{flag}` must be a finite number. Given: `{s}`"
-                )));
-            }
-        }
         if !self.expect.is_empty() {
             let mut expected = Map::new();
             for e in &self.expect {
@@ -215,7 +204,11 @@ impl AfterArgs {
                 })?;
                 expected.insert(k.trim().to_string(), json!(v.trim()));
             }
-            options.expected_answers = Some(Value::Object(expected));
+            // The strings are read by the key's own parse (trimmed, a blank
+            // or a dash states no expectation).
+            let expected = serde_json::from_value(Value::Object(expected))
+                .map_err(|e| user(anyhow::anyhow!("`--expect`: {e}")))?;
+            options.expected_answers = Some(expected);
         }
         Ok(options)
     }

@@ -247,7 +247,7 @@ fn check_combination(
             Some("OpenAI Batch input is answered with chat responses, which it does not rewrite")
         } else if shard.is_some() {
             Some("a shard holds part of the run, and each shard would be corrected by its own rows only")
-        } else if !base.after.to_object().is_empty() {
+        } else if !base.after.is_empty() {
             Some("the post-read options (temperature, abstention, cascade, expansion) act on the read before the run is complete")
         } else {
             None

@@ -12,8 +12,10 @@
 //! question, the request's global one, the policy's global one.
 
 use indexmap::IndexMap;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+
+use super::by_key::{self, Checks, OneOrByKey};
 
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
@@ -89,16 +91,89 @@ impl Threshold {
     }
 }
 
-/// A threshold value in [0, 1] given as `field`.
-fn unit(field: &str, v: &Value, what: &str) -> Result<f64, SchemaError> {
+/// A threshold value in [0, 1]; `what` says which rule it sets.
+fn unit(v: &Value, what: &str) -> Result<f64, String> {
     v.as_f64()
         .filter(|x| (0.0..=1.0).contains(x))
-        .ok_or_else(|| {
-            SchemaError::new(
-                field,
-                format!("`{field}` must be a number from 0 to 1 ({what}). Given: {v}"),
-            )
+        .ok_or_else(|| format!("must be a number from 0 to 1 ({what}). Given: {v}"))
+}
+
+/// `abstain_below` or `abstain_above` as written: one threshold in [0, 1]
+/// for every question, or thresholds by question id (`"*"` for every other
+/// question), in the order given. The ids are checked against the policy
+/// when the rule is set ([`AbstainRules::apply`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum AbstainLimit {
+    /// One threshold for every question.
+    All(f64),
+    /// Thresholds by question id or `"*"`; empty for `null`.
+    ById(Vec<(String, f64)>),
+    /// Nothing set (`null`).
+    #[default]
+    Unset,
+}
+
+impl AbstainLimit {
+    /// The one serde read of either key, `which` naming the rule in messages.
+    fn read<'de, D: Deserializer<'de>>(d: D, which: Threshold) -> Result<Self, D::Error> {
+        let value = |v: &Value| unit(v, meaning(which));
+        let any_key = |_: &str| Ok(());
+        let read = by_key::read(
+            d,
+            &Checks {
+                one: &value,
+                key: &any_key,
+                each: &value,
+            },
+        )?;
+        Ok(match read {
+            OneOrByKey::Null => Self::Unset,
+            OneOrByKey::One(x) => Self::All(x),
+            OneOrByKey::ByKey(list) => Self::ById(list),
         })
+    }
+}
+
+/// The form it was read from: a number, an object, or `null`.
+impl Serialize for AbstainLimit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Self::All(x) => s.serialize_f64(*x),
+            Self::Unset => s.serialize_unit(),
+            Self::ById(list) => {
+                let mut m = s.serialize_map(Some(list.len()))?;
+                for (id, x) in list {
+                    m.serialize_entry(id, x)?;
+                }
+                m.end()
+            }
+        }
+    }
+}
+
+/// `abstain_below` as written (see [`AbstainLimit`]): abstain when an
+/// answer's confidence is below the threshold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct AbstainBelow(pub AbstainLimit);
+
+/// `abstain_above` as written (see [`AbstainLimit`]): abstain when an
+/// answer's hesitation, H / ln K, is at or above the threshold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct AbstainAbove(pub AbstainLimit);
+
+impl<'de> Deserialize<'de> for AbstainBelow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        AbstainLimit::read(d, Threshold::Below).map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for AbstainAbove {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        AbstainLimit::read(d, Threshold::Above).map(Self)
+    }
 }
 
 fn meaning(which: Threshold) -> &'static str {
@@ -122,19 +197,39 @@ impl AbstainRules {
         v: &Value,
         question_ids: &[&str],
     ) -> Result<(), SchemaError> {
+        let limit = match which {
+            Threshold::Below => crate::json::from_value_at::<AbstainBelow>(field, v)?.0,
+            Threshold::Above => crate::json::from_value_at::<AbstainAbove>(field, v)?.0,
+        };
+        self.apply(which, field, &limit, question_ids)
+    }
+
+    /// Set `which` from `limit`, read from `field`, for a policy whose
+    /// questions have ids `question_ids`.
+    ///
+    /// # Errors
+    /// [`SchemaError`] naming the field when a key is neither `"*"` nor one
+    /// of `question_ids`.
+    pub fn apply(
+        &mut self,
+        which: Threshold,
+        field: &str,
+        limit: &AbstainLimit,
+        question_ids: &[&str],
+    ) -> Result<(), SchemaError> {
         let put = |rule: &mut AbstainRule, x: f64| match which {
             Threshold::Below => rule.below = Some(x),
             Threshold::Above => rule.above = Some(x),
         };
-        match v {
-            Value::Null => Ok(()),
-            Value::Object(m) => {
-                for (id, x) in m {
-                    let x = unit(&format!("{field}.{id}"), x, meaning(which))?;
+        match limit {
+            AbstainLimit::Unset => {}
+            AbstainLimit::All(x) => put(&mut self.global, *x),
+            AbstainLimit::ById(list) => {
+                for (id, x) in list {
                     if id == "*" {
-                        put(&mut self.global, x);
+                        put(&mut self.global, *x);
                     } else if question_ids.contains(&id.as_str()) {
-                        put(self.per_question.entry(id.clone()).or_default(), x);
+                        put(self.per_question.entry(id.clone()).or_default(), *x);
                     } else {
                         return Err(SchemaError::new(
                             field,
@@ -145,13 +240,9 @@ impl AbstainRules {
                         ));
                     }
                 }
-                Ok(())
-            }
-            other => {
-                put(&mut self.global, unit(field, other, meaning(which))?);
-                Ok(())
             }
         }
+        Ok(())
     }
 
     /// The rule in force for question `id`.

@@ -12,6 +12,7 @@
 //! question) and from the request; [`AfterRead::over`] merges the two.
 
 pub mod abstain;
+pub mod by_key;
 pub mod calibration;
 pub mod temperature;
 
@@ -19,8 +20,8 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-pub use abstain::{AbstainRule, AbstainRules, Threshold};
-pub use temperature::Temperature;
+pub use abstain::{AbstainAbove, AbstainBelow, AbstainLimit, AbstainRule, AbstainRules, Threshold};
+pub use temperature::{Temperature, TemperatureValue};
 
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
@@ -80,6 +81,34 @@ impl AfterRead {
         }
         Ok(Self {
             temperature,
+            abstain,
+        })
+    }
+
+    /// A request's post-read settings from its typed keys, for a policy
+    /// whose questions have ids `question_ids`: `temperature`, then
+    /// `abstain_below` and `abstain_above` (their ids checked here).
+    ///
+    /// # Errors
+    /// [`SchemaError`] on `abstain_below` or `abstain_above` when a key is
+    /// neither `"*"` nor a question id.
+    pub fn for_request(
+        temperature: Option<&TemperatureValue>,
+        below: Option<&AbstainBelow>,
+        above: Option<&AbstainAbove>,
+        question_ids: &[&str],
+    ) -> Result<Self, SchemaError> {
+        let mut abstain = AbstainRules::default();
+        for (which, limit) in [
+            (Threshold::Below, below.map(|b| &b.0)),
+            (Threshold::Above, above.map(|a| &a.0)),
+        ] {
+            if let Some(limit) = limit {
+                abstain.apply(which, which.key(), limit, question_ids)?;
+            }
+        }
+        Ok(Self {
+            temperature: temperature.map(|t| t.0).unwrap_or_default(),
             abstain,
         })
     }

@@ -10,8 +10,10 @@
 //! keys `noul|bool|boolean|yes_no|yesno`, `choice`, `score|scale|rating`
 //! (case-insensitive), each in [0, 20], where 0 means "not set".
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+
+use super::by_key::{self, Checks, OneOrByKey};
 
 use crate::envelope::AnswerOut;
 use crate::error::SchemaError;
@@ -72,17 +74,91 @@ pub fn temperature_keys() -> String {
         .join(", ")
 }
 
-fn one(field: &str, v: &Value) -> Result<Option<f64>, SchemaError> {
-    let t = v.as_f64().filter(|t| (0.0..=MAX_TEMPERATURE).contains(t));
-    match t {
+/// One temperature value: a number in [0, 20]; 0 is "not set" (`None`).
+fn one(v: &Value) -> Result<Option<f64>, String> {
+    match v.as_f64().filter(|t| (0.0..=MAX_TEMPERATURE).contains(t)) {
         Some(0.0) => Ok(None),
         Some(t) => Ok(Some(t)),
-        None => Err(SchemaError::new(
-            field,
-            format!(
-                "`{field}` must be a number from 0 to {MAX_TEMPERATURE} (0 = not set, 1 = no change). Given: {v}"
-            ),
+        None => Err(format!(
+            "must be a number from 0 to {MAX_TEMPERATURE} (0 = not set, 1 = no change). Given: {v}"
         )),
+    }
+}
+
+/// A temperature object's key: a question type with a temperature of its own.
+fn type_key(key: &str) -> Result<(), String> {
+    if kind_of_key(key).is_some() {
+        return Ok(());
+    }
+    let multi = if key.eq_ignore_ascii_case("multi") {
+        " (a multi question's options are yes/no reads: set `boolean`)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "keys are question types ({}){multi}. Given: `{key}`",
+        temperature_keys()
+    ))
+}
+
+/// `temperature` as a request or a policy writes it: a number for every
+/// question type, an object by type (`{"choice": 1.4}`, keys in any case and
+/// the spellings of [`temperature_keys`]) or `null`, each value in [0, 20]
+/// with 0 meaning "not set". Its serde read is the one parse of that key
+/// ([`Temperature::parse`] and the request keys use it); it is not the
+/// canonical object form [`Temperature`] itself (de)serializes as.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TemperatureValue(pub Temperature);
+
+/// The request form back: one number when every question type has the same
+/// temperature, else an object of the types set (by wire name), so that it
+/// reads back as the same value (the form a warm host receives and a batch
+/// run's fingerprint records).
+impl Serialize for TemperatureValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let set: Vec<(QuestionKind, Option<f64>)> = QuestionKind::SLOT_KINDS
+            .iter()
+            .map(|k| (*k, self.0.of(*k)))
+            .collect();
+        if let Some((_, Some(first))) = set.first() {
+            if set.iter().all(|(_, t)| *t == Some(*first)) {
+                return s.serialize_f64(*first);
+            }
+        }
+        let mut m = s.serialize_map(None)?;
+        for (kind, t) in set {
+            if let Some(t) = t {
+                m.serialize_entry(kind.wire_name(), &t)?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for TemperatureValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let read = by_key::read(
+            d,
+            &Checks {
+                one: &one,
+                key: &type_key,
+                each: &one,
+            },
+        )?;
+        Ok(Self(match read {
+            OneOrByKey::Null => Temperature::default(),
+            OneOrByKey::One(t) => t.map(Temperature::uniform).unwrap_or_default(),
+            OneOrByKey::ByKey(list) => {
+                let mut t = Temperature::default();
+                for (key, x) in list {
+                    if let Some(kind) = kind_of_key(&key) {
+                        *t.0.get_mut(kind) = x;
+                    }
+                }
+                t
+            }
+        }))
     }
 }
 
@@ -110,31 +186,7 @@ impl Temperature {
     /// [`SchemaError`] naming `field` (or `field.key`) when a value is not a
     /// number in [0, 20], or a key names no question type.
     pub fn parse(field: &str, v: &Value) -> Result<Self, SchemaError> {
-        match v {
-            Value::Null => Ok(Self::default()),
-            Value::Object(m) => {
-                let mut t = Self::default();
-                for (key, value) in m {
-                    let kind = kind_of_key(key).ok_or_else(|| {
-                        let multi = if key.eq_ignore_ascii_case("multi") {
-                            " (a multi question's options are yes/no reads: set `boolean`)"
-                        } else {
-                            ""
-                        };
-                        SchemaError::new(
-                            field,
-                            format!(
-                                "`{field}` keys are question types ({}){multi}. Given: `{key}`",
-                                temperature_keys()
-                            ),
-                        )
-                    })?;
-                    *t.0.get_mut(kind) = one(&format!("{field}.{key}"), value)?;
-                }
-                Ok(t)
-            }
-            other => Ok(one(field, other)?.map(Self::uniform).unwrap_or_default()),
-        }
+        crate::json::from_value_at::<TemperatureValue>(field, v).map(|t| t.0)
     }
 
     /// The temperature for `kind`, or `None` when it is not set or is 1.
