@@ -56,7 +56,7 @@ pub struct AfterRequest {
 /// [`crate::expand::inject_catch_all`]); returns it and the question ids it
 /// changed.
 pub fn inject_if_asked(keys: &AfterOptions, schema: &Value) -> (Value, Vec<String>) {
-    match ExpansionOptions::from_options(keys) {
+    match keys.expansion() {
         Some(_) => crate::expand::inject_catch_all(schema),
         None => (schema.clone(), Vec::new()),
     }
@@ -81,7 +81,7 @@ impl AfterRequest {
                 SchemaError::new(field.clone(), e.to_string())
             })?;
         }
-        let cascade = CascadeOptions::from_options(keys);
+        let cascade = keys.cascade();
         let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::for_request(
             keys.temperature.as_ref(),
@@ -91,7 +91,7 @@ impl AfterRequest {
         )?;
         Ok(Self {
             cascade,
-            expansion: ExpansionOptions::from_options(keys),
+            expansion: keys.expansion(),
             after,
             template: String::new(),
             injected: Vec::new(),

@@ -29,9 +29,13 @@
 
 use std::sync::OnceLock;
 
-use crate::expand::{entropy_value, switch_value, switch_word, ENTROPY_VALUES};
+use crate::expand::{
+    entropy_allowed, entropy_value, switch_value, switch_word, ExpansionOptions,
+    DEFAULT_EXPANSION_ENTROPY, ENTROPY_VALUES,
+};
 use crate::options::{
-    model_name, threshold_value, CascadeSwitch, ExpectedAnswers, PriorMode, ThresholdMode,
+    model_name, threshold_value, CascadeOptions, CascadeSwitch, ExpectedAnswers, PriorMode,
+    ThresholdMode,
 };
 use clap::Args;
 use dgem_core::after::{AbstainAbove, AbstainBelow, TemperatureValue};
@@ -106,7 +110,7 @@ pub fn finite_flag(s: &str) -> Result<f64, String> {
 /// 0 (…)".
 pub fn expansion_entropy_flag(s: &str) -> Result<f64, String> {
     let x = finite_flag(s)?;
-    if x > 0.0 {
+    if entropy_allowed(x) {
         Ok(x)
     } else {
         Err(format!(
@@ -238,6 +242,45 @@ impl AfterOptions {
     pub fn from_object(obj: &Map<String, Value>) -> Result<Self, SchemaError> {
         static KEYS: OnceLock<Vec<String>> = OnceLock::new();
         dgem_core::keys::from_keys(obj, KEYS.get_or_init(Self::keys))
+    }
+
+    /// The cascade these keys ask for, `None` when `cascade_mode` is absent
+    /// or off. Every value was checked when it was read: a threshold ≤ 0
+    /// uses the mode's default, and the model name is trimmed.
+    pub fn cascade(&self) -> Option<CascadeOptions> {
+        let mode = self.cascade_mode.and_then(CascadeSwitch::mode)?;
+        let threshold_mode = self.cascade_threshold_mode.unwrap_or_default();
+        let threshold = self
+            .cascade_threshold
+            .filter(|t| *t > 0.0 && t.is_finite())
+            .unwrap_or_else(|| threshold_mode.default_threshold());
+        Some(CascadeOptions {
+            mode,
+            threshold,
+            threshold_mode,
+            model: self.stage2_model(),
+            prior: self.stage2_prior.unwrap_or_default(),
+            expected: self
+                .expected_answers
+                .as_ref()
+                .map(|e| e.0.clone())
+                .unwrap_or_default(),
+            deadline: None,
+        })
+    }
+
+    /// The taxonomy expansion these keys ask for: `None` unless
+    /// `suggest_expansions` is true; `expansion_entropy` absent is
+    /// [`DEFAULT_EXPANSION_ENTROPY`], and `cascade_model` names the Stage-2
+    /// model of the expansion call too, with or without a cascade.
+    pub fn expansion(&self) -> Option<ExpansionOptions> {
+        if self.suggest_expansions != Some(true) {
+            return None;
+        }
+        Some(ExpansionOptions {
+            entropy: self.expansion_entropy.unwrap_or(DEFAULT_EXPANSION_ENTROPY),
+            model: self.stage2_model(),
+        })
     }
 
     /// The Stage-2 model `cascade_model` names, trimmed; empty lets the

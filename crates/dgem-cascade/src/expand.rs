@@ -37,7 +37,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::provider::{Stage2, Stage2Request};
-use crate::AfterOptions;
 use prompt::expansion_prompt;
 
 /// The catch-all option [`inject_catch_all`] appends.
@@ -164,23 +163,6 @@ impl Default for ExpansionOptions {
     }
 }
 
-impl ExpansionOptions {
-    /// The expansion a request's typed keys ask for: `None` unless
-    /// `suggest_expansions` is true; `expansion_entropy` absent is
-    /// [`DEFAULT_EXPANSION_ENTROPY`], and `cascade_model` (trimmed) names
-    /// the Stage-2 model for the expansion call too, with or without a
-    /// cascade.
-    pub fn from_options(keys: &AfterOptions) -> Option<Self> {
-        if keys.suggest_expansions != Some(true) {
-            return None;
-        }
-        Some(Self {
-            entropy: keys.expansion_entropy.unwrap_or(DEFAULT_EXPANSION_ENTROPY),
-            model: keys.stage2_model(),
-        })
-    }
-}
-
 /// What `suggest_expansions` accepts, for its messages.
 const SWITCH_VALUES: &str = "true or false (or one of \"true\", \"1\", \"false\", \"0\")";
 
@@ -224,7 +206,12 @@ pub const ENTROPY_VALUES: &str = "a number of nats above 0 (absent uses 0.35)";
 /// # Errors
 /// "must be a number of nats above 0 (…)" for any other value.
 pub fn entropy_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    crate::options::number_or(d, ENTROPY_VALUES, |t| t > 0.0 && t.is_finite())
+    crate::options::number_or(d, ENTROPY_VALUES, entropy_allowed)
+}
+
+/// Whether `t` is an `expansion_entropy` ([`ENTROPY_VALUES`]): finite, above 0.
+pub fn entropy_allowed(t: f64) -> bool {
+    t > 0.0 && t.is_finite()
 }
 
 /// Why a choice slot is flagged, or `None` when it is not: `choice` is the

@@ -9,7 +9,7 @@
 //! fails the decision: Stage 1 stands and the summary says why.
 //!
 //! ```text
-//! request keys ──AfterOptions──CascadeOptions::from_options──▶ CascadeOptions
+//! request keys ──AfterOptions::cascade──▶ CascadeOptions
 //! Decision ──gate──▶ escalated slots ──prompt + response_schema──▶ Stage2::resolve
 //!          ◀──AnswerOut::resolve── checked reply            ──▶ CascadeSummary
 //! ```

@@ -5,7 +5,7 @@
 //! `expected_answers`, with the spellings the original dgem cascade
 //! accepted (word values compare case-insensitively). Their types and
 //! serde parses are here; they are read as fields of
-//! [`crate::AfterOptions`], and [`CascadeOptions::from_options`] makes the
+//! [`crate::AfterOptions`], and [`crate::AfterOptions::cascade`] makes the
 //! cascade they ask for.
 
 use std::time::Duration;
@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::CascadeError;
-use crate::AfterOptions;
 
 /// Default threshold in nats for [`ThresholdMode::Nats`] (the original cascade's default).
 pub const DEFAULT_THRESHOLD_NATS: f64 = 0.35;
@@ -247,32 +246,6 @@ impl CascadeOptions {
         }
     }
 
-    /// The cascade a request's typed keys ask for, `None` when
-    /// `cascade_mode` is absent or off. Every key was checked when it was
-    /// read ([`AfterOptions::from_object`], or its flag): a threshold ≤ 0
-    /// uses the mode's default, and a model name is trimmed.
-    pub fn from_options(keys: &AfterOptions) -> Option<Self> {
-        let mode = keys.cascade_mode.and_then(CascadeSwitch::mode)?;
-        let threshold_mode = keys.cascade_threshold_mode.unwrap_or_default();
-        let threshold = keys
-            .cascade_threshold
-            .filter(|t| *t > 0.0 && t.is_finite())
-            .unwrap_or_else(|| threshold_mode.default_threshold());
-        Some(Self {
-            mode,
-            threshold,
-            threshold_mode,
-            model: keys.stage2_model(),
-            prior: keys.stage2_prior.unwrap_or_default(),
-            expected: keys
-                .expected_answers
-                .as_ref()
-                .map(|e| e.0.clone())
-                .unwrap_or_default(),
-            deadline: None,
-        })
-    }
-
     /// Check the settings against the policy: every `expected_answers` key
     /// must be a question id.
     ///
@@ -404,7 +377,7 @@ pub fn threshold_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D
 
 /// A number key's value (`null` is "not given"), refused with "must be
 /// {allowed}. Given: {value}" unless it is a number `ok` accepts.
-pub(crate) fn number_or<'de, D: Deserializer<'de>>(
+pub fn number_or<'de, D: Deserializer<'de>>(
     d: D,
     allowed: &str,
     ok: impl Fn(f64) -> bool,

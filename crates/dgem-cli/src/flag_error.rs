@@ -16,7 +16,7 @@ pub fn message(e: &clap::Error) -> Option<String> {
     }
     let flag = match e.get(ContextKind::InvalidArg) {
         Some(ContextValue::String(a)) if a.starts_with("--") => {
-            a.split([' ', '=']).next()?.to_string()
+            a.split([' ', '=', '[']).next()?.to_string()
         }
         _ => return None,
     };
@@ -81,6 +81,12 @@ mod tests {
         assert_eq!(
             refused(&["--cascade-threshold", "inf"]).as_deref(),
             Some("`--cascade-threshold` must be a finite number. Given: `inf`")
+        );
+        // Regression: a flag whose value is optional is named
+        // `--suggest-expansions[=<BOOL>]` by clap; its name ends at the `[`.
+        assert_eq!(
+            refused(&["--suggest-expansions=yes"]).as_deref(),
+            Some("`--suggest-expansions` must be true or false (or one of \"true\", \"1\", \"false\", \"0\"). Given: \"yes\"")
         );
         // Other refusals keep clap's words.
         assert_eq!(refused(&["--count", "x"]), None);

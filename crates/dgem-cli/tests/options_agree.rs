@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
-use dgem_cascade::CascadeOptions;
 use dgem_core::schema::{Isolate, Layout};
 use dgem_core::words::{names, Word};
 use serde_json::{json, Map, Value};
@@ -113,8 +112,7 @@ fn parser_accepts(key: &str, value: &Value) -> bool {
     if key != "cascade_mode" {
         obj.insert("cascade_mode".into(), json!("entropy"));
     }
-    let cascade = dgem_service::AfterOptions::from_object(&obj)
-        .map(|keys| CascadeOptions::from_options(&keys));
+    let cascade = dgem_service::AfterOptions::from_object(&obj).map(|keys| keys.cascade());
     assert_eq!(
         service.is_ok(),
         cascade.is_ok(),

@@ -220,9 +220,11 @@ impl DecisionRequest {
     ///
     /// # Errors
     /// [`ServiceError::Field`] naming the field, what it must be and the
-    /// value given (e.g. "`seed` must be an integer. Given: \"x\""). The
-    /// post-read values that need the policy (temperatures, abstention
-    /// floors, expected answers) are checked when the request is prepared.
+    /// value given (e.g. "`seed` must be an integer. Given: \"x\""). Every
+    /// read and post-read value is checked here by its type's parse; what
+    /// needs the policy (the question ids of `abstain_below`,
+    /// `abstain_above` and `expected_answers`) is checked when the request
+    /// is prepared.
     pub fn from_object(obj: &Map<String, Value>, surface: &Surface) -> Result<Self, ServiceError> {
         let string = |key: &str, what: &str| -> Result<Option<String>, ServiceError> {
             match given(obj, key) {

@@ -154,10 +154,11 @@ fn wrong_type_failures(cases: &[(&str, Value)]) -> Vec<String> {
     failures
 }
 
-/// The post-read keys that are only read when another key switches them on
-/// (`expansion_entropy` without `suggest_expansions`, the cascade keys
-/// without `cascade_mode`) accept any value silently: a wrong type should be
-/// refused whatever the other keys say.
+/// Regression: the post-read keys that are only used when another key
+/// switches them on (`expansion_entropy` without `suggest_expansions`, the
+/// cascade keys without `cascade_mode`) accepted any value silently. Each
+/// is now read by its type's parse whatever the other keys say, so a wrong
+/// type is refused.
 #[test]
 fn switched_off_post_read_keys_with_wrong_types_are_refused() {
     let cases: Vec<(&str, Value)> = vec![
@@ -171,8 +172,8 @@ fn switched_off_post_read_keys_with_wrong_types_are_refused() {
     assert_eq!(wrong_type_failures(&cases), Vec::<String>::new());
 }
 
-/// The cascade keys are checked only when the cascade is on; with it on,
-/// each bad value is refused naming its key and the value.
+/// With the cascade on, each bad cascade value is refused naming its key
+/// and the value (as it is with the cascade off).
 #[test]
 fn cascade_keys_with_wrong_types_are_refused_when_the_cascade_is_on() {
     for (key, bad) in [

@@ -563,8 +563,7 @@ async fn a_missing_or_malformed_slot_falls_back_alone() {
 }
 
 fn read(v: Value) -> Result<Option<ExpansionOptions>, dgem_core::SchemaError> {
-    crate::AfterOptions::from_object(v.as_object().expect("object"))
-        .map(|keys| ExpansionOptions::from_options(&keys))
+    crate::AfterOptions::from_object(v.as_object().expect("object")).map(|keys| keys.expansion())
 }
 
 #[test]

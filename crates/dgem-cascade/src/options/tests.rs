@@ -3,8 +3,7 @@ use dgem_core::schema::SchemaDefaults;
 use serde_json::json;
 
 fn read(v: Value) -> Result<Option<CascadeOptions>, dgem_core::SchemaError> {
-    AfterOptions::from_object(v.as_object().expect("object"))
-        .map(|keys| CascadeOptions::from_options(&keys))
+    crate::AfterOptions::from_object(v.as_object().expect("object")).map(|keys| keys.cascade())
 }
 
 fn err(v: Value) -> String {

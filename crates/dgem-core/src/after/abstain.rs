@@ -106,7 +106,7 @@ fn unit(v: &Value, what: &str) -> Result<f64, String> {
 pub enum AbstainLimit {
     /// One threshold for every question.
     All(f64),
-    /// Thresholds by question id or `"*"`; empty for `null`.
+    /// Thresholds by question id or `"*"`, in the order given.
     ById(Vec<(String, f64)>),
     /// Nothing set (`null`).
     #[default]

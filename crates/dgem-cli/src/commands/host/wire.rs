@@ -138,4 +138,44 @@ mod tests {
         let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
         assert_eq!(chain, ["outer message", "inner cause"]);
     }
+
+    /// The typed post-read values cross the socket inside the tagged
+    /// request (serde's buffered path, the request's options flattened) and
+    /// come back as the same values.
+    #[test]
+    fn typed_post_read_values_cross_the_socket_unchanged() {
+        let obj = serde_json::json!({
+            "template": "support_triage",
+            "temperature": {"choice": 1.4, "YesNo": 2},
+            "abstain_above": {"team": 0.5, "*": 0.7},
+            "abstain_below": 0.2,
+            "cascade_mode": "on_miss",
+            "cascade_threshold": 0.3,
+            "cascade_model": "m",
+            "expected_answers": {"urgent": true},
+            "suggest_expansions": true,
+            "expansion_entropy": 0.5,
+        });
+        let serde_json::Value::Object(obj) = obj else {
+            panic!("an object")
+        };
+        let request = DecisionRequest::from_object(&obj, &dgem_service::Surface::API)
+            .expect("a valid request");
+        let line = serde_json::to_string(&Envelope {
+            protocol: PROTOCOL,
+            request: HostRequest::Decide {
+                policy: "support_triage".into(),
+                text: String::new(),
+                request: Box::new(request.clone()),
+                json: true,
+                stats: false,
+            },
+        })
+        .expect("writes");
+        let back: Envelope = serde_json::from_str(&line).expect("reads");
+        let HostRequest::Decide { request: back, .. } = back.request else {
+            panic!("a decision")
+        };
+        assert_eq!(*back, request);
+    }
 }
