@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use dgem_engine::DecideRequest;
-use dgem_server::api::{Backends, Routed};
+use dgem_server::api::{Backends, RouteFacts, Routed};
 use dgem_server::ApiError;
 use futures_util::FutureExt as _;
 use serde_json::Value;
@@ -45,12 +45,15 @@ impl Backends for Gateway {
             .map_err(|e| e.into_api())?;
         Ok(Routed {
             decision: routed.value,
-            backend: routed.backend,
-            upstream_url: routed.upstream_url,
-            model: routed.model,
-            attempts: routed.attempts,
-            forward_ms: routed.forward_ms,
-            total_ms: routed.total_ms,
+            facts: RouteFacts {
+                backend: routed.backend,
+                upstream_url: routed.upstream_url,
+                model: routed.model,
+                attempts: routed.attempts,
+                forward_ms: routed.forward_ms,
+                total_ms: routed.total_ms,
+                gate_ms: 0.0,
+            },
         })
     }
 }

@@ -553,6 +553,7 @@ async fn respond(
             backend: None,
             after: req.after,
             warnings: Vec::new(),
+            after_when_asked: true,
         };
         let after = dgem_service::run_after(state.after(), &prepared, &mut timed.decision).await;
         after.to_json()

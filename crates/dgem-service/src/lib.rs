@@ -24,6 +24,7 @@ pub mod keys;
 mod prepare;
 pub mod read;
 mod request;
+pub mod route;
 mod service;
 mod surface;
 
@@ -36,5 +37,6 @@ pub use request::{
     gives_images, shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL,
     DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
+pub use route::{Direct, Route, RouteFacts, Routed, IN_PROCESS, LOCAL_BACKEND};
 pub use service::{run_after, Decided, Service};
 pub use surface::Surface;

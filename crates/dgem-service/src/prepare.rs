@@ -29,6 +29,13 @@ pub struct Prepared {
     /// Warnings for the decision's `diagnostics.warnings`, added by
     /// [`crate::run_after`] (e.g. the text variables an image stood in for).
     pub warnings: Vec<String>,
+    /// Whether the post-read runs only when the request asks for one (a
+    /// cascade, a temperature, an abstention rule, expansion). Set for a
+    /// policy given inline in the structured server's protocol (the chat
+    /// and `/v1/systemone` routes), whose own post-read keys are its
+    /// client's to apply; otherwise the post-read always runs (the policy's
+    /// own keys, the deployment's calibration file).
+    pub after_when_asked: bool,
 }
 
 /// Prepare `req` on `catalogue` under the deployment's `defaults`.
@@ -145,6 +152,7 @@ pub fn prepare(
         backend: backend.filter(|b| !b.is_empty()),
         after: request_after,
         warnings,
+        after_when_asked: false,
     })
 }
 

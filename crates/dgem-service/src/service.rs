@@ -1,11 +1,11 @@
 //! [`Service`]: the one decision entry of every surface. It prepares a
-//! request ([`crate::prepare`]), reads it on a decider and applies the
-//! post-read (cascade, temperature, abstention, expansion) exactly once.
+//! request ([`crate::prepare`]), reads it through a [`Route`] and applies the
+//! post-read (cascade, temperature, abstention, expansion) exactly once:
+//! [`Service::decide_on`] is the one call that reaches a model.
 //!
-//! Admission and bracket routing are the decider's: `dgem serve` hands the
-//! service its gated decider (one `MAX_INFLIGHT` budget for every surface),
-//! and every backend routes a choice of more than 26 options through its
-//! brackets inside `decide`.
+//! Admission and backend routing are the route's (`dgem serve`'s gate, the
+//! gateway's failover); bracket routing of a choice of more than 26 options
+//! is every backend's, inside its read.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,7 @@ use crate::catalogue::Catalogue;
 use crate::error::ServiceError;
 use crate::prepare::{prepare, Prepared};
 use crate::request::DecisionRequest;
+use crate::route::{Direct, Route, RouteFacts};
 
 /// The decision service of one deployment: its catalogue, its schema
 /// defaults and its post-read setup (Stage-2 provider, calibration file).
@@ -38,6 +39,8 @@ pub struct Decided {
     pub decision: Decision,
     /// What the post-read did (cascade summary, calibration use, suggestions).
     pub after: AfterOutcome,
+    /// How the read went: the backend, attempts and times.
+    pub route: RouteFacts,
     /// Wall time of the read and the post-read, in ms.
     pub elapsed_ms: f64,
 }
@@ -148,7 +151,8 @@ impl Service {
         run_after(&self.after, prepared, decision).await
     }
 
-    /// Read `prepared` on `decider`, then [`Service::run_after`].
+    /// Read `prepared` on one `decider`, in process ([`Direct`]), then
+    /// [`Service::run_after`].
     ///
     /// # Errors
     /// The decider's [`EngineError`]; the post-read never fails (a Stage-2
@@ -158,13 +162,41 @@ impl Service {
         decider: &dyn Decider,
         prepared: Prepared,
     ) -> Result<Decided, EngineError> {
+        self.decide_on(&Direct(decider), prepared).await
+    }
+
+    /// Read `prepared` through `route`, on the backend it names, then apply
+    /// its post-read once: the one call of every surface that reaches a
+    /// model. A policy given inline in the structured server's protocol
+    /// ([`Prepared::after_when_asked`]) gets a post-read only when the
+    /// request asks for one.
+    ///
+    /// # Errors
+    /// The route's failure; the post-read never fails (a Stage-2 failure is
+    /// in the cascade summary).
+    pub async fn decide_on<R: Route + ?Sized>(
+        &self,
+        route: &R,
+        prepared: Prepared,
+    ) -> Result<Decided, R::Error> {
         let started = Instant::now();
-        let mut decision = decider.decide(prepared.request.clone()).await?;
-        let after = self.run_after(&prepared, &mut decision).await;
+        let routed = route
+            .read(prepared.backend.as_deref(), prepared.request.clone())
+            .await?;
+        let mut decision = routed.decision;
+        let after = if prepared.after_when_asked
+            && prepared.after.is_empty()
+            && prepared.after.expansion.is_none()
+        {
+            AfterOutcome::default()
+        } else {
+            self.run_after(&prepared, &mut decision).await
+        };
         Ok(Decided {
             label: prepared.label,
             decision,
             after,
+            route: routed.facts,
             elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }

@@ -4,32 +4,13 @@
 //! [`Backends`] in its own crate).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
-use dgem_engine::{DecideRequest, Decider, Decision};
+use dgem_engine::{DecideRequest, Decider};
+use dgem_service::{Direct, Route, Routed};
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ErrorKind, Flavor};
-
-/// A decision routed to a backend, and how it went.
-#[derive(Debug, Clone)]
-pub struct Routed {
-    /// The decision.
-    pub decision: Decision,
-    /// Name of the backend that answered (`X-DGem-Backend-Used`).
-    pub backend: String,
-    /// URL of the replica that answered (`in-process` for this process).
-    pub upstream_url: String,
-    /// Model id the backend reports; empty when unknown.
-    pub model: String,
-    /// Attempts made, the successful one included.
-    pub attempts: u32,
-    /// Wall time of the successful attempt (ms).
-    pub forward_ms: f64,
-    /// Wall time of the whole routed call (ms).
-    pub total_ms: f64,
-}
 
 /// What the `/api/*` routes decide through.
 #[async_trait]
@@ -59,8 +40,24 @@ pub trait Backends: Send + Sync + std::fmt::Debug {
     ) -> Result<Routed, ApiError>;
 }
 
+/// The `/api/*` routes' backends as the decision service's route: a
+/// decision of `/api/decide` is read by [`Backends::decide_on`] through
+/// [`dgem_service::Service::decide_on`], which applies its post-read.
+#[async_trait]
+impl<'a> Route for dyn Backends + 'a {
+    type Error = ApiError;
+
+    async fn read(
+        &self,
+        backend: Option<&str>,
+        request: DecideRequest,
+    ) -> Result<Routed, ApiError> {
+        self.decide_on(backend, request).await
+    }
+}
+
 /// Name of the one backend of [`Local`].
-pub const LOCAL_BACKEND: &str = "local";
+pub use dgem_service::LOCAL_BACKEND;
 
 /// One in-process decider as the backend `local` (`dgem serve --studio`).
 #[derive(Debug, Clone)]
@@ -115,22 +112,9 @@ impl Backends for Local {
             )
             .with_param("backend"));
         }
-        let model = self.decider.info().model_id;
-        let started = Instant::now();
-        let decision = self
-            .decider
-            .decide(request)
+        Direct(self.decider.as_ref())
+            .read(None, request)
             .await
-            .map_err(|e| ApiError::from_engine(&e, Flavor::Chat))?;
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        Ok(Routed {
-            decision,
-            backend: LOCAL_BACKEND.to_string(),
-            upstream_url: "in-process".to_string(),
-            model,
-            attempts: 1,
-            forward_ms: ms,
-            total_ms: ms,
-        })
+            .map_err(|e| ApiError::from_engine(&e, Flavor::Chat))
     }
 }

@@ -23,8 +23,9 @@ use dgem_engine::Decider;
 use dgem_service::Service;
 use serde_json::{json, Value};
 
-pub use backends::{Backends, Local, Routed, LOCAL_BACKEND};
+pub use backends::{Backends, Local, LOCAL_BACKEND};
 pub use catalog::{catalog, CatalogEntry, CatalogQuestion, CORE_CATEGORY};
+pub use dgem_service::{RouteFacts, Routed};
 pub use request::{ApiDecide, CUSTOM_LABEL, DEFAULT_TEMPLATE};
 pub use timing::{fill_timing, max_entropy};
 
@@ -174,23 +175,22 @@ async fn decide_inner(
     };
     let service = s.service.clone();
     let path = path_template.map(str::to_string);
-    let parsed =
+    let mut parsed =
         tokio::task::spawn_blocking(move || request::prepare(&service, path.as_deref(), &value))
             .await
             .map_err(|e| {
                 ApiError::new(ErrorKind::Internal, format!("render task failed: {e}"))
             })??;
     tracing::Span::current().record("template", parsed.label.as_str());
-    let requested = header_backend(headers).or(parsed.backend.clone());
-    let mut routed = s
-        .backends
-        .decide_on(requested.as_deref(), parsed.request.clone())
-        .await?;
-    tracing::Span::current().record("backend", routed.backend.as_str());
-    // The backend router reads; the service applies the post-read once.
-    let after = s.service.run_after(&parsed, &mut routed.decision).await;
-    let mut envelope = routed.decision.envelope();
-    let forward_ms = fill_timing(&mut envelope, routed.forward_ms);
+    // The header names the backend over the body's `backend`.
+    parsed.backend = header_backend(headers).or(parsed.backend.take());
+    // The service reads through the backend router and applies the
+    // post-read once.
+    let decided = s.service.decide_on(s.backends.as_ref(), parsed).await?;
+    let route = &decided.route;
+    tracing::Span::current().record("backend", route.backend.as_str());
+    let mut envelope = decided.decision.envelope();
+    let forward_ms = fill_timing(&mut envelope, route.forward_ms);
     let answers = envelope
         .get("answers")
         .cloned()
@@ -199,34 +199,34 @@ async fn decide_inner(
         .get("diagnostics")
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let model = if routed.model.is_empty() {
+    let model = if route.model.is_empty() {
         diagnostics
             .get("model")
             .cloned()
             .unwrap_or_else(|| json!(""))
     } else {
-        json!(routed.model)
+        json!(route.model)
     };
     let mut body = json!({
-        "template": parsed.label,
+        "template": decided.label,
         "answers": answers,
         "diagnostics": diagnostics,
         "decision": {"answers": answers, "diagnostics": diagnostics},
         "max_entropy": max_entropy(&envelope),
-        "wall_time_ms": routed.total_ms,
+        "wall_time_ms": route.total_ms,
         "gpu_forward_ms": forward_ms,
-        "cold_start_wait_ms": (routed.total_ms - routed.forward_ms).max(0.0),
-        "warmup_attempts": routed.attempts,
+        "cold_start_wait_ms": (route.total_ms - route.forward_ms).max(0.0),
+        "warmup_attempts": route.attempts,
         "model": model,
-        "backend_target": routed.backend,
-        "upstream_url": routed.upstream_url,
+        "backend_target": route.backend,
+        "upstream_url": route.upstream_url,
     });
-    let cascade_used = after.cascade_model();
-    let suggested = after.suggestions.as_ref().map(Vec::len);
-    if let (Some(extra), Some(m)) = (after.to_json(), body.as_object_mut()) {
+    let cascade_used = decided.after.cascade_model();
+    let suggested = decided.after.suggestions.as_ref().map(Vec::len);
+    if let (Some(extra), Some(m)) = (decided.after.to_json(), body.as_object_mut()) {
         m.extend(extra);
     }
-    let mut resp = with_backend_used(Json(body).into_response(), &routed.backend);
+    let mut resp = with_backend_used(Json(body).into_response(), &route.backend);
     // A model name comes from the request: bounded before it becomes a header.
     let cascade_used = cascade_used.filter(|m| m.len() <= 256);
     if let Some(model) = cascade_used.and_then(|m| HeaderValue::from_str(&m).ok()) {
