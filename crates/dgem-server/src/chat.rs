@@ -9,9 +9,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use dgem_cascade::AfterRequest;
+use dgem_cascade::AfterOptions;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::DecideRequest;
 use serde_json::{json, Value};
 
 use crate::body;
@@ -212,16 +211,18 @@ pub struct ChatRequest {
     pub stream_usage: bool,
     /// [`NO_EFFECT_FIELDS`] the request carried.
     pub ignored: Vec<String>,
-    /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention.
-    pub after: AfterRequest,
+    /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention
+    /// (their question ids are checked when the decision is prepared).
+    pub after: AfterOptions,
     /// Set for a `response_format` of type `json_schema`: the reply's content
     /// is the requested object and the envelope goes in `dgem`
     /// ([`crate::structured`]).
     pub structured: Option<StructuredOutput>,
 }
 
-/// The request's [`AFTER_FIELDS`], checked against `schema`.
-fn after_of(req: &Value, schema: &ValidSchema) -> Result<AfterRequest, ApiError> {
+/// The request's [`AFTER_FIELDS`], each value read by its type's parse
+/// (`temperature_by_type` is the service's `temperature`).
+fn after_of(req: &Value) -> Result<AfterOptions, ApiError> {
     let obj: serde_json::Map<String, Value> = AFTER_FIELDS
         .iter()
         .filter_map(|k| {
@@ -234,21 +235,19 @@ fn after_of(req: &Value, schema: &ValidSchema) -> Result<AfterRequest, ApiError>
             Some((key.to_string(), v.clone()))
         })
         .collect();
-    if obj.is_empty() {
-        return Ok(AfterRequest::default());
-    }
-    AfterRequest::from_object(&obj, schema).map_err(|e| {
-        let field = e.field.replacen("temperature", "temperature_by_type", 1);
-        let message = if field == e.field {
-            e.message
-        } else {
-            format!(
-                "`temperature_by_type` (the post-hoc temperature): {}",
-                e.message
-            )
-        };
-        invalid(message).with_param(field)
-    })
+    AfterOptions::from_object(&obj).map_err(|e| after_error(&e.field, e.message))
+}
+
+/// A refused post-read key in this route's words: the service's
+/// `temperature` is named `temperature_by_type` here.
+fn after_error(field: &str, message: String) -> ApiError {
+    let renamed = field.replacen("temperature", "temperature_by_type", 1);
+    let message = if renamed == field {
+        message
+    } else {
+        format!("`temperature_by_type` (the post-hoc temperature): {message}")
+    };
+    invalid(message).with_param(renamed)
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -335,7 +334,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         .filter(|m| !m.is_empty())
         .unwrap_or(DEFAULT_MODEL)
         .to_string();
-    let after = after_of(req, &schema)?;
+    let after = after_of(req)?;
     Ok(ChatRequest {
         schema,
         state,
@@ -522,42 +521,45 @@ async fn respond(
     let bytes = bytes.map_err(|r| body::rejection(&r))?;
     let parsed = body::parse(headers, bytes).await?;
     let req = parse(&parsed.json, &state.config().schema_defaults)?;
-    decide::check_images(state, dgem_core::images::has_images(&req.state))?;
-    decide::check_state_images(Flavor::Chat, &req.state)?;
-    // The policy's own post-read keys are its client's to apply here (see
-    // AFTER_FIELDS): only the request's extension keys run.
-    let mut schema = req.schema.clone();
-    schema.after = dgem_core::after::AfterRead::default();
-    let decided_on = req.state.clone();
-    let mut timed = decide::run(
-        state,
-        DecideRequest {
+    // The body decoded as the service's request: the policy inline (its own
+    // post-read keys are its client's to apply, see AFTER_FIELDS), the
+    // request's extension keys checked against it.
+    let label = crate::telemetry::policy_label(&req.schema);
+    let request = dgem_service::DecisionRequest {
+        inline: Some(dgem_service::InlinePolicy {
             schema: req.schema,
-            state: req.state,
-            seed: req.seed,
+            label,
+        }),
+        state: Some(req.state),
+        read: dgem_service::ReadOptions {
+            seed: Some(req.seed),
+            ..dgem_service::ReadOptions::default()
         },
-        Flavor::Chat,
-    )
-    .await?;
-    let extra = if req.after.is_empty() {
-        None
-    } else {
-        // The decision service's one post-read call, on the request as read.
-        let prepared = dgem_service::Prepared {
-            label: crate::telemetry::policy_label(&schema),
-            request: DecideRequest {
-                schema,
-                state: decided_on,
-                seed: req.seed,
-            },
-            backend: None,
-            after: req.after,
-            warnings: Vec::new(),
-            after_when_asked: true,
-        };
-        let after = dgem_service::run_after(state.after(), &prepared, &mut timed.decision).await;
-        after.to_json()
+        after: req.after,
+        ..dgem_service::DecisionRequest::default()
     };
+    let prepared = state
+        .service()
+        .prepare(None, request)
+        .map_err(|e| match e {
+            dgem_service::ServiceError::Field { field, message } => after_error(&field, message),
+            other => invalid(other.to_string()),
+        })?;
+    let read = &prepared.request.state;
+    decide::check_images(state, dgem_core::images::has_images(read))?;
+    decide::check_state_images(Flavor::Chat, read)?;
+    let decided = state
+        .service()
+        .decide_on(
+            &decide::Gated {
+                state,
+                flavor: Flavor::Chat,
+            },
+            prepared,
+        )
+        .await?;
+    let extra = decided.after.to_json();
+    let timed = Timed::of(decided);
     let body = response_body(&req.model, &timed, extra, req.structured.as_ref())?;
     let mut resp = if req.stream {
         let events = stream_events(&body, req.stream_usage)

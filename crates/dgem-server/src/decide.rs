@@ -3,8 +3,10 @@
 
 use std::time::Instant;
 
+use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use dgem_engine::{DecideRequest, Decision};
+use dgem_service::{Route, RouteFacts, Routed, IN_PROCESS, LOCAL_BACKEND};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorKind, Flavor};
@@ -18,6 +20,56 @@ pub struct Timed {
     pub decision: Decision,
     /// Milliseconds spent waiting for a `MAX_INFLIGHT` slot.
     pub gate_ms: f64,
+}
+
+impl Timed {
+    /// The decision and gate wait of a decision the service made through
+    /// [`Gated`].
+    pub fn of(decided: dgem_service::Decided) -> Self {
+        Self {
+            gate_ms: decided.route.gate_ms,
+            decision: decided.decision,
+        }
+    }
+}
+
+/// This server's decider behind its admission gate ([`run`]) as the
+/// decision service's route: how the chat and `/v1/systemone` routes read,
+/// their failures in the route's `flavor`. A backend name is not looked at
+/// (the server decides with one model).
+#[derive(Debug, Clone, Copy)]
+pub struct Gated<'a> {
+    /// The server.
+    pub state: &'a AppState,
+    /// The route whose words a failure is given in.
+    pub flavor: Flavor,
+}
+
+#[async_trait]
+impl Route for Gated<'_> {
+    type Error = ApiError;
+
+    async fn read(
+        &self,
+        _backend: Option<&str>,
+        request: DecideRequest,
+    ) -> Result<Routed, ApiError> {
+        let started = Instant::now();
+        let timed = run(self.state, request, self.flavor).await?;
+        let total_ms = started.elapsed().as_secs_f64() * 1e3;
+        Ok(Routed {
+            facts: RouteFacts {
+                backend: LOCAL_BACKEND.to_string(),
+                upstream_url: IN_PROCESS.to_string(),
+                model: self.state.engine().info().model_id,
+                attempts: 1,
+                forward_ms: (total_ms - timed.gate_ms).max(0.0),
+                total_ms,
+                gate_ms: timed.gate_ms,
+            },
+            decision: timed.decision,
+        })
+    }
 }
 
 /// Refuse image states on a backend that cannot read images, with 422 on

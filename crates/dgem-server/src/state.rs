@@ -76,7 +76,10 @@ struct Inner {
     inflight: AtomicUsize,
     boot_ts: f64,
     metrics: PrometheusHandle,
-    after: Arc<dgem_cascade::AfterSetup>,
+    /// The deployment's decision service (its catalogue, schema defaults,
+    /// Stage-2 provider and calibration file), through which every route
+    /// decides.
+    service: dgem_service::Service,
 }
 
 /// Seconds since the Unix epoch, as a float.
@@ -100,11 +103,30 @@ impl AppState {
     }
 
     /// [`AppState::new`] with the deployment's Stage-2 provider and
-    /// calibration file, used by the chat route's post-read extension keys.
+    /// calibration file, used by the chat route's post-read extension keys;
+    /// its decision service's catalogue is the working folder's
+    /// `templates/`, then the built-in policies ([`AppState::with_service`]
+    /// names another).
     pub fn with_after(
         engine: Arc<dyn Decider>,
         config: ServeConfig,
         after: Arc<dgem_cascade::AfterSetup>,
+    ) -> Self {
+        let service = dgem_service::Service::new(dgem_service::Catalogue::new(
+            dgem_engine::templates::TemplateDir::new("templates"),
+        ))
+        .with_defaults(config.schema_defaults)
+        .with_after(after);
+        Self::with_service(engine, config, service)
+    }
+
+    /// [`AppState::new`] deciding through the deployment's decision
+    /// `service` (its catalogue, schema defaults and post-read setup), the
+    /// one its MCP tools and Studio API use too.
+    pub fn with_service(
+        engine: Arc<dyn Decider>,
+        config: ServeConfig,
+        service: dgem_service::Service,
     ) -> Self {
         let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
         Self {
@@ -125,7 +147,7 @@ impl AppState {
                 inflight: AtomicUsize::new(0),
                 boot_ts: unix_now(),
                 metrics: telemetry::handle(),
-                after,
+                service,
                 config,
             }),
         }
@@ -138,7 +160,12 @@ impl AppState {
 
     /// The deployment's Stage-2 provider and calibration file.
     pub fn after(&self) -> &dgem_cascade::AfterSetup {
-        &self.inner.after
+        self.inner.service.after()
+    }
+
+    /// The deployment's decision service.
+    pub fn service(&self) -> &dgem_service::Service {
+        &self.inner.service
     }
 
     /// The settings.

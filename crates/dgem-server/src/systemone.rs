@@ -10,7 +10,6 @@ use axum::Json;
 use dgem_core::envelope::AnswerOut;
 use dgem_core::prompt::state_text;
 use dgem_core::schema::ValidSchema;
-use dgem_engine::DecideRequest;
 use serde_json::{json, Map, Value};
 
 use crate::body;
@@ -186,16 +185,33 @@ async fn respond(
     let base = state_parts.map_or(text, |p| Value::Array(p.clone()));
     let decide_state = dgem_core::images::with_images(base, images)
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;
-    let timed = decide::run(
-        state,
-        DecideRequest {
-            schema,
-            state: decide_state,
-            seed,
+    // The body decoded as the service's request: the policy inline, the
+    // state as built here (its images checked in this route's order).
+    let label = crate::telemetry::policy_label(&schema);
+    let request = dgem_service::DecisionRequest {
+        inline: Some(dgem_service::InlinePolicy { schema, label }),
+        state: Some(decide_state),
+        read: dgem_service::ReadOptions {
+            seed: Some(seed),
+            ..dgem_service::ReadOptions::default()
         },
-        Flavor::SystemOne,
-    )
-    .await?;
+        ..dgem_service::DecisionRequest::default()
+    };
+    let prepared = state
+        .service()
+        .prepare(None, request)
+        .map_err(|e| unprocessable(e.to_string()))?;
+    let decided = state
+        .service()
+        .decide_on(
+            &decide::Gated {
+                state,
+                flavor: Flavor::SystemOne,
+            },
+            prepared,
+        )
+        .await?;
+    let timed = Timed::of(decided);
     let body = response_body(&state.config().model_name, &timed);
     Ok((decide::timing_headers(&timed), Json(body)).into_response())
 }

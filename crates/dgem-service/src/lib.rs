@@ -13,8 +13,13 @@
 //! - [`Catalogue`] is the one policy catalogue (a folder, then the built-in
 //!   policies) with the one set of variable rules (aliases, unknown names,
 //!   missing state).
-//! - [`Service`] prepares a request once ([`prepare`]), reads it, and applies
-//!   the post-read once; [`Decided`] is the typed answer each surface renders.
+//! - [`Service`] prepares a request once ([`prepare`]), reads it through a
+//!   [`Route`] and applies the post-read once: [`Service::decide_on`] is the
+//!   one call that reaches a model, from `dgem decide` and `dgem batch`, the
+//!   MCP tools, `/api/decide`, the chat route and `/v1/systemone` (the last
+//!   two decode their bodies into a [`DecisionRequest`] with the policy
+//!   inline, [`InlinePolicy`]). [`Decided`] is the typed answer each surface
+//!   renders, with how the read was routed ([`RouteFacts`]).
 
 #![deny(missing_docs)]
 
@@ -34,9 +39,9 @@ pub use error::{ServiceError, TemplateFailure};
 pub use prepare::{prepare, Prepared};
 pub use read::ReadOptions;
 pub use request::{
-    gives_images, shown, tool_schema, CustomQuestion, DecisionRequest, ToolKind, CUSTOM_LABEL,
-    DEFAULT_SEED, DEFAULT_TEMPLATE,
+    gives_images, shown, tool_schema, CustomQuestion, DecisionRequest, InlinePolicy, ToolKind,
+    CUSTOM_LABEL, DEFAULT_SEED, DEFAULT_TEMPLATE,
 };
 pub use route::{Direct, Route, RouteFacts, Routed, IN_PROCESS, LOCAL_BACKEND};
-pub use service::{run_after, Decided, Service};
+pub use service::{Decided, Service};
 pub use surface::Surface;

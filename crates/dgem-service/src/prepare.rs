@@ -27,7 +27,7 @@ pub struct Prepared {
     /// What to do after the read: cascade, temperature, abstention, expansion.
     pub after: AfterRequest,
     /// Warnings for the decision's `diagnostics.warnings`, added by
-    /// [`crate::run_after`] (e.g. the text variables an image stood in for).
+    /// the post-read (e.g. the text variables an image stood in for).
     pub warnings: Vec<String>,
     /// Whether the post-read runs only when the request asks for one (a
     /// cascade, a temperature, an abstention rule, expansion). Set for a
@@ -53,6 +53,9 @@ pub fn prepare(
     req: DecisionRequest,
     defaults: &SchemaDefaults,
 ) -> Result<Prepared, ServiceError> {
+    if let Some(inline) = req.inline {
+        return prepare_inline(inline, req.state, req.read.seed, req.backend, &req.after);
+    }
     let custom = req.is_custom();
     // Whether the request gives an image, which may stand in for the state
     // (`dgem_core::image_state`); each image is checked below, as before.
@@ -69,6 +72,7 @@ pub fn prepare(
         read,
         after,
         allow_missing_vars,
+        inline: _,
     } = req;
     if let (false, Some(_)) = (custom, &rules) {
         return Err(ServiceError::field(
@@ -153,6 +157,39 @@ pub fn prepare(
         after: request_after,
         warnings,
         after_when_asked: false,
+    })
+}
+
+/// A policy given inline ([`crate::InlinePolicy`]): its own post-read keys
+/// cleared (they are the client's to apply), the request's post-read keys
+/// checked against it, and a post-read only when they ask for one.
+///
+/// # Errors
+/// [`ServiceError::Field`] when a post-read key names no question of the
+/// policy (`expected_answers`, `abstain_below`, `abstain_above`).
+fn prepare_inline(
+    inline: crate::InlinePolicy,
+    state: Option<Value>,
+    seed: Option<i64>,
+    backend: Option<String>,
+    after: &dgem_cascade::AfterOptions,
+) -> Result<Prepared, ServiceError> {
+    let mut schema = inline.schema;
+    schema.after = dgem_core::after::AfterRead::default();
+    let after = AfterRequest::from_options(after, &schema)
+        .map_err(ServiceError::from_schema_error)?
+        .for_policy(&inline.label, Vec::new());
+    Ok(Prepared {
+        label: inline.label,
+        request: DecideRequest {
+            schema,
+            state: state.unwrap_or(Value::Null),
+            seed: seed.unwrap_or(DEFAULT_SEED),
+        },
+        backend: backend.filter(|b| !b.is_empty()),
+        after,
+        warnings: Vec::new(),
+        after_when_asked: true,
     })
 }
 

@@ -179,6 +179,29 @@ pub struct DecisionRequest {
     /// request is refused, naming the variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_missing_vars: Option<bool>,
+    /// A policy already validated by a surface that reads the structured
+    /// server's protocol (the chat route's system message, the
+    /// `/v1/systemone` questions), instead of a template or ad-hoc
+    /// questions. Not a wire key: no surface reads it from JSON, and it is
+    /// neither advertised nor written. See [`InlinePolicy`].
+    #[serde(skip)]
+    pub inline: Option<InlinePolicy>,
+}
+
+/// A policy given inline, validated by the surface that decoded it, under
+/// the structured server's protocol: the surface gives the final `state`
+/// (its images already joined and checked in its own order), the policy's
+/// own post-read keys are the client's to apply, and the post-read runs
+/// only when the request's own keys ask for one
+/// ([`crate::Prepared::after_when_asked`]). The request's `template`,
+/// `variables`, `questions`, `instructions`, `rules`, `images` and read
+/// options are not read beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InlinePolicy {
+    /// The validated policy.
+    pub schema: dgem_core::schema::ValidSchema,
+    /// Its label in metrics and logs (the policy's name, or a hash of it).
+    pub label: String,
 }
 
 pub use dgem_core::json::shown;
@@ -289,6 +312,7 @@ impl DecisionRequest {
             read: ReadOptions::from_object(obj)?,
             after: AfterOptions::from_object(obj).map_err(ServiceError::from_schema_error)?,
             allow_missing_vars,
+            inline: None,
         })
     }
 

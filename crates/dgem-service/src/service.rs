@@ -64,11 +64,9 @@ impl Decided {
 
 /// The post-read of `decision`, made from `prepared`, under a deployment's
 /// `after` setup: the cascade, temperature, abstention and expansion that
-/// `prepared.after` asks for ([`AfterSetup::run`]). The one post-read
-/// call of every surface: [`Service::run_after`] and [`Service::decide`] use it,
-/// and so does the chat route, which prepares its request from its own
-/// OpenAI-shaped body.
-pub async fn run_after(
+/// `prepared.after` asks for ([`AfterSetup::run`]). The one post-read call,
+/// made once per decision by [`Service::decide_on`].
+async fn run_after(
     after: &AfterSetup,
     prepared: &Prepared,
     decision: &mut Decision,
@@ -144,15 +142,8 @@ impl Service {
         prepare(&self.catalogue, route_template, req, &self.defaults)
     }
 
-    /// The post-read of `decision`, made from `prepared`: run once per
-    /// decision, by [`Service::decide`] or by a surface that routes the read
-    /// itself (the Studio API's backend router).
-    pub async fn run_after(&self, prepared: &Prepared, decision: &mut Decision) -> AfterOutcome {
-        run_after(&self.after, prepared, decision).await
-    }
-
     /// Read `prepared` on one `decider`, in process ([`Direct`]), then
-    /// [`Service::run_after`].
+    /// its post-read.
     ///
     /// # Errors
     /// The decider's [`EngineError`]; the post-read never fails (a Stage-2
@@ -190,7 +181,7 @@ impl Service {
         {
             AfterOutcome::default()
         } else {
-            self.run_after(&prepared, &mut decision).await
+            run_after(&self.after, &prepared, &mut decision).await
         };
         Ok(Decided {
             label: prepared.label,

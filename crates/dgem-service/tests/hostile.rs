@@ -721,6 +721,8 @@ fn keys_include_every_read_and_post_read_key_once() {
         )
         .expect("parses"),
         allow_missing_vars: Some(true),
+        // Not a wire key: neither written nor read.
+        inline: None,
     };
     let Value::Object(wire) = serde_json::to_value(&full).expect("serializes") else {
         panic!("not an object")

@@ -222,8 +222,13 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
             .await
             .with_context(|| format!("could not listen on {addr}"))
             .map_err(user)?;
-        let state = AppState::with_after(engine, config, after.clone());
-        let extra = extra_routes(&state, templates, studio, &after, addr);
+        // One decision service for the deployment: every route decides
+        // through it (MCP and the Studio API share its catalogue).
+        let service = dgem_service::Service::new(dgem_service::Catalogue::new(templates))
+            .with_defaults(config.schema_defaults)
+            .with_after(after.clone());
+        let state = AppState::with_service(engine, config, service);
+        let extra = extra_routes(&state, studio, addr);
         let mcp_note = if cfg!(feature = "mcp") {
             ", MCP at /mcp"
         } else {
@@ -370,18 +375,11 @@ fn with_file(
 /// crate; they decide through the server's `MAX_INFLIGHT` gate, as its
 /// routes do.
 #[allow(unused_variables, unused_mut)]
-fn extra_routes(
-    state: &AppState,
-    templates: dgem_engine::templates::TemplateDir,
-    studio: bool,
-    after: &Arc<dgem_cascade::AfterSetup>,
-    addr: std::net::SocketAddr,
-) -> axum::Router {
-    // One decision service for the deployment: MCP and the Studio API share
-    // its catalogue, schema defaults and post-read setup.
-    let service = dgem_service::Service::new(dgem_service::Catalogue::new(templates))
-        .with_defaults(state.config().schema_defaults)
-        .with_after(after.clone());
+fn extra_routes(state: &AppState, studio: bool, addr: std::net::SocketAddr) -> axum::Router {
+    // The deployment's one decision service: MCP and the Studio API share
+    // its catalogue, schema defaults and post-read setup with the server's
+    // own routes.
+    let service = state.service().clone();
     let mut extra = axum::Router::new();
     #[cfg(feature = "mcp")]
     {
