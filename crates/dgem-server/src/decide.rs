@@ -1,5 +1,8 @@
-//! Running one validated decision behind the concurrency gate (serving.md §9.2):
-//! validate → acquire a slot (at most `INFLIGHT_WAIT_S`) → decide → record.
+//! The server's own routes' read behind the concurrency gate: validate →
+//! acquire a slot (at most `INFLIGHT_WAIT_S`) → decide → record, the gate
+//! being [`AppState::read_gated`] (the one every surface of `dgem serve`
+//! shares), with the route's span fields, log line and error words around
+//! it; and [`Gated`], that read as the decision service's route.
 
 use std::time::Instant;
 
@@ -10,8 +13,8 @@ use dgem_service::{Route, RouteFacts, Routed, IN_PROCESS, LOCAL_BACKEND};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorKind, Flavor};
+use crate::gate::{GateError, GatedError};
 use crate::state::AppState;
-use crate::telemetry;
 
 /// A finished decision and the time it waited for a slot.
 #[derive(Debug)]
@@ -105,41 +108,13 @@ pub fn check_state_images(flavor: Flavor, state: &Value) -> Result<(), ApiError>
 pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result<Timed, ApiError> {
     let span = tracing::Span::current();
     span.record("questions", req.schema.asked().len());
-    let policy = telemetry::policy_label(&req.schema);
-    let waited = Instant::now();
-    let _permit = match state.acquire_slot().await {
-        Ok(permit) => permit,
-        Err(crate::gate::GateError::Closed) => {
-            telemetry::record_failed_decision(flavor.name(), &policy, "shutting_down");
-            return Err(ApiError::new(
-                ErrorKind::Overloaded,
-                "server shutting down: retry on another replica",
-            )
-            .with_retry_after(1));
-        }
-        Err(crate::gate::GateError::Busy) => {
-            telemetry::record_failed_decision(flavor.name(), &policy, "overloaded");
-            let secs = state.config().inflight_wait.as_secs().clamp(1, 60);
-            return Err(ApiError::new(
-                ErrorKind::Overloaded,
-                format!(
-                    "server busy: {} decisions in flight",
-                    state.config().max_inflight
-                ),
-            )
-            .with_retry_after(secs));
-        }
-    };
-    let gate_ms = waited.elapsed().as_secs_f64() * 1e3;
-    let _inflight = state.enter();
-    match state.engine().decide(req).await {
-        Ok(decision) => {
+    match state.read_gated(flavor.name(), flavor, req).await {
+        Ok((decision, gate_ms)) => {
             let t = &decision.diagnostics.timing;
             span.record("queue_ms", gate_ms + t.queue_ms);
             span.record("forward_ms", t.forward_ms);
             span.record("decide_ms", t.total_ms);
             span.record("reads", t.reads);
-            telemetry::record_decision(flavor.name(), &policy, &decision);
             tracing::info!(
                 route = flavor.name(),
                 answers = %summary(&decision),
@@ -149,9 +124,24 @@ pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result
             );
             Ok(Timed { decision, gate_ms })
         }
-        Err(e) => {
+        Err(GatedError::Gate(GateError::Closed)) => Err(ApiError::new(
+            ErrorKind::Overloaded,
+            "server shutting down: retry on another replica",
+        )
+        .with_retry_after(1)),
+        Err(GatedError::Gate(GateError::Busy)) => {
+            let secs = state.config().inflight_wait.as_secs().clamp(1, 60);
+            Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!(
+                    "server busy: {} decisions in flight",
+                    state.config().max_inflight
+                ),
+            )
+            .with_retry_after(secs))
+        }
+        Err(GatedError::Engine(e)) => {
             let err = ApiError::from_engine(&e, flavor);
-            telemetry::record_failed_decision(flavor.name(), &policy, err.kind.error_type());
             // A refused request (an empty state, a state over the context) is
             // the caller's to fix: info, not a warning an operator must read.
             if err.kind.status().is_server_error() {

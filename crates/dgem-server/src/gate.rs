@@ -1,8 +1,11 @@
-//! The in-flight gate as a wrapper around the decider, so every surface of
-//! `dgem serve` shares one `MAX_INFLIGHT` budget: the server's own routes take
-//! the gate in their handler, and `/mcp` and the Studio's `/api` get
-//! [`AppState::gated_decider`], which takes the same semaphore, waits at most
-//! `INFLIGHT_WAIT_S` and counts the same in-flight gauge.
+//! The in-flight gate, written once: [`AppState::read_gated`] takes one of the
+//! `MAX_INFLIGHT` slots (waiting at most `INFLIGHT_WAIT_S`), counts the
+//! in-flight gauge, reads on the server's decider and records the decision
+//! or its failure. Every surface of `dgem serve` reads through it, so they
+//! share one budget: the server's own routes through
+//! [`crate::decide::run`] (their errors in the route's words), and `/mcp`
+//! and the Studio's `/api` through [`AppState::gated_decider`], a decider
+//! whose errors are the engine's.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +25,15 @@ pub struct GatedDecider {
     state: AppState,
     /// The `route` label its decisions are counted under (`mcp`, `api`).
     route: &'static str,
+}
+
+/// Why a gated read failed.
+#[derive(Debug, Clone)]
+pub enum GatedError {
+    /// No slot was taken.
+    Gate(GateError),
+    /// The decider failed.
+    Engine(EngineError),
 }
 
 /// Why no decision slot was taken.
@@ -54,6 +66,46 @@ impl AppState {
             Ok(Ok(permit)) => Ok(Some(permit)),
             Ok(Err(_closed)) => Err(GateError::Closed),
             Err(_elapsed) => Err(GateError::Busy),
+        }
+    }
+
+    /// Read `req` on the server's decider behind the gate: take a slot, count
+    /// the read in flight, decide, and record the decision (or why it
+    /// failed, `flavor` naming the error type) under `route`. Returns the
+    /// decision and the wait for the slot, in ms.
+    ///
+    /// # Errors
+    /// [`GatedError::Gate`] when no slot was taken (recorded as
+    /// `overloaded`, or `shutting_down` when the gate closed);
+    /// [`GatedError::Engine`] when the decider failed.
+    pub async fn read_gated(
+        &self,
+        route: &'static str,
+        flavor: crate::error::Flavor,
+        req: DecideRequest,
+    ) -> Result<(Decision, f64), GatedError> {
+        let policy = telemetry::policy_label(&req.schema);
+        let waited = Instant::now();
+        let _permit = self.acquire_slot().await.map_err(|e| {
+            let outcome = match e {
+                GateError::Closed => "shutting_down",
+                GateError::Busy => "overloaded",
+            };
+            telemetry::record_failed_decision(route, &policy, outcome);
+            GatedError::Gate(e)
+        })?;
+        let gate_ms = waited.elapsed().as_secs_f64() * 1e3;
+        let _inflight = self.enter();
+        match self.engine().decide(req).await {
+            Ok(d) => {
+                telemetry::record_decision(route, &policy, &d);
+                Ok((d, gate_ms))
+            }
+            Err(e) => {
+                let kind = crate::error::ApiError::from_engine(&e, flavor).kind;
+                telemetry::record_failed_decision(route, &policy, kind.error_type());
+                Err(GatedError::Engine(e))
+            }
         }
     }
 
@@ -92,26 +144,21 @@ impl Decider for GatedDecider {
     /// [`BackendError::Overloaded`] (retryable, 503) when no slot frees up within
     /// `INFLIGHT_WAIT_S`; otherwise what the decider returns.
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
-        let policy = telemetry::policy_label(&req.schema);
-        let _permit = self.state.acquire_slot().await.map_err(|e| {
-            telemetry::record_failed_decision(self.route, &policy, "overloaded");
-            match e {
-                GateError::Closed => BackendError::Unavailable("decision gate closed".into()),
-                GateError::Busy => BackendError::Overloaded(format!(
-                    "server busy: {} decisions in flight",
-                    self.state.config().max_inflight
-                )),
+        let read = self
+            .state
+            .read_gated(self.route, crate::error::Flavor::Chat, req)
+            .await;
+        match read {
+            Ok((d, _)) => Ok(d),
+            Err(GatedError::Engine(e)) => Err(e),
+            Err(GatedError::Gate(GateError::Closed)) => {
+                Err(BackendError::Unavailable("decision gate closed".into()).into())
             }
-        })?;
-        let _inflight = self.state.enter();
-        let out = self.state.engine().decide(req).await;
-        match &out {
-            Ok(d) => telemetry::record_decision(self.route, &policy, d),
-            Err(e) => {
-                let kind = crate::error::ApiError::from_engine(e, crate::error::Flavor::Chat).kind;
-                telemetry::record_failed_decision(self.route, &policy, kind.error_type());
-            }
+            Err(GatedError::Gate(GateError::Busy)) => Err(BackendError::Overloaded(format!(
+                "server busy: {} decisions in flight",
+                self.state.config().max_inflight
+            ))
+            .into()),
         }
-        out
     }
 }
