@@ -207,7 +207,10 @@ fn values_the_openapi_document_used_to_advertise_are_refused_and_not_listed() {
 /// and the MCP `decide_policy` tool.
 #[test]
 fn every_surface_takes_the_same_post_read_keys() {
-    let post_read: Vec<&str> = dgem_server::chat::AFTER_FIELDS.to_vec();
+    let post_read: Vec<&str> = dgem_server::chat::after_fields()
+        .iter()
+        .map(String::as_str)
+        .collect();
     let tools = dgem_mcp::tool_list();
     let decide_policy = tools
         .iter()

@@ -64,23 +64,34 @@ pub const NO_EFFECT_FIELDS: &[&str] = &[
     "n",
 ];
 
+/// The service's post-read keys this route does not take: taxonomy
+/// expansion is not offered on it.
+const NOT_ON_THIS_ROUTE: [&str; 2] = ["suggest_expansions", "expansion_entropy"];
+
 /// dgem extension keys of the chat route: what to do after the read. They
-/// are the `/api/decide` keys, except that the post-hoc temperature is
-/// `temperature_by_type` (OpenAI's `temperature` is a sampling knob, one of
-/// the [`NO_EFFECT_FIELDS`]). The policy's own `temperature` /
-/// `abstain_*` keys are **not** applied on this route: it plays the
-/// original structured server, whose clients apply them after the reply.
-pub const AFTER_FIELDS: &[&str] = &[
-    "temperature_by_type",
-    "abstain_below",
-    "abstain_above",
-    "cascade_mode",
-    "cascade_threshold",
-    "cascade_threshold_mode",
-    "cascade_model",
-    "stage2_prior",
-    "expected_answers",
-];
+/// are the decision service's post-read keys ([`AfterOptions::keys`], read
+/// by the same parses), without taxonomy expansion, and with the post-hoc
+/// temperature named `temperature_by_type` (OpenAI's `temperature` is a
+/// sampling knob, one of the [`NO_EFFECT_FIELDS`]). The policy's own
+/// `temperature` / `abstain_*` keys are **not** applied on this route: it
+/// plays the original structured server, whose clients apply them after the
+/// reply.
+pub fn after_fields() -> &'static [String] {
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        AfterOptions::keys()
+            .into_iter()
+            .filter(|k| !NOT_ON_THIS_ROUTE.contains(&k.as_str()))
+            .map(|k| {
+                if k == "temperature" {
+                    "temperature_by_type".to_string()
+                } else {
+                    k
+                }
+            })
+            .collect()
+    })
+}
 
 /// Reply header listing the [`NO_EFFECT_FIELDS`] a request carried.
 pub const IGNORED_FIELDS_HEADER: &str = "x-dgem-ignored-fields";
@@ -112,7 +123,7 @@ pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
     };
     let mut ignored = Vec::new();
     for (k, v) in obj {
-        if READ_FIELDS.contains(&k.as_str()) || AFTER_FIELDS.contains(&k.as_str()) {
+        if READ_FIELDS.contains(&k.as_str()) || after_fields().contains(k) {
             continue;
         }
         if k == "n" && !(v.is_null() || v.as_u64() == Some(1)) {
@@ -211,7 +222,7 @@ pub struct ChatRequest {
     pub stream_usage: bool,
     /// [`NO_EFFECT_FIELDS`] the request carried.
     pub ignored: Vec<String>,
-    /// The [`AFTER_FIELDS`] asked for: cascade, temperature, abstention
+    /// The [`after_fields`] asked for: cascade, temperature, abstention
     /// (their question ids are checked when the decision is prepared).
     pub after: AfterOptions,
     /// Set for a `response_format` of type `json_schema`: the reply's content
@@ -220,14 +231,14 @@ pub struct ChatRequest {
     pub structured: Option<StructuredOutput>,
 }
 
-/// The request's [`AFTER_FIELDS`], each value read by its type's parse
+/// The request's [`after_fields`], each value read by its type's parse
 /// (`temperature_by_type` is the service's `temperature`).
 fn after_of(req: &Value) -> Result<AfterOptions, ApiError> {
-    let obj: serde_json::Map<String, Value> = AFTER_FIELDS
+    let obj: serde_json::Map<String, Value> = after_fields()
         .iter()
         .filter_map(|k| {
-            let v = req.get(*k)?;
-            let key = if *k == "temperature_by_type" {
+            let v = req.get(k)?;
+            let key = if k == "temperature_by_type" {
                 "temperature"
             } else {
                 k
@@ -522,7 +533,7 @@ async fn respond(
     let parsed = body::parse(headers, bytes).await?;
     let req = parse(&parsed.json, &state.config().schema_defaults)?;
     // The body decoded as the service's request: the policy inline (its own
-    // post-read keys are its client's to apply, see AFTER_FIELDS), the
+    // post-read keys are its client's to apply, see after_fields), the
     // request's extension keys checked against it.
     let label = crate::telemetry::policy_label(&req.schema);
     let request = dgem_service::DecisionRequest {
@@ -643,6 +654,26 @@ mod tests {
         let e = parse(&body, &SchemaDefaults::default()).expect_err("json_object");
         assert_eq!(e.param.as_deref(), Some("response_format.type"));
         assert!(e.message.contains("json_schema"), "{}", e.message);
+    }
+
+    /// The extension keys are derived from the service's post-read keys;
+    /// these are the nine the route has always taken.
+    #[test]
+    fn the_extension_keys_are_the_post_read_keys_without_expansion() {
+        assert_eq!(
+            after_fields(),
+            [
+                "temperature_by_type",
+                "abstain_below",
+                "abstain_above",
+                "cascade_mode",
+                "cascade_threshold",
+                "cascade_threshold_mode",
+                "cascade_model",
+                "stage2_prior",
+                "expected_answers",
+            ]
+        );
     }
 
     #[test]

@@ -117,9 +117,9 @@ async fn documented_request_fields_are_the_fields_the_handlers_read() {
     let doc = document().await;
     let mut chat: Vec<String> = dgem_server::chat::READ_FIELDS
         .iter()
-        .chain(dgem_server::chat::AFTER_FIELDS)
         .chain(dgem_server::chat::NO_EFFECT_FIELDS)
         .map(|s| (*s).to_string())
+        .chain(dgem_server::chat::after_fields().iter().cloned())
         .collect();
     chat.sort();
     chat.dedup();
