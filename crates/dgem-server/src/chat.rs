@@ -323,7 +323,11 @@ fn sampling_keys(req: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Validate a chat body (serving.md §3.2).
+/// Validate a chat body (serving.md §3.2): everything but what the
+/// extension keys say about the policy's questions (the ids in
+/// `expected_answers`, `abstain_below`, `abstain_above`), which the decision
+/// service checks when the request is prepared, still before any image
+/// check or read.
 ///
 /// # Errors
 /// 400 `invalid_request_error` with the serving.md wording.

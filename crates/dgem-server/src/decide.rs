@@ -108,7 +108,10 @@ pub fn check_state_images(flavor: Flavor, state: &Value) -> Result<(), ApiError>
 pub async fn run(state: &AppState, req: DecideRequest, flavor: Flavor) -> Result<Timed, ApiError> {
     let span = tracing::Span::current();
     span.record("questions", req.schema.asked().len());
-    match state.read_gated(flavor.name(), flavor, req).await {
+    match state
+        .read_gated(flavor.name(), flavor, "shutting_down", req)
+        .await
+    {
         Ok((decision, gate_ms)) => {
             let t = &decision.diagnostics.timing;
             span.record("queue_ms", gate_ms + t.queue_ms);

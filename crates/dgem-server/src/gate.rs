@@ -76,19 +76,21 @@ impl AppState {
     ///
     /// # Errors
     /// [`GatedError::Gate`] when no slot was taken (recorded as
-    /// `overloaded`, or `shutting_down` when the gate closed);
+    /// `overloaded`, or as `closed` when the gate closed: the server's
+    /// routes say `shutting_down`, the gated decider `overloaded`);
     /// [`GatedError::Engine`] when the decider failed.
     pub async fn read_gated(
         &self,
         route: &'static str,
         flavor: crate::error::Flavor,
+        closed: &'static str,
         req: DecideRequest,
     ) -> Result<(Decision, f64), GatedError> {
         let policy = telemetry::policy_label(&req.schema);
         let waited = Instant::now();
         let _permit = self.acquire_slot().await.map_err(|e| {
             let outcome = match e {
-                GateError::Closed => "shutting_down",
+                GateError::Closed => closed,
                 GateError::Busy => "overloaded",
             };
             telemetry::record_failed_decision(route, &policy, outcome);
@@ -146,7 +148,7 @@ impl Decider for GatedDecider {
     async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
         let read = self
             .state
-            .read_gated(self.route, crate::error::Flavor::Chat, req)
+            .read_gated(self.route, crate::error::Flavor::Chat, "overloaded", req)
             .await;
         match read {
             Ok((d, _)) => Ok(d),

@@ -21,8 +21,9 @@
 //! ([`ApiError`]) on every route.
 //!
 //! Place in the graph: `dgem-core`, `dgem-backend`, `dgem-engine` ← `dgem-server`
-//! ← `dgem-gateway`, `dgem-cli`. The server sees only `Arc<dyn Decider>`; it
-//! never knows which model runs.
+//! ← `dgem-gateway`, `dgem-cli`. The server sees only `Arc<dyn Decider>` (it
+//! never knows which model runs) and the deployment's decision service
+//! (`dgem-service`), through which every route decides.
 //!
 //! ```no_run
 //! # async fn demo(engine: dgem_engine::Engine) -> Result<(), dgem_server::ServeError> {

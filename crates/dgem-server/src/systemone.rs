@@ -197,6 +197,8 @@ async fn respond(
         },
         ..dgem_service::DecisionRequest::default()
     };
+    // Without post-read keys an inline policy's preparation cannot fail; a
+    // failure would still be this route's 422.
     let prepared = state
         .service()
         .prepare(None, request)

@@ -26,8 +26,8 @@ pub struct Prepared {
     pub backend: Option<String>,
     /// What to do after the read: cascade, temperature, abstention, expansion.
     pub after: AfterRequest,
-    /// Warnings for the decision's `diagnostics.warnings`, added by
-    /// the post-read (e.g. the text variables an image stood in for).
+    /// Warnings for the decision's `diagnostics.warnings`, added after the
+    /// read (e.g. the text variables an image stood in for).
     pub warnings: Vec<String>,
     /// Whether the post-read runs only when the request asks for one (a
     /// cascade, a temperature, an abstention rule, expansion). Set for a

@@ -62,6 +62,16 @@ impl Decided {
     }
 }
 
+/// `warnings` (the request's, e.g. the text variables an image stood in for)
+/// added to the decision's `diagnostics.warnings`, each once.
+fn add_warnings(decision: &mut Decision, warnings: &[String]) {
+    for w in warnings {
+        if !decision.diagnostics.warnings.contains(w) {
+            decision.diagnostics.warnings.push(w.clone());
+        }
+    }
+}
+
 /// The post-read of `decision`, made from `prepared`, under a deployment's
 /// `after` setup: the cascade, temperature, abstention and expansion that
 /// `prepared.after` asks for ([`AfterSetup::run`]). The one post-read call,
@@ -71,11 +81,6 @@ async fn run_after(
     prepared: &Prepared,
     decision: &mut Decision,
 ) -> AfterOutcome {
-    for w in &prepared.warnings {
-        if !decision.diagnostics.warnings.contains(w) {
-            decision.diagnostics.warnings.push(w.clone());
-        }
-    }
     let state = &prepared.request.state;
     let images = dgem_core::images::image_urls(state);
     after
@@ -171,18 +176,33 @@ impl Service {
         prepared: Prepared,
     ) -> Result<Decided, R::Error> {
         let started = Instant::now();
+        let asked = !prepared.after.is_empty() || prepared.after.expansion.is_some();
+        if prepared.after_when_asked && !asked {
+            // No post-read: the request is read as it is, not copied.
+            let Prepared {
+                label,
+                request,
+                backend,
+                warnings,
+                ..
+            } = prepared;
+            let routed = route.read(backend.as_deref(), request).await?;
+            let mut decision = routed.decision;
+            add_warnings(&mut decision, &warnings);
+            return Ok(Decided {
+                label,
+                decision,
+                after: AfterOutcome::default(),
+                route: routed.facts,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+            });
+        }
         let routed = route
             .read(prepared.backend.as_deref(), prepared.request.clone())
             .await?;
         let mut decision = routed.decision;
-        let after = if prepared.after_when_asked
-            && prepared.after.is_empty()
-            && prepared.after.expansion.is_none()
-        {
-            AfterOutcome::default()
-        } else {
-            run_after(&self.after, &prepared, &mut decision).await
-        };
+        add_warnings(&mut decision, &prepared.warnings);
+        let after = run_after(&self.after, &prepared, &mut decision).await;
         Ok(Decided {
             label: prepared.label,
             decision,

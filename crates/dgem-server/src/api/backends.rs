@@ -52,7 +52,10 @@ impl<'a> Route for dyn Backends + 'a {
         backend: Option<&str>,
         request: DecideRequest,
     ) -> Result<Routed, ApiError> {
-        self.decide_on(backend, request).await
+        let routed = self.decide_on(backend, request).await?;
+        // Before the post-read, so that its events carry the backend.
+        tracing::Span::current().record("backend", routed.facts.backend.as_str());
+        Ok(routed)
     }
 }
 

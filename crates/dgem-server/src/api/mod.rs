@@ -188,7 +188,6 @@ async fn decide_inner(
     // post-read once.
     let decided = s.service.decide_on(s.backends.as_ref(), parsed).await?;
     let route = &decided.route;
-    tracing::Span::current().record("backend", route.backend.as_str());
     let mut envelope = decided.decision.envelope();
     let forward_ms = fill_timing(&mut envelope, route.forward_ms);
     let answers = envelope
