@@ -59,13 +59,20 @@ pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
     Ok(Value::Object(schema))
 }
 
+/// The gateway's routing keys, forwarded with the body to a replica, which
+/// serves one model and does not look at them (as on the chat route).
+const ROUTING_KEYS: [&str; 2] = ["backend", "vertex_url"];
+
 /// A top-level key that reads like `images` (`image`, `imges`, `image_url`) is
 /// a 422 naming it: ignored, it would decide on the text alone. So is a near
-/// miss of any other key this route reads (`rule` for `rules`).
-fn refuse_misspelled_images(req: &Map<String, Value>) -> Result<(), ApiError> {
+/// miss of any other key this route reads (`rule` for `rules`), and any other
+/// key this route does not read: dropped, it would change nothing the
+/// caller meant it to.
+fn refuse_unknown_keys(req: &Map<String, Value>) -> Result<(), ApiError> {
     for key in req.keys() {
         let known = key == "images"
             || EXTENSION_KEYS.contains(&key.as_str())
+            || ROUTING_KEYS.contains(&key.as_str())
             || ["model", "state", "questions", "seed"].contains(&key.as_str());
         if !known
             && (key == "image_url" || dgem_engine::builtin::closest(key, ["images"]).is_some())
@@ -91,6 +98,12 @@ fn refuse_misspelled_images(req: &Map<String, Value>) -> Result<(), ApiError> {
                 ))
                 .with_param(shown));
             }
+            let shown: String = key.chars().take(40).collect();
+            return Err(unprocessable(format!(
+                "`{shown}` is not read; this route reads state, questions, images, seed, model and {}",
+                EXTENSION_KEYS.join(", ")
+            ))
+            .with_param(shown));
         }
     }
     Ok(())
@@ -159,7 +172,7 @@ async fn respond(
             "invalid body: the request must be a JSON object",
         ));
     };
-    refuse_misspelled_images(req)?;
+    refuse_unknown_keys(req)?;
     let raw = jev_schema(req)?;
     let schema = ValidSchema::from_value(&raw, &state.config().schema_defaults)
         .map_err(|e| unprocessable(e.message).with_param(e.field))?;

@@ -439,3 +439,27 @@ async fn multi_questions_and_rules_are_extensions() {
     let msg = r.body["error"]["message"].as_str().unwrap();
     assert!(msg.contains("did you mean `rules`"), "{msg}");
 }
+
+/// Regression (issue 39): a key this route does not read was dropped in
+/// silence (`{"temprature_by_type": …}` far from any key, `{"foo": 1}`); it
+/// is a 422 naming it and the keys the route reads. The gateway's routing
+/// keys, forwarded with the body, are still accepted.
+#[tokio::test]
+async fn a_key_the_route_does_not_read_is_refused_naming_it() {
+    let (app, _) = app();
+    let mut body = jev();
+    body["foo"] = json!(1);
+    let r = call(&app, post("/v1/systemone", &body)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["param"], "foo");
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("`foo` is not read; this route reads state, questions, images, seed, model and instructions, samples"),
+        "{msg}"
+    );
+    let mut routed = jev();
+    routed["backend"] = json!("local");
+    routed["vertex_url"] = json!("https://example.invalid");
+    let r = call(&app, post("/v1/systemone", &routed)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
