@@ -107,6 +107,30 @@ impl Decision {
     pub fn envelope(&self) -> Value {
         dgem_core::envelope::envelope(&self.answers, &self.diagnostics)
     }
+
+    /// The envelope's `answers` object, written from the typed answers.
+    pub fn answers_json(&self) -> Value {
+        dgem_core::envelope::answers_json(&self.answers)
+    }
+
+    /// The envelope's `diagnostics` object.
+    pub fn diagnostics_json(&self) -> Value {
+        serde_json::to_value(&self.diagnostics).unwrap_or(Value::Null)
+    }
+
+    /// The largest answer entropy, in nats: the maximum over the answers
+    /// (skipped questions aside) of the entropy of each one's restricted
+    /// softmax over its allowed labels; 0 when there is none. The
+    /// diagnostics' whole-vocabulary entropy of the first token is never
+    /// used: it is on another scale and would dwarf the answers'.
+    pub fn max_entropy(&self) -> f64 {
+        self.answers
+            .values()
+            .flatten()
+            .map(|a| a.aggregate.entropy)
+            .filter(|h| h.is_finite())
+            .fold(0.0, f64::max)
+    }
 }
 
 /// Why a decision could not be made.

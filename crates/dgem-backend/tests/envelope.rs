@@ -312,3 +312,31 @@ fn a_refused_multi_answer_selects_nothing() {
     assert!(a.selected_names().is_empty());
     assert_eq!(a.to_chat_json()["multi"], json!([]));
 }
+
+/// Moved from the `/api` reply's JSON reader (now gone): the largest answer
+/// entropy comes from the typed answers, each its restricted softmax's
+/// entropy; a skipped question and the diagnostics' whole-vocabulary
+/// entropy (2.5 nats here) never count.
+#[test]
+fn max_entropy_is_the_largest_answer_entropy() {
+    let s = schema();
+    let d = decision(&s);
+    let answered: Vec<f64> = d
+        .answers
+        .values()
+        .flatten()
+        .map(|a| a.aggregate.entropy)
+        .collect();
+    assert!(!answered.is_empty());
+    let want = answered.iter().copied().fold(0.0, f64::max);
+    assert!(want > 0.0 && want < 2.5, "{answered:?}");
+    assert_eq!(d.max_entropy(), want);
+    // The `answers` object a surface writes is the envelope's.
+    assert_eq!(d.answers_json(), d.envelope()["answers"]);
+    assert_eq!(d.diagnostics_json(), d.envelope()["diagnostics"]);
+    let none = Decision {
+        answers: Default::default(),
+        diagnostics: Default::default(),
+    };
+    assert_eq!(none.max_entropy(), 0.0);
+}

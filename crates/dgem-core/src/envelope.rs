@@ -11,7 +11,7 @@
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 mod answer;
 mod calibration;
@@ -272,19 +272,27 @@ pub struct Diagnostics {
 /// Build the `{answers, diagnostics}` envelope. `answers` holds one entry per
 /// asked question in schema order; `None` marks a skipped question (JSON `null`).
 pub fn envelope(answers: &IndexMap<String, Option<AnswerOut>>, diagnostics: &Diagnostics) -> Value {
-    let ans: Map<String, Value> = answers
-        .iter()
-        .map(|(id, a)| {
-            (
-                id.clone(),
-                a.as_ref().map_or(Value::Null, AnswerOut::to_chat_json),
-            )
-        })
-        .collect();
     json!({
-        "answers": Value::Object(ans),
+        "answers": answers_json(answers),
         "diagnostics": serde_json::to_value(diagnostics).unwrap_or(Value::Null),
     })
+}
+
+/// The envelope's `answers` object: each answer in its wire shape
+/// ([`AnswerOut::to_chat_json`]), `null` for a skipped question, in the
+/// policy's order. What every surface writes, from the typed answers.
+pub fn answers_json(answers: &IndexMap<String, Option<AnswerOut>>) -> Value {
+    Value::Object(
+        answers
+            .iter()
+            .map(|(id, a)| {
+                (
+                    id.clone(),
+                    a.as_ref().map_or(Value::Null, AnswerOut::to_chat_json),
+                )
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

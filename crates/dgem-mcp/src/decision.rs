@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use dgem_engine::Decision;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// The structured content and text summary of one decision.
 #[derive(Debug, Clone)]
@@ -18,12 +18,8 @@ pub struct DecisionReport {
 
 /// Build the report of `decision` made from `template` in `elapsed_ms`.
 pub fn report(template: &str, decision: &Decision, elapsed_ms: f64) -> DecisionReport {
-    let envelope = decision.envelope();
-    let answers = envelope
-        .get("answers")
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Map::new()));
-    let diagnostics = envelope.get("diagnostics").cloned().unwrap_or(Value::Null);
+    let answers = decision.answers_json();
+    let diagnostics = decision.diagnostics_json();
     let mut text = format!("Decision ({template}), {elapsed_ms:.0} ms:\n");
     let mut max_h: f64 = 0.0;
     let mut most_hesitant = String::new();

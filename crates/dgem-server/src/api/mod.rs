@@ -8,7 +8,6 @@
 mod backends;
 pub mod catalog;
 pub mod request;
-mod timing;
 
 use std::sync::Arc;
 
@@ -27,7 +26,6 @@ pub use backends::{Backends, Local, LOCAL_BACKEND};
 pub use catalog::{catalog, CatalogEntry, CatalogQuestion, CORE_CATEGORY};
 pub use dgem_service::{RouteFacts, Routed};
 pub use request::{ApiDecide, CUSTOM_LABEL, DEFAULT_TEMPLATE};
-pub use timing::{fill_timing, max_entropy};
 
 use crate::error::{ApiError, ErrorKind};
 
@@ -188,32 +186,23 @@ async fn decide_inner(
     // post-read once.
     let decided = s.service.decide_on(s.backends.as_ref(), parsed).await?;
     let route = &decided.route;
-    let mut envelope = decided.decision.envelope();
-    let forward_ms = fill_timing(&mut envelope, route.forward_ms);
-    let answers = envelope
-        .get("answers")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let diagnostics = envelope
-        .get("diagnostics")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+    // Written from the typed decision, never read back out of its JSON.
+    let decision = &decided.decision;
+    let answers = decision.answers_json();
+    let diagnostics = decision.diagnostics_json();
     let model = if route.model.is_empty() {
-        diagnostics
-            .get("model")
-            .cloned()
-            .unwrap_or_else(|| json!(""))
+        &decision.diagnostics.model
     } else {
-        json!(route.model)
+        &route.model
     };
     let mut body = json!({
         "template": decided.label,
         "answers": answers,
         "diagnostics": diagnostics,
         "decision": {"answers": answers, "diagnostics": diagnostics},
-        "max_entropy": max_entropy(&envelope),
+        "max_entropy": decision.max_entropy(),
         "wall_time_ms": route.total_ms,
-        "gpu_forward_ms": forward_ms,
+        "gpu_forward_ms": decision.diagnostics.timing.total_ms,
         "cold_start_wait_ms": (route.total_ms - route.forward_ms).max(0.0),
         "warmup_attempts": route.attempts,
         "model": model,
