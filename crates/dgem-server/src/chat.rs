@@ -258,6 +258,8 @@ fn after_error(field: &str, message: String) -> ApiError {
     let message = if renamed == field {
         message
     } else {
+        // The message names the key as this route does, as `param` does.
+        let message = message.replacen(&format!("`{field}`"), &format!("`{renamed}`"), 1);
         format!("`temperature_by_type` (the post-hoc temperature): {message}")
     };
     invalid(message).with_param(renamed)
@@ -576,6 +578,21 @@ mod tests {
         let e = parse(&body, &SchemaDefaults::default()).expect_err("json_object");
         assert_eq!(e.param.as_deref(), Some("response_format.type"));
         assert!(e.message.contains("json_schema"), "{}", e.message);
+    }
+
+    /// Regression: the message named `temperature.choice`, the service's
+    /// key, while `param` named `temperature_by_type.choice`.
+    #[test]
+    fn a_bad_temperature_by_type_value_is_named_as_its_param_names_it() {
+        let e = after_of(&json!({"temperature_by_type": {"choice": 50}})).expect_err("refused");
+        assert_eq!(e.param.as_deref(), Some("temperature_by_type.choice"));
+        assert!(
+            e.message.starts_with(
+                "`temperature_by_type` (the post-hoc temperature): `temperature_by_type.choice` must be a number from 0 to 20"
+            ),
+            "{}",
+            e.message
+        );
     }
 
     /// The extension keys are derived from the service's post-read keys;

@@ -59,6 +59,9 @@ pub fn jev_schema(body: &Map<String, Value>) -> Result<Value, ApiError> {
     Ok(Value::Object(schema))
 }
 
+/// A policy's post-read keys, which this route does not apply.
+const POST_READ_KEYS: [&str; 3] = ["temperature", "abstain_below", "abstain_above"];
+
 /// The gateway's routing keys, forwarded with the body to a replica, which
 /// serves one model and does not look at them (as on the chat route).
 const ROUTING_KEYS: [&str; 2] = ["backend", "vertex_url"];
@@ -82,6 +85,14 @@ fn refuse_unknown_keys(req: &Map<String, Value>) -> Result<(), ApiError> {
                 key.chars().take(40).collect::<String>()
             ))
             .with_param(key.chars().take(40).collect::<String>()));
+        }
+        // The post-read keys of a policy are its client's to apply on this
+        // route, as on the original server: say so, and where they apply.
+        if POST_READ_KEYS.contains(&key.as_str()) {
+            return Err(unprocessable(format!(
+                "`{key}` is not applied on this route: a System One client applies the policy's temperature and abstention to the reply itself; to have dgem apply them, send the decision to /api/decide (keys `temperature`, `abstain_below`, `abstain_above`) or to /v1/chat/completions (`temperature_by_type`, `abstain_below`, `abstain_above`)"
+            ))
+            .with_param(key.clone()));
         }
         // A near miss of a key this route reads (`rule`, `sample`) would be
         // dropped and the decision made without it.

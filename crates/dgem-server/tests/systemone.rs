@@ -457,6 +457,17 @@ async fn a_key_the_route_does_not_read_is_refused_naming_it() {
         msg.starts_with("`foo` is not read; this route reads state, questions, images, seed, model and instructions, samples"),
         "{msg}"
     );
+    // A policy's post-read key is refused saying where it applies.
+    let mut post_read = jev();
+    post_read["abstain_below"] = json!(0.9);
+    let r = call(&app, post("/v1/systemone", &post_read)).await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.body["error"]["param"], "abstain_below");
+    let msg = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("is not applied on this route") && msg.contains("/api/decide"),
+        "{msg}"
+    );
     let mut routed = jev();
     routed["backend"] = json!("local");
     routed["vertex_url"] = json!("https://example.invalid");

@@ -151,10 +151,21 @@ impl<'de> Deserialize<'de> for TemperatureValue {
             OneOrByKey::One(t) => t.map(Temperature::uniform).unwrap_or_default(),
             OneOrByKey::ByKey(list) => {
                 let mut t = Temperature::default();
+                let mut seen: Vec<(QuestionKind, String)> = Vec::new();
                 for (key, x) in list {
-                    if let Some(kind) = kind_of_key(&key) {
-                        *t.0.get_mut(kind) = x;
+                    let Some(kind) = kind_of_key(&key) else {
+                        continue;
+                    };
+                    // Two spellings of one type (`choice`, `Choice`; `bool`,
+                    // `boolean`): the last would win in silence.
+                    if let Some((_, first)) = seen.iter().find(|(k, _)| *k == kind) {
+                        return Err(serde::de::Error::custom(format!(
+                            "keys are question types, each given once ({}). Given: `{first}` and `{key}`",
+                            temperature_keys()
+                        )));
                     }
+                    seen.push((kind, key));
+                    *t.0.get_mut(kind) = x;
                 }
                 t
             }
@@ -264,6 +275,27 @@ pub fn apply(answer: &mut AnswerOut, t: f64) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Regression: two spellings of one type (`choice` and `Choice`,
+    /// `bool` and `boolean`) were both taken, and the last won in silence.
+    #[test]
+    fn two_keys_naming_one_question_type_are_refused() {
+        for (v, first, second) in [
+            (json!({"choice": 2, "Choice": 1.5}), "choice", "Choice"),
+            (json!({"bool": 1.5, "boolean": 3}), "bool", "boolean"),
+        ] {
+            let e = Temperature::parse("temperature", &v).expect_err("refused");
+            assert_eq!(e.field, "temperature");
+            assert!(
+                e.message
+                    .starts_with("`temperature` keys are question types, each given once (")
+                    && e.message
+                        .ends_with(&format!("Given: `{first}` and `{second}`")),
+                "{}",
+                e.message
+            );
+        }
+    }
 
     #[test]
     fn parses_numbers_objects_and_aliases() {
