@@ -31,30 +31,30 @@ pub const SERVER_NAME: &str = "dgem-decision-studio-mcp";
 /// What `get_health_and_gpu_status` says about GPUs.
 pub const NO_GPU_NOTE: &str = "no GPU: dgem mcp runs the embedded model in this process on the CPU (llama.cpp); GPU status does not apply";
 
-/// The MCP server: decision tools over one engine and the decision service
+/// The MCP server: decision tools over one decider and the decision service
 /// (one policy catalogue: a templates folder, then the built-in policies).
 #[derive(Debug, Clone)]
 pub struct DecisionServer {
-    engine: Arc<dyn Decider>,
+    decider: Arc<dyn Decider>,
     service: Service,
     tools: Arc<Vec<Tool>>,
     backends: Arc<Vec<String>>,
 }
 
 impl DecisionServer {
-    /// A server deciding with `engine` on the policies of `templates` (its
+    /// A server deciding with `decider` on the policies of `templates` (its
     /// folder first, then the built-ins; a missing folder is an empty one).
-    pub fn new(engine: Arc<dyn Decider>, templates: TemplateDir) -> Self {
-        Self::from_service(engine, Service::new(Catalogue::new(templates)))
+    pub fn new(decider: Arc<dyn Decider>, templates: TemplateDir) -> Self {
+        Self::from_service(decider, Service::new(Catalogue::new(templates)))
     }
 
-    /// A server deciding with `engine` through the deployment's decision
+    /// A server deciding with `decider` through the deployment's decision
     /// `service` (its catalogue, schema defaults and post-read setup: the one
     /// `/api/decide` uses too).
-    pub fn from_service(engine: Arc<dyn Decider>, service: Service) -> Self {
+    pub fn from_service(decider: Arc<dyn Decider>, service: Service) -> Self {
         let backends = vec![LOCAL_BACKEND.to_string()];
         Self {
-            engine,
+            decider,
             service,
             tools: Arc::new(tool_list_for(&backends)),
             backends: Arc::new(backends),
@@ -124,7 +124,7 @@ impl DecisionServer {
             .service
             .prepare(None, req)
             .map_err(|e| ToolError::from_service(tool, e))?;
-        let decided = self.service.decide(self.engine.as_ref(), prepared).await?;
+        let decided = self.service.decide(self.decider.as_ref(), prepared).await?;
         let mut r = report(&decided.label, &decided.decision, decided.elapsed_ms);
         if let Some(m) = r.structured.as_object_mut() {
             m.extend(decided.extra());
@@ -186,8 +186,8 @@ impl DecisionServer {
     }
 
     async fn health(&self) -> CallToolResult {
-        let info = self.engine.info();
-        let health = self.engine.health().await;
+        let info = self.decider.info();
+        let health = self.decider.health().await;
         let healthy = health == Health::Ready;
         let gpu = GpuFacts::of(&info.engine, &health);
         let state = match &health {
@@ -216,7 +216,7 @@ impl DecisionServer {
         let raw = json!({"questions": [{"id": "ready", "type": "noul", "instructions": "Is this a warm-up check?"}]});
         let schema = valid_schema(&raw, "warmup", self.service.defaults())?;
         let started = Instant::now();
-        self.engine
+        self.decider
             .decide(DecideRequest {
                 schema,
                 state: json!("warm-up"),
@@ -224,7 +224,7 @@ impl DecisionServer {
             })
             .await?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        let info = self.engine.info();
+        let info = self.decider.info();
         let gpu = GpuFacts::of(&info.engine, &Health::Ready);
         let structured =
             json!({"status": "warm_and_ready", "elapsed_ms": ms, "gpu_available": gpu.available});

@@ -64,7 +64,7 @@ impl Route for Gated<'_> {
             facts: RouteFacts {
                 backend: LOCAL_BACKEND.to_string(),
                 upstream_url: IN_PROCESS.to_string(),
-                model: self.state.engine().info().model_id,
+                model: self.state.decider().info().model_id,
                 attempts: 1,
                 forward_ms: (total_ms - timed.gate_ms).max(0.0),
                 total_ms,
@@ -82,7 +82,7 @@ impl Route for Gated<'_> {
 /// # Errors
 /// 422 `validation_error` for a backend without vision.
 pub fn check_images(state: &AppState, images: bool) -> Result<(), ApiError> {
-    let info = state.engine().info();
+    let info = state.decider().info();
     if images && !info.supports_images {
         let e = dgem_core::images::no_vision(&info.engine, &info.model_id);
         return Err(ApiError::new(ErrorKind::Validation, e.message).with_param(e.field));

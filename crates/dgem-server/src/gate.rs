@@ -98,7 +98,7 @@ impl AppState {
         })?;
         let gate_ms = waited.elapsed().as_secs_f64() * 1e3;
         let _inflight = self.enter();
-        match self.engine().decide(req).await {
+        match self.decider().decide(req).await {
             Ok(d) => {
                 telemetry::record_decision(route, &policy, &d);
                 Ok((d, gate_ms))
@@ -131,11 +131,11 @@ impl AppState {
 #[async_trait]
 impl Decider for GatedDecider {
     fn info(&self) -> BackendInfo {
-        self.state.engine().info()
+        self.state.decider().info()
     }
 
     fn calibrates(&self) -> bool {
-        self.state.engine().calibrates()
+        self.state.decider().calibrates()
     }
 
     async fn health(&self) -> Health {

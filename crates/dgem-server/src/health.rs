@@ -22,7 +22,7 @@ pub const SERVER_NAME: &str = "dgem-structured-server";
 /// false and `phase` names the backend's phase as soon as it stops serving.
 pub async fn health_body(state: &AppState) -> Value {
     let (r, live) = state.current_readiness().await;
-    let info = state.engine().info();
+    let info = state.decider().info();
     let cfg = state.config();
     let mut m = Map::new();
     m.insert("status".into(), json!("ok"));
@@ -40,7 +40,7 @@ pub async fn health_body(state: &AppState) -> Value {
     m.insert("phase".into(), json!(r.phase));
     if live.is_warming() {
         // What a start-up phase is doing, in words (a first start's download).
-        if let Some(d) = state.engine().starting_detail() {
+        if let Some(d) = state.decider().starting_detail() {
             m.insert("detail".into(), json!(d));
         }
     }

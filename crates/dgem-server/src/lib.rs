@@ -229,7 +229,7 @@ pub async fn serve_with(
             tick.tick().await;
             // dgem_build_info names the model once it is in place (an embedded
             // model loads behind the bound port).
-            let info = info_state.engine().info();
+            let info = info_state.decider().info();
             if !info_set && info.engine != loading::PLACEHOLDER_ENGINE {
                 let cfg = info_state.config();
                 telemetry::set_build_info(&cfg.version, &cfg.revision, &info);

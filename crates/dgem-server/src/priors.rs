@@ -57,7 +57,7 @@ pub async fn warm(state: &AppState, dir: &TemplateDir) -> WarmReport {
         let started = Instant::now();
         let outcome = match request(dir, &name, state) {
             Ok(req) => state
-                .engine()
+                .decider()
                 .decide(req)
                 .await
                 .map(|_| ())

@@ -64,7 +64,7 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    engine: Arc<dyn Decider>,
+    decider: Arc<dyn Decider>,
     config: ServeConfig,
     gate: Option<Arc<Semaphore>>,
     readiness: Mutex<Readiness>,
@@ -98,8 +98,8 @@ pub(crate) fn key_digest(key: &[u8]) -> [u8; 32] {
 impl AppState {
     /// State over the decider `engine` with `config`. Installs the Prometheus recorder on
     /// first use (process-wide).
-    pub fn new(engine: Arc<dyn Decider>, config: ServeConfig) -> Self {
-        Self::with_after(engine, config, Arc::default())
+    pub fn new(decider: Arc<dyn Decider>, config: ServeConfig) -> Self {
+        Self::with_after(decider, config, Arc::default())
     }
 
     /// [`AppState::new`] with the deployment's Stage-2 provider and
@@ -108,7 +108,7 @@ impl AppState {
     /// `templates/`, then the built-in policies ([`AppState::with_service`]
     /// names another).
     pub fn with_after(
-        engine: Arc<dyn Decider>,
+        decider: Arc<dyn Decider>,
         config: ServeConfig,
         after: Arc<dgem_cascade::AfterSetup>,
     ) -> Self {
@@ -117,21 +117,21 @@ impl AppState {
         ))
         .with_defaults(config.schema_defaults)
         .with_after(after);
-        Self::with_service(engine, config, service)
+        Self::with_service(decider, config, service)
     }
 
     /// [`AppState::new`] deciding through the deployment's decision
     /// `service` (its catalogue, schema defaults and post-read setup), the
     /// one its MCP tools and Studio API use too.
     pub fn with_service(
-        engine: Arc<dyn Decider>,
+        decider: Arc<dyn Decider>,
         config: ServeConfig,
         service: dgem_service::Service,
     ) -> Self {
         let gate = (config.max_inflight > 0).then(|| Arc::new(Semaphore::new(config.max_inflight)));
         Self {
             inner: Arc::new(Inner {
-                engine,
+                decider,
                 gate,
                 readiness: Mutex::new(Readiness {
                     phase: "warming_up".into(),
@@ -153,9 +153,10 @@ impl AppState {
         }
     }
 
-    /// The decider (embedded engine, vLLM reader, …).
-    pub fn engine(&self) -> &Arc<dyn Decider> {
-        &self.inner.engine
+    /// The decider (the embedded model, the vLLM reader, …). Named for
+    /// what it is to this server: whatever decides, not an engine.
+    pub fn decider(&self) -> &Arc<dyn Decider> {
+        &self.inner.decider
     }
 
     /// The deployment's Stage-2 provider and calibration file.
@@ -206,8 +207,8 @@ impl AppState {
         if !self.inner.probing.swap(true, Ordering::SeqCst) {
             let state = self.clone();
             tokio::spawn(async move {
-                let engine = state.inner.engine.clone();
-                let h = match tokio::time::timeout(HEALTH_PROBE_LIMIT, engine.health()).await {
+                let decider = state.inner.decider.clone();
+                let h = match tokio::time::timeout(HEALTH_PROBE_LIMIT, decider.health()).await {
                     Ok(h) => h,
                     Err(_) => Health::Failed {
                         phase: UNHEALTHY_PHASE.into(),

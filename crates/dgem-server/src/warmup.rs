@@ -28,8 +28,8 @@ pub async fn run(state: &AppState) -> Result<(), String> {
         .map_err(|e| format!("warm-up schema: {e}"))?;
     // A model still loading behind the bound port (`crate::loading`) is waited
     // for; the attempts start once it is in place (or failed).
-    while state.engine().health().await.is_warming()
-        && state.engine().info().engine == crate::loading::PLACEHOLDER_ENGINE
+    while state.decider().health().await.is_warming()
+        && state.decider().info().engine == crate::loading::PLACEHOLDER_ENGINE
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -40,7 +40,7 @@ pub async fn run(state: &AppState) -> Result<(), String> {
             state: json!({"message": "warm-up"}),
             seed: 42,
         };
-        match state.engine().decide(req).await {
+        match state.decider().decide(req).await {
             Ok(_) => {
                 let priors_warmed = match &state.config().warm_priors {
                     Some(dir) => {
