@@ -125,6 +125,10 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     let criteria = q.get("criteria").filter(|v| !v.is_null());
     let at = crate::kinds::AdhocAt { id, field };
     crate::kinds::of(kind).adhoc(&at, q, criteria, &mut out)?;
+    // A question's own keys, checked when the schema is validated. The
+    // abstention floors were dropped here, so an ad-hoc question's
+    // `abstain_below` was ignored on /api, MCP and /v1/systemone while the
+    // chat route (which reads the schema as written) checked it.
     for key in [
         "depends_on",
         "ask_if",
@@ -133,6 +137,8 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
         "min",
         "max",
         "threshold",
+        "abstain_below",
+        "abstain_above",
     ] {
         if let Some(v) = q.get(key) {
             out.insert(key.into(), v.clone());
@@ -150,6 +156,23 @@ mod tests {
         let list = adhoc_questions(&qs).expect("converts");
         ValidSchema::from_value(&json!({"questions": list}), &SchemaDefaults::default())
             .expect("valid")
+    }
+
+    /// Regression: a question's `abstain_below` / `abstain_above` were
+    /// dropped by the converter, so they were neither applied nor checked.
+    #[test]
+    fn a_question_s_abstention_floors_are_kept_and_checked() {
+        let s = schema(json!([{"id": "a", "type": "noul", "abstain_below": 0.9}]));
+        assert_eq!(s.after.abstain.rule_for("a").below, Some(0.9));
+        let list = adhoc_questions(&json!([{"id": "a", "type": "noul", "abstain_above": "x"}]))
+            .expect("converts");
+        let e = ValidSchema::from_value(&json!({"questions": list}), &SchemaDefaults::default())
+            .expect_err("refused");
+        assert!(
+            e.field.starts_with("questions[0].abstain_above"),
+            "{}",
+            e.field
+        );
     }
 
     #[test]
