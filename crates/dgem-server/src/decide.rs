@@ -9,7 +9,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use dgem_engine::{DecideRequest, Decision};
-use dgem_service::{Route, RouteFacts, Routed, IN_PROCESS, LOCAL_BACKEND};
+use dgem_service::{Route, RouteFacts, Routed};
 use serde_json::Value;
 
 use crate::error::{ApiError, ErrorKind, Flavor};
@@ -61,15 +61,8 @@ impl Route for Gated<'_> {
         let timed = run(self.state, request, self.flavor).await?;
         let total_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(Routed {
-            facts: RouteFacts {
-                backend: LOCAL_BACKEND.to_string(),
-                upstream_url: IN_PROCESS.to_string(),
-                model: self.state.decider().info().model_id,
-                attempts: 1,
-                forward_ms: (total_ms - timed.gate_ms).max(0.0),
-                total_ms,
-                gate_ms: timed.gate_ms,
-            },
+            facts: RouteFacts::in_process(self.state.decider().info().model_id, total_ms)
+                .with_gate_wait(timed.gate_ms),
             decision: timed.decision,
         })
     }

@@ -159,11 +159,6 @@ impl AppState {
         &self.inner.decider
     }
 
-    /// The deployment's Stage-2 provider and calibration file.
-    pub fn after(&self) -> &dgem_cascade::AfterSetup {
-        self.inner.service.after()
-    }
-
     /// The deployment's decision service.
     pub fn service(&self) -> &dgem_service::Service {
         &self.inner.service

@@ -57,6 +57,15 @@ impl RouteFacts {
             gate_ms: 0.0,
         }
     }
+
+    /// These facts with `gate_ms` of the total spent waiting for an
+    /// admission slot before the read (the forward time is the rest).
+    #[must_use]
+    pub fn with_gate_wait(mut self, gate_ms: f64) -> Self {
+        self.gate_ms = gate_ms;
+        self.forward_ms = (self.total_ms - gate_ms).max(0.0);
+        self
+    }
 }
 
 /// A decision read by a [`Route`], and how the read went.
