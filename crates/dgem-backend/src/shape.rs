@@ -15,7 +15,7 @@ use indexmap::IndexMap;
 use dgem_core::envelope::AnswerOut;
 use dgem_core::multi::{collapse, expand, expands};
 use dgem_core::rules::Rules;
-use dgem_core::schema::{QuestionKind, ValidSchema};
+use dgem_core::schema::ValidSchema;
 
 use crate::{BackendError, DecideRequest, Decider, Decision, EngineError};
 
@@ -88,12 +88,12 @@ fn fold(
 ) -> Result<IndexMap<String, Option<AnswerOut>>, EngineError> {
     let mut out = IndexMap::with_capacity(schema.asked().len());
     for q in schema.asked() {
-        if q.kind != QuestionKind::Multi {
+        // Only an expanded question has slots of its own.
+        let Some(ids) = slots.get(&q.id) else {
             let a = read.shift_remove(&q.id).ok_or_else(|| missing(&q.id))?;
             out.insert(q.id.clone(), a);
             continue;
-        }
-        let ids = slots.get(&q.id).ok_or_else(|| missing(&q.id))?;
+        };
         let mut options = Vec::with_capacity(ids.len());
         let mut skipped = false;
         for id in ids {

@@ -35,11 +35,12 @@ pub fn normalized(h: f64, k: usize) -> f64 {
 }
 
 /// Gate one answered slot. `slot` is its question id (looked up in
-/// `opts.expected` for `on_miss`). A `multi` answer never escalates: Stage 2
-/// answers one option per slot, and a set is not one option.
+/// `opts.expected` for `on_miss`). An answer that is not one pick (`multi`,
+/// see `QuestionKind::picks_one`) never escalates: Stage 2 answers one
+/// option per slot, and a set is not one option.
 pub fn gate(slot: &str, answer: &AnswerOut, opts: &CascadeOptions) -> GateVerdict {
     let h = answer.aggregate.entropy;
-    if answer.question.kind == dgem_core::schema::QuestionKind::Multi {
+    if !answer.question.kind.picks_one() {
         return GateVerdict {
             escalate: false,
             reason: String::new(),

@@ -37,7 +37,7 @@ use serde_json::{json, Map, Value};
 use crate::envelope::AnswerOut;
 pub use crate::envelope::Constrained;
 use crate::readout::{argmax, entropy, normalized_entropy};
-use crate::schema::{Question, QuestionKind};
+use crate::schema::Question;
 
 /// Most rules one policy may state.
 pub const MAX_RULES: usize = 64;
@@ -380,9 +380,11 @@ fn set_distribution(a: &mut AnswerOut, p: Vec<f64>) {
     g.mean = p;
 }
 
-/// Whether `q` may take part in a rule: every type but `multi`.
+/// Whether `q` may take part in a rule: a rule ties picks, so every type
+/// whose answer is one pick
+/// ([`crate::schema::QuestionKind::picks_one`]; all but `multi`).
 fn rule_kind(q: &Question) -> bool {
-    q.kind != QuestionKind::Multi
+    q.kind.picks_one()
 }
 
 #[cfg(test)]

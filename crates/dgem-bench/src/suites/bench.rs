@@ -177,7 +177,7 @@ fn check_expected(
                 message: format!("`expected` names `{slot}`, which is not a question of the template; questions are {ids:?}"),
             });
         };
-        if want.is_array() || q.kind == dgem_core::schema::QuestionKind::Multi {
+        if want.is_array() || !q.kind.picks_one() {
             multilabel::expected_set(q, want).map_err(|message| BenchError::Item {
                 id: row.id.clone(),
                 message: format!("`expected.{slot}`: {message}"),
@@ -223,7 +223,7 @@ async fn decide_row(
     let multis: IndexMap<String, dgem_core::schema::Question> = schema
         .questions
         .iter()
-        .filter(|q| q.kind == dgem_core::schema::QuestionKind::Multi)
+        .filter(|q| !q.kind.picks_one())
         .map(|q| (q.id.clone(), q.clone()))
         .collect();
     let t = d.decide(&row.id, schema, state).await?;

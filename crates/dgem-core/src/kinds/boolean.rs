@@ -103,6 +103,16 @@ impl Kind for Boolean {
         m.insert("noul".into(), json!(noul));
     }
 
+    /// `yes` may be keyed `true` and `no` `false` in a reply, as
+    /// `/v1/systemone` writes them.
+    fn reply_alias(&self, index: usize) -> Option<&'static str> {
+        match index {
+            0 => Some("true"),
+            1 => Some("false"),
+            _ => None,
+        }
+    }
+
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
         let agg = &a.aggregate;
         let p = agg.mean.first().copied().unwrap_or(0.0);

@@ -61,6 +61,10 @@ impl Kind for Choice {
         }
     }
 
+    fn answer_key(&self) -> Option<&'static str> {
+        Some("choice")
+    }
+
     /// The chat route's `choice` (and `none_of_these`), then `probabilities`.
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
         self.chat_keys(a, m);

@@ -13,6 +13,7 @@
 mod boolean;
 mod choice;
 pub mod multi;
+pub mod reply;
 mod score;
 
 use serde_json::{json, Map, Value};
@@ -94,6 +95,50 @@ pub(crate) trait Kind: Sync {
     /// This type's own keys of a `/v1/systemone` answer (the value and its
     /// `probabilities`).
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
+
+    /// Whether an answer of this type is one of its alternatives, its
+    /// probabilities one distribution summing to 1: `true` for every type but
+    /// `multi`, whose options each have their own probability of applying
+    /// (rules, the cascade's Stage 2 and benchmark scoring take one pick).
+    fn picks_one(&self) -> bool {
+        true
+    }
+
+    /// The key of a chat-route answer that states the pick by name
+    /// (`choice`, `level`), besides `label`; `None` when there is none.
+    fn answer_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The other name a reply may key alternative `index` by (`true` /
+    /// `false` for yes/no); `None` when it has none.
+    fn reply_alias(&self, _index: usize) -> Option<&'static str> {
+        None
+    }
+
+    /// The answer of `q` when a reader declines and gives no probabilities:
+    /// every alternative at even odds.
+    fn even_odds(&self, q: &Question) -> AnswerOut {
+        let k = q.alternatives.len().max(1);
+        AnswerOut::new(
+            q.clone(),
+            q.alternatives.iter().map(|alt| alt.name.clone()).collect(),
+            crate::readout::aggregate(&[vec![1.0 / k as f64; k]]),
+        )
+    }
+
+    /// For a type that does not pick one ([`Self::picks_one`]): its answer
+    /// from a reply `entry` whose probabilities, in alternative order, are
+    /// `p`. `None` for a type that picks one (its probabilities are one
+    /// distribution, checked and renormalized by [`reply`]).
+    fn own_reply_answer(
+        &self,
+        _q: &Question,
+        _entry: &Value,
+        _p: &[f64],
+    ) -> Option<Result<AnswerOut, reply::ReplyFault>> {
+        None
+    }
 }
 
 /// The names of a kind, each read from its module ([`of`]), and everything
@@ -133,6 +178,13 @@ impl QuestionKind {
             .map(|k| format!("{} ({})", k.wire_name(), k.summary()))
             .collect();
         parts.join(", ")
+    }
+
+    /// Whether an answer of this kind is one of its alternatives, its
+    /// probabilities one distribution summing to 1 (every kind but `multi`,
+    /// whose options each have their own probability of applying).
+    pub fn picks_one(self) -> bool {
+        of(self).picks_one()
     }
 
     /// The kind a type name (or alias) names, exactly as spelled; `None` otherwise.

@@ -25,6 +25,7 @@ use indexmap::IndexMap;
 use serde_json::{json, Map, Value};
 
 use super::choice::{options_adhoc, options_of, options_wire};
+use super::reply::ReplyFault;
 use super::{AdhocAt, Kind, Names};
 use crate::envelope::AnswerOut;
 use crate::error::AdhocError;
@@ -348,6 +349,49 @@ impl Kind for Multi {
     }
 
     fn chat_keys(&self, _a: &AnswerOut, _m: &mut Map<String, Value>) {}
+
+    fn picks_one(&self) -> bool {
+        false
+    }
+
+    /// Every option at even odds, and nothing selected.
+    fn even_odds(&self, q: &Question) -> AnswerOut {
+        let mut out = collapse_probabilities(q, &vec![0.5; q.alternatives.len().max(1)]);
+        if let Some(m) = out.multi.as_mut() {
+            m.selected.clear();
+        }
+        out
+    }
+
+    /// `p` holds each option's probability of applying, in option order.
+    /// The entry's `multi` list must be the selection those probabilities
+    /// give ([`select`]); a fault at `.multi` when it is missing or names
+    /// another set.
+    fn own_reply_answer(
+        &self,
+        q: &Question,
+        entry: &Value,
+        p: &[f64],
+    ) -> Option<Result<AnswerOut, ReplyFault>> {
+        let out = collapse_probabilities(q, p);
+        let stated: Option<Vec<&str>> = entry
+            .get("multi")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().filter_map(Value::as_str).collect());
+        let want = out.selected_names();
+        if stated.as_ref() != Some(&want) {
+            return Some(Err(ReplyFault::new(
+                ".multi",
+                format!(
+                    "must list the options its probabilities select ({want:?}). Given: {}",
+                    entry
+                        .get("multi")
+                        .map_or_else(|| "nothing".into(), Value::to_string)
+                ),
+            )));
+        }
+        Some(Ok(out))
+    }
 
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
         // The selected options; each probability is that option's own.

@@ -91,6 +91,10 @@ impl Kind for Score {
         }
     }
 
+    fn answer_key(&self) -> Option<&'static str> {
+        Some("level")
+    }
+
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
         let agg = &a.aggregate;
         m.insert("score".into(), json!(score_expectation(&agg.mean) - 1.0));

@@ -51,10 +51,14 @@ fn distribution(answer: &Value) -> Option<(Vec<String>, Vec<f64>)> {
     let resolved = answer.get("resolved_by").is_some_and(|v| !v.is_null());
     let abstained = answer.get("abstained").and_then(Value::as_bool) == Some(true);
     // A multi answer's probabilities are each option's own, not one
-    // distribution to divide a mean out of; its options' yes/no reads are
-    // calibrated by the reader.
-    let multi = answer.get("type").and_then(Value::as_str) == Some("multi");
-    if resolved || abstained || multi {
+    // distribution to divide a mean out of (its type does not pick one);
+    // its options' yes/no reads are calibrated by the reader.
+    let set = answer
+        .get("type")
+        .and_then(Value::as_str)
+        .and_then(dgem_core::schema::QuestionKind::parse)
+        .is_some_and(|k| !k.picks_one());
+    if resolved || abstained || set {
         return None;
     }
     let p = answer.get("probabilities")?.as_object()?;
