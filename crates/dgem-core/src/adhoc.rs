@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(e.field, "questions.a.type");
         assert_eq!(
             e.message,
-            "question 'a': unknown type 'maybe' (`type` must be one of boolean, bool, noul, choice, score, multi)"
+            format!(
+                "question 'a': unknown type 'maybe' (`type` must be one of {})",
+                QuestionKind::accepted_names()
+            )
         );
         let e = adhoc_questions(&json!([{"id": "a", "type": "choice"}])).expect_err("options");
         assert_eq!(e.field, "questions[0].criteria");

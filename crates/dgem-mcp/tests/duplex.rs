@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use dgem_core::schema::QuestionKind;
 use dgem_mcp::{has_null_union, DecisionServer, TemplateDir};
 use dgem_testkit::{scripts, ScriptedBackend};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -88,7 +89,7 @@ async fn lists_five_tools_with_plain_schemas() {
     let q = &custom.schema_as_json_value()["properties"]["questions"]["items"];
     assert_eq!(
         q["properties"]["type"]["enum"],
-        json!(["noul", "choice", "score", "multi"])
+        json!(QuestionKind::ALL.map(QuestionKind::wire_name))
     );
     // No tool schema uses what Gemini-backed clients refuse.
     for t in &tools {

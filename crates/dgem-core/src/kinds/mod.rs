@@ -270,3 +270,27 @@ fn by_name(a: &AnswerOut) -> Value {
         .collect::<Map<String, Value>>()
         .into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one place the accepted type names are written out: every other
+    /// test builds its expected message from [`QuestionKind::accepted_names`],
+    /// so a new type changes this list and its own file, not every test.
+    #[test]
+    fn the_accepted_type_names_are_each_types_aliases_in_order() {
+        assert_eq!(
+            QuestionKind::accepted_names(),
+            "boolean, bool, noul, choice, score, multi"
+        );
+        assert_eq!(
+            QuestionKind::ALL.map(QuestionKind::wire_name),
+            ["noul", "choice", "score", "multi"]
+        );
+        for k in QuestionKind::ALL {
+            assert_eq!(QuestionKind::parse(k.as_str()), Some(k));
+            assert_eq!(QuestionKind::parse(k.wire_name()), Some(k));
+        }
+    }
+}

@@ -297,10 +297,22 @@ fn rule_3_ids() {
 
 #[test]
 fn rule_3_types_and_alternatives() {
-    assert_err(json!({"questions": [{"id": "a", "type": "banana"}]}), "questions[0].type",
-        "question 'a': unknown type 'banana' (`type` must be one of boolean, bool, noul, choice, score, multi)");
-    assert_err(json!({"questions": [{"id": "a"}]}), "questions[0].type",
-        "question 'a': unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score, multi)");
+    assert_err(
+        json!({"questions": [{"id": "a", "type": "banana"}]}),
+        "questions[0].type",
+        &format!(
+            "question 'a': unknown type 'banana' (`type` must be one of {})",
+            QuestionKind::accepted_names()
+        ),
+    );
+    assert_err(
+        json!({"questions": [{"id": "a"}]}),
+        "questions[0].type",
+        &format!(
+            "question 'a': unknown type 'None' (`type` is missing; it must be one of {})",
+            QuestionKind::accepted_names()
+        ),
+    );
     assert_err(
         json!({"questions": [{"id": "c", "type": "choice", "options": ["x"]}]}),
         "questions[0].options",
@@ -603,7 +615,10 @@ fn first_error_wins_in_rule_order() {
     assert_err(
         json!({"questions": [{"id": "a", "type": "x"}], "samples": -1}),
         "questions[0].type",
-        "question 'a': unknown type 'x' (`type` must be one of boolean, bool, noul, choice, score, multi)",
+        &format!(
+            "question 'a': unknown type 'x' (`type` must be one of {})",
+            QuestionKind::accepted_names()
+        ),
     );
     // isolate (rule 4) comes before unknown dependencies (rule 5).
     let v = json!({"questions": [{"id": "a", "type": "noul", "depends_on": ["z"]}], "isolate": 1});
@@ -654,7 +669,10 @@ fn missing_type_says_it_is_missing() {
     assert_err(
         json!({"questions": [{"id": "a"}]}),
         "questions[0].type",
-        "question 'a': unknown type 'None' (`type` is missing; it must be one of boolean, bool, noul, choice, score, multi)",
+        &format!(
+            "question 'a': unknown type 'None' (`type` is missing; it must be one of {})",
+            QuestionKind::accepted_names()
+        ),
     );
 }
 
