@@ -771,7 +771,11 @@ fn tool_schemas_agree_with_the_tool_keys_and_the_parsers() {
         // The advertised question types are all accepted.
         if tool == ToolKind::Custom {
             let kinds = &props["questions"]["items"]["properties"]["type"]["enum"];
-            assert_eq!(kinds, &json!(["noul", "choice", "score", "multi"]));
+            assert_eq!(
+                kinds,
+                &json!(dgem_core::schema::QuestionKind::ALL
+                    .map(dgem_core::schema::QuestionKind::wire_name))
+            );
         }
     }
     assert_eq!(
