@@ -36,7 +36,9 @@
 //! message is the state as it is (text, or its image parts); several are
 //! written one per paragraph as `role: text`.
 
+use dgem_core::envelope::AnswerOut;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
+use indexmap::IndexMap;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, ErrorKind};
@@ -373,54 +375,50 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<StructuredRequest
 
 impl StructuredOutput {
     /// The reply object: each property's most probable value, in the
-    /// schema's order (`null` for an answer withheld by abstention or
-    /// missing from the envelope).
-    ///
-    /// `envelope` is the decision envelope (`{"answers": {...}, ...}`).
-    pub fn reply_object(&self, envelope: &Value) -> Value {
-        let answers = &envelope["answers"];
+    /// schema's order (`null` for an answer withheld by abstention, skipped
+    /// or missing), written from the typed `answers` (the decision's, one
+    /// per question id) rather than read back out of the envelope's JSON.
+    pub fn reply_object(&self, answers: &IndexMap<String, Option<AnswerOut>>) -> Value {
         let out: Map<String, Value> = self
             .properties
             .iter()
             .map(|p| {
-                let a = &answers[&p.name];
-                let value = if !a.is_object() || a["abstained"] == json!(true) {
-                    Value::Null
-                } else {
-                    match &p.kind {
-                        // A boolean's labels are always `yes` / `no`; the label
-                        // is the answer after any Stage-2 write-back.
-                        Kind::Boolean => match a["label"].as_str() {
-                            Some("yes") => json!(true),
-                            Some("no") => json!(false),
-                            _ => Value::Null,
-                        },
-                        Kind::Enum(values) => a["choice"]
-                            .as_str()
-                            .and_then(|c| values.iter().find(|v| text_of(v) == c))
-                            .cloned()
-                            .unwrap_or(Value::Null),
-                        Kind::Integer { .. } => a["level"]
-                            .as_str()
-                            .and_then(|l| l.parse::<i64>().ok())
-                            .map_or(Value::Null, |l| json!(l)),
-                        // The selected values, each with its JSON type.
-                        Kind::Multi { values, .. } => a["multi"]
-                            .as_array()
-                            .map(|set| {
-                                set.iter()
-                                    .filter_map(Value::as_str)
-                                    .filter_map(|c| values.iter().find(|v| text_of(v) == c))
-                                    .cloned()
-                                    .collect::<Vec<_>>()
-                            })
-                            .map_or(Value::Null, Value::from),
-                    }
+                let value = match answers.get(&p.name).and_then(Option::as_ref) {
+                    Some(a) if a.abstained.is_none() => value_of(&p.kind, a),
+                    _ => Value::Null,
                 };
                 (p.name.clone(), value)
             })
             .collect();
         Value::Object(out)
+    }
+}
+
+/// The reply value of answer `a` to a property of kind `kind`: the answer's
+/// name (after any Stage-2 write-back) as the property's JSON type.
+fn value_of(kind: &Kind, a: &AnswerOut) -> Value {
+    let name = a.answer_name();
+    match kind {
+        // A boolean's alternatives are always `yes` / `no`.
+        Kind::Boolean => match name {
+            "yes" => json!(true),
+            "no" => json!(false),
+            _ => Value::Null,
+        },
+        Kind::Enum(values) => values
+            .iter()
+            .find(|v| text_of(v) == name)
+            .cloned()
+            .unwrap_or(Value::Null),
+        Kind::Integer { .. } => name.parse::<i64>().map_or(Value::Null, |l| json!(l)),
+        // The selected values, each with its JSON type.
+        Kind::Multi { values, .. } => a
+            .selected_names()
+            .into_iter()
+            .filter_map(|c| values.iter().find(|v| text_of(v) == c))
+            .cloned()
+            .collect::<Vec<_>>()
+            .into(),
     }
 }
 

@@ -4,6 +4,26 @@ use serde_json::{json, Value};
 
 use super::*;
 
+/// The answer to question `id` of `schema` whose most probable
+/// alternative is `name` (probability 0.7, the rest shared).
+fn answer(schema: &ValidSchema, id: &str, name: &str) -> AnswerOut {
+    let q = schema.question(id).unwrap();
+    let k = q.alternatives.len();
+    let dist: Vec<f64> = q
+        .alternatives
+        .iter()
+        .map(|a| {
+            if a.name == name {
+                0.7
+            } else {
+                0.3 / (k - 1) as f64
+            }
+        })
+        .collect();
+    let labels = q.alternatives.iter().map(|a| a.name.clone()).collect();
+    AnswerOut::new(q.clone(), labels, dgem_core::readout::aggregate(&[dist]))
+}
+
 /// What `client.beta.chat.completions.parse(response_format=Ticket)` sends
 /// for a Pydantic model with an `Enum` field, a `Literal`, a bool and a
 /// bounded int.
@@ -68,14 +88,15 @@ fn a_pydantic_schema_becomes_one_question_per_property() {
 #[test]
 fn the_reply_object_has_the_schema_shape_and_types() {
     let r = parse(&pydantic_like(), &SchemaDefaults::default()).unwrap();
-    let envelope = json!({"answers": {
-        "urgent": {"label": "yes", "probabilities": {"yes": 0.7, "no": 0.3}},
-        "team": {"choice": "support"},
-        "channel": {"choice": "phone", "abstained": true},
-        "priority": {"level": "3"},
-        "tier": {"choice": "2"}
-    }});
-    let obj = r.output.reply_object(&envelope);
+    let mut answers = IndexMap::new();
+    answers.insert("urgent".into(), Some(answer(&r.schema, "urgent", "yes")));
+    answers.insert("team".into(), Some(answer(&r.schema, "team", "support")));
+    let mut channel = answer(&r.schema, "channel", "phone");
+    channel.abstained = Some("hesitation 0.99 >= 0.50".into());
+    answers.insert("channel".into(), Some(channel));
+    answers.insert("priority".into(), Some(answer(&r.schema, "priority", "3")));
+    answers.insert("tier".into(), Some(answer(&r.schema, "tier", "2")));
+    let obj = r.output.reply_object(&answers);
     assert_eq!(
         obj.to_string(),
         r#"{"urgent":true,"team":"support","channel":null,"priority":3,"tier":2}"#
@@ -209,9 +230,11 @@ fn an_array_of_enum_values_reads_as_multi_select() {
     assert_eq!(q.alternatives.len(), 3);
     assert_eq!(q.select.unwrap().max, 2);
     assert_eq!(q.instructions, "Which topics does it raise?");
-    let envelope = json!({"answers": {"tags": {"multi": ["refund", "3"]}}});
+    // refund and 3 apply (at or above the 0.5 threshold), outage does not.
+    let tags = dgem_core::multi::collapse_probabilities(q, &[0.9, 0.2, 0.6]);
+    let answers = IndexMap::from([("tags".to_owned(), Some(tags))]);
     assert_eq!(
-        r.output.reply_object(&envelope)["tags"],
+        r.output.reply_object(&answers)["tags"],
         json!(["refund", 3])
     );
     // A count the values cannot meet is refused at `maxItems`.

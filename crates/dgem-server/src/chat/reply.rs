@@ -27,7 +27,7 @@ pub fn response_body(
         m.extend(extra);
     }
     let written = match structured {
-        Some(s) => serde_json::to_string(&s.reply_object(&envelope)),
+        Some(s) => serde_json::to_string(&s.reply_object(&t.decision.answers)),
         None => serde_json::to_string_pretty(&envelope),
     };
     let content = written.map_err(|e| {
