@@ -13,7 +13,7 @@
 //!   Schema (`schemars`) and the OpenAPI schema (`utoipa`), each a plain
 //!   string `enum` of the names;
 //! - behind this crate's `clap` feature, the flag's value parser
-//!   ([`flag`]), which lists the names in `--help`.
+//!   (`flag`), which lists the names in `--help`.
 //!
 //! Hand-written rather than a derive (`strum`, clap's `ValueEnum` derive):
 //! one list has to feed five consumers, with aliases that are accepted but

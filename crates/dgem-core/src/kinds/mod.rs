@@ -3,12 +3,36 @@
 //!
 //! A type's file holds its names (canonical, wire, aliases, a summary), how
 //! its alternatives are read from a policy, its fields in the wire form of a
-//! schema, how an ad-hoc question of the type is converted, and the shape of
-//! its answer on the chat route and on `/v1/systemone`. A type that needs a
-//! read of its own keeps it there too ([`multi`]). `of` is the one place
-//! that maps a [`QuestionKind`] to its module, so a new type is its file, an
-//! arm here, its variant in [`QuestionKind`] and its Studio widget
-//! (`crates/dgem-studio/assets/kinds.js`).
+//! schema, how an ad-hoc question of the type is converted, the shape of its
+//! answer on the chat route and on `/v1/systemone`, and how that answer is
+//! read back from an upstream's reply ([`reply`]: other names of its
+//! alternatives, the key that states its pick, whether it picks one). A type
+//! that needs a read of its own keeps it there too ([`multi`]). `of` is the
+//! one place that maps a [`QuestionKind`] to its module.
+//!
+//! ## Adding a type
+//!
+//! A type read as one slot (as `boolean`, `choice` and `score` are) is five
+//! files written by hand:
+//! 1. its module here (`kinds/<name>.rs`, implementing `Kind`);
+//! 2. this file: its `mod` line, its arm in `of`, and its names in the test
+//!    below, the one place the accepted type names are written out;
+//! 3. `schema/mod.rs`: its [`QuestionKind`] variant, its place in
+//!    [`QuestionKind::ALL`], and in [`QuestionKind::slot_kind`] the type its
+//!    slot is read as;
+//! 4. its Studio widget, an entry in `crates/dgem-studio/assets/kinds.js`;
+//! 5. its row in the question-type table of `docs/policy.md`.
+//!
+//! Two snapshots that list the accepted type names in an error message
+//! (`chat_errors` and `systemone_errors` in dgem-server's tests) are then
+//! re-accepted with `cargo insta`. Every surface (CLI, `/api`, chat,
+//! `/v1/systemone`, MCP, the gateway) takes the type with no change of its
+//! own. This was measured on 2026-12-07 with a trial type built from
+//! `choice` with an answer key of its own: with those files, the workspace's
+//! tests passed and `dgem decide` answered it. A type read as several slots
+//! (as `multi`, one yes/no slot per option) also needs its expansion and
+//! fold (`kinds/multi/read.rs`, called from dgem-backend's `shape.rs`) and
+//! the validation of its own fields (`schema/validate/select.rs`).
 
 mod boolean;
 mod choice;
@@ -141,7 +165,7 @@ pub(crate) trait Kind: Sync {
     }
 }
 
-/// The names of a kind, each read from its module ([`of`]), and everything
+/// The names of a kind, each read from its module (`of`), and everything
 /// built on them (the parse of a type name, the accepted names), so that
 /// `schema/mod.rs` neither calls nor names the kinds' modules (the schema's
 /// parse and wire form, in `schema/validate.rs` and `schema/wire.rs`, do).
@@ -225,7 +249,7 @@ pub(crate) fn of(kind: QuestionKind) -> &'static dyn Kind {
     }
 }
 
-/// The answer's shapes on the wire, written by its type's module ([`of`]),
+/// The answer's shapes on the wire, written by its type's module (`of`),
 /// so that `crate::envelope` does not depend on the kinds' modules.
 impl AnswerOut {
     /// The chat-route answer object: its type's shape

@@ -2,7 +2,7 @@
 //! original server or a gateway upstream sends in `answers.<id>`.
 //!
 //! It is the inverse of an answer's chat-route shape, so each question type
-//! owns its part through [`Kind`](super::Kind): the other names its
+//! owns its part through the crate-private `Kind` trait: the other names its
 //! alternatives may be keyed by (`true` / `false` for yes/no), the key that
 //! states its answer (`choice`, `level`), and, for a type whose answer is
 //! not one pick (`multi`), how its probabilities become its answer. The

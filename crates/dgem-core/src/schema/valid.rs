@@ -45,7 +45,7 @@ pub struct ValidSchema {
     pub layout: Layout,
     /// Whether `layout` was stated — by the policy, a request override
     /// ([`Self::with_layout`]) or the deployment
-    /// ([`SchemaDefaults::layout_stated`]) — rather than left at the built-in
+    /// ([`SchemaDefaults::layout_stated`](crate::schema::SchemaDefaults::layout_stated)) — rather than left at the built-in
     /// default. A reader may then use the layout its model reads best (the
     /// embedded engine's `EngineConfig::model_layout`). Not sent upstream;
     /// the wire form ([`Self::to_wire`]) always states the layout.
@@ -197,7 +197,7 @@ impl ValidSchema {
     ///   ([`Isolate::resolve`]) there.
     ///
     /// The count limits of [`Isolate::resolve`] (2 to
-    /// [`ISOLATE_MAX_QUESTIONS`]) are the canvas's and do not apply. Only the
+    /// [`ISOLATE_MAX_QUESTIONS`](crate::schema::ISOLATE_MAX_QUESTIONS)) are the canvas's and do not apply. Only the
     /// asked questions ([`Self::asked`]) are marked. Left as it is: a chained
     /// schema (`chained`: more than one stage, or `sequential`), whose prompts
     /// list every question on purpose so later answers can follow earlier
