@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dgem_backend::walker::{self, GroupCall, GroupReader};
-use dgem_backend::{DecideRequest, Decision, EngineError};
+use dgem_backend::{DecideError, DecideRequest, Decision};
 use dgem_core::images::{check_images, ImageState};
 use dgem_core::order::OrderDebias;
 use dgem_core::prompt::{state_text, system_text, SystemTextSpec};
@@ -37,7 +37,7 @@ impl VllmDecider {
     /// serving.md §7.4 `chunk_groups`' fit: the trial group's answer template,
     /// with the scaffold and the end-of-turn token, within `chunk_rows` (or the
     /// canvas) rows.
-    fn group_fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+    fn group_fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, DecideError> {
         let limit = schema.chunk_rows.unwrap_or(self.cfg.canvas_len);
         let labels: Vec<Vec<String>> = trial
             .iter()
@@ -47,7 +47,7 @@ impl VllmDecider {
         let enc = self
             .tok
             .encode(&text)
-            .map_err(|e| EngineError::from(CoreError::from(e)))?;
+            .map_err(|e| DecideError::from(CoreError::from(e)))?;
         // rows = scaffold + template + the end-of-turn token, at most `limit`.
         let rows = self.scaffold.full.len() + enc.len() + 1;
         Ok(rows <= limit)
@@ -125,7 +125,7 @@ impl VllmReader<'_> {
         group: Vec<Question>,
         lines: &[String],
         chained: bool,
-    ) -> Result<GroupPlan, EngineError> {
+    ) -> Result<GroupPlan, DecideError> {
         let d = self.d;
         let user = UserState::Text(self.state.clone());
         if !lines.is_empty() {
@@ -133,7 +133,7 @@ impl VllmReader<'_> {
             ids.extend(
                 d.tok
                     .encode(&lines.join(self.join))
-                    .map_err(|e| EngineError::from(CoreError::from(e)))?,
+                    .map_err(|e| DecideError::from(CoreError::from(e)))?,
             );
             return Ok(GroupPlan {
                 questions: group,
@@ -191,9 +191,9 @@ impl VllmReader<'_> {
         t: usize,
         group: Vec<Question>,
         lines: &[String],
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let listing = self.listings.get(t).ok_or_else(|| {
-            EngineError::Unsupported(format!("listing {t} missing — this is a bug"))
+            DecideError::Unsupported(format!("listing {t} missing — this is a bug"))
         })?;
         let plan = if self.image.is_some() {
             self.plan_image(schema, listing, group, &call.earlier, call.chained)
@@ -208,7 +208,7 @@ impl VllmReader<'_> {
 
 #[async_trait::async_trait]
 impl GroupReader for VllmReader<'_> {
-    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, DecideError> {
         // Listings only reorder options: every listing's template has the
         // same length (one slot per question).
         self.d.group_fits(schema, trial)
@@ -218,7 +218,7 @@ impl GroupReader for VllmReader<'_> {
         &self,
         req: &DecideRequest,
         call: GroupCall<'_>,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let debias = self.d.cfg.order_debias;
         if debias == OrderDebias::Off {
             // The original reader's requests, unchanged.
@@ -273,7 +273,7 @@ impl GroupReader for VllmReader<'_> {
 pub(crate) async fn decide(
     d: &VllmDecider,
     mut req: DecideRequest,
-) -> Result<Decision, EngineError> {
+) -> Result<Decision, DecideError> {
     let started = Instant::now();
     check_images(&req.state)?;
     let image = ImageState::split(&req.state).map(Arc::new);
@@ -317,7 +317,7 @@ pub(crate) async fn decide(
                 listing.base_ids.extend(&d.scaffold.full);
             }
         }
-        Ok::<_, EngineError>((listing, thought))
+        Ok::<_, DecideError>((listing, thought))
     };
     let built = futures_util::future::try_join_all((0..n_listings).map(build)).await?;
     let mut listings = Vec::with_capacity(built.len());
@@ -343,7 +343,7 @@ pub(crate) async fn decide(
     let state_tokens = d
         .tok
         .encode(&state)
-        .map_err(|e| EngineError::from(CoreError::from(e)))?
+        .map_err(|e| DecideError::from(CoreError::from(e)))?
         .len();
     let info = &d.info;
     let facts = ReaderFacts {

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use dgem_backend::BackendError;
-use dgem_backend::EngineError;
+use dgem_backend::DecideError;
 use std::sync::Arc;
 
 use dgem_core::envelope::Scoring;
@@ -80,8 +80,8 @@ struct ReadCtx {
     steps: u32,
 }
 
-fn core(e: dgem_core::tokenizer::TokenizeError) -> EngineError {
-    EngineError::from(CoreError::from(e))
+fn core(e: dgem_core::tokenizer::TokenizeError) -> DecideError {
+    DecideError::from(CoreError::from(e))
 }
 
 impl VllmDecider {
@@ -127,7 +127,7 @@ impl VllmDecider {
         layout: Layout,
         sys: &str,
         state: &str,
-    ) -> Result<Vec<TokenId>, EngineError> {
+    ) -> Result<Vec<TokenId>, DecideError> {
         let mut ids: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         ids.extend(
             self.tok
@@ -145,7 +145,7 @@ impl VllmDecider {
         sys: &str,
         state: &str,
         budget: u32,
-    ) -> Result<Thought, EngineError> {
+    ) -> Result<Thought, DecideError> {
         let started = Instant::now();
         let mut prompt = self.chat_prompt_ids(layout, sys, state)?;
         prompt.extend(&self.scaffold.open);
@@ -182,7 +182,7 @@ impl VllmDecider {
         schema: &ValidSchema,
         plan: &GroupPlan,
         think: u32,
-    ) -> Result<(Vec<TokenId>, Value), EngineError> {
+    ) -> Result<(Vec<TokenId>, Value), DecideError> {
         let started = Instant::now();
         let refs: Vec<&Question> = plan.questions.iter().collect();
         let labels: Vec<Vec<String>> = refs.iter().map(|q| labels_for(q, self.mode)).collect();
@@ -228,7 +228,7 @@ impl VllmDecider {
         schema: &ValidSchema,
         plan: GroupPlan,
         seed_k: i64,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let mut head = plan.head.clone();
         let mut thought = None;
         // Thought tokens counted apart from the template (a text thought is

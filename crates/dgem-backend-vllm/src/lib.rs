@@ -40,7 +40,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use dgem_backend::{Attention, BackendInfo, Health};
-use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
+use dgem_backend::{DecideError, DecideRequest, Decider, Decision};
 use dgem_core::labels::LabelMode;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 
@@ -147,7 +147,7 @@ impl Decider for VllmDecider {
     }
 
     #[tracing::instrument(skip_all, fields(engine = "vllm", questions = req.schema.questions.len(), total_ms))]
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         // A policy that reads an image is refused without one, before any read.
         dgem_core::images::check_required(&req.schema, &req.state)?;
         let started = Instant::now();

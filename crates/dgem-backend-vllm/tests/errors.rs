@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use common::{config, decide, decider, fake_with, ids};
 use dgem_backend::{BackendError, Health};
-use dgem_backend::{Decider, EngineError};
+use dgem_backend::{DecideError, Decider};
 use dgem_fake_vllm::Failure;
 use serde_json::json;
 
@@ -17,9 +17,9 @@ fn one() -> serde_json::Value {
     json!({"questions": [{"id": "u", "type": "noul"}]})
 }
 
-fn backend_err(e: EngineError) -> BackendError {
+fn backend_err(e: DecideError) -> BackendError {
     match e {
-        EngineError::Backend(b) => b,
+        DecideError::Backend(b) => b,
         other => panic!("expected a backend error, got {other:?}"),
     }
 }

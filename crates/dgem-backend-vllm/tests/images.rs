@@ -7,7 +7,7 @@
 mod common;
 
 use common::{canvas, config, decider, fake_with, ids, schema};
-use dgem_backend::{DecideRequest, Decider as _, Decision, EngineError};
+use dgem_backend::{DecideError, DecideRequest, Decider as _, Decision};
 use dgem_backend_vllm::VllmDecider;
 use dgem_core::tokenizer::Tokenizer as _;
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ fn image_state(text: &str) -> Value {
     ])
 }
 
-async fn decide_image(d: &VllmDecider, s: Value, state: Value) -> Result<Decision, EngineError> {
+async fn decide_image(d: &VllmDecider, s: Value, state: Value) -> Result<Decision, DecideError> {
     d.decide(DecideRequest {
         schema: schema(s),
         state,
@@ -284,7 +284,7 @@ async fn a_policy_that_requires_an_image_is_refused_without_one_before_any_reque
         .await
         .unwrap_err();
     assert!(
-        matches!(err, EngineError::Schema(ref e) if e.field == "images"),
+        matches!(err, DecideError::Schema(ref e) if e.field == "images"),
         "{err}"
     );
     assert!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use dgem_backend::{BackendError, DecideRequest, Decider as _, Decision, EngineError};
+use dgem_backend::{BackendError, DecideError, DecideRequest, Decider as _, Decision};
 use dgem_backend_vllm::VllmDecider;
 use dgem_core::order::OrderDebias;
 use dgem_core::tokenizer::Tokenizer as _;
@@ -590,7 +590,7 @@ async fn a_shared_prompt_lists_every_question_in_the_reads_own_listing() {
 // Image states.
 // ---------------------------------------------------------------------------
 
-async fn decide_image(d: &VllmDecider, s: Value) -> Result<Decision, EngineError> {
+async fn decide_image(d: &VllmDecider, s: Value) -> Result<Decision, DecideError> {
     d.decide(DecideRequest {
         schema: schema(s),
         state: json!([
@@ -695,9 +695,9 @@ async fn a_bracket_routed_choice_reports_its_order_sensitivity() {
 // Failures mid-way.
 // ---------------------------------------------------------------------------
 
-fn backend_err(e: EngineError) -> BackendError {
+fn backend_err(e: DecideError) -> BackendError {
     match e {
-        EngineError::Backend(b) => b,
+        DecideError::Backend(b) => b,
         other => panic!("expected a backend error, got {other:?}"),
     }
 }
@@ -739,7 +739,7 @@ async fn a_failure_in_a_later_chained_stage_fails_the_decision() {
     // Fail several at once: every listing of a stage.
     fake.fail_next(Failure::MalformedJson, 4);
     let err = with_timeout(decide(&d, three_stages())).await.unwrap_err();
-    assert!(matches!(err, EngineError::Backend(_)), "{err:?}");
+    assert!(matches!(err, DecideError::Backend(_)), "{err:?}");
 }
 
 #[tokio::test]

@@ -23,20 +23,20 @@ use dgem_core::readout::aggregate;
 use dgem_core::schema::{Question, ValidSchema};
 use dgem_core::SchemaError;
 
-use crate::{DecideRequest, Decider, Decision, EngineError};
+use crate::{DecideError, DecideRequest, Decider, Decision};
 
 /// Whether `schema` asks a question that needs bracket routing.
 pub fn routes(schema: &ValidSchema) -> bool {
     schema.asked().iter().any(|q| needs_brackets(q))
 }
 
-fn refuse(schema: &ValidSchema, q: &Question, why: &str) -> EngineError {
+fn refuse(schema: &ValidSchema, q: &Question, why: &str) -> DecideError {
     let i = schema
         .questions
         .iter()
         .position(|x| x.id == q.id)
         .unwrap_or(0);
-    EngineError::Schema(SchemaError::new(
+    DecideError::Schema(SchemaError::new(
         format!("questions[{i}]"),
         format!(
             "question '{}' {why}; a choice with more than 26 options is answered through brackets in rounds of its own, so it cannot take part in depends_on or ask_if",
@@ -46,13 +46,13 @@ fn refuse(schema: &ValidSchema, q: &Question, why: &str) -> EngineError {
 }
 
 /// One sub-decision's answer distribution for `id`.
-fn mean_of(d: &Decision, id: &str) -> Result<Vec<f64>, EngineError> {
+fn mean_of(d: &Decision, id: &str) -> Result<Vec<f64>, DecideError> {
     d.answers
         .get(id)
         .and_then(Option::as_ref)
         .map(|a| a.aggregate.mean.clone())
         .ok_or_else(|| {
-            EngineError::Backend(crate::BackendError::Model(format!(
+            DecideError::Backend(crate::BackendError::Model(format!(
                 "bracket round returned no answer for '{id}'"
             )))
         })
@@ -106,9 +106,9 @@ fn final_parts(d: &Decision, final_id: &str, id: &str) -> Vec<PartSamples> {
 /// timing count every read of every round.
 ///
 /// # Errors
-/// [`EngineError::Schema`] when a routed question takes part in `depends_on` /
+/// [`DecideError::Schema`] when a routed question takes part in `depends_on` /
 /// `ask_if`; whatever `inner` returns for a part.
-pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision, EngineError> {
+pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision, DecideError> {
     let started = Instant::now();
     let schema = &req.schema;
     let asked = schema.asked();
@@ -122,7 +122,7 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
             return Err(refuse(schema, w, &format!("is a dependency of '{}'", q.id)));
         }
     }
-    let part = |questions: Vec<Question>| -> Result<DecideRequest, EngineError> {
+    let part = |questions: Vec<Question>| -> Result<DecideRequest, DecideError> {
         Ok(DecideRequest {
             schema: schema.with_questions(questions)?,
             state: req.state.clone(),
@@ -195,7 +195,7 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
         routed.push((answer, info, qdiag));
     }
     let Some(mut out) = base else {
-        return Err(EngineError::Schema(SchemaError::new(
+        return Err(DecideError::Schema(SchemaError::new(
             "questions",
             "schema: nothing to ask",
         )));

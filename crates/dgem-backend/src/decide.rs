@@ -72,7 +72,7 @@ impl Decision {
 
 /// Why a decision could not be made.
 #[derive(Debug, Error, Clone, PartialEq)]
-pub enum EngineError {
+pub enum DecideError {
     /// The schema or state cannot be read by this model (user error).
     #[error(transparent)]
     Schema(#[from] SchemaError),
@@ -87,7 +87,7 @@ pub enum EngineError {
     Unsupported(String),
 }
 
-impl From<CoreError> for EngineError {
+impl From<CoreError> for DecideError {
     fn from(e: CoreError) -> Self {
         match e {
             CoreError::Schema(s) => Self::Schema(s),
@@ -96,7 +96,7 @@ impl From<CoreError> for EngineError {
     }
 }
 
-impl EngineError {
+impl DecideError {
     /// Whether the caller's input is at fault (exit code 1, HTTP 4xx) rather than
     /// the engine or model (exit code 2, HTTP 5xx).
     pub fn is_user_error(&self) -> bool {
@@ -137,13 +137,13 @@ pub trait Decider: Send + Sync + std::fmt::Debug {
     /// Make one decision.
     ///
     /// # Errors
-    /// [`EngineError`]: `Schema` for input the caller must fix, `Backend` when
+    /// [`DecideError`]: `Schema` for input the caller must fix, `Backend` when
     /// the model or upstream fails (see `BackendError::is_retryable`).
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError>;
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError>;
 }
 
-fn malformed(path: &str, what: String) -> EngineError {
-    EngineError::Backend(BackendError::BadReply(format!(
+fn malformed(path: &str, what: String) -> DecideError {
+    DecideError::Backend(BackendError::BadReply(format!(
         "decision reply at `{path}`: {what}"
     )))
 }
@@ -164,9 +164,9 @@ impl Decision {
     /// Diagnostics keys the sender left out take their defaults.
     ///
     /// # Errors
-    /// [`EngineError::Backend`] ([`BackendError::BadReply`], retryable on
+    /// [`DecideError::Backend`] ([`BackendError::BadReply`], retryable on
     /// another replica) naming the path of the first value that breaks a rule.
-    pub fn from_envelope(schema: &ValidSchema, envelope: &Value) -> Result<Decision, EngineError> {
+    pub fn from_envelope(schema: &ValidSchema, envelope: &Value) -> Result<Decision, DecideError> {
         let answers_in = envelope
             .get("answers")
             .and_then(Value::as_object)

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 pub use dgem_core::labels::LabelMode;
 
-pub use decide::{DecideRequest, Decider, Decision, EngineError};
+pub use decide::{DecideError, DecideRequest, Decider, Decision};
 pub use error::BackendError;
 
 /// How the model sees a sequence, which decides how the engine lays slots out.

@@ -17,7 +17,7 @@ use dgem_core::multi::{collapse, expand, expands};
 use dgem_core::rules::Rules;
 use dgem_core::schema::ValidSchema;
 
-use crate::{BackendError, DecideRequest, Decider, Decision, EngineError};
+use crate::{BackendError, DecideError, DecideRequest, Decider, Decision};
 
 /// Whether `schema` asks a `multi` question or states rules, so a reader
 /// must answer it through [`decide`].
@@ -30,10 +30,10 @@ pub fn shapes(schema: &ValidSchema) -> bool {
 /// the expansion's slot ids per `multi` question.
 ///
 /// # Errors
-/// [`EngineError::Schema`] when the expansion breaks a schema rule.
+/// [`DecideError::Schema`] when the expansion breaks a schema rule.
 pub fn read_schema(
     schema: &ValidSchema,
-) -> Result<(ValidSchema, IndexMap<String, Vec<String>>), EngineError> {
+) -> Result<(ValidSchema, IndexMap<String, Vec<String>>), DecideError> {
     if expands(schema) {
         let e = expand(schema)?;
         Ok((e.schema, e.slots))
@@ -49,9 +49,9 @@ pub fn read_schema(
 /// `multi` question's slots and `diagnostics.constraints` what the rules did.
 ///
 /// # Errors
-/// Whatever `inner` returns; [`EngineError::Backend`] when its decision
+/// Whatever `inner` returns; [`DecideError::Backend`] when its decision
 /// lacks the answer of a slot it was asked.
-pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision, EngineError> {
+pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision, DecideError> {
     let schema = req.schema;
     let (read, slots) = read_schema(&schema)?;
     let mut d = inner
@@ -71,8 +71,8 @@ pub async fn decide(inner: &dyn Decider, req: DecideRequest) -> Result<Decision,
     Ok(d)
 }
 
-fn missing(id: &str) -> EngineError {
-    EngineError::Backend(BackendError::Model(format!(
+fn missing(id: &str) -> DecideError {
+    DecideError::Backend(BackendError::Model(format!(
         "the read returned no answer for slot '{id}'"
     )))
 }
@@ -85,7 +85,7 @@ fn fold(
     slots: &IndexMap<String, Vec<String>>,
     mut read: IndexMap<String, Option<AnswerOut>>,
     d: &mut Decision,
-) -> Result<IndexMap<String, Option<AnswerOut>>, EngineError> {
+) -> Result<IndexMap<String, Option<AnswerOut>>, DecideError> {
     let mut out = IndexMap::with_capacity(schema.asked().len());
     for q in schema.asked() {
         // Only an expanded question has slots of its own.

@@ -19,7 +19,7 @@ use dgem_core::schema::{ChunkPrompt, Question, ValidSchema};
 use dgem_core::walk::{chunk_groups, AnsweredGroup, GroupReads, Walk};
 use futures_util::StreamExt as _;
 
-use crate::{DecideRequest, EngineError};
+use crate::{DecideError, DecideRequest};
 
 /// One group to read.
 #[derive(Debug, Clone)]
@@ -51,17 +51,17 @@ pub trait GroupReader: Send + Sync {
     ///
     /// # Errors
     /// When the fit cannot be measured (tokenization failed).
-    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError>;
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, DecideError>;
 
     /// Read one group.
     ///
     /// # Errors
-    /// [`EngineError`] from the model or for a group that cannot be read.
+    /// [`DecideError`] from the model or for a group that cannot be read.
     async fn read_group(
         &self,
         req: &DecideRequest,
         call: GroupCall<'_>,
-    ) -> Result<GroupReads, EngineError>;
+    ) -> Result<GroupReads, DecideError>;
 
     /// Groups of one non-sequential stage read at once (1 = one after another).
     fn concurrency(&self) -> usize {
@@ -126,7 +126,7 @@ fn make_call<'a>(
 pub async fn walk(
     reader: &dyn GroupReader,
     req: &DecideRequest,
-) -> Result<(Walk, bool), EngineError> {
+) -> Result<(Walk, bool), DecideError> {
     // One rule on every surface: a state with nothing in it is refused before
     // any read (dgem_core::state).
     dgem_core::state::check_informative(&req.state)?;
@@ -165,7 +165,7 @@ pub async fn walk(
                     reader.read_group(req, call)
                 })
                 .collect();
-            let outs: Vec<Result<GroupReads, EngineError>> = futures_util::stream::iter(futs)
+            let outs: Vec<Result<GroupReads, DecideError>> = futures_util::stream::iter(futs)
                 .buffered(reader.concurrency())
                 .collect()
                 .await;

@@ -1,7 +1,7 @@
 //! `Decision::from_envelope`: the envelope a decision writes reads back to the
 //! same decision, and a reply that does not answer the request is refused.
 
-use dgem_backend::{Decision, EngineError};
+use dgem_backend::{DecideError, Decision};
 use dgem_core::envelope::{ChunkPromptUsed, Scoring, SlotReading};
 use dgem_core::labels::LabelMode;
 use dgem_core::readout::SlotRead;
@@ -86,7 +86,7 @@ fn decision(s: &ValidSchema) -> Decision {
 
 fn refused(envelope: &Value) -> String {
     match Decision::from_envelope(&schema(), envelope) {
-        Err(EngineError::Backend(e)) => e.to_string(),
+        Err(DecideError::Backend(e)) => e.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -288,7 +288,7 @@ fn multi_and_constrained_answers_read_back_and_a_wrong_set_is_refused() {
     let mut wrong = env.clone();
     wrong["answers"]["tags"]["multi"] = json!(["refund", "outage"]);
     match Decision::from_envelope(&s, &wrong) {
-        Err(EngineError::Backend(e)) => {
+        Err(DecideError::Backend(e)) => {
             let msg = e.to_string();
             assert!(msg.contains("answers.tags.multi"), "{msg}");
         }

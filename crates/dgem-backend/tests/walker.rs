@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use dgem_backend::walker::{walk, GroupCall, GroupReader};
-use dgem_backend::{DecideRequest, EngineError};
+use dgem_backend::{DecideError, DecideRequest};
 use dgem_core::envelope::Scoring;
 use dgem_core::readout::SlotRead;
 use dgem_core::schema::{Question, SamplePolicy, SchemaDefaults, ValidSchema};
@@ -23,7 +23,7 @@ struct Recorder {
 
 #[async_trait]
 impl GroupReader for Recorder {
-    fn fits(&self, _s: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+    fn fits(&self, _s: &ValidSchema, trial: &[&Question]) -> Result<bool, DecideError> {
         Ok(trial.len() <= 2)
     }
 
@@ -31,7 +31,7 @@ impl GroupReader for Recorder {
         &self,
         _req: &DecideRequest,
         call: GroupCall<'_>,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let ids = |qs: &[&Question]| qs.iter().map(|q| q.id.clone()).collect::<Vec<_>>();
         self.calls.lock().expect("lock").push((
             ids(&call.questions),

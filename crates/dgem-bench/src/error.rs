@@ -43,7 +43,7 @@ pub enum BenchError {
         id: String,
         /// The cause.
         #[source]
-        source: dgem_engine::EngineError,
+        source: dgem_engine::DecideError,
     },
     /// A `.partial` file belongs to a different dataset or settings.
     #[error("`--resume`: {path} was written for a different dataset or settings (fingerprint {found}, expected {expected}); delete it or drop `--resume`")]
@@ -102,7 +102,7 @@ impl BenchError {
     pub fn is_item_failure(&self) -> bool {
         match self {
             Self::Engine {
-                source: dgem_engine::EngineError::Backend(b),
+                source: dgem_engine::DecideError::Backend(b),
                 ..
             } => b.is_retryable(),
             _ => false,

@@ -307,7 +307,7 @@ async fn unscorable_expected_values_are_item_errors_not_wrong_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_timed_out_item_is_recorded_and_the_run_goes_on() {
     use dgem_backend::BackendError;
-    use dgem_engine::EngineError;
+    use dgem_engine::DecideError;
     let dir = tempfile::tempdir().expect("tempdir");
     let partial = dir.path().join("r.json.partial");
     let cfg = RunConfig {
@@ -325,7 +325,7 @@ async fn one_timed_out_item_is_recorded_and_the_run_goes_on() {
                 if i == 2 && slow.fetch_sub(1, Ordering::SeqCst) == 1 {
                     return Err(BenchError::Engine {
                         id: format!("i{i}"),
-                        source: EngineError::Backend(BackendError::Timeout(120_000)),
+                        source: DecideError::Backend(BackendError::Timeout(120_000)),
                     });
                 }
                 Ok(i * 10)
@@ -363,7 +363,7 @@ async fn one_timed_out_item_is_recorded_and_the_run_goes_on() {
         if i == 1 {
             return Err(BenchError::Engine {
                 id: "i1".into(),
-                source: EngineError::Backend(BackendError::Model("weights gone".into())),
+                source: DecideError::Backend(BackendError::Model("weights gone".into())),
             });
         }
         Ok(i)

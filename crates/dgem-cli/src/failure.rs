@@ -45,8 +45,9 @@ pub fn internal<E: Into<anyhow::Error>>(e: E) -> Failure {
     Failure::Internal(e.into())
 }
 
-/// Classify an engine error by whose fault it is.
-pub fn engine(e: dgem_engine::EngineError) -> Failure {
+/// Classify a decider's error (the embedded engine's, a vLLM reader's, a
+/// remote dgem's) by whose fault it is.
+pub fn decider(e: dgem_engine::DecideError) -> Failure {
     if e.is_user_error() {
         Failure::User(e.into())
     } else {

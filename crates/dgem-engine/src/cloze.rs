@@ -34,7 +34,7 @@ use dgem_core::tokenizer::{TokenId, Tokenizer};
 use dgem_core::walk::{GroupReads, ReaderFacts};
 
 use crate::calibration::CONTENT_FREE_STATES;
-use crate::{DecideRequest, Decision, Engine, EngineError};
+use crate::{DecideError, DecideRequest, Decision, Engine};
 
 mod priors;
 mod reads;
@@ -181,7 +181,7 @@ impl Ctx<'_> {
         r: u32,
         t: usize,
         group: &[&Question],
-    ) -> Result<Vec<ReadQuestion>, EngineError> {
+    ) -> Result<Vec<ReadQuestion>, DecideError> {
         let mode = self.engine.label_mode();
         group
             .iter()
@@ -204,7 +204,7 @@ impl Ctx<'_> {
         listed: &[&Question],
         state: &str,
         prefill: &str,
-    ) -> Result<Prompt, EngineError> {
+    ) -> Result<Prompt, DecideError> {
         self.tokens_of(&self.prompt_text(r, t, listed, state), prefill)
     }
 
@@ -220,7 +220,7 @@ impl Ctx<'_> {
     /// prefilled) shares. An unchained prompt shares nothing past its last
     /// other point with any other decision's, so what follows it is decoded
     /// in one batch with the slots' rows.
-    fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, EngineError> {
+    fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, DecideError> {
         let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         let bos = tokens.len();
         tokens.extend(
@@ -284,7 +284,7 @@ impl Ctx<'_> {
     /// Tokens of a state prefix (not BOS), encoded once per decision: the
     /// state's text changes with every decision, so it is kept out of the
     /// engine's policy prefix cache.
-    fn state_tokens(&self, prefix: &str) -> Result<std::sync::Arc<Vec<TokenId>>, EngineError> {
+    fn state_tokens(&self, prefix: &str) -> Result<std::sync::Arc<Vec<TokenId>>, DecideError> {
         if let Ok(seen) = self.state_ids.lock() {
             if let Some((_, ids)) = seen.iter().find(|(p, _)| p == prefix) {
                 return Ok(std::sync::Arc::clone(ids));
@@ -352,7 +352,7 @@ impl Ctx<'_> {
         prompt: &Prompt,
         qs: &[ReadQuestion],
         vocab: bool,
-    ) -> Result<(Vec<SequenceRead>, Vec<std::ops::Range<usize>>), EngineError> {
+    ) -> Result<(Vec<SequenceRead>, Vec<std::ops::Range<usize>>), DecideError> {
         let mut all = Vec::new();
         let mut ranges = Vec::with_capacity(qs.len());
         for rq in qs {
@@ -373,8 +373,8 @@ fn first_point(
     bos: usize,
     text: &str,
     candidates: impl IntoIterator<Item = Option<usize>>,
-    encode: impl Fn(&str) -> Result<std::sync::Arc<Vec<TokenId>>, EngineError>,
-) -> Result<Option<usize>, EngineError> {
+    encode: impl Fn(&str) -> Result<std::sync::Arc<Vec<TokenId>>, DecideError>,
+) -> Result<Option<usize>, DecideError> {
     for prefix in candidates
         .into_iter()
         .flatten()
@@ -406,7 +406,7 @@ struct ClozeReader<'a> {
 #[async_trait::async_trait]
 impl GroupReader for ClozeReader<'_> {
     /// A causal read has no canvas: the questions of a stage always share one group.
-    fn fits(&self, _schema: &ValidSchema, _trial: &[&Question]) -> Result<bool, EngineError> {
+    fn fits(&self, _schema: &ValidSchema, _trial: &[&Question]) -> Result<bool, DecideError> {
         Ok(true)
     }
 
@@ -414,7 +414,7 @@ impl GroupReader for ClozeReader<'_> {
         &self,
         _req: &DecideRequest,
         call: GroupCall<'_>,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let prefill = prefill_text(&call.lines);
         self.ctx
             .read_group(&call.questions, &call.listed, &self.state, &prefill)
@@ -445,7 +445,7 @@ pub(crate) fn chained(schema: &ValidSchema) -> bool {
 }
 
 /// Decide with cloze reads (see the module docs).
-pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
+pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, DecideError> {
     let schema = &req.schema;
     let tok_arc = engine.backend.tokenizer();
     let info = engine.backend.info();

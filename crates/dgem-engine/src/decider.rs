@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use dgem_backend::{BackendInfo, Decider, Health};
 
-use crate::{DecideRequest, Decision, Engine, EngineError};
+use crate::{DecideError, DecideRequest, Decision, Engine};
 
 #[async_trait]
 impl Decider for Engine {
@@ -22,7 +22,7 @@ impl Decider for Engine {
         self.backend().health().await
     }
 
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         Engine::decide(self, req).await
     }
 }

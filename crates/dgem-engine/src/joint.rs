@@ -32,9 +32,9 @@ use dgem_core::CoreError;
 use tracing::Instrument as _;
 
 use crate::cloze::label_read;
-use crate::{DecideRequest, Decision, Engine, EngineError};
+use crate::{DecideError, DecideRequest, Decision, Engine};
 
-fn tokens_of(tok: &dyn Tokenizer, text: &str) -> Result<Vec<TokenId>, EngineError> {
+fn tokens_of(tok: &dyn Tokenizer, text: &str) -> Result<Vec<TokenId>, DecideError> {
     Ok(tok.encode(text).map_err(CoreError::from)?)
 }
 
@@ -60,7 +60,7 @@ struct JointReader<'a> {
 impl GroupReader for JointReader<'_> {
     /// The group's answer template plus the end-of-turn token fits the canvas
     /// (`chunk_rows` when set).
-    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, EngineError> {
+    fn fits(&self, schema: &ValidSchema, trial: &[&Question]) -> Result<bool, DecideError> {
         let limit = schema.chunk_rows.unwrap_or(self.canvas_len);
         let labels: Vec<Vec<String>> = trial.iter().map(|q| labels_for(q, self.mode)).collect();
         let text = answer_text(trial, &labels, &vec![0; trial.len()], schema.format);
@@ -71,7 +71,7 @@ impl GroupReader for JointReader<'_> {
         &self,
         req: &DecideRequest,
         call: GroupCall<'_>,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let schema = &req.schema;
         let join = match schema.format {
             AnswerFormat::Lines => "\n",
@@ -120,7 +120,7 @@ impl GroupReader for JointReader<'_> {
         )?;
         let width = canvas_width(template.tokens.len(), self.canvas_len, DEFAULT_CANVAS_STEP);
         if prompt.len() + width > self.max_tokens {
-            return Err(EngineError::Schema(dgem_core::SchemaError::new(
+            return Err(DecideError::Schema(dgem_core::SchemaError::new(
                 "state",
                 format!(
                     "the prompt and canvas are {} tokens; the model holds {} (shorten the state)",
@@ -141,7 +141,7 @@ impl GroupReader for JointReader<'_> {
 }
 
 /// Decide with joint-canvas reads (see the module docs).
-pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, EngineError> {
+pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decision, DecideError> {
     let tok_arc = engine.backend.tokenizer();
     let tok = tok_arc.as_ref();
     let info = engine.backend.info();
@@ -190,7 +190,7 @@ async fn run_reads(
     seed: i64,
     reads: std::ops::Range<u32>,
     ids: CanvasTokens,
-) -> Result<(Vec<Vec<SlotRead>>, dgem_backend::ForwardStats), EngineError> {
+) -> Result<(Vec<Vec<SlotRead>>, dgem_backend::ForwardStats), DecideError> {
     let seqs: Vec<SequenceRead> = reads
         .map(|r| {
             let canvas = seed_canvas(
@@ -223,7 +223,7 @@ async fn run_reads(
     let span = crate::cloze::forward_span(&engine.backend.info().engine, seqs.len());
     let out = engine.backend.forward(seqs).instrument(span).await?;
     if out.sequences.len() != n {
-        return Err(EngineError::Backend(dgem_backend::BackendError::Model(
+        return Err(DecideError::Backend(dgem_backend::BackendError::Model(
             "backend returned fewer canvases than requested".into(),
         )));
     }
@@ -250,7 +250,7 @@ async fn read_group(
     labels: Vec<Vec<String>>,
     seed: i64,
     ids: CanvasTokens,
-) -> Result<GroupReads, EngineError> {
+) -> Result<GroupReads, DecideError> {
     let samples = req.schema.samples;
     let (first, extra) = sample_plan(samples);
     let (mut reads, stats) = run_reads(engine, group, seed, 0..first, ids).await?;

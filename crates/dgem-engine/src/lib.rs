@@ -54,7 +54,7 @@ use dgem_core::schema::ValidSchema;
 use dgem_core::tokenizer::{TokenId, Tokenizer};
 
 pub use calibration::{CalibrationMode, CONTENT_FREE_STATES};
-pub use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
+pub use dgem_backend::{DecideError, DecideRequest, Decider, Decision};
 pub use plan::{Plan, PlannedBrackets, PlannedGroup, PlannedSlot};
 pub use temperature::ModelTemperature;
 
@@ -173,7 +173,7 @@ impl Engine {
         &self,
         tok: &dyn Tokenizer,
         prefix: &str,
-    ) -> Result<Arc<Vec<TokenId>>, EngineError> {
+    ) -> Result<Arc<Vec<TokenId>>, DecideError> {
         if let Some(ids) = self
             .prefixes
             .lock()
@@ -215,9 +215,9 @@ impl Engine {
     /// Make one decision.
     ///
     /// # Errors
-    /// [`EngineError::Schema`] for problems the user must fix (a label that is not
-    /// one token, a state longer than the model's context), [`EngineError::Backend`]
-    /// when the model fails, [`EngineError::Unsupported`] for a backend this engine
+    /// [`DecideError::Schema`] for problems the user must fix (a label that is not
+    /// one token, a state longer than the model's context), [`DecideError::Backend`]
+    /// when the model fails, [`DecideError::Unsupported`] for a backend this engine
     /// cannot drive.
     ///
     /// A choice question with more than 26 options is answered through bracket
@@ -225,7 +225,7 @@ impl Engine {
     /// `multi` questions and rules between answers go through
     /// `dgem_backend::shape`, which asks it the plain schema.
     #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
-    pub async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    pub async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let mut req = self.with_model_layout(req);
         let info = self.backend.info();
         if info.attention == Attention::Causal {
@@ -305,7 +305,7 @@ pub const MAX_STATE_BYTES_PER_TOKEN: usize = 64;
 /// with images on a backend without vision.
 pub const CANNOT_THINK: &str = "cannot think before answering";
 
-fn check_think(schema: &ValidSchema) -> Result<Option<String>, EngineError> {
+fn check_think(schema: &ValidSchema) -> Result<Option<String>, DecideError> {
     let think = schema.think;
     if think == 0 {
         return Ok(None);
@@ -313,7 +313,7 @@ fn check_think(schema: &ValidSchema) -> Result<Option<String>, EngineError> {
     if schema.think_optional {
         return Ok(Some(think_skipped(think)));
     }
-    Err(EngineError::Schema(dgem_core::SchemaError::new(
+    Err(DecideError::Schema(dgem_core::SchemaError::new(
         "think",
         format!(
             "must be 0 on this engine, which {CANNOT_THINK} (it reads the answer slots straight from the prompt); a thought budget is read by DiffusionGemma through `--backend vllm=URL`, or set `think_optional: true` to answer without the thought. Given: `{think}`"
@@ -340,7 +340,7 @@ fn warn(decision: &mut Decision, warning: Option<String>) {
 
 /// Refuse a state whose text cannot fit the context (see
 /// [`MAX_STATE_BYTES_PER_TOKEN`]); `max_tokens` 0 means unknown (no check).
-fn check_state_size(state: &serde_json::Value, max_tokens: usize) -> Result<(), EngineError> {
+fn check_state_size(state: &serde_json::Value, max_tokens: usize) -> Result<(), DecideError> {
     if max_tokens == 0 {
         return Ok(());
     }
@@ -350,7 +350,7 @@ fn check_state_size(state: &serde_json::Value, max_tokens: usize) -> Result<(), 
     };
     let limit = max_tokens.saturating_mul(MAX_STATE_BYTES_PER_TOKEN);
     if bytes > limit {
-        return Err(EngineError::Schema(dgem_core::SchemaError::new(
+        return Err(DecideError::Schema(dgem_core::SchemaError::new(
             "state",
             format!(
                 "the state is {bytes} bytes; a context of {max_tokens} tokens holds at most about {limit} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)"

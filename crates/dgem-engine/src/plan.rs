@@ -22,7 +22,7 @@ use dgem_core::walk::chunk_groups;
 use serde::Serialize;
 
 use crate::cloze::{prefill_text, question_sequences, Ctx};
-use crate::{DecideRequest, Engine, EngineError};
+use crate::{DecideError, DecideRequest, Engine};
 
 /// One question's slot in read 0 of its group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -120,9 +120,9 @@ impl Engine {
     /// Resolve every read of `req` without running the model (see the module docs).
     ///
     /// # Errors
-    /// The same [`EngineError::Schema`] a decision would give for the schema and
+    /// The same [`DecideError::Schema`] a decision would give for the schema and
     /// state (a prompt longer than the context, labels that tokenize alike).
-    pub fn plan(&self, req: &DecideRequest) -> Result<Plan, EngineError> {
+    pub fn plan(&self, req: &DecideRequest) -> Result<Plan, DecideError> {
         let started = Instant::now();
         let mut owned = self.with_model_layout(req.clone());
         // A plan shows the schema the reader reads: multi questions as their
@@ -136,7 +136,7 @@ impl Engine {
         let tok_arc = self.backend().tokenizer();
         let info = self.backend().info();
         if info.attention != dgem_backend::Attention::Causal {
-            return Err(EngineError::Unsupported(
+            return Err(DecideError::Unsupported(
                 "plan mode resolves cloze reads of a causal backend".into(),
             ));
         }
@@ -163,7 +163,7 @@ impl Engine {
         let (mut calls, mut sequences) = (0, 0);
         for stage in &stages {
             let asked: Vec<&Question> = stage.iter().filter_map(|id| schema.question(id)).collect();
-            let groups = chunk_groups(&asked, |_| Ok::<_, EngineError>(true))?;
+            let groups = chunk_groups(&asked, |_| Ok::<_, DecideError>(true))?;
             let mut out = Vec::with_capacity(groups.len());
             for group in groups {
                 let listed = listed_questions(schema, &every, chained, &group);
@@ -236,12 +236,12 @@ impl Engine {
 
     /// Plan a schema holding choice questions of more than 26 options: the
     /// other questions as one part, and each routed question's first round-1 pass.
-    fn plan_routed(&self, req: &DecideRequest, started: Instant) -> Result<Plan, EngineError> {
+    fn plan_routed(&self, req: &DecideRequest, started: Instant) -> Result<Plan, DecideError> {
         use dgem_core::brackets::{
             bracket_question, needs_brackets, split, BRACKETS_PER_PASS, BRACKET_SIZE,
         };
         let schema = &req.schema;
-        let part = |questions: Vec<Question>| -> Result<DecideRequest, EngineError> {
+        let part = |questions: Vec<Question>| -> Result<DecideRequest, DecideError> {
             Ok(DecideRequest {
                 schema: schema.with_questions(questions)?,
                 state: req.state.clone(),
@@ -287,7 +287,7 @@ impl Engine {
                 ..p
             },
             (true, None) => {
-                return Err(EngineError::Unsupported(
+                return Err(DecideError::Unsupported(
                     "nothing to plan — this is a bug".into(),
                 ))
             }

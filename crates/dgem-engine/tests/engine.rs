@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{CalibrationMode, DecideRequest, Engine, EngineConfig, EngineError};
+use dgem_engine::{CalibrationMode, DecideError, DecideRequest, Engine, EngineConfig};
 use dgem_testkit::{scripts, ScriptedBackend, SlotContext};
 use serde_json::json;
 
@@ -237,7 +237,7 @@ async fn state_longer_than_context_is_a_user_error() {
         .await
         .expect_err("too long");
     assert!(err.is_user_error());
-    assert!(matches!(err, EngineError::Schema(ref s) if s.field == "state"));
+    assert!(matches!(err, DecideError::Schema(ref s) if s.field == "state"));
     assert!(err.to_string().contains("the context holds 32"));
 }
 
@@ -281,7 +281,7 @@ async fn think_on_an_engine_that_cannot_think_is_refused() {
         .expect_err("refused");
     assert!(err.is_user_error(), "{err}");
     assert!(
-        matches!(err, EngineError::Schema(ref s) if s.field == "think"),
+        matches!(err, DecideError::Schema(ref s) if s.field == "think"),
         "{err}"
     );
     assert!(err.to_string().contains("Given: `64`"), "{err}");
@@ -356,7 +356,7 @@ async fn a_policy_that_requires_an_image_refuses_a_state_without_one() {
         .expect_err("refused");
     assert!(err.is_user_error(), "{err}");
     assert!(
-        matches!(err, EngineError::Schema(ref s) if s.field == "images"),
+        matches!(err, DecideError::Schema(ref s) if s.field == "images"),
         "{err}"
     );
     assert!(

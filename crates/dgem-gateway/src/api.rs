@@ -10,7 +10,7 @@ use dgem_server::ApiError;
 use futures_util::FutureExt as _;
 use serde_json::Value;
 
-use crate::replica::engine_error;
+use crate::replica::decide_error;
 use crate::routing::Gateway;
 
 #[async_trait]
@@ -39,7 +39,7 @@ impl Backends for Gateway {
         let routed = self
             .route(requested, |replica| {
                 let request = request.clone();
-                async move { replica.decider.decide(request).await.map_err(engine_error) }.boxed()
+                async move { replica.decider.decide(request).await.map_err(decide_error) }.boxed()
             })
             .await
             .map_err(|e| e.into_api())?;

@@ -9,14 +9,14 @@
 use async_trait::async_trait;
 use dgem_backend::{Attention, BackendError, BackendInfo, Health};
 use dgem_core::labels::LabelMode;
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 use futures_util::FutureExt as _;
 
 use crate::error::GatewayError;
-use crate::replica::engine_error;
+use crate::replica::decide_error;
 use crate::routing::Gateway;
 
-fn to_engine_error(e: GatewayError) -> EngineError {
+fn to_decide_error(e: GatewayError) -> DecideError {
     match e {
         GatewayError::Rejected { error, .. } | GatewayError::Upstream { error, .. } => error.into(),
         GatewayError::WakeupTimeout { .. } => BackendError::NotReady(e.to_string()).into(),
@@ -52,14 +52,14 @@ impl Decider for Gateway {
         }
     }
 
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let routed = self
             .route(None, |replica| {
                 let req = req.clone();
-                async move { replica.decider.decide(req).await.map_err(engine_error) }.boxed()
+                async move { replica.decider.decide(req).await.map_err(decide_error) }.boxed()
             })
             .await
-            .map_err(to_engine_error)?;
+            .map_err(to_decide_error)?;
         Ok(routed.value)
     }
 }

@@ -22,7 +22,7 @@ use axum::body::Bytes;
 use dgem_backend::body::{read_idle, BodyFault, DEFAULT_IDLE_TIMEOUT};
 use dgem_backend::{Attention, BackendError, BackendInfo, Health};
 use dgem_core::labels::LabelMode;
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 use serde_json::{json, Value};
 
 use crate::auth::BearerSource;
@@ -300,7 +300,7 @@ impl Decider for RemoteDgem {
         self.probe().await
     }
 
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let body = chat_body(
             &self.config.model,
             &forwarded_schema(&req.schema),
@@ -318,7 +318,7 @@ impl Decider for RemoteDgem {
             .into());
         }
         crate::reply::chat_decision(&req.schema, content_type.as_deref(), &bytes)
-            .map_err(EngineError::from)
+            .map_err(DecideError::from)
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use dgem_backend::{BackendError, Health};
-use dgem_engine::{Decider, EngineError};
+use dgem_engine::{DecideError, Decider};
 use serde::Serialize;
 
 pub use crate::forward::{phase, status_fails_over, Forward, Forwarded, PASSED_HEADERS};
@@ -129,10 +129,10 @@ impl Replica {
 
 /// Map a decider failure onto the backend error the router classifies: a
 /// schema error is the caller's (not retried), a backend error keeps its class.
-pub fn engine_error(e: EngineError) -> BackendError {
+pub fn decide_error(e: DecideError) -> BackendError {
     match e {
-        EngineError::Backend(b) => b,
-        EngineError::Schema(s) => BackendError::InvalidRequest(s.to_string()),
+        DecideError::Backend(b) => b,
+        DecideError::Schema(s) => BackendError::InvalidRequest(s.to_string()),
         other => BackendError::Model(other.to_string()),
     }
 }

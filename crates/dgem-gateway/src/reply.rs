@@ -26,7 +26,7 @@
 
 use dgem_backend::BackendError;
 use dgem_core::schema::{QuestionKind, SchemaDefaults, ValidSchema};
-use dgem_engine::{Decision, EngineError};
+use dgem_engine::{DecideError, Decision};
 use serde_json::{json, Map, Value};
 
 use crate::envelope::parse_reply_value;
@@ -153,7 +153,7 @@ fn json_body(body: &[u8]) -> Result<Value, BackendError> {
 /// `Decision::from_envelope`, its failure as a [`BackendError`].
 fn decided(schema: &ValidSchema, envelope: &Value) -> Result<Decision, BackendError> {
     Decision::from_envelope(schema, envelope).map_err(|e| match e {
-        EngineError::Backend(b) => b,
+        DecideError::Backend(b) => b,
         other => BackendError::BadReply(other.to_string()),
     })
 }

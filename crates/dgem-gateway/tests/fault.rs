@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::DecideRequest;
-use dgem_gateway::replica::engine_error;
+use dgem_gateway::replica::decide_error;
 use dgem_gateway::{
     BackendSpec, Gateway, GatewayConfig, Kind, RemoteConfig, RemoteDgem, Replica, RouteConfig,
 };
@@ -92,7 +92,7 @@ async fn killing_one_of_two_replicas_under_32_clients_loses_no_request() {
                     let routed = gateway
                         .route(None, |replica| {
                             let req = req.clone();
-                            async move { replica.decider.decide(req).await.map_err(engine_error) }
+                            async move { replica.decider.decide(req).await.map_err(decide_error) }
                                 .boxed()
                         })
                         .await;

@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use dgem_backend::{BackendError, Health};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{DecideRequest, Decider, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider};
 use dgem_gateway::routing::fails_over;
 use dgem_gateway::{RemoteConfig, RemoteDgem};
 use futures_util::FutureExt as _;
@@ -41,9 +41,9 @@ fn call() -> DecideRequest {
 }
 
 /// The backend error inside a decider failure.
-fn backend(e: EngineError) -> BackendError {
+fn backend(e: DecideError) -> BackendError {
     match e {
-        EngineError::Backend(b) => b,
+        DecideError::Backend(b) => b,
         other => panic!("not a backend error: {other}"),
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{refused, request, send, upstream, Scripted, Step};
 use dgem_backend::{BackendError, Health};
 use dgem_engine::templates::TemplateDir;
-use dgem_gateway::replica::engine_error;
+use dgem_gateway::replica::decide_error;
 use dgem_gateway::{
     BackendSpec, BreakerConfig, Gateway, GatewayConfig, GatewayError, GatewayState, Kind,
     RouteConfig,
@@ -54,7 +54,7 @@ async fn decide(g: &Gateway, mode: Option<&str>) -> Result<(String, u32), Gatewa
     let req = request();
     g.route(mode, |r| {
         let req = req.clone();
-        async move { r.decider.decide(req).await.map_err(engine_error) }.boxed()
+        async move { r.decider.decide(req).await.map_err(decide_error) }.boxed()
     })
     .await
     .map(|r| (r.backend, r.attempts))

@@ -31,7 +31,7 @@ pub enum ToolError {
     },
     /// The engine failed to decide.
     #[error("decision failed: {0}")]
-    Engine(#[from] dgem_engine::EngineError),
+    Engine(#[from] dgem_engine::DecideError),
 }
 
 /// Why the MCP server could not start or stopped abnormally.

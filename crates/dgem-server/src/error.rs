@@ -12,7 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use dgem_backend::BackendError;
-use dgem_engine::EngineError;
+use dgem_engine::DecideError;
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
@@ -219,8 +219,8 @@ impl ApiError {
 
     /// Classify an engine failure: user errors follow the route's flavor, a full
     /// backend queue is `overloaded`, other backend failures are 502.
-    pub fn from_engine(e: &EngineError, flavor: Flavor) -> Self {
-        if let EngineError::Schema(s) = e {
+    pub fn from_engine(e: &DecideError, flavor: Flavor) -> Self {
+        if let DecideError::Schema(s) = e {
             // A backend without vision: the request is well formed, this
             // server cannot read it (422 on every route).
             // Likewise a `think` budget on a backend that cannot think.
@@ -233,18 +233,18 @@ impl ApiError {
         if e.is_user_error() {
             let err = Self::user(flavor, e.to_string());
             return match e {
-                EngineError::Schema(s) => err.with_param(s.field.clone()),
+                DecideError::Schema(s) => err.with_param(s.field.clone()),
                 _ => err,
             };
         }
         match e {
-            EngineError::Backend(BackendError::Overloaded(_) | BackendError::NotReady(_)) => {
+            DecideError::Backend(BackendError::Overloaded(_) | BackendError::NotReady(_)) => {
                 Self::new(ErrorKind::Overloaded, e.to_string()).with_retry_after(1)
             }
-            EngineError::Backend(BackendError::Timeout(_)) => {
+            DecideError::Backend(BackendError::Timeout(_)) => {
                 Self::new(ErrorKind::Timeout, e.to_string())
             }
-            EngineError::Backend(_) => Self::new(ErrorKind::Upstream, e.to_string()),
+            DecideError::Backend(_) => Self::new(ErrorKind::Upstream, e.to_string()),
             _ => Self::new(ErrorKind::Internal, e.to_string()),
         }
     }
@@ -314,8 +314,8 @@ mod tests {
     }
 
     #[test]
-    fn engine_errors_follow_the_route() {
-        let schema = EngineError::Schema(dgem_core::SchemaError::new("state", "too long"));
+    fn decide_errors_follow_the_route() {
+        let schema = DecideError::Schema(dgem_core::SchemaError::new("state", "too long"));
         assert_eq!(
             ApiError::from_engine(&schema, Flavor::Chat).kind.status(),
             400
@@ -326,11 +326,11 @@ mod tests {
                 .status(),
             422
         );
-        let down = EngineError::Backend(BackendError::Model("boom".into()));
+        let down = DecideError::Backend(BackendError::Model("boom".into()));
         let e = ApiError::from_engine(&down, Flavor::Chat);
         assert_eq!(e.kind.status(), 502);
         assert_eq!(e.kind.error_type(), "server_error");
-        let full = EngineError::Backend(BackendError::Overloaded("queue".into()));
+        let full = DecideError::Backend(BackendError::Overloaded("queue".into()));
         assert_eq!(
             ApiError::from_engine(&full, Flavor::Chat).retry_after,
             Some(1)

@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use async_trait::async_trait;
 use dgem_backend::{BackendError, BackendInfo, Health};
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 
 use crate::state::AppState;
 use crate::telemetry;
@@ -33,7 +33,7 @@ pub enum GatedError {
     /// No slot was taken.
     Gate(GateError),
     /// The decider failed.
-    Engine(EngineError),
+    Engine(DecideError),
 }
 
 /// Why no decision slot was taken.
@@ -145,7 +145,7 @@ impl Decider for GatedDecider {
     /// # Errors
     /// [`BackendError::Overloaded`] (retryable, 503) when no slot frees up within
     /// `INFLIGHT_WAIT_S`; otherwise what the decider returns.
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let read = self
             .state
             .read_gated(self.route, crate::error::Flavor::Chat, "overloaded", req)

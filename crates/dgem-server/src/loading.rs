@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use dgem_backend::{Attention, BackendError, BackendInfo, Health, LabelMode};
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 
 /// Phase reported while the model loads.
 pub const LOADING_MODEL: &str = "loading_model";
@@ -133,7 +133,7 @@ impl Decider for LoadingDecider {
     /// # Errors
     /// [`BackendError::NotReady`] while the model loads, [`BackendError::Unavailable`]
     /// after a failed load; otherwise what the loaded decider returns.
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         match self.loaded.get() {
             Some(d) => d.decide(req).await,
             None => Err(match self.failure() {

@@ -37,7 +37,7 @@ impl dgem_engine::Decider for HangingHealth {
     async fn decide(
         &self,
         req: dgem_engine::DecideRequest,
-    ) -> Result<dgem_engine::Decision, dgem_engine::EngineError> {
+    ) -> Result<dgem_engine::Decision, dgem_engine::DecideError> {
         self.inner.decide(req).await
     }
 }

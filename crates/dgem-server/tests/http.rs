@@ -519,7 +519,7 @@ impl dgem_engine::Decider for Switchable {
     async fn decide(
         &self,
         req: dgem_engine::DecideRequest,
-    ) -> Result<dgem_engine::Decision, dgem_engine::EngineError> {
+    ) -> Result<dgem_engine::Decision, dgem_engine::DecideError> {
         self.inner.decide(req).await
     }
 }
@@ -593,7 +593,7 @@ async fn gated_decider_shares_the_inflight_gate() {
     );
     assert!(matches!(
         err,
-        dgem_engine::EngineError::Backend(dgem_backend::BackendError::Overloaded(_))
+        dgem_engine::DecideError::Backend(dgem_backend::BackendError::Overloaded(_))
     ));
     assert_eq!(st.inflight(), 0);
 }

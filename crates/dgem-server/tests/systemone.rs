@@ -364,7 +364,7 @@ async fn multipart_bodies() {
 }
 
 #[tokio::test]
-async fn engine_errors_are_422_or_502() {
+async fn decide_errors_are_422_or_502() {
     let b =
         dgem_testkit::ScriptedBackend::with_context(400, dgem_testkit::scripts::favour("yes", 0.9));
     let app = dgem_server::router(common::state(b.clone(), common::config()));

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use async_trait::async_trait;
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 
 /// Name of the backend of a decision read in process ([`Direct`]).
 pub const LOCAL_BACKEND: &str = "local";
@@ -106,13 +106,13 @@ pub struct Direct<'a>(pub &'a dyn Decider);
 
 #[async_trait]
 impl Route for Direct<'_> {
-    type Error = EngineError;
+    type Error = DecideError;
 
     async fn read(
         &self,
         _backend: Option<&str>,
         request: DecideRequest,
-    ) -> Result<Routed, EngineError> {
+    ) -> Result<Routed, DecideError> {
         let started = Instant::now();
         let decision = self.0.decide(request).await?;
         let ms = started.elapsed().as_secs_f64() * 1e3;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use dgem_cascade::{AfterOutcome, AfterSetup};
 use dgem_core::schema::SchemaDefaults;
-use dgem_engine::{Decider, Decision, EngineError};
+use dgem_engine::{DecideError, Decider, Decision};
 use serde_json::{Map, Value};
 
 use crate::catalogue::Catalogue;
@@ -151,13 +151,13 @@ impl Service {
     /// its post-read.
     ///
     /// # Errors
-    /// The decider's [`EngineError`]; the post-read never fails (a Stage-2
+    /// The decider's [`DecideError`]; the post-read never fails (a Stage-2
     /// failure is in the cascade summary).
     pub async fn decide(
         &self,
         decider: &dyn Decider,
         prepared: Prepared,
-    ) -> Result<Decided, EngineError> {
+    ) -> Result<Decided, DecideError> {
         self.decide_on(&Direct(decider), prepared).await
     }
 

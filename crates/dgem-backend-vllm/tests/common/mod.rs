@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgem_backend::{DecideRequest, Decider, Decision, EngineError};
+use dgem_backend::{DecideError, DecideRequest, Decider, Decision};
 use dgem_backend_vllm::{VllmConfig, VllmDecider};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_fake_vllm::{scripts, FakeConfig, FakeVllm, ReadView, Recorded};
@@ -78,7 +78,7 @@ pub fn schema(v: Value) -> ValidSchema {
     ValidSchema::from_value(&v, &SchemaDefaults::default()).unwrap()
 }
 
-pub async fn decide(d: &VllmDecider, s: Value) -> Result<Decision, EngineError> {
+pub async fn decide(d: &VllmDecider, s: Value) -> Result<Decision, DecideError> {
     d.decide(DecideRequest {
         schema: schema(s),
         state: json!({"ticket": "the card was charged twice"}),

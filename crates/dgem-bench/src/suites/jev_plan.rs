@@ -8,7 +8,7 @@
 
 use dgem_core::envelope::Scoring;
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{DecideRequest, Engine, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Engine};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -65,7 +65,7 @@ pub fn plan_rows(
     let mut rows = Vec::new();
     for (line, row) in &data.rows {
         let result = ValidSchema::from_value(&row.schema(), &SchemaDefaults::default())
-            .map_err(EngineError::from)
+            .map_err(DecideError::from)
             .and_then(|schema| {
                 engine.plan(&DecideRequest {
                     schema,

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::commands::after::{AfterArgs, SetupArgs};
 use crate::commands::output;
-use crate::failure::{engine, internal, user, Failure};
+use crate::failure::{decider, internal, user, Failure};
 use crate::setup::{self, ModelArgs};
 
 /// Template variables.
@@ -194,7 +194,7 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         }
         let plan = setup::engine(&args.model)?
             .plan(&prepared.request)
-            .map_err(engine)?;
+            .map_err(decider)?;
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
     }
@@ -224,7 +224,7 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let spinner = crate::progress::spinner("deciding…");
     let decided = rt.block_on(service.decide(engine_.as_ref(), prepared));
     spinner.finish_and_clear();
-    let decided = decided.map_err(engine)?;
+    let decided = decided.map_err(decider)?;
     print!("{}", render(&decided, args.json, args.stats)?);
     Ok(())
 }

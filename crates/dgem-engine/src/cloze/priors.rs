@@ -13,7 +13,7 @@ use dgem_core::tokenizer::TokenId;
 use super::{combine, forward_span, short_model, Counters, Ctx, PromptText, ReadQuestion};
 use crate::calibration::{text_key, PriorKey, CONTENT_FREE_STATES};
 use crate::policy_prior;
-use crate::EngineError;
+use crate::DecideError;
 
 impl Ctx<'_> {
     /// Under [`OrderDebias::Prior`], per question of `group` (listing 0 of
@@ -24,12 +24,12 @@ impl Ctx<'_> {
         listed: &[&Question],
         prefill: &str,
         qs: &[ReadQuestion],
-    ) -> Result<Learned, EngineError> {
+    ) -> Result<Learned, DecideError> {
         // The prompt with the state left out: what the read may depend on
         // besides the state.
         let hole = self.prompt_text(0, 0, listed, "\u{0}state\u{0}").text;
         let mut store = self.engine.policy_priors.lock().map_err(|_| {
-            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
+            DecideError::Unsupported("policy prior store poisoned — this is a bug".into())
         })?;
         let ids = |ts: &[TokenId]| -> Vec<u8> { ts.iter().flat_map(|t| t.to_le_bytes()).collect() };
         let mut keys = Vec::with_capacity(qs.len());
@@ -69,7 +69,7 @@ impl Ctx<'_> {
         prefill: &str,
         qs: &[ReadQuestion],
         counters: &mut Counters,
-    ) -> Result<Vec<Vec<f64>>, EngineError> {
+    ) -> Result<Vec<Vec<f64>>, DecideError> {
         // Fast path: every question's priors found by the prompt texts alone.
         let texts: Vec<PromptText> = CONTENT_FREE_STATES
             .iter()
@@ -91,7 +91,7 @@ impl Ctx<'_> {
             .collect();
         {
             let mut cache = self.engine.priors.lock().map_err(|_| {
-                EngineError::Unsupported("calibration cache poisoned — this is a bug".into())
+                DecideError::Unsupported("calibration cache poisoned — this is a bug".into())
             })?;
             let found: Option<Vec<Vec<f64>>> =
                 text_keys.iter().map(|k| cache.get_by_text(k)).collect();
@@ -117,7 +117,7 @@ impl Ctx<'_> {
         prefill: &str,
         qs: &[ReadQuestion],
         counters: &mut Counters,
-    ) -> Result<Vec<Vec<f64>>, EngineError> {
+    ) -> Result<Vec<Vec<f64>>, DecideError> {
         let mut per_state = Vec::new();
         for text in texts {
             let prompt = self.tokens_of(text, prefill)?;
@@ -137,7 +137,7 @@ impl Ctx<'_> {
         };
         let mut priors: Vec<Option<Vec<f64>>> = {
             let mut cache = self.engine.priors.lock().map_err(|_| {
-                EngineError::Unsupported("calibration cache poisoned — this is a bug".into())
+                DecideError::Unsupported("calibration cache poisoned — this is a bug".into())
             })?;
             (0..qs.len()).map(|qi| cache.get(&key(qi))).collect()
         };
@@ -192,9 +192,9 @@ impl Ctx<'_> {
         learned: &Learned,
         state: &str,
         canonical: &[Option<Vec<f64>>],
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), DecideError> {
         let mut store = self.engine.policy_priors.lock().map_err(|_| {
-            EngineError::Unsupported("policy prior store poisoned — this is a bug".into())
+            DecideError::Unsupported("policy prior store poisoned — this is a bug".into())
         })?;
         let digest = policy_prior::state_digest(state);
         let mut added = false;

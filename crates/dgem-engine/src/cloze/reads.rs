@@ -10,7 +10,7 @@ use dgem_core::walk::{policy_json, GroupReads};
 
 use super::priors::Learned;
 use super::{combine, forward_span, labels_for, short_model, Counters, Ctx, QRead, Scoring};
-use crate::EngineError;
+use crate::DecideError;
 
 impl Ctx<'_> {
     /// Run reads `from..to` of a group, each in [`Self::group_orders`]
@@ -27,7 +27,7 @@ impl Ctx<'_> {
         prefill: &str,
         learned: Option<&Learned>,
         counters: &mut Counters,
-    ) -> Result<Vec<Vec<QRead>>, EngineError> {
+    ) -> Result<Vec<Vec<QRead>>, DecideError> {
         let mode = self.engine.label_mode();
         // Learning a policy's prior: read every cyclic listing.
         let learning = learned.is_some_and(|l| !l.ready);
@@ -149,7 +149,7 @@ impl Ctx<'_> {
         listed: &[&Question],
         state: &str,
         prefill: &str,
-    ) -> Result<GroupReads, EngineError> {
+    ) -> Result<GroupReads, DecideError> {
         let samples = self.schema.samples;
         let (first, extra) = sample_plan(samples);
         let mut counters = Counters::default();

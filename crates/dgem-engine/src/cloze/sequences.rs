@@ -10,10 +10,10 @@ use dgem_core::tokenizer::TokenId;
 use dgem_core::SchemaError;
 
 use super::ReadQuestion;
-use crate::EngineError;
+use crate::DecideError;
 
-pub(crate) fn short_model(what: &str) -> EngineError {
-    EngineError::Backend(dgem_backend::BackendError::Model(format!(
+pub(crate) fn short_model(what: &str) -> DecideError {
+    DecideError::Backend(dgem_backend::BackendError::Model(format!(
         "backend returned fewer {what} than requested"
     )))
 }
@@ -66,13 +66,13 @@ pub(crate) fn question_sequences(
     rq: &ReadQuestion,
     max_tokens: usize,
     vocab: bool,
-) -> Result<Vec<SequenceRead>, EngineError> {
+) -> Result<Vec<SequenceRead>, DecideError> {
     let reuse_points = &prompt.reuse_points;
     let mut base = prompt.tokens.clone();
     base.extend(&rq.slot.cue);
-    let fit = |len: usize| -> Result<(), EngineError> {
+    let fit = |len: usize| -> Result<(), DecideError> {
         if len > max_tokens {
-            return Err(EngineError::Schema(SchemaError::new(
+            return Err(DecideError::Schema(SchemaError::new(
                 "state",
                 format!(
                     "the prompt is {len} tokens; the context holds {max_tokens} (shorten the state, raise the context size with `--context` / `DGEM_CONTEXT`, or use a model with a longer context)"
@@ -155,7 +155,7 @@ pub(crate) fn label_read(s: &SlotLogits, is_label: impl Fn(TokenId) -> bool) -> 
 pub(crate) fn combine(
     rq: &ReadQuestion,
     outs: &[Vec<SlotLogits>],
-) -> Result<SlotRead, EngineError> {
+) -> Result<SlotRead, DecideError> {
     let first = outs
         .first()
         .and_then(|s| s.first())

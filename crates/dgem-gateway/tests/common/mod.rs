@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use dgem_backend::{Attention, BackendError, BackendInfo, Health, LabelMode};
 use dgem_core::schema::{SchemaDefaults, ValidSchema};
-use dgem_engine::{DecideRequest, Decider, Decision, EngineError};
+use dgem_engine::{DecideError, DecideRequest, Decider, Decision};
 use dgem_gateway::{Forward, Forwarded, Replica};
 use http_body_util::BodyExt as _;
 use serde_json::{json, Value};
@@ -161,7 +161,7 @@ impl Decider for Scripted {
         }
     }
 
-    async fn decide(&self, req: DecideRequest) -> Result<Decision, EngineError> {
+    async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         self.step().await?;
         Decision::from_envelope(&req.schema, &envelope(&req.schema, self.name))
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dgem_bench::batch::input::{InputRow, Item, RowError};
-use dgem_engine::{Decider, EngineError};
+use dgem_engine::{DecideError, Decider};
 use dgem_service::{DecisionRequest, Service, ServiceError};
 use serde_json::{json, Map, Value};
 
@@ -116,12 +116,12 @@ async fn decide_fields(ctx: &Ctx, fields: &Map<String, Value>) -> Result<RowResu
             .await
         {
             Ok(decided) => return Ok(Ok(Answer::Envelope(decided.envelope()))),
-            Err(EngineError::Schema(e)) => {
+            Err(DecideError::Schema(e)) => {
                 return Ok(Err(RowError::new(e.field.to_string(), e.message)))
             }
             Err(e) if e.is_user_error() => return Ok(Err(RowError::new("state", e.to_string()))),
             Err(e) => {
-                let retryable = matches!(&e, EngineError::Backend(b) if b.is_retryable());
+                let retryable = matches!(&e, DecideError::Backend(b) if b.is_retryable());
                 if !retryable || attempt >= RETRIES {
                     return Err(Stop(anyhow::anyhow!(
                         "the model failed after {} tries: {e}",

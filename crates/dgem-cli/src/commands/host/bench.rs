@@ -157,7 +157,7 @@ pub fn run(args: BenchHostArgs) -> Result<(), Failure> {
             .map_err(crate::commands::after::service_failure)?;
         let t = Instant::now();
         rt.block_on(service.decide(engine.as_ref(), prepared))
-            .map_err(crate::failure::engine)?;
+            .map_err(crate::failure::decider)?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     };
     let decide = |n: u32| -> Result<f64, Failure> {

@@ -249,7 +249,7 @@ async fn decide(
         let decided = service
             .decide(engine.as_ref(), prepared)
             .await
-            .map_err(crate::failure::engine)?;
+            .map_err(crate::failure::decider)?;
         crate::commands::decide::render(&decided, json, stats)
     }
     .await;
