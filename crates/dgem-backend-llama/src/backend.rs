@@ -145,7 +145,7 @@ impl LlamaBackend {
         );
         Ok(Self {
             info: BackendInfo {
-                engine: "llama.cpp".into(),
+                runtime: "llama.cpp".into(),
                 model_id: config.model_id,
                 model_sha256: config.sha256,
                 attention: Attention::Causal,

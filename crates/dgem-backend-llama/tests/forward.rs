@@ -24,7 +24,7 @@ async fn info_and_finite_logprobs() {
     };
     let be = backend(&path);
     let info = be.info();
-    assert_eq!(info.engine, "llama.cpp");
+    assert_eq!(info.runtime, "llama.cpp");
     assert_eq!(info.attention, Attention::Causal);
     assert_eq!(info.label_mode, LabelMode::Words);
     assert_eq!(info.max_tokens, 1024);

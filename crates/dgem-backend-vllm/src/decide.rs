@@ -349,7 +349,7 @@ pub(crate) async fn decide(
     let facts = ReaderFacts {
         restated,
         prompt_wording: Some(d.cfg.wording.hash()),
-        engine: info.engine.clone(),
+        runtime: info.runtime.clone(),
         model: info.model_id.clone(),
         model_sha256: None,
         label_mode: d.mode,

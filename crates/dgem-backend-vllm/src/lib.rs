@@ -105,7 +105,7 @@ impl VllmDecider {
             tracing::warn!("thought open + close do not tokenize to the scaffold");
         }
         let info = BackendInfo {
-            engine: "vllm".into(),
+            runtime: "vllm".into(),
             model_id: cfg.served_model.clone(),
             model_sha256: None,
             attention: Attention::Bidirectional,

@@ -51,8 +51,10 @@ pub enum Attention {
 /// Static facts about a backend.
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendInfo {
-    /// Short engine name, e.g. `llama.cpp` or `vllm`.
-    pub engine: String,
+    /// The runtime that runs the model, e.g. `llama.cpp` or `vllm`: written
+    /// `engine` on the wire (`/health`, the original server's name for it).
+    #[serde(rename = "engine")]
+    pub runtime: String,
     /// Model id, e.g. `gemma-3-270m-q4_k_m`.
     pub model_id: String,
     /// sha256 of the model file, hex, when known.

@@ -66,7 +66,7 @@ fn decision(s: &ValidSchema) -> Decision {
         ReaderFacts {
             restated: false,
             prompt_wording: None,
-            engine: "test".into(),
+            runtime: "test".into(),
             model: "m".into(),
             model_sha256: Some("abc".into()),
             label_mode: LabelMode::Words,

@@ -62,7 +62,7 @@ impl ModelInfo {
         Self {
             id: info.model_id.clone(),
             sha256: info.model_sha256.clone(),
-            backend: info.engine.clone(),
+            backend: info.runtime.clone(),
             label_mode: engine.label_mode().as_str().to_owned(),
             calibration: engine.calibrates(),
         }

@@ -220,8 +220,10 @@ pub struct Diagnostics {
     pub state_tokens: usize,
     /// Per-question diagnostics.
     pub questions: IndexMap<String, QuestionDiagnostics>,
-    /// Engine name (`llama.cpp`, `vllm`, …).
-    pub engine: String,
+    /// The runtime that runs the model (`llama.cpp`, `vllm`, …), written
+    /// `engine` in the envelope (the original server's key).
+    #[serde(rename = "engine")]
+    pub runtime: String,
     /// Whether backend entropy is over labels only (vLLM constrained reads;
     /// the embedded engine's label-token reads, its default).
     pub constrained: bool,

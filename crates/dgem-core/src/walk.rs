@@ -153,8 +153,8 @@ pub fn policy_json(
 /// Facts about the reader, written into [`Diagnostics`] by [`Walk::finish`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReaderFacts {
-    /// Engine name (`llama.cpp`, `vllm`, …).
-    pub engine: String,
+    /// The runtime that runs the model (`llama.cpp`, `vllm`, …).
+    pub runtime: String,
     /// Model id.
     pub model: String,
     /// Model file sha256, if known.
@@ -411,7 +411,7 @@ impl Walk {
             rows: self.rows.saturating_add(prefix_rows),
             state_tokens: facts.state_tokens,
             questions: self.qdiag,
-            engine: facts.engine,
+            runtime: facts.runtime,
             constrained: facts.constrained,
             model: facts.model,
             model_sha256: facts.model_sha256,

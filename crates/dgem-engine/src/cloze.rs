@@ -475,7 +475,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let facts = ReaderFacts {
         restated: false,
         prompt_wording: None,
-        engine: info.engine.clone(),
+        runtime: info.runtime.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),
         label_mode: engine.label_mode(),

@@ -165,7 +165,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let facts = ReaderFacts {
         restated: false,
         prompt_wording: None,
-        engine: info.engine.clone(),
+        runtime: info.runtime.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),
         label_mode: reader.mode,
@@ -220,7 +220,7 @@ async fn run_reads(
         })
         .collect();
     let n = seqs.len();
-    let span = crate::cloze::forward_span(&engine.backend.info().engine, seqs.len());
+    let span = crate::cloze::forward_span(&engine.backend.info().runtime, seqs.len());
     let out = engine.backend.forward(seqs).instrument(span).await?;
     if out.sequences.len() != n {
         return Err(DecideError::Backend(dgem_backend::BackendError::Model(

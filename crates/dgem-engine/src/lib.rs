@@ -224,7 +224,7 @@ impl Engine {
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas;
     /// `multi` questions and rules between answers go through
     /// `dgem_backend::shape`, which asks it the plain schema.
-    #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().engine))]
+    #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), runtime = %self.backend.info().runtime))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let mut req = self.with_model_layout(req);
         let info = self.backend.info();
@@ -235,7 +235,7 @@ impl Engine {
         }
         if !info.supports_images && dgem_core::images::has_images(&req.state) {
             // Reading the parts' JSON as text would be a silently wrong answer.
-            return Err(dgem_core::images::no_vision(&info.engine, &info.model_id).into());
+            return Err(dgem_core::images::no_vision(&info.runtime, &info.model_id).into());
         }
         dgem_core::images::check_required(&req.schema, &req.state)?;
         check_state_size(&req.state, info.max_tokens)?;

@@ -88,8 +88,9 @@ pub struct PlannedBrackets {
 pub struct Plan {
     /// `cloze`.
     pub slot_reading: String,
-    /// Engine name.
-    pub engine: String,
+    /// The runtime that runs the model (`llama.cpp`, …), written `engine`.
+    #[serde(rename = "engine")]
+    pub runtime: String,
     /// Model id.
     pub model: String,
     /// `letters` or `words`.
@@ -219,7 +220,7 @@ impl Engine {
             .len();
         Ok(Plan {
             slot_reading: "cloze".into(),
-            engine: info.engine.clone(),
+            runtime: info.runtime.clone(),
             model: info.model_id.clone(),
             label_mode: mode.as_str().to_owned(),
             calibration: ctx.calibrate,

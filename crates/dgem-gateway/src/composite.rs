@@ -28,7 +28,7 @@ fn to_decide_error(e: GatewayError) -> DecideError {
 impl Decider for Gateway {
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            engine: "dgem-gateway".into(),
+            runtime: "dgem-gateway".into(),
             model_id: format!("gateway:{}", self.default_backend()),
             model_sha256: None,
             attention: Attention::Causal,

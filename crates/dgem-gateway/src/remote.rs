@@ -284,7 +284,7 @@ impl Decider for RemoteDgem {
     /// the model id is empty (a reply's `diagnostics.model` names it).
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            engine: "dgem-remote".into(),
+            runtime: "dgem-remote".into(),
             model_id: String::new(),
             model_sha256: None,
             attention: Attention::Causal,

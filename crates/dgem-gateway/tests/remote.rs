@@ -78,5 +78,5 @@ async fn remote_decision_matches_the_engine() {
         }
     }
     assert_eq!(remote.health().await, dgem_backend::Health::Ready);
-    assert_eq!(remote.info().engine, "dgem-gateway");
+    assert_eq!(remote.info().runtime, "dgem-gateway");
 }

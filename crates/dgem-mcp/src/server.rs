@@ -189,7 +189,7 @@ impl DecisionServer {
         let info = self.decider.info();
         let health = self.decider.health().await;
         let healthy = health == Health::Ready;
-        let gpu = GpuFacts::of(&info.engine, &health);
+        let gpu = GpuFacts::of(&info.runtime, &health);
         let state = match &health {
             Health::Ready => "ready".to_string(),
             Health::Starting { phase, .. } => format!("starting ({phase})"),
@@ -198,7 +198,7 @@ impl DecisionServer {
         let structured = json!({
             "healthy": healthy,
             "health": health,
-            "engine": info.engine,
+            "engine": info.runtime,
             "model_id": info.model_id,
             "max_tokens": info.max_tokens,
             "gpu_available": gpu.available,
@@ -207,7 +207,7 @@ impl DecisionServer {
         });
         let text = format!(
             "Backend {} with model {}: {state}. {}.",
-            info.engine, info.model_id, gpu.note
+            info.runtime, info.model_id, gpu.note
         );
         result(structured, text)
     }
@@ -225,14 +225,14 @@ impl DecisionServer {
             .await?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
         let info = self.decider.info();
-        let gpu = GpuFacts::of(&info.engine, &Health::Ready);
+        let gpu = GpuFacts::of(&info.runtime, &Health::Ready);
         let structured =
             json!({"status": "warm_and_ready", "elapsed_ms": ms, "gpu_available": gpu.available});
         Ok(result(
             structured,
             format!(
                 "Warm and ready: one tiny decision took {ms:.0} ms on {} ({}).",
-                info.engine, gpu.note
+                info.runtime, gpu.note
             ),
         ))
     }

@@ -77,7 +77,7 @@ impl Route for Gated<'_> {
 pub fn check_images(state: &AppState, images: bool) -> Result<(), ApiError> {
     let info = state.decider().info();
     if images && !info.supports_images {
-        let e = dgem_core::images::no_vision(&info.engine, &info.model_id);
+        let e = dgem_core::images::no_vision(&info.runtime, &info.model_id);
         return Err(ApiError::new(ErrorKind::Validation, e.message).with_param(e.field));
     }
     Ok(())

@@ -30,7 +30,7 @@ pub async fn health_body(state: &AppState) -> Value {
     m.insert("version".into(), json!(cfg.version));
     m.insert("revision".into(), json!(cfg.revision));
     m.insert("vllm_commit".into(), json!(""));
-    m.insert("engine".into(), json!(info.engine));
+    m.insert("engine".into(), json!(info.runtime));
     m.insert("model".into(), json!(info.model_id));
     m.insert("supports_images".into(), json!(info.supports_images));
     if let Some(c) = &info.canvas {

@@ -230,7 +230,7 @@ pub async fn serve_with(
             // dgem_build_info names the model once it is in place (an embedded
             // model loads behind the bound port).
             let info = info_state.decider().info();
-            if !info_set && info.engine != loading::PLACEHOLDER_ENGINE {
+            if !info_set && info.runtime != loading::PLACEHOLDER_RUNTIME {
                 let cfg = info_state.config();
                 telemetry::set_build_info(&cfg.version, &cfg.revision, &info);
                 info_set = true;

@@ -26,9 +26,9 @@ pub const LOADING_MODEL: &str = "loading_model";
 pub const PULLING_MODEL: &str = "pulling_model";
 /// Phase reported after the load failed.
 pub const LOAD_FAILED: &str = "load_failed";
-/// `engine` of the placeholder info while nothing is loaded, so callers (the
+/// `runtime` of the placeholder info while nothing is loaded, so callers (the
 /// warm-up) can tell "loading" from a backend that is warming up on its own.
-pub const PLACEHOLDER_ENGINE: &str = "loading";
+pub const PLACEHOLDER_RUNTIME: &str = "loading";
 
 /// A decider that becomes the real one once it is loaded (see the module docs).
 #[derive(Debug)]
@@ -41,12 +41,12 @@ pub struct LoadingDecider {
 }
 
 impl LoadingDecider {
-    /// A stand-in for the model `model_id` (engine [`PLACEHOLDER_ENGINE`])
+    /// A stand-in for the model `model_id` (runtime [`PLACEHOLDER_RUNTIME`])
     /// until [`set`](Self::set).
     pub fn new(model_id: impl Into<String>) -> Arc<Self> {
         Arc::new(Self {
             placeholder: BackendInfo {
-                engine: PLACEHOLDER_ENGINE.into(),
+                runtime: PLACEHOLDER_RUNTIME.into(),
                 model_id: model_id.into(),
                 model_sha256: None,
                 attention: Attention::Causal,

@@ -176,7 +176,7 @@ pub fn policy_label(schema: &dgem_core::schema::ValidSchema) -> String {
 /// Set [`BUILD_INFO`] for this build and `info`'s model.
 pub fn set_build_info(version: &str, revision: &str, info: &dgem_backend::BackendInfo) {
     gauge!(BUILD_INFO, "version" => version.to_owned(), "revision" => revision.to_owned(),
-        "engine" => info.engine.clone(), "model" => info.model_id.clone())
+        "engine" => info.runtime.clone(), "model" => info.model_id.clone())
     .set(1.0);
 }
 

@@ -29,7 +29,7 @@ pub async fn run(state: &AppState) -> Result<(), String> {
     // A model still loading behind the bound port (`crate::loading`) is waited
     // for; the attempts start once it is in place (or failed).
     while state.decider().health().await.is_warming()
-        && state.decider().info().engine == crate::loading::PLACEHOLDER_ENGINE
+        && state.decider().info().runtime == crate::loading::PLACEHOLDER_RUNTIME
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

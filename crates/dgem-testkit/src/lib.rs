@@ -100,7 +100,7 @@ impl ScriptedBackend {
     }
 
     fn build(
-        engine: &str,
+        runtime: &str,
         model_id: &str,
         attention: Attention,
         max_tokens: usize,
@@ -109,7 +109,7 @@ impl ScriptedBackend {
         Arc::new(Self {
             tok: Arc::new(ToyTokenizer::default()),
             info: BackendInfo {
-                engine: engine.into(),
+                runtime: runtime.into(),
                 model_id: model_id.into(),
                 model_sha256: None,
                 attention,

@@ -243,7 +243,7 @@ pub fn stats(d: &Decision, wall_ms: f64) -> String {
     let mut out = String::new();
     let rule = "-".repeat(72);
     let _ = writeln!(out, "\n{rule}\nSTATS");
-    let _ = writeln!(out, "  model:        {} ({})", g.model, g.engine);
+    let _ = writeln!(out, "  model:        {} ({})", g.model, g.runtime);
     if let Some(sha) = &g.model_sha256 {
         let _ = writeln!(out, "  model sha256: {sha}");
     }

@@ -56,7 +56,7 @@ fn facts(chained: bool) -> ReaderFacts {
     ReaderFacts {
         restated: false,
         prompt_wording: None,
-        engine: "test".into(),
+        runtime: "test".into(),
         model: "m".into(),
         model_sha256: None,
         label_mode: crate::labels::LabelMode::Words,

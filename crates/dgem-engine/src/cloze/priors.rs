@@ -158,7 +158,7 @@ impl Ctx<'_> {
             }
             index.push(at);
         }
-        let span = forward_span(&self.engine.backend.info().engine, reads.len());
+        let span = forward_span(&self.engine.backend.info().runtime, reads.len());
         let out = self.engine.backend.forward(reads).instrument(span).await?;
         counters.absorb(&out);
         counters.calibration_ms += started.elapsed().as_secs_f64() * 1e3;

@@ -63,7 +63,7 @@ impl Ctx<'_> {
             .iter()
             .map(|s| s.slots.first().map_or(0, |q| q.pos))
             .collect();
-        let span = forward_span(&self.engine.backend.info().engine, batch.len());
+        let span = forward_span(&self.engine.backend.info().runtime, batch.len());
         let out = self.engine.backend.forward(batch).instrument(span).await?;
         counters.absorb(&out);
         let one_read_prior = learned.filter(|l| l.ready);

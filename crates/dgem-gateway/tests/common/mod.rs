@@ -136,7 +136,7 @@ impl Scripted {
 impl Decider for Scripted {
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            engine: "scripted".into(),
+            runtime: "scripted".into(),
             model_id: String::new(),
             model_sha256: None,
             attention: Attention::Causal,
