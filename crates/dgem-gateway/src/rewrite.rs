@@ -75,10 +75,10 @@ fn patch(envelope: &mut Value, d: &Decision, shape: &dyn Fn(&str, &AnswerOut) ->
     }
 }
 
-/// The chat envelope's form of a refused answer: as `d.envelope()` writes it.
-fn chat_answer(d: &Decision) -> impl Fn(&str, &AnswerOut) -> Value + '_ {
-    let full = d.envelope();
-    move |id, _| full["answers"][id].clone()
+/// The chat envelope's form of an answer, written from the typed answer
+/// as `d.envelope()` writes each one.
+fn chat_answer(_id: &str, a: &AnswerOut) -> Value {
+    a.to_chat_json()
 }
 
 /// A rewritten chat envelope `env` (the one the check read) as message text,
@@ -91,7 +91,7 @@ fn envelope_text(env: &Value) -> String {
 /// reply's envelope) patched, and the message content replaced by the
 /// patched envelope (`read`, the envelope the check read from the content).
 pub fn chat(mut v: Value, read: &Value, d: &Decision) -> Value {
-    let shape = chat_answer(d);
+    let shape = chat_answer;
     if let Some(dgem) = v.get_mut("dgem").filter(|x| x.is_object()) {
         patch(dgem, d, &shape);
     }
@@ -111,7 +111,7 @@ pub fn chat(mut v: Value, read: &Value, d: &Decision) -> Value {
 /// (`read`), later ones an empty delta; a `dgem` field is patched; every
 /// other line stays as it was.
 pub fn chat_stream(text: &str, read: &Value, d: &Decision) -> String {
-    let shape = chat_answer(d);
+    let shape = chat_answer;
     let mut env = read.clone();
     patch(&mut env, d, &shape);
     let whole = envelope_text(&env);
