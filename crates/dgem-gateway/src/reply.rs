@@ -25,7 +25,7 @@
 //! [`Expectation`]: it is forwarded as it is, and the upstream's 4xx comes back.
 
 use dgem_backend::BackendError;
-use dgem_core::schema::{QuestionKind, SchemaDefaults, ValidSchema};
+use dgem_core::schema::{SchemaDefaults, ValidSchema};
 use dgem_engine::{DecideError, Decision};
 use serde_json::{json, Map, Value};
 
@@ -268,9 +268,6 @@ fn systemone_envelope(schema: &ValidSchema, v: &Value) -> Result<Value, BackendE
         .ok_or_else(|| bad("answers", "missing or not an object"))?;
     let mut out = answers.clone();
     for q in schema.asked() {
-        if q.kind != QuestionKind::Score {
-            continue;
-        }
         let Some(probs) = out
             .get_mut(&q.id)
             .and_then(|a| a.get_mut("probabilities"))
@@ -278,18 +275,7 @@ fn systemone_envelope(schema: &ValidSchema, v: &Value) -> Result<Value, BackendE
         else {
             continue;
         };
-        let named: Map<String, Value> = std::mem::take(probs)
-            .into_iter()
-            .map(|(k, p)| {
-                let name = k
-                    .parse::<usize>()
-                    .ok()
-                    .and_then(|i| q.alternatives.get(i))
-                    .map_or(k, |alt| alt.name.clone());
-                (name, p)
-            })
-            .collect();
-        *probs = named;
+        *probs = dgem_core::kinds::reply::jev_probabilities_by_name(q, std::mem::take(probs));
     }
     Ok(json!({
         "answers": out,

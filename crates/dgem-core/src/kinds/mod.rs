@@ -120,6 +120,14 @@ pub(crate) trait Kind: Sync {
     /// `probabilities`).
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>);
 
+    /// Whether a `/v1/systemone` answer of this type keys its
+    /// `probabilities` by alternative index (`"0"`, `"1"`, …) rather than
+    /// by name ([`Self::jev_keys`]); read back by
+    /// [`reply::jev_probabilities_by_name`].
+    fn jev_keys_by_index(&self) -> bool {
+        false
+    }
+
     /// Whether an answer of this type is one of its alternatives, its
     /// probabilities one distribution summing to 1: `true` for every type but
     /// `multi`, whose options each have their own probability of applying

@@ -9,7 +9,7 @@
 //! checks common to every type live here, so a new type needs none of its
 //! own to be read from a reply.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::of;
 use crate::envelope::AnswerOut;
@@ -140,6 +140,28 @@ pub fn answer_from_reply(q: &Question, entry: &Value) -> Result<ReplyAnswer, Rep
         answer: Some(out),
         renormalized,
     })
+}
+
+/// A `/v1/systemone` answer's `probabilities` keyed as every other reply
+/// keys them, by alternative name: a type that keys them there by
+/// alternative index (`score`: `"0"`, `"1"`, …, beside its `legend`) has
+/// them renamed. A key that is no index in range is kept as it is (the
+/// reply check then refuses it as a key that names no alternative).
+pub fn jev_probabilities_by_name(q: &Question, probs: Map<String, Value>) -> Map<String, Value> {
+    if !of(q.kind).jev_keys_by_index() {
+        return probs;
+    }
+    probs
+        .into_iter()
+        .map(|(k, p)| {
+            let name = k
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| q.alternatives.get(i))
+                .map_or(k, |alt| alt.name.clone());
+            (name, p)
+        })
+        .collect()
 }
 
 /// The entry's `probabilities`, in the question's alternative order.

@@ -95,6 +95,11 @@ impl Kind for Score {
         Some("level")
     }
 
+    /// `/v1/systemone` keys a score's probabilities by 0-based level index.
+    fn jev_keys_by_index(&self) -> bool {
+        true
+    }
+
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {
         let agg = &a.aggregate;
         m.insert("score".into(), json!(score_expectation(&agg.mean) - 1.0));
