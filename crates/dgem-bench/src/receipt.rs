@@ -47,7 +47,7 @@ pub struct ModelInfo {
     pub id: String,
     /// sha256 of the model file, when known.
     pub sha256: Option<String>,
-    /// Backend engine (`llama.cpp`, `vllm`, …).
+    /// The runtime that ran the model (`llama.cpp`, `vllm`, …).
     pub backend: String,
     /// `words` or `letters`.
     pub label_mode: String,

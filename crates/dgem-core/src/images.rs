@@ -24,14 +24,14 @@ use crate::SchemaError;
 /// needs an image" ([`check_required`]): 422 on every route.
 pub const NO_VISION_FIELD: &str = "images";
 
-/// The refusal of an image state by a backend without vision (`engine`,
+/// The refusal of an image state by a backend without vision (`runtime`,
 /// `model` name it), on field [`NO_VISION_FIELD`]: the embedded engine and
 /// the server's routes give this one message.
-pub fn no_vision(engine: &str, model: &str) -> SchemaError {
+pub fn no_vision(runtime: &str, model: &str) -> SchemaError {
     SchemaError::new(
         NO_VISION_FIELD,
         format!(
-            "images: this backend ({engine}, model {model}) has no vision and cannot read images; \
+            "images: this backend ({runtime}, model {model}) has no vision and cannot read images; \
              send the state as text or JSON, or decide on a vision backend (`--backend vllm=URL`)"
         ),
     )

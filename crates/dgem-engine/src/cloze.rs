@@ -502,7 +502,8 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
 }
 
 /// The span of one model call: `dgem.forward_pass` in traces, with the
-/// engine and the number of sequences read.
-pub(crate) fn forward_span(engine: &str, reads: usize) -> tracing::Span {
-    tracing::info_span!("forward_pass", otel.name = "dgem.forward_pass", %engine, reads)
+/// runtime (attribute `engine`, as on the wire) and the number of sequences
+/// read.
+pub(crate) fn forward_span(runtime: &str, reads: usize) -> tracing::Span {
+    tracing::info_span!("forward_pass", otel.name = "dgem.forward_pass", engine = %runtime, reads)
 }

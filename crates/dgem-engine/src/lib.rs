@@ -224,7 +224,7 @@ impl Engine {
     /// routing (`dgem_backend::brackets`), which asks this engine smaller schemas;
     /// `multi` questions and rules between answers go through
     /// `dgem_backend::shape`, which asks it the plain schema.
-    #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), runtime = %self.backend.info().runtime))]
+    #[tracing::instrument(skip_all, fields(otel.name = "dgem.orchestrate", questions = req.schema.questions.len(), engine = %self.backend.info().runtime))]
     pub async fn decide(&self, req: DecideRequest) -> Result<Decision, DecideError> {
         let mut req = self.with_model_layout(req);
         let info = self.backend.info();

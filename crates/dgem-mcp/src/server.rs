@@ -86,7 +86,7 @@ impl DecisionServer {
     /// Run tool `name` with `args`; every failure is a [`ToolError`].
     ///
     /// # Errors
-    /// [`ToolError`] naming the argument at fault, or the engine failure.
+    /// [`ToolError`] naming the argument at fault, or the decider's failure.
     pub async fn run_tool(
         &self,
         name: &str,
@@ -238,7 +238,7 @@ impl DecisionServer {
     }
 }
 
-/// What the health tool can say about a GPU, by backend engine.
+/// What the health tool can say about a GPU, by the runtime behind the backend.
 #[derive(Debug, PartialEq)]
 struct GpuFacts {
     /// `false` for a model in this process on the CPU, `true`/`false` for vLLM
@@ -251,8 +251,8 @@ struct GpuFacts {
 }
 
 impl GpuFacts {
-    fn of(engine: &str, health: &Health) -> Self {
-        match engine {
+    fn of(runtime: &str, health: &Health) -> Self {
+        match runtime {
             // vLLM serving DiffusionGemma runs on a GPU by construction.
             "vllm" => {
                 let state = match health {
@@ -273,7 +273,7 @@ impl GpuFacts {
                 available: Value::Null,
                 state: "unknown",
                 note: format!(
-                    "the model runs behind the `{engine}` backend, outside this process; its GPU is not visible from here"
+                    "the model runs behind the `{runtime}` backend, outside this process; its GPU is not visible from here"
                 ),
             },
             // In this process on the CPU: llama.cpp (or a scripted test backend).
@@ -357,7 +357,7 @@ mod gpu_tests {
     /// Regression: on `dgem serve --backend vllm=…` and on the gateway the
     /// health tool said the embedded CPU model ran in this process.
     #[test]
-    fn health_tool_names_the_engine_it_runs_on() {
+    fn health_tool_names_the_runtime_it_runs_on() {
         let cpu = GpuFacts::of("llama.cpp", &Health::Ready);
         assert_eq!(cpu.available, json!(false));
         assert_eq!(cpu.note, NO_GPU_NOTE);

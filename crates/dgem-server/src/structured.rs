@@ -411,7 +411,9 @@ fn value_of(kind: &Kind, a: &AnswerOut) -> Value {
             .cloned()
             .unwrap_or(Value::Null),
         Kind::Integer { .. } => name.parse::<i64>().map_or(Value::Null, |l| json!(l)),
-        // The selected values, each with its JSON type.
+        // The selected values, each with its JSON type (none without the
+        // per-option reads a multi answer's selection comes from).
+        Kind::Multi { .. } if a.multi.is_none() => Value::Null,
         Kind::Multi { values, .. } => a
             .selected_names()
             .into_iter()

@@ -101,6 +101,13 @@ fn the_reply_object_has_the_schema_shape_and_types() {
         obj.to_string(),
         r#"{"urgent":true,"team":"support","channel":null,"priority":3,"tier":2}"#
     );
+    // A skipped question (`None`) and one missing from the answers are null.
+    answers.insert("team".into(), None);
+    answers.shift_remove("tier");
+    assert_eq!(
+        r.output.reply_object(&answers).to_string(),
+        r#"{"urgent":true,"team":null,"channel":null,"priority":3,"tier":null}"#
+    );
 }
 
 #[test]

@@ -12,27 +12,41 @@
 //!
 //! ## Adding a type
 //!
-//! A type read as one slot (as `boolean`, `choice` and `score` are) is five
-//! files written by hand:
+//! A type whose one slot is read as an existing type's slot (its answer
+//! shape, names, policy fields and widget its own) is five files written by
+//! hand:
 //! 1. its module here (`kinds/<name>.rs`, implementing `Kind`);
 //! 2. this file: its `mod` line, its arm in `of`, and its names in the test
 //!    below, the one place the accepted type names are written out;
 //! 3. `schema/mod.rs`: its [`QuestionKind`] variant, its place in
-//!    [`QuestionKind::ALL`], and in [`QuestionKind::slot_kind`] the type its
-//!    slot is read as;
+//!    [`QuestionKind::ALL`], and its arm in [`QuestionKind::slot_kind`]
+//!    naming the type its slot is read as (the arm is required: without it
+//!    the type would be its own slot type, see below);
 //! 4. its Studio widget, an entry in `crates/dgem-studio/assets/kinds.js`;
 //! 5. its row in the question-type table of `docs/policy.md`.
 //!
 //! Two snapshots that list the accepted type names in an error message
 //! (`chat_errors` and `systemone_errors` in dgem-server's tests) are then
 //! re-accepted with `cargo insta`. Every surface (CLI, `/api`, chat,
-//! `/v1/systemone`, MCP, the gateway) takes the type with no change of its
-//! own. This was measured on 2026-12-07 with a trial type built from
-//! `choice` with an answer key of its own: with those files, the workspace's
-//! tests passed and `dgem decide` answered it. A type read as several slots
-//! (as `multi`, one yes/no slot per option) also needs its expansion and
-//! fold (`kinds/multi/read.rs`, called from dgem-backend's `shape.rs`) and
-//! the validation of its own fields (`schema/validate/select.rs`).
+//! `/v1/systemone`, MCP, the gateway, the OpenAPI and tool descriptions)
+//! takes the type with no change of its own. This was measured on
+//! 2026-12-07 with a trial type built from `choice` (slot read as a
+//! `choice`) with an answer key of its own: with those files, the
+//! workspace's tests passed and `dgem decide` answered it.
+//!
+//! What a new type does not get by itself: features keyed on `choice` by
+//! name (brackets over 26 options, `none_of_these`, the cascade's taxonomy
+//! expansion, score-style listing orders) apply to it only where their
+//! checks name it.
+//!
+//! A type that is a new kind of slot read also goes into
+//! [`QuestionKind::SLOT_KINDS`]. That adds a key to everything kept per
+//! slot type ([`crate::schema::ByKind`]: temperatures, calibration fits and
+//! the files that store them), so its own figures must be measured. A type
+//! read as several slots (as `multi`, one yes/no slot per option) also needs
+//! its expansion and fold (`kinds/multi/read.rs`, called from dgem-backend's
+//! `shape.rs`) and the validation of its own fields
+//! (`schema/validate/select.rs`).
 
 mod boolean;
 mod choice;
@@ -159,17 +173,28 @@ pub(crate) trait Kind: Sync {
         )
     }
 
-    /// For a type that does not pick one ([`Self::picks_one`]): its answer
-    /// from a reply `entry` whose probabilities, in alternative order, are
-    /// `p`. `None` for a type that picks one (its probabilities are one
-    /// distribution, checked and renormalized by [`reply`]).
+    /// For a type that does not pick one ([`Self::picks_one`] is false):
+    /// its answer from a reply `entry` whose probabilities, in alternative
+    /// order, are `p`. Never called for a type that picks one (its
+    /// probabilities are one distribution, checked and renormalized by
+    /// [`reply`]); a type that does not pick one and does not say how its
+    /// answer is read gets a fault naming its type, not a wrong answer.
+    ///
+    /// # Errors
+    /// [`reply::ReplyFault`] when the entry does not hold this type's answer.
     fn own_reply_answer(
         &self,
         _q: &Question,
         _entry: &Value,
         _p: &[f64],
-    ) -> Option<Result<AnswerOut, reply::ReplyFault>> {
-        None
+    ) -> Result<AnswerOut, reply::ReplyFault> {
+        Err(reply::ReplyFault::new(
+            "",
+            format!(
+                "an answer of type `{}` cannot be read from a reply",
+                self.names().canonical
+            ),
+        ))
     }
 }
 

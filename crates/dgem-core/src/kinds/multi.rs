@@ -372,7 +372,7 @@ impl Kind for Multi {
         q: &Question,
         entry: &Value,
         p: &[f64],
-    ) -> Option<Result<AnswerOut, ReplyFault>> {
+    ) -> Result<AnswerOut, ReplyFault> {
         let out = collapse_probabilities(q, p);
         let stated: Option<Vec<&str>> = entry
             .get("multi")
@@ -380,7 +380,7 @@ impl Kind for Multi {
             .map(|l| l.iter().filter_map(Value::as_str).collect());
         let want = out.selected_names();
         if stated.as_ref() != Some(&want) {
-            return Some(Err(ReplyFault::new(
+            return Err(ReplyFault::new(
                 ".multi",
                 format!(
                     "must list the options its probabilities select ({want:?}). Given: {}",
@@ -388,9 +388,9 @@ impl Kind for Multi {
                         .get("multi")
                         .map_or_else(|| "nothing".into(), Value::to_string)
                 ),
-            )));
+            ));
         }
-        Some(Ok(out))
+        Ok(out)
     }
 
     fn jev_keys(&self, a: &AnswerOut, m: &mut Map<String, Value>) {

@@ -65,13 +65,14 @@ pub struct ReplyAnswer {
 /// The entry's `probabilities` must name exactly the question's
 /// alternatives (or the other names its type allows), each a finite number
 /// in [0, 1]. For a type that picks one alternative they must sum to 1
-/// within [`PROBABILITY_SUM_TOLERANCE`] (then renormalized), and a stated
-/// answer (`label` or a type's own key) must be the most probable
-/// alternative; a `multi` answer's are each option's own probability, read
-/// by its type. An entry with `refusal` (the upstream declined) is an
+/// within [`PROBABILITY_SUM_TOLERANCE`] (then renormalized), a stated
+/// answer (`label`, or any type's answer key: `choice`, `level`) must be the
+/// most probable alternative, and `stderr` and `agreement` are kept when
+/// present; a `multi` answer's are each option's own probability, read by
+/// its type. An entry with `refusal` (the upstream declined) is an
 /// abstention with that reason, over its probabilities when it gives them,
-/// else every alternative at even odds. `stderr`, `agreement` and
-/// `constraint_mass_removed` are kept when present.
+/// else every alternative at even odds. `constraint_mass_removed` is kept
+/// when present.
 ///
 /// # Errors
 /// [`ReplyFault`] naming the field, what it must be and the value given.
@@ -106,9 +107,9 @@ pub fn answer_from_reply(q: &Question, entry: &Value) -> Result<ReplyAnswer, Rep
         });
     }
     let mut dist = probabilities(q, entry)?;
-    if let Some(own) = kind.own_reply_answer(q, entry, &dist) {
+    if !kind.picks_one() {
         // Each option's own probability of applying: no sum to check.
-        let mut out = own?;
+        let mut out = kind.own_reply_answer(q, entry, &dist)?;
         out.abstained = refusal;
         out.constrained = constrained_of(entry);
         return Ok(ReplyAnswer {
@@ -219,8 +220,9 @@ fn names(q: &Question) -> String {
         .join(", ")
 }
 
-/// A reply entry that names its answer (`label`, or a type's own key:
-/// `choice`, `level`) must name the most probable alternative of its own
+/// A reply entry that names its answer (`label`, or any type's answer key:
+/// `choice`, `level`, whatever the question's type) must name the most
+/// probable alternative of its own
 /// `probabilities` (`dist`, in the question's order): a reply whose stated
 /// answer contradicts its numbers is malformed, not passed on. An
 /// alternative may be named by its type's other name (`true` / `false`).

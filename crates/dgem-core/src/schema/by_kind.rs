@@ -67,7 +67,11 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for ByKind<T> {
         impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for V<T> {
             type Value = ByKind<T>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object keyed by question type (boolean, choice, score)")
+                let names: Vec<&str> = QuestionKind::SLOT_KINDS
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect();
+                write!(f, "an object keyed by question type ({})", names.join(", "))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
                 let mut out = ByKind::<T>::from_fn(|_| T::default());

@@ -9,6 +9,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use dgem_cascade::options::{CascadeSwitch, PriorMode, ThresholdMode};
+use dgem_core::schema::QuestionKind;
 
 /// `POST /v1/chat/completions` body.
 #[derive(Debug, Serialize, ToSchema)]
@@ -183,11 +184,53 @@ fn label_schema() -> utoipa::openapi::schema::Schema {
     )
 }
 
+/// The wire names of the question types, `` `noul`, `choice`, `score` or
+/// `multi` ``, from dgem-core's list of types (`QuestionKind::ALL`), so a
+/// new type is described here with no change.
+fn kind_names() -> String {
+    let names: Vec<String> = QuestionKind::ALL
+        .iter()
+        .map(|k| format!("`{}`", k.wire_name()))
+        .collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+/// An answer's `type`: a string, the wire name of its question's type.
+fn answer_kind_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!("{}.", kind_names())))
+            .build(),
+    )
+}
+
+/// A `/v1/systemone` question's `type`: a wire name, or any other spelling
+/// of a type.
+fn question_kind_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!(
+                "{} (`multi` is a dgem-rs extension); every spelling is accepted: {}.",
+                kind_names(),
+                QuestionKind::accepted_names()
+            )))
+            .build(),
+    )
+}
+
 /// One answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Answer {
-    /// `noul`, `choice`, `score` or `multi`.
+    /// The question's type: its wire name (`noul`, `choice`, …).
     #[serde(rename = "type")]
+    #[schema(schema_with = answer_kind_schema)]
     pub kind: String,
     /// The answer's name (`yes`, an option or level name); for a multi, the
     /// list of options selected.
@@ -261,8 +304,9 @@ pub struct SystemOneRequest {
 /// A `/v1/systemone` question.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SystemOneQuestion {
-    /// `noul`, `choice`, `score` or (a dgem-rs extension) `multi`.
+    /// The question's type (`noul`, `choice`, …, or another spelling).
     #[serde(rename = "type")]
+    #[schema(schema_with = question_kind_schema)]
     pub kind: String,
     /// The question text.
     pub instructions: Option<String>,
