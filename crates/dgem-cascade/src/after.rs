@@ -22,7 +22,7 @@ use dgem_core::SchemaError;
 
 use crate::error::Stage2Error;
 use crate::expand::{ExpansionOptions, Suggestion};
-use crate::options::CascadeOptions;
+use crate::options::{CascadeOptions, ThresholdMode, DEFAULT_THRESHOLD_NORMALIZED};
 use crate::provider::{Stage2, Stage2Reply, Stage2Request};
 use crate::summary::CascadeSummary;
 use crate::AfterOptions;
@@ -62,6 +62,30 @@ pub fn inject_if_asked(keys: &AfterOptions, schema: &Value) -> (Value, Vec<Strin
     }
 }
 
+/// A normalized threshold compares with a hesitation H / ln K, which is in
+/// [0, 1]: one above 1 would never escalate, so it is refused rather than
+/// taken (it is most likely a threshold in nats given with the wrong mode).
+///
+/// # Errors
+/// [`SchemaError`] on `cascade_threshold`, naming the bound, the default and
+/// the value given.
+fn check_threshold(keys: &AfterOptions) -> Result<(), SchemaError> {
+    let normalized = keys.cascade_threshold_mode == Some(ThresholdMode::Normalized);
+    match keys.cascade_threshold {
+        Some(t) if normalized && t > 1.0 => {
+            let e = crate::error::CascadeError::invalid(
+                "cascade_threshold",
+                format!(
+                    "at most 1 with `cascade_threshold_mode` normalized (a hesitation H / ln K is in [0, 1]; ≤ 0 uses the default {DEFAULT_THRESHOLD_NORMALIZED})"
+                ),
+                t.to_string(),
+            );
+            Err(SchemaError::new("cascade_threshold", e.to_string()))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl AfterRequest {
     /// What the post-read keys `keys` ask for on the policy `schema`: the
     /// cascade, expansion, temperature and abstention, with what needs the
@@ -81,6 +105,7 @@ impl AfterRequest {
                 SchemaError::new(field.clone(), e.to_string())
             })?;
         }
+        check_threshold(keys)?;
         let cascade = keys.cascade();
         let ids: Vec<&str> = schema.questions.iter().map(|q| q.id.as_str()).collect();
         let after = AfterRead::for_request(

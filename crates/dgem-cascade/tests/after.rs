@@ -256,3 +256,32 @@ fn request_keys_are_checked_against_the_policy() {
         .expect("empty")
         .is_empty());
 }
+
+/// Regression: `cascade_threshold: 5` with `cascade_threshold_mode:
+/// normalized` was taken, a gate no hesitation (H / ln K, in [0, 1]) can
+/// reach, so the cascade never ran (found by a black-box run of `dgem serve`).
+#[test]
+fn a_normalized_threshold_above_one_is_refused() {
+    let s = schema(json!({}));
+    let e = AfterRequest::from_object(
+        &keys(json!({"cascade_mode": "entropy", "cascade_threshold": 5,
+                     "cascade_threshold_mode": "normalized"})),
+        &s,
+    )
+    .expect_err("never reached");
+    assert_eq!(e.field, "cascade_threshold");
+    assert_eq!(
+        e.message,
+        "`cascade_threshold` must be at most 1 with `cascade_threshold_mode` normalized (a hesitation H / ln K is in [0, 1]; ≤ 0 uses the default 0.16). Given: 5"
+    );
+    // 1 itself, and 5 in nats, are thresholds a read can reach.
+    for (t, mode) in [(1.0, "normalized"), (5.0, "nats")] {
+        let req = AfterRequest::from_object(
+            &keys(json!({"cascade_mode": "entropy", "cascade_threshold": t,
+                         "cascade_threshold_mode": mode})),
+            &s,
+        )
+        .expect("reachable");
+        assert_eq!(req.cascade.expect("on").threshold, t);
+    }
+}

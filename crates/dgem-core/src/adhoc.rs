@@ -13,7 +13,11 @@
 //!   description) or `criteria` (a map name → description, or a list of names);
 //! * score: `levels`, or a list in `criteria` or `options`, lowest first;
 //! * multi: options as for choice, with optional `min`, `max` and `threshold`;
-//! * `depends_on`, `ask_if`, `alone` and `none_of_these` pass through.
+//! * `depends_on`, `ask_if`, `alone`, `none_of_these`, `abstain_below` and
+//!   `abstain_above` pass through;
+//! * any other key is ignored, except one that nearly spells a known key
+//!   (`instrucions`, `critera`), which is refused naming the key it nearly
+//!   spells.
 //!
 //! The result still goes through [`crate::schema::ValidSchema::from_value`], which
 //! checks counts, names and dependencies.
@@ -77,6 +81,57 @@ pub fn adhoc_questions(questions: &Value) -> Result<Vec<Value>, AdhocError> {
         .collect()
 }
 
+/// A question's own keys, passed to the schema as written and checked when
+/// it is validated.
+const PASSED_KEYS: [&str; 9] = [
+    "depends_on",
+    "ask_if",
+    "alone",
+    "none_of_these",
+    "min",
+    "max",
+    "threshold",
+    "abstain_below",
+    "abstain_above",
+];
+
+/// The keys the converter reads itself: the id, the type, the text and the
+/// alternatives in each type's forms.
+const READ_KEYS: [&str; 9] = [
+    "id",
+    "type",
+    "instructions",
+    "question",
+    "prompt",
+    "criteria",
+    "options",
+    "choices",
+    "levels",
+];
+
+/// Jaro-Winkler similarity at or above which an unknown key is taken for a
+/// misspelling of a known one (`instrucions`, `critera`, `option`,
+/// `abstain_bellow`): the measure and bound a policy's keys are checked
+/// with. Other unknown keys are ignored, as the original server ignores
+/// them, but a misspelt known key would drop the question's text, its
+/// options or a setting in silence.
+const NEAR_MISS: f64 = 0.9;
+
+/// The first key of `q` that is no known key but nearly spells one, with
+/// the key it nearly spells (the nearest).
+fn near_miss(q: &Map<String, Value>) -> Option<(&str, &'static str)> {
+    let known = || READ_KEYS.iter().chain(PASSED_KEYS.iter()).copied();
+    q.keys()
+        .filter(|k| !known().any(|n| n == k.as_str()))
+        .find_map(|k| {
+            known()
+                .map(|n| (strsim::jaro_winkler(k, n), n))
+                .filter(|(sim, _)| *sim >= NEAR_MISS)
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, n)| (k.as_str(), n))
+        })
+}
+
 fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     let Value::Object(q) = q else {
         return Err(err(
@@ -110,6 +165,12 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
             ),
         )
     })?;
+    if let Some((key, meant)) = near_miss(q) {
+        return Err(err(
+            format!("{field}.{key}"),
+            format!("question '{id}': unknown key `{key}` (did you mean `{meant}`?)"),
+        ));
+    }
     let mut out = Map::new();
     out.insert("id".into(), json!(id));
     out.insert("type".into(), json!(kind.as_str()));
@@ -129,17 +190,7 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     // abstention floors were dropped here, so an ad-hoc question's
     // `abstain_below` was ignored on /api, MCP and /v1/systemone while the
     // chat route (which reads the schema as written) checked it.
-    for key in [
-        "depends_on",
-        "ask_if",
-        "alone",
-        "none_of_these",
-        "min",
-        "max",
-        "threshold",
-        "abstain_below",
-        "abstain_above",
-    ] {
+    for key in PASSED_KEYS {
         if let Some(v) = q.get(key) {
             out.insert(key.into(), v.clone());
         }
@@ -244,5 +295,53 @@ mod tests {
             .starts_with("question 'a': noul criteria must be an object"));
         let e = adhoc_questions(&json!([{"type": "noul"}])).expect_err("id");
         assert_eq!(e.field, "questions[0].id");
+    }
+
+    /// Regression: a misspelt key of an ad-hoc question (`instrucions`,
+    /// `critera`) was dropped in silence, so the question was asked with no
+    /// text or refused for a reason that hid the typo (found by a black-box
+    /// run of `dgem serve`).
+    #[test]
+    fn a_misspelt_question_key_is_refused_naming_the_key_it_nearly_spells() {
+        let cases = [
+            (
+                json!({"a": {"type": "noul", "instrucions": "Urgent?"}}),
+                "instrucions",
+                "instructions",
+            ),
+            (
+                json!({"a": {"type": "choice", "critera": ["x", "y"]}}),
+                "critera",
+                "criteria",
+            ),
+            (
+                json!({"a": {"type": "choice", "option": ["x", "y"]}}),
+                "option",
+                "options",
+            ),
+            (
+                json!({"a": {"type": "score", "levles": ["lo", "hi"]}}),
+                "levles",
+                "levels",
+            ),
+            (
+                json!({"a": {"type": "noul", "abstain_bellow": 0.6}}),
+                "abstain_bellow",
+                "abstain_below",
+            ),
+        ];
+        for (qs, key, meant) in cases {
+            let e = adhoc_questions(&qs).expect_err(key);
+            assert_eq!(e.field, format!("questions.a.{key}"));
+            assert_eq!(
+                e.message,
+                format!("question 'a': unknown key `{key}` (did you mean `{meant}`?)")
+            );
+        }
+        // A key that spells nothing known is ignored, as the original server ignores it.
+        let s = schema(
+            json!({"a": {"type": "noul", "instructions": "Urgent?", "note": "from the triage bot"}}),
+        );
+        assert_eq!(s.questions[0].instructions, "Urgent?");
     }
 }
