@@ -50,7 +50,7 @@ pub mod schema;
 pub mod slots;
 pub mod stages;
 pub mod state;
-mod suggest;
+pub mod suggest;
 pub mod template;
 pub mod tokenizer;
 pub mod vars;

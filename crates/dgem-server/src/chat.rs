@@ -114,6 +114,26 @@ fn unsupported(field: &str) -> Option<&'static str> {
     })
 }
 
+/// Why an unknown field is refused: the fields the route reads, its
+/// post-read keys, and the one the field nearly spells, if any (a "did you
+/// mean" by the one nearness measure of dgem-core's messages).
+fn unknown_field(field: &str) -> String {
+    let after: Vec<&str> = after_fields().iter().map(String::as_str).collect();
+    let known = READ_FIELDS
+        .iter()
+        .chain(NO_EFFECT_FIELDS)
+        .copied()
+        .chain(after.iter().copied());
+    let meant = dgem_core::suggest::closest_variable(field, known)
+        .map(|m| format!(" (did you mean `{m}`?)"))
+        .unwrap_or_default();
+    format!(
+        "this route reads [{}] and the post-read keys [{}]{meant}",
+        READ_FIELDS.join(", "),
+        after.join(", ")
+    )
+}
+
 /// Check the top-level fields of a chat body: every field is read, has no
 /// effect (returned, for the reply header), or is refused naming it.
 ///
@@ -138,10 +158,7 @@ pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
             ignored.push(k.clone());
             continue;
         }
-        let why = unsupported(k).map_or_else(
-            || format!("this route reads [{}]", READ_FIELDS[..5].join(", ")),
-            str::to_string,
-        );
+        let why = unsupported(k).map_or_else(|| unknown_field(k), str::to_string);
         // A field name can be any length: show at most 64 characters of it.
         let mut shown: String = k.chars().take(64).collect();
         if shown.len() < k.len() {
@@ -555,7 +572,7 @@ mod tests {
             (
                 "temprature",
                 json!(1),
-                "this route reads [model, messages, seed, stream, stream_options]",
+                "this route reads [model, messages, seed, stream, stream_options, backend, vertex_url, response_format]",
             ),
         ] {
             let mut body = base.clone();
@@ -567,6 +584,31 @@ mod tests {
         let mut one = base.clone();
         one["n"] = json!(1);
         assert!(check_fields(&one).is_ok());
+    }
+
+    /// Regression: an unknown field's message listed five of the fields the
+    /// route reads (not `response_format`, nor a post-read key) and gave no
+    /// hint for a near miss (found by a black-box run of `dgem serve`).
+    #[test]
+    fn an_unknown_field_names_every_field_read_and_the_one_it_nearly_spells() {
+        let body = json!({"model": "m", "messages": [], "cascade_treshold": 0.3});
+        let e = check_fields(&body).expect_err("unknown");
+        assert_eq!(e.param.as_deref(), Some("cascade_treshold"));
+        assert!(
+            e.message.starts_with(
+                "`cascade_treshold` is not supported on a decision route: this route reads [model, messages, seed, stream, stream_options, backend, vertex_url, response_format] and the post-read keys [temperature_by_type, "
+            ),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.ends_with(" (did you mean `cascade_threshold`?)"),
+            "{}",
+            e.message
+        );
+        let body = json!({"model": "m", "messages": [], "frobnicate": 1});
+        let e = check_fields(&body).expect_err("unknown");
+        assert!(e.message.ends_with("expected_answers]"), "{}", e.message);
     }
 
     /// Regression (issue 16): `response_format` was ignored; a `json_object`
