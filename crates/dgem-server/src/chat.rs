@@ -299,25 +299,13 @@ fn message_text(m: &Value) -> String {
     }
 }
 
-/// Parse the top-level seed: an integer (a whole float such as `7.0` names
-/// one), default 42. A boolean or a string is refused, as `/api` refuses it:
-/// the original server's `int(req.get("seed", 42))` read `true` as 1 and
-/// `"7"` as 7, a silent reading a client never meant (issue 38).
+/// Parse the top-level seed by the service's one parse
+/// ([`dgem_service::read::seed_value`]: an integer or a whole float; a
+/// fraction, a boolean or a string refused), default 42.
 pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
-    match v {
-        None | Some(Value::Null) => Ok(DEFAULT_SEED),
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .or_else(|| {
-                // A whole float (`7.0`) is the integer it names; a fraction is
-                // refused rather than silently truncated.
-                n.as_f64()
-                    .filter(|f| f.is_finite() && f.abs() < 9.2e18 && f.fract() == 0.0)
-                    .map(|f| f as i64)
-            })
-            .ok_or_else(|| format!("`seed` must be an integer (got {n})")),
-        Some(other) => Err(format!("`seed` must be an integer (got {other})")),
-    }
+    dgem_service::read::seed_value(v.unwrap_or(&Value::Null))
+        .map(|s| s.unwrap_or(DEFAULT_SEED))
+        .map_err(|e| format!("`seed` {e}"))
 }
 
 /// OpenAI's sampling keys a decision ignores (it reads, it does not sample)
@@ -685,7 +673,7 @@ mod tests {
         assert_eq!(seed_of(Some(&json!(7.0))), Ok(7));
         assert_eq!(
             seed_of(Some(&json!(1.5))),
-            Err("`seed` must be an integer (got 1.5)".to_owned())
+            Err("`seed` must be an integer. Given: 1.5".to_owned())
         );
         assert!(seed_of(Some(&json!(1e300))).is_err());
     }
@@ -694,11 +682,11 @@ mod tests {
     fn seed_given_as_a_boolean_or_a_string_is_refused() {
         assert_eq!(
             seed_of(Some(&json!(true))),
-            Err("`seed` must be an integer (got true)".to_owned())
+            Err("`seed` must be an integer. Given: true".to_owned())
         );
         assert_eq!(
             seed_of(Some(&json!("7"))),
-            Err("`seed` must be an integer (got \"7\")".to_owned())
+            Err("`seed` must be an integer. Given: \"7\"".to_owned())
         );
     }
 }

@@ -84,18 +84,36 @@ fn samples_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// serde `deserialize_with` for `seed`: an integer, refused naming what it
 /// must be and the value given (`null` is "not given").
 fn seed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    let v = Value::deserialize(d)?;
+    seed_value(&Value::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+/// The one parse of a request's `seed`, on every surface (`/api`, MCP, the
+/// chat route, `/v1/systemone`): `null` is "not given"; an integer is the
+/// seed, and so is a whole float (`7.0`, how some clients write integers);
+/// a fraction, a boolean or a string is refused rather than truncated or
+/// coerced (the original server's `int(...)` read `true` as 1 and `"7"` as
+/// 7, a reading a client never meant).
+///
+/// # Errors
+/// "must be an integer. Given: …" (or the range, for an integer too large
+/// for a seed), to follow the key's name.
+pub fn seed_value(v: &Value) -> Result<Option<i64>, String> {
     if v.is_null() {
         return Ok(None);
     }
-    v.as_i64().map(Some).ok_or_else(|| {
+    let whole = || {
+        v.as_f64()
+            .filter(|f| v.is_f64() && f.is_finite() && f.abs() < 9.2e18 && f.fract() == 0.0)
+            .map(|f| f as i64)
+    };
+    v.as_i64().or_else(whole).map(Some).ok_or_else(|| {
         let what = if v.is_u64() {
             // An integer, just not one a seed can be.
             format!("an integer from {} to {}", i64::MIN, i64::MAX)
         } else {
             "an integer".to_string()
         };
-        serde::de::Error::custom(format!("must be {what}. Given: {}", shown(&v)))
+        format!("must be {what}. Given: {}", shown(v))
     })
 }
 
@@ -193,6 +211,10 @@ mod tests {
         }
         let e = read(json!({"seed": "x"})).expect_err("refused");
         assert_eq!(e.to_string(), "`seed` must be an integer. Given: \"x\"");
+        // A whole float is the integer it names; a fraction is refused.
+        assert_eq!(read(json!({"seed": 7.0})).expect("whole").seed, Some(7));
+        let e = read(json!({"seed": 1.5})).expect_err("fraction");
+        assert_eq!(e.to_string(), "`seed` must be an integer. Given: 1.5");
     }
 
     /// The request keys written back are the ones read: a count, `auto`,
