@@ -305,14 +305,7 @@ fn rule_3_types_and_alternatives() {
             QuestionKind::accepted_names()
         ),
     );
-    assert_err(
-        json!({"questions": [{"id": "a"}]}),
-        "questions[0].type",
-        &format!(
-            "question 'a': unknown type 'None' (`type` is missing; it must be one of {})",
-            QuestionKind::accepted_names()
-        ),
-    );
+    // A missing type: missing_type_says_it_is_missing.
     assert_err(
         json!({"questions": [{"id": "c", "type": "choice", "options": ["x"]}]}),
         "questions[0].options",
