@@ -109,27 +109,16 @@ const READ_KEYS: [&str; 9] = [
     "levels",
 ];
 
-/// Jaro-Winkler similarity at or above which an unknown key is taken for a
-/// misspelling of a known one (`instrucions`, `critera`, `option`,
-/// `abstain_bellow`): the measure and bound a policy's keys are checked
-/// with. Other unknown keys are ignored, as the original server ignores
-/// them, but a misspelt known key would drop the question's text, its
-/// options or a setting in silence.
-const NEAR_MISS: f64 = 0.9;
-
-/// The first key of `q` that is no known key but nearly spells one, with
-/// the key it nearly spells (the nearest).
+/// The first key of `q` that is no known key but nearly spells one
+/// ([`crate::suggest::near_key`], the measure a policy's keys are checked
+/// with), with the key it nearly spells. Other unknown keys are ignored, as
+/// the original server ignores them, but a misspelt known key would drop
+/// the question's text, its options or a setting in silence.
 fn near_miss(q: &Map<String, Value>) -> Option<(&str, &'static str)> {
-    let known = || READ_KEYS.iter().chain(PASSED_KEYS.iter()).copied();
-    q.keys()
-        .filter(|k| !known().any(|n| n == k.as_str()))
-        .find_map(|k| {
-            known()
-                .map(|n| (strsim::jaro_winkler(k, n), n))
-                .filter(|(sim, _)| *sim >= NEAR_MISS)
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(_, n)| (k.as_str(), n))
-        })
+    q.keys().find_map(|k| {
+        crate::suggest::near_key(k, READ_KEYS.iter().chain(PASSED_KEYS.iter()).copied())
+            .map(|n| (k.as_str(), n))
+    })
 }
 
 fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {

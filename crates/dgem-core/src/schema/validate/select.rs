@@ -11,25 +11,41 @@ use crate::schema::{
     NONE_OPTION_NAMES,
 };
 
-/// Keys added with `multi`, `none_of_these` and `rules`. Unknown keys of a
-/// policy are ignored (as the original server ignores them), but a near miss
-/// of one of these would silently drop a rule or a selection setting, so it
-/// is refused ([`near_miss`]).
-const NEW_KEYS: [&str; 3] = ["rules", "threshold", "none_of_these"];
+/// Schema keys whose near miss is refused. Unknown keys of a policy are
+/// ignored (as the original server ignores them), but a misspelt `rules`
+/// would drop every rule in silence.
+pub(super) const NEAR_MISS_SCHEMA_KEYS: [&str; 1] = ["rules"];
 
-/// Jaro-Winkler similarity at or above which an unknown key is taken for a
-/// misspelling of one of [`NEW_KEYS`] (`rule`, `rulez`, `thresold`).
-const NEAR_MISS: f64 = 0.9;
+/// Every key a policy question is read by. An unknown key of a question is
+/// ignored, but one that nearly spells one of these would drop the
+/// question's text, its alternatives, a dependency or a setting in silence,
+/// so it is refused naming the key ([`near_miss`]).
+pub(super) const QUESTION_KEYS: [&str; 15] = [
+    "id",
+    "type",
+    "instructions",
+    "options",
+    "levels",
+    "criteria",
+    "depends_on",
+    "ask_if",
+    "alone",
+    "none_of_these",
+    "min",
+    "max",
+    "threshold",
+    "abstain_below",
+    "abstain_above",
+];
 
-/// The first key of `obj` that is not one of `NEW_KEYS` but nearly spells
-/// one, with the key it nearly spells.
-pub(super) fn near_miss(obj: &Map<String, Value>) -> Option<(&str, &'static str)> {
-    obj.keys().find_map(|k| {
-        NEW_KEYS
-            .iter()
-            .find(|n| **n != k && strsim::jaro_winkler(k, n) >= NEAR_MISS)
-            .map(|n| (k.as_str(), *n))
-    })
+/// The first key of `obj` that is none of `known` but nearly spells one
+/// ([`crate::suggest::near_key`]), with the key it nearly spells.
+pub(super) fn near_miss<'a>(
+    obj: &'a Map<String, Value>,
+    known: &[&'static str],
+) -> Option<(&'a str, &'static str)> {
+    obj.keys()
+        .find_map(|k| crate::suggest::near_key(k, known.iter().copied()).map(|n| (k.as_str(), n)))
 }
 
 /// Description given to the option `none_of_these: true` adds.

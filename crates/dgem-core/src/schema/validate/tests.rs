@@ -765,3 +765,43 @@ fn questions_are_read_apart_by_a_causal_reader_where_the_rule_says() {
     let s = ok(json!({"questions": questions(2), "isolate": "all"})).with_questions_apart(false);
     assert!(s.questions.iter().all(|q| q.is_alone() && !q.alone_auto));
 }
+
+/// Regression: a misspelt question key of a policy (`instrucions`,
+/// `critera`, `treshold`) was ignored, so the question lost its text, its
+/// options or a setting in silence; on the chat route, whose schema is a
+/// policy, while `/api` and `/v1/systemone` refused the same typo (found by
+/// a black-box run of `dgem serve`).
+#[test]
+fn a_misspelt_question_key_is_refused_naming_the_key_it_nearly_spells() {
+    for (q, key, meant) in [
+        (
+            json!({"id": "a", "type": "noul", "instrucions": "Urgent?"}),
+            "instrucions",
+            "instructions",
+        ),
+        (
+            json!({"id": "a", "type": "choice", "options": ["x", "y"], "critera": "z"}),
+            "critera",
+            "criteria",
+        ),
+        (
+            json!({"id": "a", "type": "multi", "options": ["x", "y"], "treshold": 0.9}),
+            "treshold",
+            "threshold",
+        ),
+        (
+            json!({"id": "a", "type": "score", "level": ["lo", "hi"]}),
+            "level",
+            "levels",
+        ),
+    ] {
+        assert_err(
+            json!({"questions": [q]}),
+            &format!("questions[0].{key}"),
+            &format!("question 'a': unknown key `{key}` (did you mean `{meant}`?)"),
+        );
+    }
+    // A key that spells no question key is ignored, as the original server ignores it.
+    let v = json!({"questions": [{"id": "a", "type": "noul", "note": "from the bot"}]});
+    assert!(ValidSchema::from_value(&v, &SchemaDefaults::default()).is_ok());
+}
