@@ -42,6 +42,53 @@ pub fn shown(v: &Value) -> String {
     format!("{cut}…")
 }
 
+/// Longest run of characters without whitespace kept whole in an error
+/// message; a longer one (a 100 KB value or key quoted in the message) is
+/// cut to [`SHOWN_CHARS`] with `…`.
+pub const MESSAGE_RUN_CHARS: usize = 200;
+
+/// Longest error message sent back, in characters: room for the longest
+/// legitimate one (a choice's 300 option names listed as the allowed
+/// values) and no more, so a request cannot make its error body as large as
+/// itself.
+pub const MESSAGE_CHARS: usize = 8_000;
+
+/// An error message bounded for sending back: every run of non-whitespace
+/// characters longer than [`MESSAGE_RUN_CHARS`] cut to [`SHOWN_CHARS`] with
+/// `…`, then the whole cut at [`MESSAGE_CHARS`] saying how much was left
+/// out. A message within both bounds is returned as it is. Every error
+/// writer of a surface passes its messages through this, so a value quoted
+/// whole by a check deep in the stack still comes back bounded.
+pub fn bounded_message(message: &str) -> String {
+    /// Append `word` to `out`, cut when it is longer than the run bound.
+    fn flush(word: &mut String, out: &mut String) {
+        if word.chars().count() > MESSAGE_RUN_CHARS {
+            out.extend(word.chars().take(SHOWN_CHARS));
+            out.push('…');
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    }
+    let mut out = String::with_capacity(message.len().min(MESSAGE_CHARS));
+    let mut word = String::new();
+    for c in message.chars() {
+        if c.is_whitespace() {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    let n = out.chars().count();
+    if n > MESSAGE_CHARS {
+        let cut: String = out.chars().take(MESSAGE_CHARS).collect();
+        return format!("{cut}… ({} more characters)", n - MESSAGE_CHARS);
+    }
+    out
+}
+
 /// `v`, given as request or policy key `field`, read by `T`'s serde
 /// implementation, the one parse of that key on every path. The error names
 /// where the fault sits: `field` itself, or `field.key` for a bad value
@@ -201,6 +248,40 @@ impl<'de> Visitor<'de> for Strict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a 100 KB value (or key) quoted in an error message came
+    /// back whole in the error body, on every route (found by a black-box
+    /// run of `dgem serve`).
+    #[test]
+    fn an_error_message_quoting_a_huge_value_is_bounded() {
+        let huge = "x".repeat(100_000);
+        let m = bounded_message(&format!("`seed` must be an integer. Given: \"{huge}\""));
+        assert_eq!(
+            m,
+            format!(
+                "`seed` must be an integer. Given: \"{}…",
+                "x".repeat(SHOWN_CHARS - 1)
+            )
+        );
+        // Many short words are cut at the message bound, saying how much.
+        let words = "ab ".repeat(5_000);
+        let m = bounded_message(&words);
+        assert!(
+            m.ends_with("… (7000 more characters)"),
+            "{}",
+            &m[m.len() - 40..]
+        );
+        assert_eq!(
+            m.chars().count(),
+            MESSAGE_CHARS + "… (7000 more characters)".chars().count()
+        );
+        // A message within the bounds is unchanged, a 200-character run included.
+        let ok = format!(
+            "must be one of [a, b]. Given: {}",
+            "y".repeat(MESSAGE_RUN_CHARS)
+        );
+        assert_eq!(bounded_message(&ok), ok);
+    }
 
     #[test]
     fn duplicate_question_ids_are_refused_naming_key_and_path() {

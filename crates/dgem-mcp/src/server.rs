@@ -342,7 +342,9 @@ impl ServerHandler for DecisionServer {
             }
             Err(e) => {
                 tracing::info!(tool = %request.name, error = %e, "tool error");
-                CallToolResult::error(vec![ContentBlock::text(e.to_string())])
+                // Bounded: a check may quote a huge argument whole.
+                let text = dgem_core::json::bounded_message(&e.to_string());
+                CallToolResult::error(vec![ContentBlock::text(text)])
             }
         };
         Ok(out.into())

@@ -249,13 +249,17 @@ impl ApiError {
         }
     }
 
-    /// The JSON body.
+    /// The JSON body, `{"error": {message, type, param}}`, its message and
+    /// param bounded ([`dgem_core::json::bounded_message`]: a 100 KB value
+    /// quoted by a check comes back cut to 80 characters).
     pub fn body(&self) -> Value {
         let mut inner = Map::new();
-        inner.insert("message".into(), json!(self.message));
+        // Bounded: a check may quote a huge value or key whole.
+        let bounded = dgem_core::json::bounded_message;
+        inner.insert("message".into(), json!(bounded(&self.message)));
         inner.insert("type".into(), json!(self.kind.error_type()));
         if let Some(p) = &self.param {
-            inner.insert("param".into(), json!(p));
+            inner.insert("param".into(), json!(bounded(p)));
         }
         json!({ "error": Value::Object(inner) })
     }
@@ -311,6 +315,21 @@ mod tests {
             ApiError::not_found().body(),
             json!({"error": {"message": "unknown route", "type": "invalid_request_error"}})
         );
+    }
+
+    /// Regression: a 100 KB value quoted in a message (a `temperature`, a
+    /// question `type`, a rules id) came back whole in the error body.
+    #[test]
+    fn an_error_body_quoting_a_huge_value_is_bounded() {
+        let huge = "t".repeat(100_000);
+        let e = ApiError::new(
+            ErrorKind::InvalidRequest,
+            format!("`temperature` must be a number. Given: \"{huge}\""),
+        )
+        .with_param(format!("rules[0].if.{huge}"));
+        let body = e.body().to_string();
+        assert!(body.len() < 400, "{} bytes", body.len());
+        assert!(body.contains("Given: \\\"ttt"), "{body}");
     }
 
     #[test]
