@@ -308,24 +308,63 @@ pub(crate) fn seed_of(v: Option<&Value>) -> Result<i64, String> {
         .map_err(|e| format!("`seed` {e}"))
 }
 
-/// OpenAI's sampling keys a decision ignores (it reads, it does not sample)
-/// must still be what OpenAI accepts, a number ≥ 0: `temperature: "x"` was
-/// accepted in silence (issue 38). `null` is absent.
+/// A no-effect field, what OpenAI accepts for it in words, and the check.
+type NoEffectRule = (&'static str, &'static str, fn(&Value) -> bool);
+
+/// What OpenAI accepts for each of the [`NO_EFFECT_FIELDS`] (but `n`,
+/// checked on its own), in words, and the check. A decision ignores their
+/// values (it reads, it does not sample), but a value OpenAI would refuse is
+/// refused here too, naming the field: `temperature: "x"` (issue 38) or
+/// `max_tokens: -5` is a client bug, not something to drop in silence.
+/// Ranges from OpenAI's chat completions reference.
+const NO_EFFECT_RULES: [NoEffectRule; 10] = [
+    ("temperature", "a number from 0 to 2", |v| {
+        in_range(v, 0.0, 2.0)
+    }),
+    ("top_p", "a number from 0 to 1", |v| in_range(v, 0.0, 1.0)),
+    ("presence_penalty", "a number from -2 to 2", |v| {
+        in_range(v, -2.0, 2.0)
+    }),
+    ("frequency_penalty", "a number from -2 to 2", |v| {
+        in_range(v, -2.0, 2.0)
+    }),
+    ("max_tokens", "a whole number ≥ 1", |v| {
+        v.as_u64().is_some_and(|n| n >= 1)
+    }),
+    ("max_completion_tokens", "a whole number ≥ 1", |v| {
+        v.as_u64().is_some_and(|n| n >= 1)
+    }),
+    ("user", "a string", Value::is_string),
+    ("metadata", "an object of strings", |v| {
+        v.as_object()
+            .is_some_and(|m| m.values().all(Value::is_string))
+    }),
+    ("store", "true or false", Value::is_boolean),
+    ("service_tier", "a string", Value::is_string),
+];
+
+/// Whether `v` is a finite number in `[lo, hi]`.
+fn in_range(v: &Value, lo: f64, hi: f64) -> bool {
+    v.as_f64()
+        .is_some_and(|f| f.is_finite() && (lo..=hi).contains(&f))
+}
+
+/// The [`NO_EFFECT_FIELDS`] must hold what OpenAI accepts ([`NO_EFFECT_RULES`]);
+/// `null` is absent.
+///
+/// # Errors
+/// 400 naming the field (`param`), what it must be and the value given.
 fn sampling_keys(req: &Value) -> Result<(), ApiError> {
-    for key in [
-        "temperature",
-        "top_p",
-        "frequency_penalty",
-        "presence_penalty",
-    ] {
+    for (key, allowed, ok) in NO_EFFECT_RULES {
         match req.get(key) {
             None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f.is_finite() && (f >= 0.0 || key.ends_with("penalty"))) => {}
+            Some(v) if ok(v) => {}
             Some(other) => {
                 return Err(invalid(format!(
-                    "`{key}` must be a number{} (dgem reads a decision and does not sample, so it is ignored). Given: {other}",
-                    if key.ends_with("penalty") { "" } else { " ≥ 0" }
-                )))
+                    "`{key}` must be {allowed} (dgem reads a decision and does not sample, so it is ignored). Given: {}",
+                    dgem_core::json::shown(other)
+                ))
+                .with_param(key))
             }
         }
     }
@@ -343,6 +382,21 @@ fn sampling_keys(req: &Value) -> Result<(), ApiError> {
 pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiError> {
     let ignored = check_fields(req)?;
     sampling_keys(req)?;
+    // The model is echoed in the reply: a non-string would be replaced by
+    // the default in silence.
+    let model = match req.get("model") {
+        None | Some(Value::Null) => DEFAULT_MODEL,
+        Some(Value::String(m)) if m.is_empty() => DEFAULT_MODEL,
+        Some(Value::String(m)) => m.as_str(),
+        Some(other) => {
+            return Err(invalid(format!(
+                "`model` must be a string (the model name echoed in the reply). Given: {}",
+                dgem_core::json::shown(other)
+            ))
+            .with_param("model"))
+        }
+    }
+    .to_string();
     let (stream, stream_usage) = stream_of(req)?;
     let (schema, state, structured) = if structured::wants_schema(req.get("response_format"))? {
         let s = structured::parse(req, defaults)?;
@@ -351,13 +405,7 @@ pub fn parse(req: &Value, defaults: &SchemaDefaults) -> Result<ChatRequest, ApiE
         let (schema, state) = schema_and_state(req, defaults)?;
         (schema, state, None)
     };
-    let seed = seed_of(req.get("seed")).map_err(invalid)?;
-    let model = req
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .unwrap_or(DEFAULT_MODEL)
-        .to_string();
+    let seed = seed_of(req.get("seed")).map_err(|e| invalid(e).with_param("seed"))?;
     let after = after_of(req)?;
     Ok(ChatRequest {
         schema,
@@ -572,6 +620,41 @@ mod tests {
         let mut one = base.clone();
         one["n"] = json!(1);
         assert!(check_fields(&one).is_ok());
+    }
+
+    /// Regression: of the no-effect OpenAI fields only the sampling knobs
+    /// were type-checked, and loosely (`temperature: 3`, `max_tokens: -5`,
+    /// `store: "yes"`, `user: {}` and `model: 5` were taken), and their
+    /// refusals named no `param` (found by a black-box run of `dgem serve`).
+    #[test]
+    fn no_effect_fields_must_hold_what_openai_accepts() {
+        let base = json!({"model": "m", "messages": []});
+        for (field, bad, allowed) in [
+            ("temperature", json!(3), "a number from 0 to 2"),
+            ("top_p", json!(1.5), "a number from 0 to 1"),
+            ("presence_penalty", json!(-3), "a number from -2 to 2"),
+            ("max_tokens", json!(-5), "a whole number ≥ 1"),
+            ("max_completion_tokens", json!("64"), "a whole number ≥ 1"),
+            ("user", json!({}), "a string"),
+            ("metadata", json!([1]), "an object of strings"),
+            ("store", json!("yes"), "true or false"),
+            ("service_tier", json!(5), "a string"),
+        ] {
+            let mut body = base.clone();
+            body[field] = bad.clone();
+            let e = sampling_keys(&body).expect_err(field);
+            assert_eq!(e.param.as_deref(), Some(field));
+            assert_eq!(
+                e.message,
+                format!("`{field}` must be {allowed} (dgem reads a decision and does not sample, so it is ignored). Given: {bad}")
+            );
+        }
+        let good = json!({"temperature": 2, "top_p": 0, "frequency_penalty": -2, "max_tokens": 64,
+            "user": "u-1", "metadata": {"k": "v"}, "store": false, "service_tier": "auto"});
+        assert!(sampling_keys(&good).is_ok());
+        let body = json!({"model": 5, "messages": [{"role": "user", "content": "hi"}]});
+        let e = parse(&body, &SchemaDefaults::default()).expect_err("model");
+        assert_eq!(e.param.as_deref(), Some("model"));
     }
 
     /// Regression: an unknown field's message listed five of the fields the

@@ -196,7 +196,7 @@ async fn respond(
     {
         return Err(unprocessable("state: required").with_param("state"));
     }
-    let seed = seed_of(req.get("seed")).map_err(unprocessable)?;
+    let seed = seed_of(req.get("seed")).map_err(|e| unprocessable(e).with_param("seed"))?;
     json_images(req, &mut images)?;
     // A `state` that is a list of content parts with images is an image state,
     // as on chat, /api and MCP (the original server wrote it as JSON text).
