@@ -426,21 +426,43 @@ fn schema_and_state(
     req: &Value,
     defaults: &SchemaDefaults,
 ) -> Result<(ValidSchema, Value), ApiError> {
-    let messages = req
-        .get("messages")
-        .and_then(Value::as_array)
-        .filter(|m| m.len() == 2)
-        .ok_or_else(|| invalid(SHAPE_MESSAGE).with_param("messages"))?;
-    let role = |m: &Value| {
-        m.get("role")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (system, user) = (&messages[0], &messages[1]);
-    if !matches!(role(system).as_str(), "system" | "developer") || role(user) != "user" {
-        return Err(invalid(SHAPE_MESSAGE).with_param("messages"));
+    // The spec's wording first, then what was given.
+    let messages =
+        match req.get("messages") {
+            Some(Value::Array(m)) if m.len() == 2 => m,
+            Some(Value::Array(m)) => {
+                let n = m.len();
+                let s = if n == 1 { "" } else { "s" };
+                return Err(invalid(format!("{SHAPE_MESSAGE}. Given: {n} message{s}"))
+                    .with_param("messages"));
+            }
+            None | Some(Value::Null) => {
+                return Err(invalid(format!("{SHAPE_MESSAGE}. Given: no `messages`"))
+                    .with_param("messages"))
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{SHAPE_MESSAGE}. Given: {}",
+                    dgem_core::json::shown(other)
+                ))
+                .with_param("messages"))
+            }
+        };
+    for (i, allowed) in [
+        (0, ["system", "developer"].as_slice()),
+        (1, ["user"].as_slice()),
+    ] {
+        let role = messages[i].get("role").unwrap_or(&Value::Null);
+        if !role.as_str().is_some_and(|r| allowed.contains(&r)) {
+            return Err(invalid(format!(
+                "{SHAPE_MESSAGE}: `messages[{i}].role` must be {}. Given: {}",
+                allowed.join(" or "),
+                dgem_core::json::shown(role)
+            ))
+            .with_param(format!("messages[{i}].role")));
+        }
     }
+    let (system, user) = (&messages[0], &messages[1]);
     if system
         .get("content")
         .is_some_and(dgem_core::images::has_images)
