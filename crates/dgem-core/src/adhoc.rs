@@ -15,6 +15,8 @@
 //! * multi: options as for choice, with optional `min`, `max` and `threshold`;
 //! * `depends_on`, `ask_if`, `alone`, `none_of_these`, `abstain_below` and
 //!   `abstain_above` pass through;
+//! * the text and the alternatives are each given once, in keys the type
+//!   reads (a second one, or another type's list, is refused);
 //! * any other key is ignored, except one that nearly spells a known key
 //!   (`instrucions`, `critera`), which is refused naming the key it nearly
 //!   spells.
@@ -121,6 +123,69 @@ fn near_miss(q: &Map<String, Value>) -> Option<(&str, &'static str)> {
     })
 }
 
+/// The keys an ad-hoc question may give its text in, in the order read.
+const TEXT_KEYS: [&str; 3] = ["instructions", "question", "prompt"];
+
+/// The question's text and alternatives are each given once, in keys its
+/// type reads: a second text (`question` beside `instructions`), a second
+/// list (`criteria` beside `options`) or another type's list (`options` on
+/// a yes/no question, `levels` on a choice) would be dropped in silence.
+///
+/// # Errors
+/// [`AdhocError`] at the key that would be dropped, naming the keys the
+/// type reads.
+fn given_once(
+    field: &str,
+    id: &str,
+    kind: QuestionKind,
+    q: &Map<String, Value>,
+) -> Result<(), AdhocError> {
+    let present = |k: &&str| q.get(*k).is_some_and(|v| !v.is_null());
+    let texts: Vec<&str> = TEXT_KEYS.iter().copied().filter(present).collect();
+    if let [first, second, ..] = texts[..] {
+        return Err(err(
+            format!("{field}.{second}"),
+            format!("question '{id}': give its text once, in `{first}` (or `question` or `prompt`), not also in `{second}`"),
+        ));
+    }
+    let own = crate::kinds::of(kind).adhoc_alternative_keys();
+    let all = ["options", "criteria", "choices", "levels"];
+    if let Some(other) = all
+        .iter()
+        .copied()
+        .filter(present)
+        .find(|k| !own.contains(k))
+    {
+        return Err(err(
+            format!("{field}.{other}"),
+            format!(
+                "question '{id}': a {} question takes its alternatives in {}, not `{other}`",
+                kind.as_str(),
+                quoted_keys(own)
+            ),
+        ));
+    }
+    let lists: Vec<&str> = own.iter().copied().filter(present).collect();
+    if let [first, second, ..] = lists[..] {
+        return Err(err(
+            format!("{field}.{second}"),
+            format!(
+                "question '{id}': give its alternatives once, in `{first}`, not also in `{second}`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `keys` as `` `a` ``, `` `a` or `b` `` or `` `a`, `b` or `c` ``.
+fn quoted_keys(keys: &[&str]) -> String {
+    let q: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    match q.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => q.join(""),
+    }
+}
+
 fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     let Value::Object(q) = q else {
         return Err(err(
@@ -163,7 +228,7 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     let mut out = Map::new();
     out.insert("id".into(), json!(id));
     out.insert("type".into(), json!(kind.as_str()));
-    let text = ["instructions", "question", "prompt"]
+    let text = TEXT_KEYS
         .iter()
         .find_map(|k| q.get(*k).filter(|v| !v.is_null()));
     if let Some(t) = text {
@@ -172,6 +237,7 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
         let text = t.as_str().map_or_else(|| python_json(t), str::to_owned);
         out.insert("instructions".into(), json!(text));
     }
+    given_once(field, id, kind, q)?;
     let criteria = q.get("criteria").filter(|v| !v.is_null());
     let at = crate::kinds::AdhocAt { id, field };
     crate::kinds::of(kind).adhoc(&at, q, criteria, &mut out)?;
@@ -332,5 +398,43 @@ mod tests {
             json!({"a": {"type": "noul", "instructions": "Urgent?", "note": "from the triage bot"}}),
         );
         assert_eq!(s.questions[0].instructions, "Urgent?");
+    }
+
+    /// Regression: another type's list (`options` on a yes/no question,
+    /// `levels` on a choice), a second list (`criteria` beside `options`) or
+    /// a second text (`question` beside `instructions`) was dropped in
+    /// silence (found by a black-box run of `dgem serve`).
+    #[test]
+    fn text_and_alternatives_are_given_once_in_keys_the_type_reads() {
+        let cases = [
+            (
+                json!({"type": "noul", "options": ["a", "b"]}),
+                "options",
+                "question 'a': a boolean question takes its alternatives in `criteria`, not `options`",
+            ),
+            (
+                json!({"type": "choice", "options": ["x", "y"], "levels": ["lo", "hi"]}),
+                "levels",
+                "question 'a': a choice question takes its alternatives in `options`, `criteria` or `choices`, not `levels`",
+            ),
+            (
+                json!({"type": "choice", "options": ["x", "y"], "criteria": {"z": "w"}}),
+                "criteria",
+                "question 'a': give its alternatives once, in `options`, not also in `criteria`",
+            ),
+            (
+                json!({"type": "noul", "instructions": "Urgent?", "question": "Late?"}),
+                "question",
+                "question 'a': give its text once, in `instructions` (or `question` or `prompt`), not also in `question`",
+            ),
+        ];
+        for (q, key, message) in cases {
+            let e = adhoc_questions(&json!({"a": q})).expect_err(key);
+            assert_eq!(e.field, format!("questions.a.{key}"));
+            assert_eq!(e.message, message);
+        }
+        // A score may give its levels in `options` (the Studio's form); `null` is absent.
+        let s = schema(json!({"a": {"type": "score", "options": ["lo", "hi"], "levels": null}}));
+        assert_eq!(s.questions[0].alternatives.len(), 2);
     }
 }

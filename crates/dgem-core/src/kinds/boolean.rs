@@ -65,6 +65,10 @@ impl Kind for Boolean {
         }
     }
 
+    fn adhoc_alternative_keys(&self) -> &'static [&'static str] {
+        &["criteria"]
+    }
+
     fn adhoc(
         &self,
         at: &AdhocAt<'_>,

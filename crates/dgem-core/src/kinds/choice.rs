@@ -44,6 +44,10 @@ impl Kind for Choice {
         options_wire(q, m);
     }
 
+    fn adhoc_alternative_keys(&self) -> &'static [&'static str] {
+        &["options", "criteria", "choices"]
+    }
+
     fn adhoc(
         &self,
         at: &AdhocAt<'_>,

@@ -108,6 +108,11 @@ pub(crate) trait Kind: Sync {
     /// The type's own fields of `q` in the wire form of a schema.
     fn wire(&self, q: &Question, m: &mut Map<String, Value>);
 
+    /// The keys an ad-hoc question of this type may give its alternatives
+    /// in, in the order [`Self::adhoc`] looks for them; one of them at most
+    /// (the converter refuses two, and any other type's).
+    fn adhoc_alternative_keys(&self) -> &'static [&'static str];
+
     /// Convert the alternatives of an ad-hoc question `q` (whose `criteria`
     /// is `criteria`) into the policy form, in `out`.
     ///

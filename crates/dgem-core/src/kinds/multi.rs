@@ -291,6 +291,10 @@ impl Kind for Multi {
         options_wire(q, m);
     }
 
+    fn adhoc_alternative_keys(&self) -> &'static [&'static str] {
+        &["options", "criteria", "choices"]
+    }
+
     fn adhoc(
         &self,
         at: &AdhocAt<'_>,

@@ -48,6 +48,10 @@ impl Kind for Score {
         m.insert("levels".into(), json!(levels));
     }
 
+    fn adhoc_alternative_keys(&self) -> &'static [&'static str] {
+        &["levels", "criteria", "options"]
+    }
+
     fn adhoc(
         &self,
         at: &AdhocAt<'_>,
