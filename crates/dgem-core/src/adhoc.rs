@@ -149,13 +149,14 @@ fn given_once(
         ));
     }
     let own = crate::kinds::of(kind).adhoc_alternative_keys();
-    let all = ["options", "criteria", "choices", "levels"];
-    if let Some(other) = all
-        .iter()
-        .copied()
-        .filter(present)
-        .find(|k| !own.contains(k))
-    {
+    // Every type's alternative keys, from the types themselves.
+    let mut all = QuestionKind::ALL.iter().flat_map(|k| {
+        crate::kinds::of(*k)
+            .adhoc_alternative_keys()
+            .iter()
+            .copied()
+    });
+    if let Some(other) = all.find(|k| present(k) && !own.contains(k)) {
         return Err(err(
             format!("{field}.{other}"),
             format!(
