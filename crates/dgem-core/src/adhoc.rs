@@ -140,7 +140,20 @@ fn given_once(
     kind: QuestionKind,
     q: &Map<String, Value>,
 ) -> Result<(), AdhocError> {
-    let present = |k: &&str| q.get(*k).is_some_and(|v| !v.is_null());
+    // Absent: missing, `null`, or empty (`[]`, `{}`, `""`: the defaults the
+    // request schemas advertise). A yes/no question listed with its fixed
+    // answers (`options: ["yes", "no"]`, as the template listing writes it)
+    // gives nothing else either.
+    let present = |k: &&str| match q.get(*k) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(l)) => {
+            let fixed = kind == QuestionKind::Boolean && is_yes_no(l);
+            !(l.is_empty() || fixed)
+        }
+        Some(Value::Object(m)) => !m.is_empty(),
+        Some(Value::String(s)) => !s.trim().is_empty(),
+        Some(_) => true,
+    };
     let texts: Vec<&str> = TEXT_KEYS.iter().copied().filter(present).collect();
     if let [first, second, ..] = texts[..] {
         return Err(err(
@@ -176,6 +189,17 @@ fn given_once(
         ));
     }
     Ok(())
+}
+
+/// Whether `l` is `["yes", "no"]` (in any case), a yes/no question's own
+/// alternatives.
+fn is_yes_no(l: &[Value]) -> bool {
+    let names: Vec<String> = l
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|s| s.trim().to_lowercase())
+        .collect();
+    names == ["yes", "no"]
 }
 
 /// `keys` as `` `a` ``, `` `a` or `b` `` or `` `a`, `b` or `c` ``.
@@ -229,9 +253,11 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     let mut out = Map::new();
     out.insert("id".into(), json!(id));
     out.insert("type".into(), json!(kind.as_str()));
-    let text = TEXT_KEYS
-        .iter()
-        .find_map(|k| q.get(*k).filter(|v| !v.is_null()));
+    // The first text given (an empty one is absent, as in given_once).
+    let text = TEXT_KEYS.iter().find_map(|k| {
+        q.get(*k)
+            .filter(|v| !v.is_null() && v.as_str().is_none_or(|s| !s.trim().is_empty()))
+    });
     if let Some(t) = text {
         // A non-string is written the way Python's str() writes it, as the
         // original server does (`{'rubric': 'severity'}`).
@@ -434,8 +460,17 @@ mod tests {
             assert_eq!(e.field, format!("questions.a.{key}"));
             assert_eq!(e.message, message);
         }
-        // A score may give its levels in `options` (the Studio's form); `null` is absent.
+        // A score may give its levels in `options` (the Studio's form); `null`
+        // and the empty defaults the request schemas advertise are absent.
         let s = schema(json!({"a": {"type": "score", "options": ["lo", "hi"], "levels": null}}));
         assert_eq!(s.questions[0].alternatives.len(), 2);
+        let s = schema(
+            json!({"a": {"type": "choice", "options": ["x", "y"], "criteria": {}, "levels": []},
+                              "b": {"type": "noul", "options": [], "question": ""}}),
+        );
+        assert_eq!(s.questions[0].alternatives.len(), 2);
+        // A yes/no question copied from the template listing, with its fixed answers.
+        let s = schema(json!({"a": {"type": "boolean", "options": ["yes", "no"]}}));
+        assert_eq!(s.questions[0].kind, QuestionKind::Boolean);
     }
 }

@@ -20,43 +20,46 @@ pub fn closest_variable<'a>(
         .map(|(_, c)| c)
 }
 
-/// Jaro-Winkler similarity at or above which an unknown key is taken for a
-/// misspelling of a known one (`thresold`, `instrucions`, `critera`).
-pub const NEAR_KEY_SIMILARITY: f64 = 0.9;
-
-/// Shortest unknown key, in characters, that one edit away from a known key
-/// (a letter added, dropped, changed or two swapped: `treshold`) counts as
-/// its misspelling even below [`NEAR_KEY_SIMILARITY`]; shorter keys are one
-/// edit from too many words.
-pub const NEAR_KEY_MIN_CHARS: usize = 5;
+/// Shortest unknown key, in characters, that can be taken for a
+/// misspelling: shorter keys are one edit from too many words.
+pub const NEAR_KEY_MIN_CHARS: usize = 4;
 
 /// The key of `known` that the unknown `key` nearly spells, for refusing a
-/// misspelt key that would otherwise be ignored in silence: Jaro-Winkler
-/// similarity at least [`NEAR_KEY_SIMILARITY`], or (for keys of at least
-/// [`NEAR_KEY_MIN_CHARS`] characters) one edit away by optimal string
-/// alignment. The most similar wins; `None` when `key` is itself known or
-/// near none.
+/// misspelt key that would otherwise be ignored in silence: one edit away
+/// (a letter added, dropped, changed, or two neighbours swapped: optimal
+/// string alignment distance 1), for keys of at least
+/// [`NEAR_KEY_MIN_CHARS`] characters. One edit, not a similarity score: a
+/// known key with a suffix (`instructions_fr`, `question_id`, `optional`)
+/// is another key, not a typo. `None` when `key` is itself known or near
+/// none; the first near key in `known`'s order wins. A key longer than
+/// every known key by more than one character is near none, and is not
+/// compared (a request may send a key of megabytes).
 pub fn near_key<'a>(key: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let len = key.chars().count();
+    if len < NEAR_KEY_MIN_CHARS {
+        return None;
+    }
     let known: Vec<&str> = known.into_iter().collect();
     if known.contains(&key) {
         return None;
     }
-    let one_edit = key.chars().count() >= NEAR_KEY_MIN_CHARS;
     known
         .into_iter()
-        .map(|n| (strsim::jaro_winkler(key, n), n))
-        .filter(|(sim, n)| {
-            *sim >= NEAR_KEY_SIMILARITY || (one_edit && strsim::osa_distance(key, n) <= 1)
-        })
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, n)| n)
+        .find(|n| n.chars().count().abs_diff(len) <= 1 && strsim::osa_distance(key, n) <= 1)
 }
 
 #[cfg(test)]
 mod near_key_tests {
     use super::*;
 
-    const KEYS: [&str; 5] = ["threshold", "instructions", "criteria", "options", "min"];
+    const KEYS: [&str; 6] = [
+        "threshold",
+        "instructions",
+        "criteria",
+        "options",
+        "min",
+        "id",
+    ];
 
     #[test]
     fn misspellings_are_near_their_key() {
@@ -66,6 +69,7 @@ mod near_key_tests {
             ("instrucions", "instructions"),
             ("critera", "criteria"),
             ("option", "options"),
+            ("criteira", "criteria"),
         ] {
             assert_eq!(near_key(typo, KEYS), Some(meant), "{typo}");
         }
@@ -73,8 +77,21 @@ mod near_key_tests {
 
     #[test]
     fn known_and_unrelated_keys_are_near_nothing() {
-        for key in ["threshold", "note", "x_meta", "description", "mix", "id"] {
+        // Known keys, unrelated ones, and known keys with a suffix.
+        for key in [
+            "threshold",
+            "note",
+            "x_meta",
+            "description",
+            "mix",
+            "idx",
+            "optional",
+            "instructions_fr",
+            "criteria_desc",
+        ] {
             assert_eq!(near_key(key, KEYS), None, "{key}");
         }
+        // A key of megabytes is near nothing (and is not compared).
+        assert_eq!(near_key(&"o".repeat(8_000_000), KEYS), None);
     }
 }

@@ -74,7 +74,7 @@ pub(crate) fn check(bytes: &[u8]) -> Result<(), (i64, String, Value)> {
     match obj.get("jsonrpc") {
         Some(Value::String(v)) if v == "2.0" => {}
         other => {
-            let given = other.map_or_else(|| "nothing".to_string(), Value::to_string);
+            let given = other.map_or_else(|| "nothing".to_string(), dgem_core::json::shown);
             return Err((
                 INVALID_REQUEST,
                 format!("invalid request: `jsonrpc` must be \"2.0\". Given: {given}"),
@@ -88,7 +88,7 @@ pub(crate) fn check(bytes: &[u8]) -> Result<(), (i64, String, Value)> {
         Some(Value::String(m)) if !m.is_empty() => m.as_str(),
         None if is_reply => return Ok(()),
         other => {
-            let given = other.map_or_else(|| "nothing".to_string(), Value::to_string);
+            let given = other.map_or_else(|| "nothing".to_string(), dgem_core::json::shown);
             return Err((
                 INVALID_REQUEST,
                 format!("invalid request: `method` must be a non-empty string. Given: {given}"),

@@ -338,7 +338,8 @@ impl ServerHandler for DecisionServer {
             // text names the argument to fix so a model can correct its call.
             Err(e @ ToolError::UnknownTool(_)) => {
                 tracing::info!(tool = %request.name, "unknown tool");
-                return Err(ErrorData::invalid_params(e.to_string(), None));
+                let text = dgem_core::json::bounded_message(&e.to_string());
+                return Err(ErrorData::invalid_params(text, None));
             }
             Err(e) => {
                 tracing::info!(tool = %request.name, error = %e, "tool error");

@@ -116,7 +116,7 @@ fn unsupported(field: &str) -> Option<&'static str> {
 
 /// Why an unknown field is refused: the fields the route reads, its
 /// post-read keys, and the one the field nearly spells, if any (a "did you
-/// mean" by the one nearness measure of dgem-core's messages).
+/// mean" by the measure of misspelt keys, [`dgem_core::suggest::near_key`]).
 fn unknown_field(field: &str) -> String {
     let after: Vec<&str> = after_fields().iter().map(String::as_str).collect();
     let known = READ_FIELDS
@@ -124,7 +124,7 @@ fn unknown_field(field: &str) -> String {
         .chain(NO_EFFECT_FIELDS)
         .copied()
         .chain(after.iter().copied());
-    let meant = dgem_core::suggest::closest_variable(field, known)
+    let meant = dgem_core::suggest::near_key(field, known)
         .map(|m| format!(" (did you mean `{m}`?)"))
         .unwrap_or_default();
     format!(
@@ -141,7 +141,10 @@ fn unknown_field(field: &str) -> String {
 /// 400 naming the first field a decision cannot honour, or an unknown one.
 pub fn check_fields(req: &Value) -> Result<Vec<String>, ApiError> {
     let Some(obj) = req.as_object() else {
-        return Err(invalid(SHAPE_MESSAGE));
+        return Err(invalid(format!(
+            "{SHAPE_MESSAGE}. Given: {}",
+            dgem_core::json::shown(req)
+        )));
     };
     let mut ignored = Vec::new();
     for (k, v) in obj {
@@ -328,12 +331,8 @@ const NO_EFFECT_RULES: [NoEffectRule; 10] = [
     ("frequency_penalty", "a number from -2 to 2", |v| {
         in_range(v, -2.0, 2.0)
     }),
-    ("max_tokens", "a whole number ≥ 1", |v| {
-        v.as_u64().is_some_and(|n| n >= 1)
-    }),
-    ("max_completion_tokens", "a whole number ≥ 1", |v| {
-        v.as_u64().is_some_and(|n| n >= 1)
-    }),
+    ("max_tokens", TOKEN_BUDGET, token_budget),
+    ("max_completion_tokens", TOKEN_BUDGET, token_budget),
     ("user", "a string", Value::is_string),
     ("metadata", "an object of strings", |v| {
         v.as_object()
@@ -342,6 +341,17 @@ const NO_EFFECT_RULES: [NoEffectRule; 10] = [
     ("store", "true or false", Value::is_boolean),
     ("service_tier", "a string", Value::is_string),
 ];
+
+/// What a token budget may be, in words ([`token_budget`]).
+const TOKEN_BUDGET: &str = "a whole number ≥ 1, or -1 for no limit";
+
+/// Whether `v` is a token budget: a whole number ≥ 1 (written `64` or
+/// `64.0`, as `seed` is read), or -1, the "no limit" of several
+/// OpenAI-compatible clients.
+fn token_budget(v: &Value) -> bool {
+    v.as_f64()
+        .is_some_and(|f| f.fract() == 0.0 && (f >= 1.0 || f == -1.0) && f.is_finite())
+}
 
 /// Whether `v` is a finite number in `[lo, hi]`.
 fn in_range(v: &Value, lo: f64, hi: f64) -> bool {
@@ -655,8 +665,9 @@ mod tests {
             ("temperature", json!(3), "a number from 0 to 2"),
             ("top_p", json!(1.5), "a number from 0 to 1"),
             ("presence_penalty", json!(-3), "a number from -2 to 2"),
-            ("max_tokens", json!(-5), "a whole number ≥ 1"),
-            ("max_completion_tokens", json!("64"), "a whole number ≥ 1"),
+            ("max_tokens", json!(-5), TOKEN_BUDGET),
+            ("max_completion_tokens", json!("64"), TOKEN_BUDGET),
+            ("max_tokens", json!(0), TOKEN_BUDGET),
             ("user", json!({}), "a string"),
             ("metadata", json!([1]), "an object of strings"),
             ("store", json!("yes"), "true or false"),
@@ -671,7 +682,8 @@ mod tests {
                 format!("`{field}` must be {allowed} (dgem reads a decision and does not sample, so it is ignored). Given: {bad}")
             );
         }
-        let good = json!({"temperature": 2, "top_p": 0, "frequency_penalty": -2, "max_tokens": 64,
+        let good = json!({"temperature": 2, "top_p": 0, "frequency_penalty": -2, "max_tokens": 64.0,
+            "max_completion_tokens": -1,
             "user": "u-1", "metadata": {"k": "v"}, "store": false, "service_tier": "auto"});
         assert!(sampling_keys(&good).is_ok());
         let body = json!({"model": 5, "messages": [{"role": "user", "content": "hi"}]});
