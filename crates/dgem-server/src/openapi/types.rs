@@ -51,17 +51,24 @@ pub struct ChatCompletionRequest {
     pub stage2_prior: Option<PriorMode>,
     /// Expected answers by question id (scored in the cascade summary).
     pub expected_answers: Option<Value>,
-    /// No effect on a decision (named in `X-DGem-Ignored-Fields`).
+    /// No effect on a decision (named in `X-DGem-Ignored-Fields`); 0 to 2,
+    /// as OpenAI takes it.
+    #[schema(minimum = 0.0, maximum = 2.0)]
     pub temperature: Option<f64>,
-    /// No effect (named in `X-DGem-Ignored-Fields`).
+    /// No effect (named in `X-DGem-Ignored-Fields`); 0 to 1.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
-    /// No effect (named in `X-DGem-Ignored-Fields`).
-    pub max_tokens: Option<u64>,
-    /// No effect (named in `X-DGem-Ignored-Fields`).
-    pub max_completion_tokens: Option<u64>,
-    /// No effect (named in `X-DGem-Ignored-Fields`).
+    /// No effect (named in `X-DGem-Ignored-Fields`); a whole number ≥ 1, or
+    /// -1 for no limit.
+    pub max_tokens: Option<i64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`); a whole number ≥ 1, or
+    /// -1 for no limit.
+    pub max_completion_tokens: Option<i64>,
+    /// No effect (named in `X-DGem-Ignored-Fields`); -2 to 2.
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f64>,
-    /// No effect (named in `X-DGem-Ignored-Fields`).
+    /// No effect (named in `X-DGem-Ignored-Fields`); -2 to 2.
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f64>,
     /// No effect (named in `X-DGem-Ignored-Fields`).
     pub user: Option<String>,
