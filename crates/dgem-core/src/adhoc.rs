@@ -230,26 +230,33 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
             ),
         ));
     }
-    let kind = match q.get("type") {
-        Some(Value::String(t)) => QuestionKind::parse(t.trim()).ok_or_else(|| t.clone()),
-        None | Some(Value::Null) => Err("None".to_owned()),
-        Some(other) => Err(other.to_string()),
-    }
-    .map_err(|t| {
-        err(
-            format!("{field}.type"),
-            format!(
-                "question '{id}': unknown type '{t}' (`type` must be one of {})",
-                QuestionKind::accepted_names()
-            ),
-        )
-    })?;
+    // A misspelt key first: `tpye` is a typo, not a missing type.
     if let Some((key, meant)) = near_miss(q) {
         return Err(err(
             format!("{field}.{key}"),
             format!("question '{id}': unknown key `{key}` (did you mean `{meant}`?)"),
         ));
     }
+    let kind = match q.get("type") {
+        Some(Value::String(t)) => QuestionKind::parse(t.trim()).ok_or_else(|| (t.clone(), false)),
+        None | Some(Value::Null) => Err(("None".to_owned(), true)),
+        Some(other) => Err((shown(other), false)),
+    }
+    .map_err(|(t, absent)| {
+        // The policy validator's wording, which says when `type` is missing.
+        let missing = if absent {
+            "`type` is missing; it"
+        } else {
+            "`type`"
+        };
+        err(
+            format!("{field}.type"),
+            format!(
+                "question '{id}': unknown type '{t}' ({missing} must be one of {})",
+                QuestionKind::accepted_names()
+            ),
+        )
+    })?;
     let mut out = Map::new();
     out.insert("id".into(), json!(id));
     out.insert("type".into(), json!(kind.as_str()));
@@ -472,5 +479,27 @@ mod tests {
         // A yes/no question copied from the template listing, with its fixed answers.
         let s = schema(json!({"a": {"type": "boolean", "options": ["yes", "no"]}}));
         assert_eq!(s.questions[0].kind, QuestionKind::Boolean);
+    }
+
+    /// Regression: a misspelt `tpye` was reported as a missing type named
+    /// 'None', with no hint, and a missing type was not said to be missing
+    /// (found by a black-box run of `dgem serve`).
+    #[test]
+    fn a_misspelt_or_missing_type_says_which() {
+        let e = adhoc_questions(&json!({"a": {"tpye": "boolean"}})).expect_err("typo");
+        assert_eq!(e.field, "questions.a.tpye");
+        assert_eq!(
+            e.message,
+            "question 'a': unknown key `tpye` (did you mean `type`?)"
+        );
+        let e = adhoc_questions(&json!({"a": {"instructions": "Urgent?"}})).expect_err("missing");
+        assert_eq!(e.field, "questions.a.type");
+        assert_eq!(
+            e.message,
+            format!(
+                "question 'a': unknown type 'None' (`type` is missing; it must be one of {})",
+                QuestionKind::accepted_names()
+            )
+        );
     }
 }
