@@ -37,7 +37,7 @@ use serde_json::{json, Map, Value};
 
 pub use crate::error::AdhocError;
 use crate::prompt::python_json;
-use crate::schema::QuestionKind;
+use crate::schema::{QuestionKind, QUESTION_KEYS};
 
 fn err(field: String, message: String) -> AdhocError {
     AdhocError { field, message }
@@ -83,20 +83,6 @@ pub fn adhoc_questions(questions: &Value) -> Result<Vec<Value>, AdhocError> {
         .collect()
 }
 
-/// A question's own keys, passed to the schema as written and checked when
-/// it is validated.
-const PASSED_KEYS: [&str; 9] = [
-    "depends_on",
-    "ask_if",
-    "alone",
-    "none_of_these",
-    "min",
-    "max",
-    "threshold",
-    "abstain_below",
-    "abstain_above",
-];
-
 /// The keys the converter reads itself: the id, the type, the text and the
 /// alternatives in each type's forms.
 const READ_KEYS: [&str; 9] = [
@@ -111,16 +97,19 @@ const READ_KEYS: [&str; 9] = [
     "levels",
 ];
 
-/// The first key of `q` that is no known key but nearly spells one
-/// ([`crate::suggest::near_key`], the measure a policy's keys are checked
-/// with), with the key it nearly spells. Other unknown keys are ignored, as
-/// the original server ignores them, but a misspelt known key would drop
-/// the question's text, its options or a setting in silence.
+/// The first key of `q` that is no known key (one the converter reads, or
+/// a policy question's, [`QUESTION_KEYS`]) but nearly spells one
+/// ([`crate::suggest::near_miss`], the check of a policy's keys), with the
+/// key it nearly spells. Other unknown keys are ignored, as the original
+/// server ignores them, but a misspelt known key would drop the question's
+/// text, its options or a setting in silence.
 fn near_miss(q: &Map<String, Value>) -> Option<(&str, &'static str)> {
-    q.keys().find_map(|k| {
-        crate::suggest::near_key(k, READ_KEYS.iter().chain(PASSED_KEYS.iter()).copied())
-            .map(|n| (k.as_str(), n))
-    })
+    let known: Vec<&'static str> = READ_KEYS
+        .iter()
+        .chain(QUESTION_KEYS.iter())
+        .copied()
+        .collect();
+    crate::suggest::near_miss(q.keys(), &known)
 }
 
 /// The keys an ad-hoc question may give its text in, in the order read.
@@ -279,7 +268,9 @@ fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {
     // abstention floors were dropped here, so an ad-hoc question's
     // `abstain_below` was ignored on /api, MCP and /v1/systemone while the
     // chat route (which reads the schema as written) checked it.
-    for key in PASSED_KEYS {
+    // A question's own keys the converter does not read itself, passed to
+    // the schema as written and checked when it is validated.
+    for key in QUESTION_KEYS.into_iter().filter(|k| !READ_KEYS.contains(k)) {
         if let Some(v) = q.get(key) {
             out.insert(key.into(), v.clone());
         }

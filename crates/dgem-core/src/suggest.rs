@@ -48,6 +48,17 @@ pub fn near_key<'a>(key: &str, known: impl IntoIterator<Item = &'a str>) -> Opti
         .find(|n| n.chars().count().abs_diff(len) <= 1 && strsim::osa_distance(key, n) <= 1)
 }
 
+/// The first of `keys` that is none of `known` but nearly spells one
+/// ([`near_key`]), with the key it nearly spells: the check of a policy's
+/// and an ad-hoc question's keys.
+pub fn near_miss<'a, 'k>(
+    keys: impl IntoIterator<Item = &'a String>,
+    known: &[&'k str],
+) -> Option<(&'a str, &'k str)> {
+    keys.into_iter()
+        .find_map(|k| near_key(k, known.iter().copied()).map(|n| (k.as_str(), n)))
+}
+
 #[cfg(test)]
 mod near_key_tests {
     use super::*;

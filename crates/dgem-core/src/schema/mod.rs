@@ -33,6 +33,30 @@ pub const MIN_ALTERNATIVES: usize = 2;
 /// this; a choice may hold up to [`crate::brackets::MAX_BRACKET_OPTIONS`],
 /// answered through bracket routing.
 pub const MAX_ALTERNATIVES: usize = 26;
+/// Every key a policy question is read by. An unknown key of a question is
+/// ignored (as the original server ignores it), but one that nearly spells
+/// one of these ([`crate::suggest::near_key`]) would drop the question's
+/// text, its alternatives, a dependency or a setting in silence, so the
+/// validator refuses it naming the key; the ad-hoc converter passes these
+/// keys on and checks against them too.
+pub const QUESTION_KEYS: [&str; 15] = [
+    "id",
+    "type",
+    "instructions",
+    "options",
+    "levels",
+    "criteria",
+    "depends_on",
+    "ask_if",
+    "alone",
+    "none_of_these",
+    "min",
+    "max",
+    "threshold",
+    "abstain_below",
+    "abstain_above",
+];
+
 /// Most reads (noise draws) averaged for one decision (serving.md §3.6 `MAX_SAMPLES`).
 pub const MAX_SAMPLES: u32 = 32;
 /// Reads in all when `samples: "auto"` extends and the policy sets no

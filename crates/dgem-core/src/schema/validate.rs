@@ -40,7 +40,9 @@ impl ValidSchema {
     /// ```
     pub fn from_value(v: &Value, defaults: &SchemaDefaults) -> Result<ValidSchema, SchemaError> {
         let (obj, raw_questions) = questions_of(v)?;
-        if let Some((key, meant)) = select::near_miss(obj, &select::NEAR_MISS_SCHEMA_KEYS) {
+        if let Some((key, meant)) =
+            crate::suggest::near_miss(obj.keys(), &select::NEAR_MISS_SCHEMA_KEYS)
+        {
             let msg = format!("schema: unknown key `{key}` (did you mean `{meant}`?)");
             return Err(SchemaError::new(key, msg));
         }
@@ -215,7 +217,7 @@ fn parse_question(
         return Err(SchemaError::new(at(".id"), msg));
     }
     let name = py_repr(&id);
-    if let Some((key, meant)) = select::near_miss(q, &select::QUESTION_KEYS) {
+    if let Some((key, meant)) = crate::suggest::near_miss(q.keys(), &crate::schema::QUESTION_KEYS) {
         let msg = format!("question {name}: unknown key `{key}` (did you mean `{meant}`?)");
         return Err(SchemaError::new(at(&format!(".{key}")), msg));
     }

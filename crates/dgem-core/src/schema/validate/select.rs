@@ -16,38 +16,6 @@ use crate::schema::{
 /// would drop every rule in silence.
 pub(super) const NEAR_MISS_SCHEMA_KEYS: [&str; 1] = ["rules"];
 
-/// Every key a policy question is read by. An unknown key of a question is
-/// ignored, but one that nearly spells one of these would drop the
-/// question's text, its alternatives, a dependency or a setting in silence,
-/// so it is refused naming the key ([`near_miss`]).
-pub(super) const QUESTION_KEYS: [&str; 15] = [
-    "id",
-    "type",
-    "instructions",
-    "options",
-    "levels",
-    "criteria",
-    "depends_on",
-    "ask_if",
-    "alone",
-    "none_of_these",
-    "min",
-    "max",
-    "threshold",
-    "abstain_below",
-    "abstain_above",
-];
-
-/// The first key of `obj` that is none of `known` but nearly spells one
-/// ([`crate::suggest::near_key`]), with the key it nearly spells.
-pub(super) fn near_miss<'a>(
-    obj: &'a Map<String, Value>,
-    known: &[&'static str],
-) -> Option<(&'a str, &'static str)> {
-    obj.keys()
-        .find_map(|k| crate::suggest::near_key(k, known.iter().copied()).map(|n| (k.as_str(), n)))
-}
-
 /// Description given to the option `none_of_these: true` adds.
 pub(super) const NONE_DESCRIPTION: &str = "none of the other options applies";
 
