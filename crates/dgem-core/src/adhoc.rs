@@ -164,7 +164,7 @@ fn given_once(
             format!(
                 "question '{id}': a {} question takes its alternatives in {}, not `{other}`",
                 kind.as_str(),
-                quoted_keys(own)
+                crate::words::joined_or(own, '`')
             ),
         ));
     }
@@ -189,15 +189,6 @@ fn is_yes_no(l: &[Value]) -> bool {
         .map(|s| s.trim().to_lowercase())
         .collect();
     names == ["yes", "no"]
-}
-
-/// `keys` as `` `a` ``, `` `a` or `b` `` or `` `a`, `b` or `c` ``.
-fn quoted_keys(keys: &[&str]) -> String {
-    let q: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
-    match q.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => q.join(""),
-    }
 }
 
 fn question(field: &str, id: &str, q: &Value) -> Result<Value, AdhocError> {

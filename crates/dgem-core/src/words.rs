@@ -73,7 +73,14 @@ pub fn parse_exact<T: Word>(s: &str) -> Option<T> {
 /// `names` quoted and joined the way the original server's schema messages
 /// list them: `"a", "b" or "c"`.
 pub fn quoted_or(names: &[&str]) -> String {
-    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    joined_or(names, '"')
+}
+
+/// `names`, each between two `quote` characters, joined as a sentence
+/// lists them: `` `a` ``, `` `a` or `b` ``, `` `a`, `b` or `c` ``; empty
+/// for no names.
+pub fn joined_or(names: &[&str], quote: char) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{quote}{n}{quote}")).collect();
     match quoted.split_last() {
         None => String::new(),
         Some((last, [])) => last.clone(),

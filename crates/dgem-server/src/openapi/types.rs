@@ -195,14 +195,7 @@ fn label_schema() -> utoipa::openapi::schema::Schema {
 /// `multi` ``, from dgem-core's list of types (`QuestionKind::ALL`), so a
 /// new type is described here with no change.
 fn kind_names() -> String {
-    let names: Vec<String> = QuestionKind::ALL
-        .iter()
-        .map(|k| format!("`{}`", k.wire_name()))
-        .collect();
-    match names.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        _ => names.join(""),
-    }
+    dgem_core::words::joined_or(&QuestionKind::ALL.map(QuestionKind::wire_name), '`')
 }
 
 /// An answer's `type`: a string, the wire name of its question's type.
