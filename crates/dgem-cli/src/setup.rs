@@ -43,7 +43,7 @@ pub fn parse_on_off_flag(s: &str) -> Result<bool, String> {
 pub use args::ModelArgs;
 use flags::parse_on_off;
 #[cfg(feature = "embedded")]
-use flags::OrderDebiasArg;
+use flags::{OrderDebiasArg, WordingArg};
 
 /// The refusal of a build without llama.cpp (Cargo feature `embedded`) when
 /// a command needs the model in process.
@@ -286,6 +286,7 @@ fn load_file(
     let is_small = spec.sha256 == dgem_model::gemma3_270m().sha256;
     let calibration = calibration_for(args.calibration, &spec.card);
     let order_debias = order_debias_for(args.order_debias, &spec.card);
+    let wording = wording_for(args.wording, &spec.card);
     let model_layout = spec
         .card
         .schema_first
@@ -350,6 +351,7 @@ fn load_file(
             order_debias,
             model_temperature: shipped,
             model_layout,
+            wording,
             ..EngineConfig::default()
         },
     ))
@@ -371,6 +373,22 @@ fn order_debias_for(
         },
         OrderDebiasArg::Auto => OrderDebias::default(),
     }
+}
+
+/// The question block's sentences a model reads with: `--wording auto`
+/// follows what was measured for a catalogued model
+/// ([`dgem_model::ModelCard::compact_wording`]); `None` is dgem's own.
+#[cfg(feature = "embedded")]
+fn wording_for(
+    given: WordingArg,
+    card: &dgem_model::ModelCard,
+) -> Option<dgem_core::prompt::Wording> {
+    let compact = match given {
+        WordingArg::Auto => card.compact_wording,
+        WordingArg::Standard => false,
+        WordingArg::Compact => true,
+    };
+    compact.then(dgem_core::prompt::Wording::compact)
 }
 
 /// The contextual calibration a model reads with: `--calibration auto`
@@ -472,6 +490,41 @@ mod calibration_tests {
             OrderDebiasArg::Set(dgem_core::order::OrderDebias::Off)
         );
         assert!(Cli::try_parse_from(["dgem", "--order-debias", "sorted"]).is_err());
+    }
+
+    #[test]
+    fn auto_wording_follows_the_catalogued_model_and_the_user_overrides_it() {
+        use clap::Parser;
+        use dgem_core::prompt::Wording;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            model: ModelArgs,
+        }
+        let qwen = dgem_model::qwen_coder_1_5b().card;
+        let gemma = dgem_model::gemma3_270m().card;
+        let custom = dgem_model::ModelCard::default();
+        let parsed = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("dgem").chain(args.iter().copied()))
+                .map(|c| c.model.wording)
+        };
+        assert_eq!(parsed(&[]).ok(), Some(WordingArg::Auto));
+        let auto = WordingArg::Auto;
+        assert_eq!(wording_for(auto, &qwen), Some(Wording::compact()));
+        assert_eq!(wording_for(auto, &gemma), None);
+        assert_eq!(wording_for(auto, &custom), None);
+        let standard = parsed(&["--wording", "standard"]).expect("parses");
+        assert_eq!(wording_for(standard, &qwen), None);
+        let compact = parsed(&["--wording", "Compact"]).expect("parses");
+        assert_eq!(wording_for(compact, &gemma), Some(Wording::compact()));
+        let err = parsed(&["--wording", "short"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("[auto, standard, compact]") && err.contains("`short`"),
+            "{err}"
+        );
     }
 
     #[test]

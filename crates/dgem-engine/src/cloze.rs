@@ -322,15 +322,16 @@ impl Ctx<'_> {
             _ => self.schema.format,
         };
         let instructions = self.schema.instructions.as_deref();
+        let wording = self.engine.config.wording.as_ref();
         let sys = system_text(&SystemTextSpec {
             questions: &refs,
             instructions,
             format,
             mode,
             chunked: false,
-            wording: None,
+            wording,
         });
-        let head = system_head(None, instructions);
+        let head = system_head(wording, instructions);
         let turns = &self.engine.backend.info().chat_turns;
         PromptText {
             text: chat_prompt(turns, self.schema.layout, &sys, state),
@@ -474,7 +475,11 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         restated: false,
-        prompt_wording: None,
+        prompt_wording: engine
+            .config
+            .wording
+            .as_ref()
+            .map(dgem_core::prompt::Wording::hash),
         runtime: info.runtime.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),

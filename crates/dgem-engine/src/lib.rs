@@ -102,6 +102,12 @@ pub struct EngineConfig {
     /// the policy, the request or the deployment); `None` keeps the built-in
     /// default. From the model's catalogue entry (docs/models.md).
     pub model_layout: Option<dgem_core::schema::Layout>,
+    /// The question block's fixed sentences on a cloze read; `None` is
+    /// dgem's own ([`dgem_core::prompt::Wording::default`]). From the model's
+    /// catalogue entry or `--wording`: [`dgem_core::prompt::Wording::compact`]
+    /// shortens what every option listing repeats. A decision read with
+    /// another wording echoes its hash as `diagnostics.prompt_wording`.
+    pub wording: Option<dgem_core::prompt::Wording>,
 }
 
 impl Default for EngineConfig {
@@ -117,6 +123,7 @@ impl Default for EngineConfig {
             order_debias: dgem_core::order::OrderDebias::default(),
             model_temperature: None,
             model_layout: None,
+            wording: None,
         }
     }
 }

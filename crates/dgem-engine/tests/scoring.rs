@@ -262,3 +262,62 @@ async fn a_bidirectional_backend_is_read_jointly_from_one_canvas_per_group() {
     assert!(prefixes[1].starts_with(&prefixes[0]));
     assert!(prefixes[1][prefixes[0].len()..].contains("team"));
 }
+
+/// The engine's configured wording reaches every prompt it reads, its hash
+/// is echoed on the decision, and without one the prompts keep dgem's own
+/// sentences (the small model's reads are unchanged).
+#[tokio::test]
+async fn a_configured_wording_is_the_one_every_prompt_is_written_in() {
+    use dgem_core::prompt::Wording;
+    let ask = || {
+        req(json!({"questions": [
+            {"id": "mood", "type": "score", "levels": ["calm", "annoyed", "furious"]}]}))
+    };
+    // Record the text before every slot read, every listing included.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let b = ScriptedBackend::new(move |ctx: &SlotContext| {
+        log.lock().expect("lock").push(ctx.prefix.clone());
+        vec![0.5; ctx.labels.len()]
+    });
+    let compact = dgem_engine::Engine::new(
+        b,
+        dgem_engine::EngineConfig {
+            calibration: dgem_engine::CalibrationMode::Off,
+            order_debias: dgem_core::order::OrderDebias::Cyclic { max_orders: 3 },
+            wording: Some(Wording::compact()),
+            ..dgem_engine::EngineConfig::default()
+        },
+    );
+    let plan = compact.plan(&ask()).expect("plan");
+    let prompt = &plan.stages[0][0].prompt;
+    // (The toy tokenizer's decode respaces the text a little.)
+    let lead_end = "one line per question in the order given, written as";
+    assert!(prompt.contains(lead_end), "{prompt}");
+    assert!(prompt.contains("furious\n\nAnswer now."), "{prompt}");
+    assert!(
+        !prompt.contains(&Wording::default().format_lines[..20]),
+        "{prompt}"
+    );
+    let d = compact.decide(ask()).await.expect("decision");
+    assert_eq!(
+        d.diagnostics.prompt_wording.as_deref(),
+        Some(Wording::compact().hash().as_str())
+    );
+    let prompts = seen.lock().expect("lock").clone();
+    assert_eq!(prompts.len(), 3, "three listings, one slot each");
+    assert!(prompts
+        .iter()
+        .all(|p| p.contains("\n\nAnswer now.") && p.contains(lead_end)));
+
+    let standard = dgem_testkit::engine(ScriptedBackend::new(tokens));
+    let plan = standard.plan(&ask()).expect("plan");
+    let prompt = &plan.stages[0][0].prompt;
+    assert!(!prompt.contains(lead_end), "{prompt}");
+    assert!(
+        prompt.contains("furious\n\nAnswer with one line per question"),
+        "{prompt}"
+    );
+    let d = standard.decide(ask()).await.expect("decision");
+    assert_eq!(d.diagnostics.prompt_wording, None);
+}

@@ -56,6 +56,11 @@ pub struct ModelCard {
     /// policy before the state, its KV prefix kept between decisions) rather
     /// than `document_first`, as measured best for this model.
     pub schema_first: bool,
+    /// Whether the embedded engine reads this model with the short-tail
+    /// question block (`Wording::compact` in dgem-core: the answer format
+    /// stated before the questions, so an option listing repeats less text)
+    /// rather than dgem's own sentences, as measured no worse for it.
+    pub compact_wording: bool,
 }
 
 impl Default for ModelCard {
@@ -71,6 +76,7 @@ impl Default for ModelCard {
             contextual_calibration: true,
             one_read_prior: false,
             schema_first: false,
+            compact_wording: false,
         }
     }
 }
@@ -182,6 +188,7 @@ pub fn gemma3_270m() -> ModelSpec {
             contextual_calibration: true,
             one_read_prior: false,
             schema_first: false,
+            compact_wording: false,
         },
     }
 }
@@ -218,6 +225,10 @@ pub fn qwen_coder_1_5b() -> ModelSpec {
             // (0.467) for cyclic reads, document_first (docs/models.md).
             one_read_prior: true,
             schema_first: true,
+            // Measured on the eval set and the permutation suite: the same
+            // figures within one slot, and the first decision of a new policy
+            // reads a fifth fewer tokens (docs/engine-llama.md).
+            compact_wording: true,
         },
     }
 }
@@ -243,6 +254,7 @@ pub fn qwen_coder_0_5b() -> ModelSpec {
             contextual_calibration: true,
             one_read_prior: false,
             schema_first: false,
+            compact_wording: false,
             figures: vec![
                 "eval set, 14 items (shard 0/2), read raw: slot accuracy 42.9 % (chance 38.4 %), Brier 0.746 (uniform 0.616); first option on most choices (engine notes, 2026-12)".to_owned(),
                 "JevBench-style slice, 20 rows, read raw: accuracy 35.0 % (chance 34.8 %), Brier 0.867 (uniform 0.652) (engine notes, 2026-12)".to_owned(),
@@ -275,6 +287,7 @@ pub fn smollm2_135m() -> ModelSpec {
             contextual_calibration: true,
             one_read_prior: false,
             schema_first: false,
+            compact_wording: false,
             figures: vec!["not measured on the gate's sets; weaker than the 270M on the eval items (engine notes, 2026-12)".to_owned()],
         },
     }

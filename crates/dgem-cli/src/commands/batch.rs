@@ -207,6 +207,7 @@ fn depends_on(args: &BatchArgs, base: &DecisionRequest, policy: &Value) -> Value
             "model": m.model, "context": m.context, "labels": m.labels.map(|l| format!("{l:?}")),
             "calibration": format!("{:?}", m.calibration), "vocab_diagnostics": m.vocab_diagnostics,
             "model_calibration": m.model_calibration, "order_debias": format!("{:?}", m.order_debias),
+            "wording": format!("{:?}", m.wording),
         },
         "setup": {
             "cascade_provider": args.setup.cascade_provider,

@@ -9,7 +9,7 @@ use dgem_engine::CalibrationMode;
 
 use super::flags::{
     parse_auto_off, parse_label_mode, parse_on_off, parse_order_debias, parse_seconds,
-    OrderDebiasArg,
+    parse_wording, OrderDebiasArg, WordingArg,
 };
 use super::DEFAULT_KV_CHUNK;
 
@@ -111,6 +111,16 @@ pub struct ModelArgs {
     /// order-biased).
     #[arg(long = "order-debias", env = "DGEM_ORDER_DEBIAS", default_value = "auto", value_parser = parse_order_debias, value_name = "auto|cyclic|prior|off|N")]
     pub order_debias: OrderDebiasArg,
+    /// The question block's fixed sentences: `auto` (default) is what was
+    /// measured for the model (`compact` for `qwen2.5-coder-1.5b`, else
+    /// `standard`); `standard` is dgem's own, with the answer format stated
+    /// after the questions; `compact` states it once before them, so the
+    /// text every option listing repeats after its options is three words
+    /// (the first decision of a new policy, which reads every listing, reads
+    /// about a fifth fewer tokens). Changes the prompt, so the answers and
+    /// the learned priors are the wording's own.
+    #[arg(long = "wording", env = "DGEM_WORDING", default_value = "auto", value_parser = parse_wording, value_name = "auto|standard|compact")]
+    pub wording: WordingArg,
     /// Seconds one model call may wait in the model's queue before it starts
     /// (past it: 503 `overloaded`, the call is dropped unrun); 0 = no limit.
     /// Queue time is not model time: see `--model-timeout`.

@@ -58,3 +58,28 @@ pub(super) fn parse_order_debias(s: &str) -> Result<OrderDebiasArg, String> {
         .map(OrderDebiasArg::Set)
         .map_err(|e| e.replace("[off, cyclic, prior]", "[auto, off, cyclic, prior]"))
 }
+
+/// `--wording` as given: which fixed sentences the question block uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordingArg {
+    /// What was measured for the model ([`super::wording_for`]):
+    /// `compact` where its catalogue entry says so, else `standard`.
+    Auto,
+    /// dgem's own sentences (`dgem_core::prompt::Wording::default`).
+    Standard,
+    /// The answer format stated before the questions
+    /// (`dgem_core::prompt::Wording::compact`).
+    Compact,
+}
+
+/// `--wording`: `auto`, `standard` or `compact`.
+pub(super) fn parse_wording(s: &str) -> Result<WordingArg, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(WordingArg::Auto),
+        "standard" => Ok(WordingArg::Standard),
+        "compact" => Ok(WordingArg::Compact),
+        other => Err(format!(
+            "`wording` must be one of [auto, standard, compact]. Given: `{other}`"
+        )),
+    }
+}

@@ -70,6 +70,35 @@ impl Default for Wording {
 }
 
 impl Wording {
+    /// The embedded engine's short-tail sentences: dgem's own, with the
+    /// answer format stated once in the lead, before the questions, and a
+    /// three-word format line after them.
+    ///
+    /// Why: a causal model reads the text after a question's listing again
+    /// for every listing of that question (cyclic order debiasing reads up to
+    /// six), because that text follows the options it attends to. With
+    /// [`Wording::default`] that tail held the whole format sentence, about
+    /// twenty tokens of a listing's forty on a four-level score. Measured on
+    /// Qwen2.5-Coder 1.5B (`support_triage`, a 120-character ticket,
+    /// `document_first`): a cold one-read decision evaluates 298 tokens
+    /// instead of 330, the first decision of a new policy (every listing)
+    /// 546 instead of 674. The lead takes no placeholder, so it says
+    /// `"id: answer"` under letter labels too (the answer is then a letter).
+    /// A catalogued model reads with it where it was measured no worse
+    /// (`ModelCard::compact_wording` in dgem-model); the vLLM path keeps
+    /// [`Wording::default`], the original server's prompt.
+    pub fn compact() -> Self {
+        Self {
+            lead: "Decide a fixed list of questions about the material supplied by the user. \
+                   Every question names its permitted answers; give exactly one of them per \
+                   question, one line per question in the order given, written as \
+                   \"id: answer\"."
+                .into(),
+            format_lines: "Answer now.".into(),
+            ..Self::default()
+        }
+    }
+
     /// Read a wording file's JSON text (see the module docs).
     ///
     /// # Errors
@@ -242,6 +271,30 @@ mod tests {
             Wording::from_json("{}").unwrap_or_default().hash(),
             Wording::default().hash()
         );
+    }
+
+    #[test]
+    fn the_compact_wording_states_the_format_before_the_questions() {
+        let c = Wording::compact();
+        let d = Wording::default();
+        // The format moves into the lead; what follows the options is short.
+        assert!(
+            c.lead.starts_with(&d.lead[..d.lead.len() - 1]),
+            "{}",
+            c.lead
+        );
+        assert!(c.lead.ends_with("written as \"id: answer\"."), "{}", c.lead);
+        assert_eq!(
+            c.format_line(AnswerFormat::Lines, LabelMode::Words),
+            "Answer now."
+        );
+        assert!(c.format_lines.len() * 5 < d.format_lines.len());
+        assert_eq!((&c.format_indexed, &c.chunk), (&d.format_indexed, &d.chunk));
+        // A decision read with it says so.
+        assert_ne!(c.hash(), d.hash());
+        // It is a wording a file could give (no placeholder in the lead).
+        let json = serde_json::json!({"lead": c.lead, "format_lines": c.format_lines});
+        assert_eq!(Wording::from_json(&json.to_string()).ok(), Some(c));
     }
 
     #[test]
