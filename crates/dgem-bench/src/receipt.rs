@@ -53,6 +53,11 @@ pub struct ModelInfo {
     pub label_mode: String,
     /// Whether contextual calibration was applied.
     pub calibration: bool,
+    /// Hash of the question block's sentences when they were not dgem's own
+    /// (`--wording compact`; `sha256:` and 16 hex digits); absent for dgem's
+    /// own, and in receipts written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wording: Option<String>,
 }
 
 impl ModelInfo {
@@ -65,6 +70,7 @@ impl ModelInfo {
             backend: info.runtime.clone(),
             label_mode: engine.label_mode().as_str().to_owned(),
             calibration: engine.calibrates(),
+            wording: engine.wording_hash(),
         }
     }
 }

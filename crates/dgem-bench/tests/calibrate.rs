@@ -205,6 +205,7 @@ fn model(sha: Option<&str>) -> ModelInfo {
         backend: "scripted".into(),
         label_mode: "words".into(),
         calibration: false,
+        wording: None,
     }
 }
 

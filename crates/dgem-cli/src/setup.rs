@@ -517,13 +517,10 @@ mod calibration_tests {
         assert_eq!(wording_for(standard, &qwen), None);
         let compact = parsed(&["--wording", "Compact"]).expect("parses");
         assert_eq!(wording_for(compact, &gemma), Some(Wording::compact()));
-        let err = parsed(&["--wording", "short"])
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.contains("[auto, standard, compact]") && err.contains("`short`"),
-            "{err}"
+        let err = parsed(&["--wording", "Short"]).err();
+        assert_eq!(
+            err.as_ref().and_then(crate::flag_error::message).as_deref(),
+            Some("`--wording` must be one of [auto, standard, compact]. Given: `Short`")
         );
     }
 

@@ -273,7 +273,7 @@ pub fn decider(
 pub fn check_embedded(args: &VllmArgs) -> Result<(), Failure> {
     if let Some(p) = &args.prompt_file {
         return Err(user(anyhow::anyhow!(
-            "`--prompt-file` `{}` sets the wording of the vLLM reader; add `--backend vllm=URL`, or drop it (the embedded model uses dgem's own wording)",
+            "`--prompt-file` `{}` sets the wording of the vLLM reader; add `--backend vllm=URL`, or drop it (the embedded model's wording is chosen by `--wording`)",
             p.display()
         )));
     }

@@ -244,8 +244,10 @@ pub struct Diagnostics {
     /// A plain-words note on how far these numbers can be trusted.
     pub note: Option<String>,
     /// Hash of the question block's fixed sentences
-    /// ([`crate::prompt::Wording::hash`]) on readers whose wording an operator
-    /// can replace (vLLM); absent elsewhere.
+    /// ([`crate::prompt::Wording::hash`]): on the vLLM reader always (an
+    /// operator can replace its wording); on the embedded reader when it read
+    /// with a wording other than dgem's own (`--wording compact`); absent
+    /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_wording: Option<String>,
     /// Questions answered through bracket routing (absent when none).

@@ -132,6 +132,10 @@ pub(crate) struct Ctx<'a> {
     /// block's head, [`dgem_core::prompt::head_prefix_len`]): the state's and
     /// each content-free state's, encoded once per decision.
     pub(crate) state_ids: std::sync::Mutex<Vec<(String, std::sync::Arc<Vec<TokenId>>)>>,
+    /// Set once a prompt is written in [`crate::EngineConfig::wording`]
+    /// (reads in the `lines` answer format only; see [`Self::prompt_text`]),
+    /// so the decision echoes that wording's hash only when it was used.
+    pub(crate) wording_used: std::sync::atomic::AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -322,7 +326,20 @@ impl Ctx<'_> {
             _ => self.schema.format,
         };
         let instructions = self.schema.instructions.as_deref();
-        let wording = self.engine.config.wording.as_ref();
+        // A configured wording (the compact one states the `lines` format in
+        // its lead) is used for `lines` reads only; a read of many questions
+        // in the `indexed` format keeps dgem's own sentences, whose lead names
+        // no format.
+        let wording = self
+            .engine
+            .config
+            .wording
+            .as_ref()
+            .filter(|_| format == AnswerFormat::Lines);
+        if wording.is_some() {
+            self.wording_used
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let sys = system_text(&SystemTextSpec {
             questions: &refs,
             instructions,
@@ -463,6 +480,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             order: engine.config.order_debias,
             chained: chained(schema),
             state_ids: std::sync::Mutex::default(),
+            wording_used: std::sync::atomic::AtomicBool::new(false),
         },
         state,
     };
@@ -479,6 +497,12 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             .config
             .wording
             .as_ref()
+            .filter(|_| {
+                reader
+                    .ctx
+                    .wording_used
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
             .map(dgem_core::prompt::Wording::hash),
         runtime: info.runtime.clone(),
         model: info.model_id.clone(),

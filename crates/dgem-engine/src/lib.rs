@@ -208,6 +208,16 @@ impl Engine {
             .unwrap_or(self.backend.info().label_mode)
     }
 
+    /// Hash of the question block's sentences a cloze read uses when they are
+    /// not dgem's own ([`EngineConfig::wording`],
+    /// [`dgem_core::prompt::Wording::hash`]); `None` for dgem's own.
+    pub fn wording_hash(&self) -> Option<String> {
+        self.config
+            .wording
+            .as_ref()
+            .map(dgem_core::prompt::Wording::hash)
+    }
+
     /// Whether contextual calibration is applied.
     pub fn calibrates(&self) -> bool {
         match self.config.calibration {

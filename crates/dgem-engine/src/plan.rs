@@ -152,6 +152,7 @@ impl Engine {
             order: self.config.order_debias,
             chained: crate::cloze::chained(schema),
             state_ids: std::sync::Mutex::default(),
+            wording_used: std::sync::atomic::AtomicBool::new(false),
         };
         let mode = self.label_mode();
         let stages = dgem_core::stages::schedule(schema)?;

@@ -310,6 +310,21 @@ async fn a_configured_wording_is_the_one_every_prompt_is_written_in() {
         .iter()
         .all(|p| p.contains("\n\nAnswer now.") && p.contains(lead_end)));
 
+    // Eleven questions read together are answered in the `indexed` format,
+    // which the compact lead (it asks for lines) would contradict: that read
+    // keeps dgem's own sentences and says no other wording.
+    let many: Vec<serde_json::Value> = (0..11)
+        .map(|i| json!({"id": format!("q{i}"), "type": "noul"}))
+        .collect();
+    let joint = || req(json!({"questions": many, "isolate": "none"}));
+    let plan = compact.plan(&joint()).expect("plan");
+    let prompt = &plan.stages[0][0].prompt;
+    assert!(!prompt.contains(lead_end), "{prompt}");
+    assert!(!prompt.contains("Answer now."), "{prompt}");
+    assert!(prompt.contains("Answer on a single line"), "{prompt}");
+    let d = compact.decide(joint()).await.expect("decision");
+    assert_eq!(d.diagnostics.prompt_wording, None);
+
     let standard = dgem_testkit::engine(ScriptedBackend::new(tokens));
     let plan = standard.plan(&ask()).expect("plan");
     let prompt = &plan.stages[0][0].prompt;

@@ -78,8 +78,8 @@ pub(super) fn parse_wording(s: &str) -> Result<WordingArg, String> {
         "auto" => Ok(WordingArg::Auto),
         "standard" => Ok(WordingArg::Standard),
         "compact" => Ok(WordingArg::Compact),
-        other => Err(format!(
-            "`wording` must be one of [auto, standard, compact]. Given: `{other}`"
+        _ => Err(format!(
+            "must be one of [auto, standard, compact]. Given: `{s}`"
         )),
     }
 }
