@@ -214,7 +214,7 @@ pub fn qwen_coder_1_5b() -> ModelSpec {
             note: "embedded Qwen2.5-Coder 1.5B Instruct on CPU: it has real skill on decisions (23 to 41 points over chance on dgem's eval sets; a policy's first three decisions read every option order and teach it the prior later ones divide out), but its confidence runs low and its score questions are unreliable, so act on confident answers and re-read or escalate hesitant ones (docs/models.md)".to_owned(),
             figures: vec![
                 "eval set, 60 slots, its defaults (one read with the policy's learned prior, schema_first, the compact question block): slot accuracy 80.0 % (chance 38.9 %), ECE 0.117, Brier 0.305 (uniform 0.611); 81.7 % with dgem's own wording; cyclic order debiasing 70.0 %; read raw 48.3 % (benchmarks/results/qwen2.5-coder-1.5b/)".to_owned(),
-                "a new state of a known policy: 497 ms median on 2 cores (benchmarks/results/qwen2.5-coder-1.5b/speed_one_read.json)".to_owned(),
+                "a new state of a known policy: 447 ms median on 2 cores (benchmarks/results/qwen2.5-coder-1.5b/speed_one_read.json)".to_owned(),
                 "JevBench-style slice, 60 rows, cyclic order debiasing: accuracy 56.7 % (chance 33.7 %), ECE 0.123, Brier 0.589 (uniform 0.663); read raw 51.7 %".to_owned(),
             ],
             // Measured on the eval set: cyclic order debiasing alone 70.0 %,

@@ -71,8 +71,8 @@ impl Default for Wording {
 
 impl Wording {
     /// The embedded engine's short-tail sentences: dgem's own, with the
-    /// answer format stated once in the lead, before the questions, and a
-    /// three-word format line after them.
+    /// answer format stated once in the lead, before the questions, and
+    /// "Answer now." after them.
     ///
     /// Why: a causal model reads the text after a question's listing again
     /// for every listing of that question (cyclic order debiasing reads up to
@@ -89,8 +89,8 @@ impl Wording {
     /// catalogued model reads with it where that was measured
     /// (`ModelCard::compact_wording` in dgem-model: on Qwen2.5-Coder 1.5B the
     /// eval set's accuracy moved by one slot of 60, its ECE and Brier
-    /// improved); the vLLM path keeps [`Wording::default`], the original
-    /// server's prompt.
+    /// improved); the vLLM path keeps [`Wording::default`] (or an operator's
+    /// wording file) and never uses this one.
     pub fn compact() -> Self {
         Self {
             lead: "Decide a fixed list of questions about the material supplied by the user. \
