@@ -43,7 +43,8 @@ pub fn parse_on_off_flag(s: &str) -> Result<bool, String> {
 pub use args::ModelArgs;
 use flags::parse_on_off;
 #[cfg(feature = "embedded")]
-use flags::{OrderDebiasArg, WordingArg};
+use flags::OrderDebiasArg;
+pub use flags::WordingArg;
 
 /// The refusal of a build without llama.cpp (Cargo feature `embedded`) when
 /// a command needs the model in process.

@@ -154,6 +154,23 @@ fn gguf_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
     )))
 }
 
+/// Refuse the embedded model's flags that the vLLM reader would ignore in
+/// silence: `--wording` other than `auto` (the vLLM reader's sentences are
+/// dgem's own or `--prompt-file`'s).
+///
+/// # Errors
+/// A user error naming the flag, the value given and the vLLM reader's own
+/// flag.
+pub fn check_reader_flags(model: &crate::setup::ModelArgs) -> Result<(), Failure> {
+    if model.wording != crate::setup::WordingArg::Auto {
+        return Err(user(anyhow::anyhow!(
+            "`--wording` sets the embedded model's question block; with `--backend vllm=URL` the sentences are dgem's own or those of `--prompt-file FILE`. Given: `--wording {}`",
+            format!("{:?}", model.wording).to_lowercase()
+        )));
+    }
+    Ok(())
+}
+
 /// [`decider`] behind the [`dgem_engine::Decider`] trait; in a build
 /// without the vLLM reader, the refusal [`backend_url`] gives first.
 ///

@@ -465,6 +465,30 @@ fn a_bad_prompt_file_stops_serve_at_start_up_naming_the_key() {
     );
 }
 
+/// Regression: `--wording` with the vLLM reader was ignored in silence (the
+/// vLLM reader's sentences are dgem's own or `--prompt-file`'s); every
+/// command that takes it refuses it before reading, naming the flag.
+#[test]
+fn wording_with_the_vllm_reader_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tiny_tokenizer(dir.path());
+    let tok = tok.to_str().unwrap();
+    let backend = ["--backend", "vllm=http://127.0.0.1:9", "--tokenizer", tok];
+    for cmd in [
+        &["decide", "-t", "support_triage", "-v", "ticket=x"][..],
+        &["serve"][..],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(backend);
+        args.extend(["--wording", "compact"]);
+        let o = common::dgem(&args, None);
+        exits_1_saying(
+            &o,
+            "`--wording` sets the embedded model's question block; with `--backend vllm=URL` the sentences are dgem's own or those of `--prompt-file FILE`. Given: `--wording compact`",
+        );
+    }
+}
+
 /// Readiness follows vLLM live: `/health` says `vllm_ready: false` with the
 /// phase while vLLM answers 503, and turns ready again once it answers 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -416,12 +416,15 @@ fn build_ctx(
     // built up front (a policy of the file may ask for the cascade).
     let after = args.setup.setup()?;
     let decider: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
-        Some(url) => crate::vllm::shared_decider(
-            &url,
-            &args.vllm,
-            args.model.pull_timeout,
-            crate::pull::Fetch::OneShot,
-        )?,
+        Some(url) => {
+            crate::vllm::check_reader_flags(&args.model)?;
+            crate::vllm::shared_decider(
+                &url,
+                &args.vllm,
+                args.model.pull_timeout,
+                crate::pull::Fetch::OneShot,
+            )?
+        }
         None => {
             crate::vllm::check_embedded(&args.vllm)?;
             Arc::new(setup::engine(&args.model)?)
