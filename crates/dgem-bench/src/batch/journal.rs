@@ -347,7 +347,7 @@ fn check_sidecar(path: &Path, sidecar: &Path, fingerprint: &str) -> Result<(), B
         ))),
         Some(s) if s.fingerprint == fingerprint => Ok(()),
         Some(_) => Err(BenchError::Invalid(format!(
-            "`--output` {} was written by `dgem batch` under other arguments (policy, questions, variables, mapping, read options, model settings, backend, shard or calibration differ), so resuming it would mix two runs; pass `--overwrite` to start again, or name another file",
+            "`--output` {} was written by `dgem batch` under other arguments (policy, questions, variables, mapping, read options, model settings such as `--order-debias` or `--wording` as written, backend, shard or calibration differ), so resuming it would mix two runs; pass `--overwrite` to start again, or name another file",
             path.display()
         ))),
     }
