@@ -161,7 +161,7 @@ fn gguf_tokenizer(path: &Path) -> Result<Arc<dyn Tokenizer>, Failure> {
 /// # Errors
 /// A user error naming the flag, the value given and the vLLM reader's own
 /// flag.
-pub fn check_reader_flags(model: &crate::setup::ModelArgs) -> Result<(), Failure> {
+fn check_reader_flags(model: &crate::setup::ModelArgs) -> Result<(), Failure> {
     if model.wording != crate::setup::WordingArg::Auto {
         return Err(user(anyhow::anyhow!(
             "`--wording` sets the embedded model's question block; with `--backend vllm=URL` the sentences are dgem's own or those of `--prompt-file FILE`. Given: `--wording {}`",
@@ -171,24 +171,27 @@ pub fn check_reader_flags(model: &crate::setup::ModelArgs) -> Result<(), Failure
     Ok(())
 }
 
-/// [`decider`] behind the [`dgem_engine::Decider`] trait; in a build
-/// without the vLLM reader, the refusal [`backend_url`] gives first.
+/// [`decider`] behind the [`dgem_engine::Decider`] trait, after
+/// [`check_reader_flags`] of the embedded model's flags `model` (whose
+/// `--pull-timeout` bounds the tokenizer's first pull); in a build without
+/// the vLLM reader, the refusal [`backend_url`] gives first.
 ///
 /// # Errors
-/// What [`decider`] returns.
+/// What [`check_reader_flags`] and [`decider`] return.
 pub fn shared_decider(
     url: &str,
     args: &VllmArgs,
-    pull_timeout_s: f64,
+    model: &crate::setup::ModelArgs,
     fetch: crate::pull::Fetch<'_>,
 ) -> Result<Arc<dyn dgem_engine::Decider>, Failure> {
+    check_reader_flags(model)?;
     #[cfg(feature = "vllm")]
     {
-        Ok(Arc::new(decider(url, args, pull_timeout_s, fetch)?))
+        Ok(Arc::new(decider(url, args, model.pull_timeout, fetch)?))
     }
     #[cfg(not(feature = "vllm"))]
     {
-        let _ = (pull_timeout_s, fetch);
+        let _ = fetch;
         Err(no_vllm_reader(args.backend.as_deref().unwrap_or(url)))
     }
 }

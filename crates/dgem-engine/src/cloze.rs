@@ -493,17 +493,12 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         restated: false,
-        prompt_wording: engine
-            .config
-            .wording
-            .as_ref()
-            .filter(|_| {
-                reader
-                    .ctx
-                    .wording_used
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-            .map(dgem_core::prompt::Wording::hash),
+        prompt_wording: engine.wording_hash().filter(|_| {
+            reader
+                .ctx
+                .wording_used
+                .load(std::sync::atomic::Ordering::Relaxed)
+        }),
         runtime: info.runtime.clone(),
         model: info.model_id.clone(),
         model_sha256: info.model_sha256.clone(),

@@ -417,13 +417,7 @@ fn build_ctx(
     let after = args.setup.setup()?;
     let decider: Arc<dyn dgem_engine::Decider> = match crate::vllm::backend_url(&args.vllm)? {
         Some(url) => {
-            crate::vllm::check_reader_flags(&args.model)?;
-            crate::vllm::shared_decider(
-                &url,
-                &args.vllm,
-                args.model.pull_timeout,
-                crate::pull::Fetch::OneShot,
-            )?
+            crate::vllm::shared_decider(&url, &args.vllm, &args.model, crate::pull::Fetch::OneShot)?
         }
         None => {
             crate::vllm::check_embedded(&args.vllm)?;

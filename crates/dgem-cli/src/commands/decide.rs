@@ -211,15 +211,12 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
     let service = service.with_after(args.setup.setup_for(need_stage2)?);
     let engine_: std::sync::Arc<dyn dgem_engine::Decider> =
         match crate::vllm::backend_url(&args.vllm)? {
-            Some(url) => {
-                crate::vllm::check_reader_flags(&args.model)?;
-                crate::vllm::shared_decider(
-                    &url,
-                    &args.vllm,
-                    args.model.pull_timeout,
-                    crate::pull::Fetch::OneShot,
-                )?
-            }
+            Some(url) => crate::vllm::shared_decider(
+                &url,
+                &args.vllm,
+                &args.model,
+                crate::pull::Fetch::OneShot,
+            )?,
             // `check_embedded` ran before the host was asked.
             None => std::sync::Arc::new(setup::engine(&args.model)?),
         };

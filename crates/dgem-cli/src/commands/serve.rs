@@ -168,18 +168,15 @@ pub fn run(args: ServeArgs) -> Result<(), Failure> {
     // internal failure), or 1 when the failure is the user's to fix.
     let (engine, pending): (Arc<dyn dgem_engine::Decider>, _) =
         match crate::vllm::backend_url(&args.vllm)? {
-            Some(url) => {
-                crate::vllm::check_reader_flags(&args.model)?;
-                (
-                    crate::vllm::shared_decider(
-                        &url,
-                        &args.vllm,
-                        args.model.pull_timeout,
-                        crate::pull::Fetch::BeforeServing,
-                    )?,
-                    None,
-                )
-            }
+            Some(url) => (
+                crate::vllm::shared_decider(
+                    &url,
+                    &args.vllm,
+                    &args.model,
+                    crate::pull::Fetch::BeforeServing,
+                )?,
+                None,
+            ),
             None => {
                 crate::vllm::check_embedded(&args.vllm)?;
                 let id = setup::precheck(&args.model)?;

@@ -115,7 +115,7 @@ pub struct ModelArgs {
     /// measured for the model (`compact` for `qwen2.5-coder-1.5b`, else
     /// `standard`); `standard` is dgem's own, with the answer format stated
     /// after the questions; `compact` states it once before them, so the
-    /// text every option listing repeats after its options is three words
+    /// text every option listing repeats after its options is "Answer now."
     /// (the first decision of a new policy, which reads every listing, reads
     /// about a fifth fewer tokens). Changes the prompt, so the answers and
     /// the learned priors are the wording's own.
