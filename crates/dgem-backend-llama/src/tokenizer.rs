@@ -147,6 +147,17 @@ impl Tokenizer for LlamaTokenizer {
         ids(out)
     }
 
+    /// llama.cpp's tokenizer with `parse_special` off: a control token's
+    /// text (`<start_of_turn>`) is split like any other text. No line cache:
+    /// only a state that holds such a string is encoded this way.
+    fn encode_ordinary(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_len(text)?;
+        ids(self.model.vocab().tokenize(text.as_bytes(), false, false))
+    }
+
     fn decode(&self, ids: &[TokenId]) -> String {
         // llama.cpp indexes its tables with these ids unchecked: drop invalid ones.
         let tokens: Vec<LlamaToken> = ids

@@ -119,6 +119,28 @@ pub fn user_content(layout: Layout, system: &str, state: &str) -> String {
     }
 }
 
+/// Where the state lies in a [`chat_prompt`] of `system` and `state` under
+/// `layout` and `turns`: its byte range (the trimmed state for
+/// `schema_first`, whose user message is trimmed). The engine encodes it as
+/// ordinary text ([`crate::tokenizer::encode_with_plain_span`]).
+pub fn state_range(
+    turns: &ChatTurns,
+    layout: Layout,
+    system: &str,
+    state: &str,
+) -> std::ops::Range<usize> {
+    match layout {
+        Layout::DocumentFirst => {
+            let start = turns.user_open.len() + "<user_text>\n".len();
+            start..start + state.len()
+        }
+        Layout::SchemaFirst => {
+            let start = turns.user_open.len() + system.len() + "\n\n".len();
+            start..start + state.trim().len()
+        }
+    }
+}
+
 /// Length in bytes of the leading text every [`chat_prompt`] of `state`
 /// under `layout` and `turns` shares whatever the questions: for
 /// `document_first` the user-turn opener, then the state in its tags, up to
@@ -290,6 +312,22 @@ mod tests {
             ]
         });
         ValidSchema::from_value(&v, &SchemaDefaults::default()).expect("valid")
+    }
+
+    #[test]
+    fn state_range_is_where_the_state_lies_in_the_chat_prompt() {
+        let turns = ChatTurns::gemma();
+        for layout in [Layout::DocumentFirst, Layout::SchemaFirst] {
+            for state in ["x <start_of_turn> y", "  padded  ", ""] {
+                let prompt = chat_prompt(&turns, layout, "Questions.", state);
+                let want = match layout {
+                    Layout::DocumentFirst => state,
+                    Layout::SchemaFirst => state.trim(),
+                };
+                let range = state_range(&turns, layout, "Questions.", state);
+                assert_eq!(&prompt[range], want, "{layout:?} {state:?}");
+            }
+        }
     }
 
     #[test]

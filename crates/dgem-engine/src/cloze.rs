@@ -22,15 +22,15 @@ use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
 use dgem_core::order::{self, canonical_order, digit_scale, pool_orders, rotation, OrderDebias};
 use dgem_core::prompt::{
-    chat_prompt, head_prefix_len, policy_prefix_len, state_head_len, state_prefix_len, state_text,
-    system_head, system_text, SystemTextSpec,
+    chat_prompt, head_prefix_len, policy_prefix_len, state_head_len, state_prefix_len, state_range,
+    state_text, system_head, system_text, SystemTextSpec,
 };
 use dgem_core::readout::SlotRead;
 use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     python_random, python_randrange, resolve_cloze, ClozeSlot, READ_SEED_STRIDE,
 };
-use dgem_core::tokenizer::{TokenId, Tokenizer};
+use dgem_core::tokenizer::{encode_with_plain_span, holds_special, TokenId, Tokenizer};
 use dgem_core::walk::{GroupReads, ReaderFacts};
 
 use crate::calibration::CONTENT_FREE_STATES;
@@ -132,6 +132,9 @@ pub(crate) struct Ctx<'a> {
     /// block's head, [`dgem_core::prompt::head_prefix_len`]): the state's and
     /// each content-free state's, encoded once per decision.
     pub(crate) state_ids: std::sync::Mutex<Vec<(String, std::sync::Arc<Vec<TokenId>>)>>,
+    /// Per state text (the state's, each content-free state's): whether it
+    /// holds a special-token string ([`Self::encode_prompt`]).
+    pub(crate) special_states: std::sync::Mutex<Vec<(String, bool)>>,
     /// Set once a prompt is written in [`crate::EngineConfig::wording`]
     /// (reads in the `lines` answer format only; see [`Self::prompt_text`]),
     /// so the decision echoes that wording's hash only when it was used.
@@ -227,11 +230,7 @@ impl Ctx<'_> {
     fn tokens_of(&self, text: &PromptText, prefill: &str) -> Result<Prompt, DecideError> {
         let mut tokens: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
         let bos = tokens.len();
-        tokens.extend(
-            self.tok
-                .encode(&text.text)
-                .map_err(dgem_core::CoreError::from)?,
-        );
+        tokens.extend(self.encode_prompt(&text.text, &text.state_range)?);
         let mut reuse_points = Vec::with_capacity(3);
         let mut policy_point = None;
         // The policy's end and, past it, the state's head (`{"ticket": `),
@@ -257,7 +256,7 @@ impl Ctx<'_> {
         // and that blank line as one token (a BPE that merges `.\n\n`). Their
         // texts hold the state, so their tokens are kept for this decision
         // only.
-        let state = |prefix: &str| self.state_tokens(prefix);
+        let state = |prefix: &str| self.state_tokens(prefix, &text.state_range);
         if let Some(end) = first_point(&tokens, bos, &text.text, [text.state_len], state)? {
             reuse_points.push(end);
         }
@@ -288,17 +287,17 @@ impl Ctx<'_> {
     /// Tokens of a state prefix (not BOS), encoded once per decision: the
     /// state's text changes with every decision, so it is kept out of the
     /// engine's policy prefix cache.
-    fn state_tokens(&self, prefix: &str) -> Result<std::sync::Arc<Vec<TokenId>>, DecideError> {
+    fn state_tokens(
+        &self,
+        prefix: &str,
+        state: &std::ops::Range<usize>,
+    ) -> Result<std::sync::Arc<Vec<TokenId>>, DecideError> {
         if let Ok(seen) = self.state_ids.lock() {
             if let Some((_, ids)) = seen.iter().find(|(p, _)| p == prefix) {
                 return Ok(std::sync::Arc::clone(ids));
             }
         }
-        let ids = std::sync::Arc::new(
-            self.tok
-                .encode(prefix)
-                .map_err(dgem_core::CoreError::from)?,
-        );
+        let ids = std::sync::Arc::new(self.encode_prompt(prefix, state)?);
         if let Ok(mut seen) = self.state_ids.lock() {
             // The state and the content-free states of calibration, each up
             // to its end and up to the question block's head: a few.
@@ -308,6 +307,49 @@ impl Ctx<'_> {
             seen.push((prefix.to_owned(), std::sync::Arc::clone(&ids)));
         }
         Ok(ids)
+    }
+
+    /// `text` encoded with its bytes `state` (the state, clipped to `text`)
+    /// as ordinary text when the state holds a special-token string
+    /// ([`encode_with_plain_span`]), else in one encode as it always was: a
+    /// ticket that writes `<start_of_turn>` must not open a turn. Whether a
+    /// state holds one is found once per decision and state.
+    fn encode_prompt(
+        &self,
+        text: &str,
+        state: &std::ops::Range<usize>,
+    ) -> Result<Vec<TokenId>, DecideError> {
+        let span = state.start.min(text.len())..state.end.min(text.len());
+        let Some(state_text) = text.get(span.clone()).filter(|s| !s.is_empty()) else {
+            return Ok(self.tok.encode(text).map_err(dgem_core::CoreError::from)?);
+        };
+        let known = self.special_states.lock().ok().and_then(|seen| {
+            seen.iter()
+                .find(|(s, _)| s == state_text)
+                .map(|(_, holds)| *holds)
+        });
+        let holds = match known {
+            Some(holds) => holds,
+            None => {
+                let holds =
+                    holds_special(self.tok, state_text).map_err(dgem_core::CoreError::from)?;
+                if let Ok(mut seen) = self.special_states.lock() {
+                    // The state and the content-free states, and prefixes
+                    // of them: a few.
+                    if seen.len() >= 16 {
+                        seen.remove(0);
+                    }
+                    seen.push((state_text.to_owned(), holds));
+                }
+                holds
+            }
+        };
+        Ok(if holds {
+            encode_with_plain_span(self.tok, text, span)
+        } else {
+            self.tok.encode(text)
+        }
+        .map_err(dgem_core::CoreError::from)?)
     }
 
     /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
@@ -355,6 +397,7 @@ impl Ctx<'_> {
             prefix_len: policy_prefix_len(turns, self.schema.layout, &sys),
             state_len: state_prefix_len(turns, self.schema.layout, state),
             state_head_len: state_head_len(turns, self.schema.layout, &sys, state),
+            state_range: state_range(turns, self.schema.layout, &sys, state),
             // Only where the block really begins with that head.
             head_len: sys
                 .starts_with(&head)
@@ -480,6 +523,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             order: engine.config.order_debias,
             chained: chained(schema),
             state_ids: std::sync::Mutex::default(),
+            special_states: std::sync::Mutex::default(),
             wording_used: std::sync::atomic::AtomicBool::new(false),
         },
         state,
@@ -487,7 +531,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let state_tokens = reader
         .ctx
         .tok
-        .encode(&reader.state)
+        .encode_ordinary(&reader.state)
         .map_err(dgem_core::CoreError::from)?
         .len();
     let (walk, chained) = walker::walk(&reader, req).await?;

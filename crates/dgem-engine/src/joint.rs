@@ -19,14 +19,14 @@ use dgem_backend::walker::{self, GroupCall, GroupReader};
 use dgem_backend::{SequenceRead, SlotQuery};
 use dgem_core::envelope::Scoring;
 use dgem_core::labels::labels_for;
-use dgem_core::prompt::{chat_prompt, state_text, system_text, SystemTextSpec};
+use dgem_core::prompt::{chat_prompt, state_range, state_text, system_text, SystemTextSpec};
 use dgem_core::readout::{auto_extends, entropy, sample_plan, SlotRead};
 use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
     TemplateSpec, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE,
 };
-use dgem_core::tokenizer::{TokenId, Tokenizer};
+use dgem_core::tokenizer::{encode_with_plain_span, holds_special, TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 use tracing::Instrument as _;
@@ -86,15 +86,16 @@ impl GroupReader for JointReader<'_> {
             wording: None,
         });
         let mut prompt: Vec<TokenId> = self.tok.bos_id().into_iter().collect();
-        prompt.extend(tokens_of(
-            self.tok,
-            &chat_prompt(
-                &self.engine.backend.info().chat_turns,
-                schema.layout,
-                &sys,
-                &self.state,
-            ),
-        )?);
+        let turns = &self.engine.backend.info().chat_turns;
+        let text = chat_prompt(turns, schema.layout, &sys, &self.state);
+        // The state is untrusted: a special-token string in it is read as
+        // text (dgem_core::tokenizer::encode_ordinary).
+        if holds_special(self.tok, &self.state).map_err(CoreError::from)? {
+            let range = state_range(turns, schema.layout, &sys, &self.state);
+            prompt.extend(encode_with_plain_span(self.tok, &text, range).map_err(CoreError::from)?);
+        } else {
+            prompt.extend(tokens_of(self.tok, &text)?);
+        }
         // Earlier answers are prefilled; the template then continues their line.
         let lead = if call.lines.is_empty() {
             String::new()
@@ -174,7 +175,10 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         calibration: None,
         chained,
         prefix_thought: None,
-        state_tokens: tokens_of(tok, &reader.state)?.len(),
+        state_tokens: tok
+            .encode_ordinary(&reader.state)
+            .map_err(CoreError::from)?
+            .len(),
     };
     let (answers, diagnostics) = walk.finish(&req.schema, facts);
     Ok(Decision {

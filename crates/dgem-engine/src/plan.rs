@@ -152,6 +152,7 @@ impl Engine {
             order: self.config.order_debias,
             chained: crate::cloze::chained(schema),
             state_ids: std::sync::Mutex::default(),
+            special_states: std::sync::Mutex::default(),
             wording_used: std::sync::atomic::AtomicBool::new(false),
         };
         let mode = self.label_mode();
@@ -216,7 +217,7 @@ impl Engine {
         }
         let state_tokens = ctx
             .tok
-            .encode(&state)
+            .encode_ordinary(&state)
             .map_err(dgem_core::CoreError::from)?
             .len();
         Ok(Plan {

@@ -53,6 +53,10 @@ pub(crate) struct PromptText {
     /// object begins with the same key shares
     /// ([`dgem_core::prompt::state_head_len`]), if any.
     pub(crate) state_head_len: Option<usize>,
+    /// Bytes of `text` that hold the state ([`dgem_core::prompt::state_range`]):
+    /// untrusted text, encoded as ordinary text when it holds a
+    /// special-token string.
+    pub(crate) state_range: std::ops::Range<usize>,
 }
 
 /// The sequences that read one question after `prompt`: one for first-token
