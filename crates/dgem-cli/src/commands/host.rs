@@ -62,6 +62,10 @@ pub use wire::{HostReply, HostRequest};
 /// How long `host start` waits for the host it started to be ready (a
 /// first run may pull the model).
 const START_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How long `host stop` waits for the host to exit after it answered.
+const STOP_WAIT: Duration = Duration::from_secs(30);
+
 /// Time a client allows a host beyond the model's own queue and model
 /// timeouts before deciding in process.
 const REPLY_MARGIN: Duration = Duration::from_secs(30);
@@ -288,7 +292,23 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
             let rt = setup::runtime()?;
             match rt.block_on(ask(&socket, HostRequest::Stop, Duration::from_secs(10))) {
                 Some(r) if r.exit == 0 => {
-                    eprintln!("dgem host: stopped the host at {}", socket.display())
+                    // The host answers before it exits: wait until it has
+                    // let go of its lock, so a `host start` right after
+                    // this finds no host on its way out.
+                    let lock = socket.with_extension("lock");
+                    let asked = Instant::now();
+                    while serve::lock_held(&lock) && asked.elapsed() < STOP_WAIT {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    if serve::lock_held(&lock) {
+                        eprintln!(
+                            "dgem host: asked the host at {} to stop; it has not exited after {} s",
+                            socket.display(),
+                            STOP_WAIT.as_secs()
+                        );
+                    } else {
+                        eprintln!("dgem host: stopped the host at {}", socket.display());
+                    }
                 }
                 Some(r) => eprintln!(
                     "dgem host: the host at {} did not stop: {}",
@@ -319,6 +339,7 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
 /// beside the socket; then wait until a host answers.
 fn start(args: &HostArgs) -> Result<(), Failure> {
     use std::os::unix::process::CommandExt as _;
+    serve::check_idle_timeout(args)?;
     let socket = socket_in(&host_dir()?, &args.model);
     let lock = socket.with_extension("lock");
     let rt = setup::runtime()?;
@@ -331,8 +352,8 @@ fn start(args: &HostArgs) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    let mut child = None;
-    if !serve::lock_held(&lock) {
+    let log = socket.with_extension("log");
+    let spawn = || -> Result<(std::process::Child, u64), Failure> {
         let mut argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
         let at = argv.iter().position(|a| a == "start").ok_or_else(|| {
             internal(anyhow::anyhow!(
@@ -340,25 +361,28 @@ fn start(args: &HostArgs) -> Result<(), Failure> {
             ))
         })?;
         argv[at] = "run".into();
-        let log = socket.with_extension("log");
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .map_err(|e| internal(anyhow::anyhow!("host log {}: {e}", log.display())))?;
+        let from = out.metadata().map(|m| m.len()).unwrap_or(0);
         let err = out.try_clone().map_err(internal)?;
         let exe = std::env::current_exe().map_err(internal)?;
-        child = Some(
-            std::process::Command::new(exe)
-                .args(&argv)
-                .stdin(std::process::Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .process_group(0)
-                .spawn()
-                .map_err(|e| internal(anyhow::anyhow!("could not start the host: {e}")))?,
-        );
-    }
+        let child = std::process::Command::new(exe)
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| internal(anyhow::anyhow!("could not start the host: {e}")))?;
+        Ok((child, from))
+    };
+    // Ours, once spawned, with where its lines begin in the log. While
+    // another host holds the lock (one loading, or one on its way out after
+    // `host stop`) this waits for it to answer or to let go, then spawns.
+    let mut child: Option<(std::process::Child, u64)> = None;
     let started = Instant::now();
     loop {
         if let Some(r) = ping() {
@@ -370,23 +394,46 @@ fn start(args: &HostArgs) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        // A host that exited early is a failure unless another one (a
-        // start racing this one) holds the lock and is loading.
-        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-            if !serve::lock_held(&lock) {
-                return Err(user(anyhow::anyhow!(
-                    "the host exited ({status}) before it was ready; its log is {}",
-                    socket.with_extension("log").display()
-                )));
+        match child.as_mut() {
+            None if !serve::lock_held(&lock) => child = Some(spawn()?),
+            None => {}
+            Some((c, from)) => {
+                if let Some(status) = c.try_wait().ok().flatten() {
+                    if !serve::lock_held(&lock) {
+                        return Err(user(anyhow::anyhow!(
+                            "the host exited ({status}) before it was ready{}; its log is {}",
+                            log_tail(&log, *from),
+                            log.display()
+                        )));
+                    }
+                    // Another host took the lock first: wait for it.
+                    child = None;
+                }
             }
         }
         if started.elapsed() > START_TIMEOUT {
             return Err(internal(anyhow::anyhow!(
                 "no host was ready within {} s; the log is {}",
                 START_TIMEOUT.as_secs(),
-                socket.with_extension("log").display()
+                log.display()
             )));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The last lines (at most 5) a host wrote to `log` past byte `from`, as
+/// `": LINE; LINE"`, or nothing: a host that fails at once says why there
+/// (a bad flag, a model it cannot load).
+fn log_tail(log: &std::path::Path, from: u64) -> String {
+    let Ok(text) = std::fs::read(log) else {
+        return String::new();
+    };
+    let start = usize::try_from(from).unwrap_or(0).min(text.len());
+    let text = String::from_utf8_lossy(&text[start..]);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(": {}", lines[lines.len().saturating_sub(5)..].join("; "))
 }

@@ -60,21 +60,27 @@ pub fn lock_held(lock: &Path) -> bool {
     matches!(take_lock(lock), Ok(None))
 }
 
+/// `--idle-timeout` is a number of seconds in (0, [`MAX_IDLE_S`]].
+///
+/// # Errors
+/// A user [`Failure`] naming the flag, the range and the value given.
+pub fn check_idle_timeout(args: &HostArgs) -> Result<(), Failure> {
+    if args.idle_timeout.is_finite() && args.idle_timeout > 0.0 && args.idle_timeout <= MAX_IDLE_S {
+        return Ok(());
+    }
+    Err(user(anyhow::anyhow!(
+        "`--idle-timeout` must be a number of seconds above 0 and at most {MAX_IDLE_S} (a week). Given: `{}`",
+        args.idle_timeout
+    )))
+}
+
 /// `host run`: lock, load the model, bind the socket, answer until idle.
 ///
 /// # Errors
 /// A user [`Failure`] for a bad `--idle-timeout` or a host already running;
 /// an internal one when the model cannot be loaded or the socket bound.
 pub fn run_host(args: &HostArgs) -> Result<(), Failure> {
-    if !(args.idle_timeout.is_finite()
-        && args.idle_timeout > 0.0
-        && args.idle_timeout <= MAX_IDLE_S)
-    {
-        return Err(user(anyhow::anyhow!(
-            "`--idle-timeout` must be a number of seconds above 0 and at most {MAX_IDLE_S} (a week). Given: `{}`",
-            args.idle_timeout
-        )));
-    }
+    check_idle_timeout(args)?;
     let key = key_of(&args.model);
     let dir = host_dir()?;
     let socket = dir.join(format!("host-{key}.sock"));
