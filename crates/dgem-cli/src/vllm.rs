@@ -75,7 +75,7 @@ pub struct VllmArgs {
     /// option order; `cyclic` reads each group in its options' canonical
     /// order and cyclic rotations (up to 6 listings, so up to 6× the vLLM
     /// requests) and pools them, so the answer does not depend on the order
-    /// the policy lists its options in; a number 2..=26 caps the listings.
+    /// the policy lists its options in; a number 1..=26 caps the listings (1 is `off`).
     /// The embedded model's setting is `--order-debias`.
     #[arg(long = "vllm-order-debias", env = "DGEM_VLLM_ORDER_DEBIAS", default_value = "off", value_parser = parse_vllm_order_debias, value_name = "off|cyclic|N")]
     pub vllm_order_debias: dgem_core::order::OrderDebias,

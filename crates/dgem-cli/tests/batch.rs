@@ -247,12 +247,58 @@ async fn shards_merge_back_into_the_unsharded_output() {
     // One part missing: refused, naming the gap.
     let mut args = vec![
         "batch-merge".to_string(),
+        "--overwrite".into(),
         "-o".into(),
         merged.display().to_string(),
     ];
     args.extend(parts[1..].iter().cloned());
     let o = run(args).await;
     exits_saying(&o, 1, "rows are missing");
+    // The merge overwrote any file, its own parts included (found by a
+    // black-box run): an existing output needs `--overwrite`, and a part is
+    // never the output.
+    let before = std::fs::read(&merged).unwrap();
+    let mut args = vec![
+        "batch-merge".to_string(),
+        "-o".into(),
+        merged.display().to_string(),
+    ];
+    args.extend(parts.iter().cloned());
+    exits_saying(&run(args).await, 1, "already exists; pass `--overwrite`");
+    assert_eq!(std::fs::read(&merged).unwrap(), before);
+    let part0 = std::fs::read(&parts[0]).unwrap();
+    let mut args = vec![
+        "batch-merge".to_string(),
+        "--overwrite".into(),
+        "-o".into(),
+        parts[0].clone(),
+    ];
+    args.extend(parts.iter().cloned());
+    exits_saying(&run(args).await, 1, "is one of the parts");
+    assert_eq!(std::fs::read(&parts[0]).unwrap(), part0);
+}
+
+/// `-o` naming the input file with `--overwrite` emptied the input and
+/// exited 0 ("all 0 rows are already in …"; found by a black-box run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_that_is_the_input_file_is_refused() {
+    let s = Setup::new().await;
+    let input = s.path("in.jsonl");
+    std::fs::write(&input, tickets(3)).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let o = run(s.args(&input, &input, &["--overwrite"])).await;
+    exits_saying(&o, 1, "is the `--input` file");
+    assert_eq!(std::fs::read(&input).unwrap(), before, "the input is kept");
+    // An input of no rows says so rather than "all 0 rows are already in".
+    let empty = s.path("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let o = run(s.args(&empty, &s.path("e.out.jsonl"), &[])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("holds no rows"),
+        "{}",
+        common::stderr(&o)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

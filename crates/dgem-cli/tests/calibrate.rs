@@ -263,6 +263,23 @@ fn bad_inputs_exit_1_naming_the_flag() {
 
     let o = dgem(&["calibrate"], None);
     assert_eq!(o.status.code(), Some(1), "clap usage errors are the user's");
+
+    // An `--out` that cannot be written is refused before any row is read
+    // (it was found only after every read, exit 2).
+    for (out, needle) in [
+        (
+            "/nonexistent/x.json",
+            "the folder /nonexistent does not exist",
+        ),
+        ("/tmp", "is a folder"),
+    ] {
+        let o = dgem(
+            &["calibrate", "-d", "data/eval_dataset.jsonl", "-o", out],
+            None,
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+    }
 }
 
 #[test]

@@ -322,3 +322,33 @@ fn an_unused_provider_spec_is_not_loaded() {
         .expect("run dgem");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// `--cascade` with no provider read the state, printed "escalated 3 of 3
+/// answers to stage 2" and exited 0 with the Stage-1 answers (found by a
+/// black-box run). It is refused before the read, naming the flags.
+#[test]
+fn a_cascade_without_a_provider_is_refused_before_the_read() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_dgem"))
+        .current_dir(root())
+        .args([
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=charged twice",
+            "--cascade",
+            "entropy",
+            "--model",
+            "/nonexistent/never-loaded.gguf",
+        ])
+        .env_remove("DGEM_CASCADE_PROVIDER")
+        .output()
+        .expect("run dgem");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("`--cascade` needs a Stage-2 provider: `--cascade-provider")
+            && err.contains("Given: none"),
+        "{err}"
+    );
+}

@@ -12,7 +12,7 @@
 //! rows failed (their lines say why; the summary counts them); 2 the model
 //! or backend failed and the run stopped (rerun to go on).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -127,6 +127,9 @@ pub struct MergeArgs {
     /// The shards' outputs.
     #[arg(required = true, value_name = "PART")]
     pub parts: Vec<PathBuf>,
+    /// Replace `--output` when it exists (never one of the parts).
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 /// `KEY=VALUE` pairs of `--var` and `--map`.
@@ -314,17 +317,25 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", job.input.display())))?
         .format();
     check_combination(&args, &base, format, shard)?;
+    refuse_input_as_output(&job.input, &[&args.output, &job.output])?;
     let calibrated_print = format!("{}+calibrate-batch", job.fingerprint(format));
     if calibrated {
         calibrate::claim(&args.output, &calibrated_print, args.overwrite)?;
     }
     let opened = job.open()?;
     if opened.complete() {
-        eprintln!(
-            "batch: all {} rows are already in {}; nothing to decide (`--overwrite` starts over)",
-            opened.summary.rows,
-            job.output.display()
-        );
+        if opened.summary.rows == 0 {
+            eprintln!(
+                "batch: `--input` {} holds no rows; nothing to decide",
+                job.input.display()
+            );
+        } else {
+            eprintln!(
+                "batch: all {} rows are already in {}; nothing to decide (`--overwrite` starts over)",
+                opened.summary.rows,
+                job.output.display()
+            );
+        }
         let summary = opened.close()?;
         if calibrated {
             let service = Service::new(catalogue);
@@ -458,8 +469,47 @@ pub fn chat_route(
     ))
 }
 
+/// Whether `a` and `b` name one existing file (after following links).
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!(
+        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+        (Ok(x), Ok(y)) if x == y
+    )
+}
+
+/// Refuse an output (or the file it is journalled in, or its sidecar) that
+/// is the input file: writing it would replace the rows before they are
+/// read (a black-box run lost its input this way, exit 0).
+fn refuse_input_as_output(input: &Path, outputs: &[&Path]) -> Result<(), Failure> {
+    for out in outputs {
+        for path in [out.to_path_buf(), journal::sidecar_path(out)] {
+            if same_file(input, &path) {
+                return Err(user(anyhow::anyhow!(
+                    "`--output` {} is the `--input` file: writing decisions there would replace its rows; give another path",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Run `dgem batch-merge`.
 pub fn merge(args: MergeArgs) -> Result<(), Failure> {
+    for part in &args.parts {
+        if same_file(part, &args.output) {
+            return Err(user(anyhow::anyhow!(
+                "`--output` {} is one of the parts: merging there would replace it; give another path",
+                args.output.display()
+            )));
+        }
+    }
+    if args.output.exists() && !args.overwrite {
+        return Err(user(anyhow::anyhow!(
+            "`--output` {} already exists; pass `--overwrite` to replace it",
+            args.output.display()
+        )));
+    }
     let n = journal::merge(&args.parts, &args.output).map_err(bench_err)?;
     eprintln!(
         "batch-merge: {n} rows from {} parts in {}",

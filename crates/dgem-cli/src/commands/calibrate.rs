@@ -223,6 +223,30 @@ fn from_receipts(paths: &[PathBuf]) -> Result<(Vec<CalibrateItem>, ModelInfo), F
     Ok((items, model))
 }
 
+/// `--out` can be written: its folder exists and it is not a folder itself.
+/// Checked before any row is read (a black-box run read every row, then
+/// failed to write the file).
+fn check_out(out: &std::path::Path) -> Result<(), Failure> {
+    let folder = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if out.is_dir() {
+        return Err(user(anyhow::anyhow!(
+            "`--out` {} is a folder; give the path of the calibration file to write",
+            out.display()
+        )));
+    }
+    if !folder.is_dir() {
+        return Err(user(anyhow::anyhow!(
+            "`--out` {}: the folder {} does not exist",
+            out.display(),
+            folder.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Run `dgem calibrate`.
 pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
     let options = FitOptions::new(
@@ -238,6 +262,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), Failure> {
             "`--resume` needs `--receipt` (the run's rows are kept in `<receipt>.partial`)"
         )));
     }
+    check_out(&args.out)?;
     let (items, model, live) = match args.from_receipt.as_slice() {
         [] => {
             let a = args.run_args();

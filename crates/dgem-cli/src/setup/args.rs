@@ -103,7 +103,7 @@ pub struct ModelArgs {
     /// `cyclic` lists each question's options in a canonical order and its
     /// cyclic rotations, one prompt per listing (at most 6), and pools the
     /// reads, so the answer does not depend on the order the policy lists its
-    /// options in; a number 2..=26 caps the listings; `prior` reads the
+    /// options in; a number 1..=26 caps the listings (1 is `off`); `prior` reads the
     /// canonical listing once and divides out a prior learned from the
     /// policy's first three decisions, which are read as `cyclic` reads them
     /// (one prompt per decision after those; the prior is kept with the
