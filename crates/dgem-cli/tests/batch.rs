@@ -276,6 +276,21 @@ async fn shards_merge_back_into_the_unsharded_output() {
     args.extend(parts.iter().cloned());
     exits_saying(&run(args).await, 1, "is one of the parts");
     assert_eq!(std::fs::read(&parts[0]).unwrap(), part0);
+    // A shard of another run (other options over the same input) does not
+    // join these.
+    let other = s.path("other-1.jsonl");
+    let o = run(s.args(&input, &other, &["--shard", "1/3", "--no-dedupe"])).await;
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let args = vec![
+        "batch-merge".to_string(),
+        "--overwrite".into(),
+        "-o".into(),
+        merged.display().to_string(),
+        parts[0].clone(),
+        other.display().to_string(),
+        parts[2].clone(),
+    ];
+    exits_saying(&run(args).await, 1, "were written by different runs");
 }
 
 /// `-o` naming the input file with `--overwrite` emptied the input and

@@ -48,12 +48,17 @@ struct Sidecar {
 }
 
 /// The counts of a finished output, kept in its sidecar.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Complete {
     /// Lines in this output (the rows of its shard).
     pub lines: usize,
     /// Rows of the whole input, every shard's together.
     pub input_rows: usize,
+    /// Hex sha256 of the run's arguments less its shard: every shard of one
+    /// run has the same, so `batch-merge` can refuse parts of different
+    /// runs (absent from sidecars written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 fn io(path: &Path, source: std::io::Error) -> BenchError {
@@ -81,6 +86,8 @@ pub struct Journal {
     len: u64,
     /// Lines an earlier run wrote that this one kept.
     kept: usize,
+    /// [`Complete::run`], recorded when the run finishes.
+    run: Option<String>,
 }
 
 /// What [`Journal::open`] found.
@@ -118,7 +125,13 @@ impl Journal {
             lines: kept,
             len,
             kept,
+            run: None,
         }
+    }
+
+    /// Record `run` ([`Complete::run`]) in the sidecar when the run finishes.
+    pub fn set_run(&mut self, run: String) {
+        self.run = Some(run);
     }
 
     /// Open `path` for a run whose arguments hash to `fingerprint`: resume
@@ -293,6 +306,7 @@ impl Journal {
             let complete = Complete {
                 lines: self.lines,
                 input_rows,
+                run: self.run.clone(),
             };
             write_sidecar(&sidecar_path(&self.path), &self.fingerprint, Some(complete))?;
         }
@@ -387,6 +401,7 @@ pub fn row_of(line: &Value) -> Option<usize> {
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<usize, BenchError> {
     let mut rows: Vec<(usize, String)> = Vec::new();
     let mut input_rows: Option<usize> = None;
+    let mut run: Option<(String, &Path)> = None;
     for p in parts {
         let complete = read_sidecar(&sidecar_path(p))?.and_then(|s| s.complete).ok_or_else(|| {
             BenchError::Invalid(format!(
@@ -404,6 +419,17 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<usize, BenchError> {
                 )))
             }
             _ => input_rows = Some(complete.input_rows),
+        }
+        match (&run, &complete.run) {
+            (Some((first, first_part)), Some(this)) if first != this => {
+                return Err(BenchError::Invalid(format!(
+                    "{} and {} were written by different runs (another policy, questions, column map or options): they are not shards of one run",
+                    first_part.display(),
+                    p.display()
+                )))
+            }
+            (None, Some(this)) => run = Some((this.clone(), p.as_path())),
+            _ => {}
         }
         let text = std::fs::read_to_string(p).map_err(|e| io(p, e))?;
         for (i, line) in text
@@ -498,7 +524,8 @@ mod tests {
             side.complete,
             Some(Complete {
                 lines: 3,
-                input_rows: 3
+                input_rows: 3,
+                run: None,
             })
         );
     }
@@ -596,5 +623,29 @@ mod tests {
         drop(j);
         let e = merge(&[a, unfinished], &out).unwrap_err().to_string();
         assert!(e.contains("not a finished `dgem batch` output"), "{e}");
+    }
+
+    /// Shards of two runs (another policy over the same input) were merged
+    /// into one file of mixed answers (found by a black-box run).
+    #[test]
+    fn merge_refuses_parts_of_different_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = |name: &str, row: usize, run: &str| {
+            let p = dir.path().join(name);
+            let mut j = Journal::open(&p, name, false).unwrap().journal;
+            j.append(&format!(r#"{{"row":{row}}}"#)).unwrap();
+            j.set_run(run.into());
+            j.finish(Some(2)).unwrap();
+            p
+        };
+        let out = dir.path().join("all.jsonl");
+        let (a, b) = (shard("a.jsonl", 0, "r1"), shard("b.jsonl", 1, "r1"));
+        assert_eq!(merge(&[a.clone(), b], &out).unwrap(), 2);
+        let other = shard("c.jsonl", 1, "r2");
+        let e = merge(&[a, other], &out).unwrap_err().to_string();
+        assert!(
+            e.contains("were written by different runs") && e.contains("c.jsonl"),
+            "{e}"
+        );
     }
 }

@@ -173,6 +173,7 @@ pub fn write(
     let complete = Complete {
         lines: summary.rows,
         input_rows: summary.input_rows,
+        run: None,
     };
     journal::own(output, fingerprint, complete).map_err(user)?;
     // Rows and whether corrected, per question, over its option sets.

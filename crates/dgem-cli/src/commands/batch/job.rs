@@ -119,6 +119,19 @@ impl Job {
         hex::encode(Sha256::digest(print.to_string().as_bytes()))
     }
 
+    /// [`Self::fingerprint`] less the shard: the same for every shard of
+    /// one run, kept in a finished output's sidecar for `batch-merge`.
+    pub fn run_print(&self, format: InputFormat) -> String {
+        let print = json!({
+            "depends_on": self.depends_on,
+            "format": format,
+            "spec": self.spec,
+            "dedupe": self.dedupe,
+            "dgem": env!("CARGO_PKG_VERSION"),
+        });
+        hex::encode(Sha256::digest(print.to_string().as_bytes()))
+    }
+
     /// Open the output and the input: resume the output when it was written
     /// under the same arguments (before any pass over the input, so a bad
     /// output is refused at once), count the rows, and check that each kept
@@ -133,7 +146,8 @@ impl Job {
         let format = rows.format();
         let fingerprint = self.fingerprint(format);
         // An output that cannot be opened is the path the user gave: exit 1.
-        let opened = Journal::open(&self.output, &fingerprint, self.overwrite).map_err(user)?;
+        let mut opened = Journal::open(&self.output, &fingerprint, self.overwrite).map_err(user)?;
+        opened.journal.set_run(self.run_print(format));
         if opened.dropped_bytes > 0 {
             tracing::info!(
                 bytes = opened.dropped_bytes,
