@@ -63,7 +63,15 @@ fn json_or_string(s: &str) -> Value {
 /// name).
 fn flag_value<T: DeserializeOwned>(s: &str) -> Result<T, String> {
     let v = json_or_string(s);
-    T::deserialize(&v).map_err(|e| e.to_string())
+    // A bad value inside an object is named by its key: "key `team` must be
+    // …", as the request path names `abstain_above.team`.
+    serde_path_to_error::deserialize(&v).map_err(|e| {
+        if e.path().iter().next().is_none() {
+            e.inner().to_string()
+        } else {
+            format!("key `{}` {}", e.path(), e.inner())
+        }
+    })
 }
 
 /// `--temperature`: a number, or JSON by question type.
@@ -131,7 +139,7 @@ pub struct AfterOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
     #[schema(value_type = Option<Value>)]
-    #[arg(long, value_name = "T|JSON", value_parser = temperature_flag)]
+    #[arg(long, value_name = "T|JSON", value_parser = temperature_flag, allow_negative_numbers = true)]
     pub temperature: Option<TemperatureValue>,
     /// Abstain when an answer's confidence is below this (0–1), or an object
     /// by question id ("*" for the rest), e.g. {"team": 0.6, "*": 0.4}. An
@@ -140,14 +148,14 @@ pub struct AfterOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
     #[schema(value_type = Option<Value>)]
-    #[arg(long, value_name = "P|JSON", value_parser = abstain_below_flag)]
+    #[arg(long, value_name = "P|JSON", value_parser = abstain_below_flag, allow_negative_numbers = true)]
     pub abstain_below: Option<AbstainBelow>,
     /// Abstain when an answer's hesitation (entropy / ln K, 0–1) is at or
     /// above this, or an object by question id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<Value>")]
     #[schema(value_type = Option<Value>)]
-    #[arg(long, value_name = "H|JSON", value_parser = abstain_above_flag)]
+    #[arg(long, value_name = "H|JSON", value_parser = abstain_above_flag, allow_negative_numbers = true)]
     pub abstain_above: Option<AbstainAbove>,
     /// Escalate hesitant answers to a Stage-2 model: "off" (default),
     /// "entropy" (gate on entropy), or "on_miss" (answers differing from
@@ -165,7 +173,7 @@ pub struct AfterOptions {
     )]
     #[schemars(with = "Option<f64>")]
     #[schema(value_type = Option<f64>)]
-    #[arg(long, value_name = "X", value_parser = finite_flag)]
+    #[arg(long, value_name = "X", value_parser = finite_flag, allow_negative_numbers = true)]
     pub cascade_threshold: Option<f64>,
     /// What cascade_threshold is compared with: "nats" (default) or
     /// "normalized" (entropy / ln K).

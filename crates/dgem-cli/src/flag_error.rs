@@ -24,7 +24,8 @@ pub fn message(e: &clap::Error) -> Option<String> {
     // Given: …", or "keys are …. Given: …" for an object's key); other
     // parsers keep clap's wording.
     let why = std::error::Error::source(e)?.to_string();
-    (why.starts_with("must be ") || why.starts_with("keys are ")).then(|| format!("`{flag}` {why}"))
+    (why.starts_with("must be ") || why.starts_with("keys are ") || why.starts_with("key `"))
+        .then(|| format!("`{flag}` {why}"))
 }
 
 #[cfg(test)]
@@ -47,6 +48,27 @@ mod tests {
         let mut all = vec!["dgem"];
         all.extend(args);
         message(&Cli::try_parse_from(all).expect_err("refused"))
+    }
+
+    /// A bad value inside a flag's JSON object lost its key, and a negative
+    /// number was taken for a flag (black-box run: `--temperature -1` gave
+    /// clap's "unexpected argument '-1' found").
+    #[test]
+    fn a_refused_value_in_an_object_or_below_zero_is_named() {
+        assert_eq!(
+            refused(&["--abstain-above", r#"{"*": 0.5, "team": 2}"#]).as_deref(),
+            Some("`--abstain-above` key `team` must be a number from 0 to 1 (abstain when the answer's hesitation, H / ln K, is at or above it). Given: 2")
+        );
+        let t = refused(&["--temperature", "-1"]).expect("our message");
+        assert!(
+            t.starts_with("`--temperature` must be") && t.ends_with("Given: -1"),
+            "{t}"
+        );
+        let a = refused(&["--abstain-above", "-0.1"]).expect("our message");
+        assert!(
+            a.starts_with("`--abstain-above` must be") && a.ends_with("Given: -0.1"),
+            "{a}"
+        );
     }
 
     #[test]

@@ -170,10 +170,15 @@ pub fn model_file(p: &std::path::Path) -> Result<(PathBuf, String), Failure> {
         return Ok((r.path, r.id));
     }
     if !p.is_file() {
+        let names: Vec<String> = dgem_model::known_models()
+            .iter()
+            .map(|m| m.card.name.to_string())
+            .collect();
         return Err(user(anyhow::anyhow!(
-            "`--model` must be an existing GGUF file, or `ollama:NAME[:TAG]`, \
+            "`--model` must be a catalogued model ({}; `dgem model list`), an existing GGUF file, or `ollama:NAME[:TAG]`, \
              `hf:OWNER/REPO[/FILE.gguf]` or `lmstudio:PUBLISHER/REPO[/FILE.gguf]` \
              (`dgem model list --local` lists them). Given: `{}`",
+            names.join(", "),
             p.display()
         )));
     }

@@ -251,7 +251,9 @@ fn bench_jev_maps_integer_expected_and_object_state() {
     let err = common::stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("`--model` must be an existing GGUF file"),
+        err.contains("`--model` must be a catalogued model (qwen2.5-coder-1.5b, gemma3-270m, ")
+            && err.contains("an existing GGUF file")
+            && err.contains("Given: `/nonexistent/m.gguf`"),
         "{err}"
     );
     assert!(!err.contains("refused"), "{err}");

@@ -127,4 +127,25 @@ fn real_model_decide_plan_prints_reads_without_running() {
         .expect("prompt")
         .contains("refund please"));
     assert!(v["forward_calls"].as_u64().expect("calls") >= 1);
+    // A `--calibration-file` that does not exist is refused as a decision
+    // refuses it (the plan exited 0; black-box run).
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=refund please",
+            "--plan",
+            "--calibration-file",
+            "/nonexistent/cal.json",
+        ],
+        Some(&m),
+    );
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`--calibration-file`"),
+        "{}",
+        stderr(&o)
+    );
 }

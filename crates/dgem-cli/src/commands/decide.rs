@@ -192,6 +192,10 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
                 "`--plan` resolves the embedded engine's reads; it cannot be combined with `--backend vllm=…`"
             )));
         }
+        // The plan reads nothing after the read, but a flag it was given
+        // is checked as a decision checks it (`--calibration-file` of a
+        // missing file exited 0 here).
+        args.setup.setup_for(false)?;
         let plan = setup::engine(&args.model)?
             .plan(&prepared.request)
             .map_err(decider)?;
