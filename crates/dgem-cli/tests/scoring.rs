@@ -127,6 +127,34 @@ fn real_model_decide_plan_prints_reads_without_running() {
         .expect("prompt")
         .contains("refund please"));
     assert!(v["forward_calls"].as_u64().expect("calls") >= 1);
+    // The plan's slot positions are the decision's (the plan prefilled each
+    // question read apart with the stand-in answers of those before it in
+    // its stage, which the read does not: 185 against 181; black-box run).
+    let o = dgem(
+        &[
+            "decide",
+            "-t",
+            "support_triage",
+            "-v",
+            "ticket=refund please",
+            "--json",
+        ],
+        Some(&m),
+    );
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let d: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let mut compared = 0;
+    for group in groups {
+        for slot in group["slots"].as_array().expect("slots") {
+            let id = slot["id"].as_str().expect("id");
+            assert_eq!(
+                slot["pos"], d["diagnostics"]["questions"][id]["pos"],
+                "{id}"
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 3);
     // A `--calibration-file` that does not exist is refused as a decision
     // refuses it (the plan exited 0; black-box run).
     let o = dgem(

@@ -4,9 +4,10 @@
 //! builds each read's prompt, resolves every question's slot and label token
 //! ids and says how its options are scored, but sends nothing to the backend.
 //! What a plan cannot know is what the model will answer: it assumes no
-//! `ask_if` skip and prefills later stages with each earlier question's first
-//! label (the same stand-in the answer template uses), so a later stage's prompt
-//! tokens are an estimate of length, exact in structure.
+//! `ask_if` skip and prefills later stages (and, in a sequential policy,
+//! later groups) with each earlier question's first label (the same
+//! stand-in the answer template uses), so a later stage's prompt tokens are
+//! an estimate of length, exact in structure.
 
 use std::time::Instant;
 
@@ -168,9 +169,20 @@ impl Engine {
             let asked: Vec<&Question> = stage.iter().filter_map(|id| schema.question(id)).collect();
             let groups = chunk_groups(&asked, |_| Ok::<_, DecideError>(true))?;
             let mut out = Vec::with_capacity(groups.len());
+            // As the walker reads them: the groups of one stage see the
+            // answer lines of earlier stages only, unless the policy is
+            // sequential (the plan prefilled each group with the ones before
+            // it in its own stage, so its prompts and slot positions were
+            // not the ones read; black-box run).
+            let stage_lines = lines.clone();
             for group in groups {
                 let listed = listed_questions(schema, &every, chained, &group);
-                let prefill = prefill_text(&lines);
+                let seen = if schema.sequential {
+                    &lines
+                } else {
+                    &stage_lines
+                };
+                let prefill = prefill_text(seen);
                 let prompt = ctx.prompt(0, 0, &listed, &state, &prefill)?;
                 let qs = ctx.read_questions(0, 0, &group)?;
                 let listings = ctx.group_orders(&group);
