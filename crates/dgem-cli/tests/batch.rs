@@ -448,6 +448,12 @@ async fn bad_files_exit_1_naming_them_and_lose_nothing() {
     assert_eq!(o.status.code(), Some(0));
     let o = run(s.args(&input, &s.path("o2.jsonl"), &["--seed", "7"])).await;
     exits_saying(&o, 1, "under other arguments");
+    // A shared variable the template does not read is refused before any
+    // row (every row got an error line; black-box run), and writes nothing.
+    let o3 = s.path("o3.jsonl");
+    let o = run(s.args(&input, &o3, &["-v", "tickt=x"])).await;
+    exits_saying(&o, 1, "did you mean `ticket`");
+    assert!(!o3.exists(), "nothing written");
 }
 
 /// The embedded model decides a small file; its lines are the envelopes

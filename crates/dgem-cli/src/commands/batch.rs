@@ -167,6 +167,13 @@ fn base_request(args: &BatchArgs) -> Result<(DecisionRequest, Catalogue, Value),
             .map(|v| dgem_core::vars::parse_var(v))
             .collect::<Result<_, _>>()
             .map_err(user)?;
+        // A shared variable the template does not read (`tickt`) is refused
+        // once, up front: it gave every row an error line, and the saved
+        // run then needed `--overwrite` after the fix (black-box run). A
+        // row's own fields are checked per row.
+        let declared = dgem_core::template::template_variables(&found.text);
+        dgem_service::check_unknown_variables(&found.name, &vars, &declared)
+            .map_err(crate::commands::after::service_failure)?;
         req.variables = Some(vars);
         json!({"template": found.name, "text": found.text})
     } else if let Some(q) = &args.questions {
