@@ -196,6 +196,9 @@ if [[ "$TARGET" == k8s ]]; then
   while IFS= read -r f; do
     args_json+=",\"$f\""
   done < <(receipts "/results/$RUN_ID")
+  if [[ "$SUITE" == batch ]]; then
+    args_json+=",\"--overwrite\""
+  fi
   args_json+=",\"-o\",\"/results/$RUN_ID/$SUITE-merged.$EXT\""
   overrides="{\"spec\":{\"securityContext\":{\"runAsNonRoot\":true,\"runAsUser\":10001,\"runAsGroup\":10001},\"containers\":[{\"name\":\"$JOB-merge\",\"image\":\"$PINNED_IMAGE\",\"command\":[\"/usr/local/bin/dgem\"],\"args\":[$args_json],\"volumeMounts\":[{\"name\":\"results\",\"mountPath\":\"/results\"}]}],\"volumes\":[{\"name\":\"results\",\"persistentVolumeClaim\":{\"claimName\":\"$PVC\"}}]}}"
   run kubectl run "$JOB-merge" "--image=$PINNED_IMAGE" --restart=Never --attach --rm --quiet \
@@ -230,6 +233,13 @@ run gcloud run jobs execute "$JOB" --project "$PROJECT" --region "$REGION" --wai
 local_dir="$OUT_DIR/bench/$RUN_ID"
 mapfile -t remote < <(receipts "gs://$BUCKET/$RUN_ID")
 mapfile -t local_files < <(receipts "$local_dir")
+merge_flags=()
+if [[ "$SUITE" == batch ]]; then
+  # batch-merge reads each part's sidecar (the run finished; its row
+  # counts and run), and a rerun of this RUN_ID merges again.
+  mapfile -t -O "${#remote[@]}" remote < <(receipts "gs://$BUCKET/$RUN_ID" | sed 's/$/.batch.json/')
+  merge_flags=(--overwrite)
+fi
 run mkdir -p "$local_dir"
 run gcloud storage cp "${remote[@]}" "$local_dir/" --project "$PROJECT"
-run "${DGEM:-dgem}" "$MERGE" "${local_files[@]}" -o "$local_dir/$SUITE-merged.$EXT"
+run "${DGEM:-dgem}" "$MERGE" "${local_files[@]}" "${merge_flags[@]}" -o "$local_dir/$SUITE-merged.$EXT"

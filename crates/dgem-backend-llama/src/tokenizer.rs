@@ -8,6 +8,7 @@ use dgem_core::tokenizer::{TokenId, TokenizeError, Tokenizer};
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token_type::LlamaTokenAttr;
 
 use crate::lines::LineCache;
 use crate::runtime::runtime;
@@ -28,6 +29,11 @@ pub struct LlamaTokenizer {
     /// `None` when a line-by-line encode could differ from a whole-text one
     /// in this vocabulary: then every encode is one llama.cpp call.
     lines: Option<Arc<LineCache>>,
+    /// Per byte value: whether some control or unknown token's text (what
+    /// llama.cpp parses as a special token) begins with it. A text holding
+    /// none of these bytes holds no special-token string, which spares
+    /// [`Tokenizer::holds_special`] its two encodes for most states.
+    special_first: [bool; 256],
 }
 
 impl std::fmt::Debug for LlamaTokenizer {
@@ -64,6 +70,17 @@ impl LlamaTokenizer {
         } else {
             None
         };
+        let mut special_first = [false; 256];
+        for id in 0..n {
+            let token = LlamaToken(id);
+            let attr = vocab.attr(token);
+            if !(attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::Unknown)) {
+                continue;
+            }
+            if let Some(&b) = vocab.text(token).and_then(|t| t.to_bytes().first()) {
+                special_first[usize::from(b)] = true;
+            }
+        }
         let lines = LineCache::new(&model).map(Arc::new);
         if lines.is_none() {
             tracing::debug!("newlines are not special tokens here: texts are encoded whole");
@@ -73,6 +90,7 @@ impl LlamaTokenizer {
             vocab_size,
             bos,
             lines,
+            special_first,
         })
     }
 
@@ -147,9 +165,19 @@ impl Tokenizer for LlamaTokenizer {
         ids(out)
     }
 
+    /// Only where a byte of `text` can begin a control or unknown token's
+    /// text are the two encodes compared.
+    fn holds_special(&self, text: &str) -> Result<bool, TokenizeError> {
+        if !text.bytes().any(|b| self.special_first[usize::from(b)]) {
+            return Ok(false);
+        }
+        Ok(self.encode(text)? != self.encode_ordinary(text)?)
+    }
+
     /// llama.cpp's tokenizer with `parse_special` off: a control token's
     /// text (`<start_of_turn>`) is split like any other text. No line cache:
-    /// only a state that holds such a string is encoded this way.
+    /// states are encoded this way only to check them
+    /// ([`Tokenizer::holds_special`]) and when they hold such a string.
     fn encode_ordinary(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
         if text.is_empty() {
             return Ok(Vec::new());

@@ -304,6 +304,12 @@ async fn an_output_that_is_the_input_file_is_refused() {
     let o = run(s.args(&input, &input, &["--overwrite"])).await;
     exits_saying(&o, 1, "is the `--input` file");
     assert_eq!(std::fs::read(&input).unwrap(), before, "the input is kept");
+    // Another name for the same file (a hard link) is the same file.
+    let linked = s.path("linked.jsonl");
+    std::fs::hard_link(&input, &linked).unwrap();
+    let o = run(s.args(&input, &linked, &["--overwrite"])).await;
+    exits_saying(&o, 1, "is the `--input` file");
+    assert_eq!(std::fs::read(&input).unwrap(), before, "the input is kept");
     // An input of no rows says so rather than "all 0 rows are already in".
     let empty = s.path("empty.jsonl");
     std::fs::write(&empty, "").unwrap();

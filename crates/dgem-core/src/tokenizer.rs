@@ -43,6 +43,17 @@ pub trait Tokenizer: Send + Sync {
         self.encode(text)
     }
 
+    /// Whether `text` holds a string this tokenizer would encode as a
+    /// special token: its [`Self::encode`] and [`Self::encode_ordinary`]
+    /// differ (the default compares them; a tokenizer that knows its
+    /// special-token texts may answer `false` sooner).
+    ///
+    /// # Errors
+    /// [`TokenizeError`] when the tokenizer fails.
+    fn holds_special(&self, text: &str) -> Result<bool, TokenizeError> {
+        Ok(!text.is_empty() && self.encode(text)? != self.encode_ordinary(text)?)
+    }
+
     /// Decode ids back to text (lossy for partial UTF-8 sequences).
     fn decode(&self, ids: &[TokenId]) -> String;
 
@@ -54,25 +65,16 @@ pub trait Tokenizer: Send + Sync {
     fn vocab_size(&self) -> usize;
 }
 
-/// Whether `text` holds a string `tok` would encode as a special token
-/// (its [`Tokenizer::encode`] and [`Tokenizer::encode_ordinary`] differ).
-///
-/// # Errors
-/// [`TokenizeError`] when the tokenizer fails.
-pub fn holds_special(tok: &dyn Tokenizer, text: &str) -> Result<bool, TokenizeError> {
-    Ok(!text.is_empty() && tok.encode(text)? != tok.encode_ordinary(text)?)
-}
-
 /// Encode `text` with its bytes `plain` (a decision's state) as ordinary
 /// text ([`Tokenizer::encode_ordinary`]) and the rest as [`Tokenizer::encode`]
-/// does, the three parts apart. Used only for a state that
-/// [`holds_special`] strings: splitting may change the tokens at the two
+/// does, the three parts apart. Used only for a state that holds special
+/// strings ([`Tokenizer::holds_special`]): splitting may change the tokens at the two
 /// seams, so a state without them is encoded with the whole prompt as before.
-/// A `plain` range that is out of bounds or not on character boundaries
-/// encodes the whole text as ordinary text.
 ///
 /// # Errors
-/// [`TokenizeError`] when the tokenizer fails.
+/// [`TokenizeError`] when the tokenizer fails, or when `plain` is out of
+/// `text`'s bounds or not on character boundaries (naming the range and
+/// the length).
 pub fn encode_with_plain_span(
     tok: &dyn Tokenizer,
     text: &str,
@@ -83,10 +85,77 @@ pub fn encode_with_plain_span(
         text.get(plain.clone()),
         text.get(plain.end..),
     ) else {
-        return tok.encode_ordinary(text);
+        return Err(TokenizeError(format!(
+            "the state's byte range {}..{} is not a span of the {}-byte prompt",
+            plain.start,
+            plain.end,
+            text.len()
+        )));
     };
     let mut out = tok.encode(before)?;
     out.extend(tok.encode_ordinary(state)?);
     out.extend(tok.encode(after)?);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// One id per byte (its value + 10), and `<s>` as special token 1 when
+    /// special strings are parsed.
+    struct Marked;
+
+    impl Tokenizer for Marked {
+        fn encode(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+            let mut out = Vec::new();
+            for (i, piece) in text.split("<s>").enumerate() {
+                if i > 0 {
+                    out.push(1);
+                }
+                out.extend(self.encode_ordinary(piece)?);
+            }
+            Ok(out)
+        }
+
+        fn encode_ordinary(&self, text: &str) -> Result<Vec<TokenId>, TokenizeError> {
+            Ok(text.bytes().map(|b| TokenId::from(b) + 10).collect())
+        }
+
+        fn decode(&self, _ids: &[TokenId]) -> String {
+            String::new()
+        }
+
+        fn bos_id(&self) -> Option<TokenId> {
+            None
+        }
+
+        fn vocab_size(&self) -> usize {
+            266
+        }
+    }
+
+    #[test]
+    fn a_special_string_in_the_plain_span_is_spelled_and_the_rest_parsed() {
+        let tok = Marked;
+        assert!(tok.holds_special("a<s>b").unwrap());
+        assert!(!tok.holds_special("a<b").unwrap());
+        assert!(!tok.holds_special("").unwrap());
+        let text = "<s>[x<s>]<s>";
+        let got = encode_with_plain_span(&tok, text, 4..8).unwrap();
+        // The markers outside the span are token 1; the one inside is its
+        // four characters.
+        assert_eq!(got.iter().filter(|&&t| t == 1).count(), 2);
+        assert_eq!(got.len(), 2 + 4 + 2);
+        // Without a special string the split encodes what one encode does.
+        let plain = "ab[cd]ef";
+        assert_eq!(
+            encode_with_plain_span(&tok, plain, 3..5).unwrap(),
+            tok.encode(plain).unwrap()
+        );
+        // A range that is not a span of the text is an error naming it.
+        let e = encode_with_plain_span(&tok, text, 4..99).unwrap_err();
+        assert!(e.0.contains("4..99") && e.0.contains("12-byte"), "{}", e.0);
+    }
 }

@@ -686,7 +686,7 @@ fn batch_dry_run_merges_the_shard_outputs_with_batch_merge() {
     assert_eq!(
         last,
         format!(
-            "dgem batch-merge {} -o {local}/batch-merged.jsonl",
+            "dgem batch-merge {} --overwrite -o {local}/batch-merged.jsonl",
             parts.join(" ")
         )
     );

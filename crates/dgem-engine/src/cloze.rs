@@ -30,7 +30,7 @@ use dgem_core::schema::{AnswerFormat, Question, ValidSchema};
 use dgem_core::slots::{
     python_random, python_randrange, resolve_cloze, ClozeSlot, READ_SEED_STRIDE,
 };
-use dgem_core::tokenizer::{encode_with_plain_span, holds_special, TokenId, Tokenizer};
+use dgem_core::tokenizer::{encode_with_plain_span, TokenId, Tokenizer};
 use dgem_core::walk::{GroupReads, ReaderFacts};
 
 use crate::calibration::CONTENT_FREE_STATES;
@@ -323,16 +323,30 @@ impl Ctx<'_> {
         let Some(state_text) = text.get(span.clone()).filter(|s| !s.is_empty()) else {
             return Ok(self.tok.encode(text).map_err(dgem_core::CoreError::from)?);
         };
+        let holds = self.holds_special(state_text)?;
+        Ok(if holds {
+            encode_with_plain_span(self.tok, text, span)
+        } else {
+            self.tok.encode(text)
+        }
+        .map_err(dgem_core::CoreError::from)?)
+    }
+
+    /// Whether `state_text` holds a special-token string
+    /// ([`Tokenizer::holds_special`]), found once per decision and state.
+    fn holds_special(&self, state_text: &str) -> Result<bool, DecideError> {
         let known = self.special_states.lock().ok().and_then(|seen| {
             seen.iter()
                 .find(|(s, _)| s == state_text)
                 .map(|(_, holds)| *holds)
         });
-        let holds = match known {
+        Ok(match known {
             Some(holds) => holds,
             None => {
-                let holds =
-                    holds_special(self.tok, state_text).map_err(dgem_core::CoreError::from)?;
+                let holds = self
+                    .tok
+                    .holds_special(state_text)
+                    .map_err(dgem_core::CoreError::from)?;
                 if let Ok(mut seen) = self.special_states.lock() {
                     // The state and the content-free states, and prefixes
                     // of them: a few.
@@ -343,13 +357,20 @@ impl Ctx<'_> {
                 }
                 holds
             }
-        };
-        Ok(if holds {
-            encode_with_plain_span(self.tok, text, span)
+        })
+    }
+
+    /// Tokens in `state` as the prompt reads it (`diagnostics.state_tokens`):
+    /// its ordinary encoding when it holds a special-token string, else the
+    /// (cached) encode every prompt uses, which is the same then.
+    pub(crate) fn state_token_count(&self, state: &str) -> Result<usize, DecideError> {
+        Ok(if self.holds_special(state)? {
+            self.tok.encode_ordinary(state)
         } else {
-            self.tok.encode(text)
+            self.tok.encode(state)
         }
-        .map_err(dgem_core::CoreError::from)?)
+        .map_err(dgem_core::CoreError::from)?
+        .len())
     }
 
     /// The chat turn of [`Self::prompt`] as text, before BOS and prefill.
@@ -528,12 +549,7 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         },
         state,
     };
-    let state_tokens = reader
-        .ctx
-        .tok
-        .encode_ordinary(&reader.state)
-        .map_err(dgem_core::CoreError::from)?
-        .len();
+    let state_tokens = reader.ctx.state_token_count(&reader.state)?;
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
         restated: false,

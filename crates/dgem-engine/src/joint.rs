@@ -26,7 +26,7 @@ use dgem_core::slots::{
     answer_text, canvas_width, resolve_template, seed_canvas, CanvasTokens, ResolvedTemplate,
     TemplateSpec, DEFAULT_CANVAS_STEP, GROUP_SEED_STRIDE, READ_SEED_STRIDE,
 };
-use dgem_core::tokenizer::{encode_with_plain_span, holds_special, TokenId, Tokenizer};
+use dgem_core::tokenizer::{encode_with_plain_span, TokenId, Tokenizer};
 use dgem_core::walk::{policy_json, GroupReads, ReaderFacts};
 use dgem_core::CoreError;
 use tracing::Instrument as _;
@@ -54,6 +54,10 @@ struct JointReader<'a> {
     max_tokens: usize,
     ids: CanvasTokens,
     state: String,
+    /// Whether `state` holds a special-token string
+    /// ([`Tokenizer::holds_special`]), found once per decision: then its
+    /// bytes are encoded as ordinary text.
+    state_special: bool,
 }
 
 #[async_trait::async_trait]
@@ -90,7 +94,7 @@ impl GroupReader for JointReader<'_> {
         let text = chat_prompt(turns, schema.layout, &sys, &self.state);
         // The state is untrusted: a special-token string in it is read as
         // text (dgem_core::tokenizer::encode_ordinary).
-        if holds_special(self.tok, &self.state).map_err(CoreError::from)? {
+        if self.state_special {
             let range = state_range(turns, schema.layout, &sys, &self.state);
             prompt.extend(encode_with_plain_span(self.tok, &text, range).map_err(CoreError::from)?);
         } else {
@@ -146,6 +150,8 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
     let tok_arc = engine.backend.tokenizer();
     let tok = tok_arc.as_ref();
     let info = engine.backend.info();
+    let state = state_text(&req.state);
+    let state_special = tok.holds_special(&state).map_err(CoreError::from)?;
     let reader = JointReader {
         engine,
         tok,
@@ -160,7 +166,8 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
             pad: 0,
             vocab: u32::try_from(tok.vocab_size()).unwrap_or(u32::MAX),
         },
-        state: state_text(&req.state),
+        state,
+        state_special,
     };
     let (walk, chained) = walker::walk(&reader, req).await?;
     let facts = ReaderFacts {
@@ -175,10 +182,13 @@ pub(crate) async fn decide(engine: &Engine, req: &DecideRequest) -> Result<Decis
         calibration: None,
         chained,
         prefix_thought: None,
-        state_tokens: tok
-            .encode_ordinary(&reader.state)
-            .map_err(CoreError::from)?
-            .len(),
+        state_tokens: if reader.state_special {
+            tok.encode_ordinary(&reader.state)
+        } else {
+            tok.encode(&reader.state)
+        }
+        .map_err(CoreError::from)?
+        .len(),
     };
     let (answers, diagnostics) = walk.finish(&req.schema, facts);
     Ok(Decision {

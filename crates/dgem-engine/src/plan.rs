@@ -227,11 +227,7 @@ impl Engine {
             }
             planned.push(out);
         }
-        let state_tokens = ctx
-            .tok
-            .encode_ordinary(&state)
-            .map_err(dgem_core::CoreError::from)?
-            .len();
+        let state_tokens = ctx.state_token_count(&state)?;
         Ok(Plan {
             slot_reading: "cloze".into(),
             runtime: info.runtime.clone(),

@@ -331,9 +331,15 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
     }
     let opened = job.open()?;
     if opened.complete() {
-        if opened.summary.rows == 0 {
+        if opened.summary.input_rows == 0 {
             eprintln!(
                 "batch: `--input` {} holds no rows; nothing to decide",
+                job.input.display()
+            );
+        } else if opened.summary.rows == 0 {
+            eprintln!(
+                "batch: this shard holds none of the {} rows of `--input` {}; nothing to decide",
+                opened.summary.input_rows,
                 job.input.display()
             );
         } else {
@@ -476,11 +482,13 @@ pub fn chat_route(
     ))
 }
 
-/// Whether `a` and `b` name one existing file (after following links).
+/// Whether `a` and `b` name one existing file: the same device and inode,
+/// so a symlink, a relative path or a hard link to it counts.
 fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
     matches!(
-        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
-        (Ok(x), Ok(y)) if x == y
+        (std::fs::metadata(a), std::fs::metadata(b)),
+        (Ok(x), Ok(y)) if x.dev() == y.dev() && x.ino() == y.ino()
     )
 }
 
@@ -488,12 +496,18 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// is the input file: writing it would replace the rows before they are
 /// read (a black-box run lost its input this way, exit 0).
 fn refuse_input_as_output(input: &Path, outputs: &[&Path]) -> Result<(), Failure> {
+    let given = outputs.first().copied().unwrap_or(input);
     for out in outputs {
         for path in [out.to_path_buf(), journal::sidecar_path(out)] {
             if same_file(input, &path) {
+                let what = if path == given {
+                    String::new()
+                } else {
+                    format!(" (the file {} it writes beside it)", path.display())
+                };
                 return Err(user(anyhow::anyhow!(
-                    "`--output` {} is the `--input` file: writing decisions there would replace its rows; give another path",
-                    path.display()
+                    "`--output` {}{what} is the `--input` file: writing decisions there would replace its rows; give another path",
+                    given.display()
                 )));
             }
         }
@@ -504,9 +518,9 @@ fn refuse_input_as_output(input: &Path, outputs: &[&Path]) -> Result<(), Failure
 /// Run `dgem batch-merge`.
 pub fn merge(args: MergeArgs) -> Result<(), Failure> {
     for part in &args.parts {
-        if same_file(part, &args.output) {
+        if same_file(part, &args.output) || same_file(&journal::sidecar_path(part), &args.output) {
             return Err(user(anyhow::anyhow!(
-                "`--output` {} is one of the parts: merging there would replace it; give another path",
+                "`--output` {} is one of the parts or its sidecar: merging there would replace it; give another path",
                 args.output.display()
             )));
         }

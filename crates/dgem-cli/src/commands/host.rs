@@ -301,11 +301,11 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
                         std::thread::sleep(Duration::from_millis(50));
                     }
                     if serve::lock_held(&lock) {
-                        eprintln!(
-                            "dgem host: asked the host at {} to stop; it has not exited after {} s",
+                        return Err(internal(anyhow::anyhow!(
+                            "asked the host at {} to stop; it has not exited after {} s",
                             socket.display(),
                             STOP_WAIT.as_secs()
-                        );
+                        )));
                     } else {
                         eprintln!("dgem host: stopped the host at {}", socket.display());
                     }

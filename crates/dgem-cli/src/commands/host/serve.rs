@@ -84,7 +84,19 @@ pub fn run_host(args: &HostArgs) -> Result<(), Failure> {
     let key = key_of(&args.model);
     let dir = host_dir()?;
     let socket = dir.join(format!("host-{key}.sock"));
-    let Some(_lock) = take_lock(&dir.join(format!("host-{key}.lock")))? else {
+    // `host start` and `host stop` probe the lock by taking it for a
+    // moment: a probe is not a host, so try again for a little while
+    // before saying one runs.
+    let lock_path = dir.join(format!("host-{key}.lock"));
+    let mut lock = take_lock(&lock_path)?;
+    for _ in 0..10 {
+        if lock.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+        lock = take_lock(&lock_path)?;
+    }
+    let Some(_lock) = lock else {
         return Err(user(anyhow::anyhow!(
             "a host for these model flags already runs at {}",
             socket.display()
