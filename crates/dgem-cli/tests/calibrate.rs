@@ -265,13 +265,16 @@ fn bad_inputs_exit_1_naming_the_flag() {
     assert_eq!(o.status.code(), Some(1), "clap usage errors are the user's");
 
     // An `--out` that cannot be written is refused before any row is read
-    // (it was found only after every read, exit 2).
+    // (it was found only after every read, exit 2). The missing folder is
+    // inside this test's own: a fixed path such as /nonexistent may exist
+    // where tests run as root.
+    let missing = dir.path().join("missing");
+    let missing_out = missing.join("x.json").display().to_string();
+    let folder_msg = format!("the folder {} does not exist", missing.display());
+    let folder = dir.path().display().to_string();
     for (out, needle) in [
-        (
-            "/nonexistent/x.json",
-            "the folder /nonexistent does not exist",
-        ),
-        ("/tmp", "is a folder"),
+        (missing_out.as_str(), folder_msg.as_str()),
+        (folder.as_str(), "is a folder"),
     ] {
         let o = dgem(
             &["calibrate", "-d", "data/eval_dataset.jsonl", "-o", out],
