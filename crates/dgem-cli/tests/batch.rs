@@ -460,6 +460,10 @@ async fn bad_files_exit_1_naming_them_and_lose_nothing() {
     let o = run(s.args(&input, &o3, &["-v", "tickt=x"])).await;
     exits_saying(&o, 1, "did you mean `ticket`");
     assert!(!o3.exists(), "nothing written");
+    // So is `--cascade` with no Stage-2 provider, as `decide` refuses it.
+    let o = run(s.args(&input, &o3, &["--cascade", "entropy"])).await;
+    exits_saying(&o, 1, "`--cascade` needs a Stage-2 provider");
+    assert!(!o3.exists(), "nothing written");
 }
 
 /// The embedded model decides a small file; its lines are the envelopes

@@ -348,8 +348,8 @@ impl Ctx<'_> {
                     .holds_special(state_text)
                     .map_err(dgem_core::CoreError::from)?;
                 if let Ok(mut seen) = self.special_states.lock() {
-                    // The state and the content-free states, and prefixes
-                    // of them: a few.
+                    // The state (as given, and trimmed under
+                    // `schema_first`) and the content-free states: a few.
                     if seen.len() >= 16 {
                         seen.remove(0);
                     }

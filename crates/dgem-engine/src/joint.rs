@@ -93,7 +93,7 @@ impl GroupReader for JointReader<'_> {
         let turns = &self.engine.backend.info().chat_turns;
         let text = chat_prompt(turns, schema.layout, &sys, &self.state);
         // The state is untrusted: a special-token string in it is read as
-        // text (dgem_core::tokenizer::encode_ordinary).
+        // text (`Tokenizer::encode_ordinary`).
         if self.state_special {
             let range = state_range(turns, schema.layout, &sys, &self.state);
             prompt.extend(encode_with_plain_span(self.tok, &text, range).map_err(CoreError::from)?);

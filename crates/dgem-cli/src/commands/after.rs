@@ -49,6 +49,27 @@ impl SetupArgs {
         self.setup_for(true)
     }
 
+    /// Refuse a cascade the command line asks for (`cascade`) when no
+    /// Stage-2 provider is named: it would read, report every hesitant
+    /// answer as escalated and exit 0 with the Stage-1 answers (a black-box
+    /// run found that). `dgem serve` keeps answering without one and
+    /// reports it per request, since its requests choose the cascade.
+    ///
+    /// # Errors
+    /// Exit code 1 naming the flags and the provider forms.
+    pub fn check_provider(&self, cascade: bool) -> Result<(), Failure> {
+        let named = self
+            .cascade_provider
+            .as_deref()
+            .is_some_and(|s| !s.trim().is_empty());
+        if !cascade || named {
+            return Ok(());
+        }
+        Err(user(anyhow::anyhow!(
+            "`--cascade` needs a Stage-2 provider: `--cascade-provider openai:BASE_URL`, `vertex[:PROJECT]` or `gguf:PATH` (or DGEM_CASCADE_PROVIDER). Given: none"
+        )))
+    }
+
     /// [`SetupArgs::setup`], building the Stage-2 provider only when
     /// `need_stage2` (a `decide` that asks for no cascade or expansion must
     /// not fail, or load a second model, over a provider it will not use,

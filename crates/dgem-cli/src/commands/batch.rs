@@ -299,6 +299,11 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         Shard::resolve(args.shard.as_deref(), |k| std::env::var(k).ok()).map_err(bench_err)?;
     let (base, catalogue, policy) = base_request(&args)?;
     check_questions(&catalogue, &base)?;
+    args.setup.check_provider(
+        base.after
+            .cascade_mode
+            .is_some_and(|m| m != dgem_cascade::options::CascadeSwitch::Off),
+    )?;
     let calibrated = args.calibrate == RunCalibration::Batch;
     let job = Job {
         input: args.input.clone(),
@@ -324,7 +329,11 @@ pub fn run(args: BatchArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| user(anyhow::anyhow!("`--input` {}: {e}", job.input.display())))?
         .format();
     check_combination(&args, &base, format, shard)?;
-    refuse_input_as_output(&job.input, &[&args.output, &job.output])?;
+    if calibrated {
+        refuse_input_as_output(&job.input, &[&args.output, &job.output])?;
+    } else {
+        refuse_input_as_output(&job.input, &[&args.output])?;
+    }
     let calibrated_print = format!("{}+calibrate-batch", job.fingerprint(format));
     if calibrated {
         calibrate::claim(&args.output, &calibrated_print, args.overwrite)?;

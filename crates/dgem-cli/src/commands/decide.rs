@@ -202,21 +202,9 @@ pub fn run(args: DecideArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&plan).map_err(internal)?);
         return Ok(());
     }
-    // A cascade with nowhere to escalate is refused before the read (it
-    // used to read, report "escalated 3 of 3 answers" and exit 0 with the
-    // Stage-1 answers standing). `dgem serve` keeps answering without one
-    // and reports it per request, since its requests choose the cascade.
-    if prepared.after.cascade.is_some()
-        && args
-            .setup
-            .cascade_provider
-            .as_deref()
-            .is_none_or(|s| s.trim().is_empty())
-    {
-        return Err(user(anyhow::anyhow!(
-            "`--cascade` needs a Stage-2 provider: `--cascade-provider openai:BASE_URL`, `vertex[:PROJECT]` or `gguf:PATH` (or DGEM_CASCADE_PROVIDER). Given: none"
-        )));
-    }
+    // A cascade with nowhere to escalate is refused before the read.
+    args.setup
+        .check_provider(prepared.after.cascade.is_some())?;
     // Flags of the vLLM reader are refused without `--backend` before any
     // host is asked, as in process.
     if crate::vllm::backend_url(&args.vllm)?.is_none() {

@@ -306,9 +306,8 @@ pub fn run(cmd: HostCommand) -> Result<(), Failure> {
                             socket.display(),
                             STOP_WAIT.as_secs()
                         )));
-                    } else {
-                        eprintln!("dgem host: stopped the host at {}", socket.display());
                     }
+                    eprintln!("dgem host: stopped the host at {}", socket.display());
                 }
                 Some(r) => eprintln!(
                     "dgem host: the host at {} did not stop: {}",
